@@ -1,0 +1,204 @@
+//! A backend chosen at run time: CUDA when a driver and a GPU are present, else host.
+
+use super::host::{HostBackend, HostEvent, HostStream};
+use super::{Backend, EventOptions, Interrupt, SyncOutcome};
+use crate::error::{Error, Result};
+
+#[cfg(feature = "cuda")]
+use super::cuda::{CudaBackend, CudaEvent, CudaStream};
+#[cfg(feature = "cuda")]
+use std::sync::Arc;
+
+/// Which backend to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BackendKind {
+    /// CUDA if a driver and a GPU are present, else host.
+    Auto,
+    /// The host backend (worker threads).
+    Host,
+    /// The CUDA backend; [`Error::NoDevice`] without a GPU.
+    Cuda,
+}
+
+impl std::str::FromStr for BackendKind {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "auto" => Ok(BackendKind::Auto),
+            "host" => Ok(BackendKind::Host),
+            "cuda" => Ok(BackendKind::Cuda),
+            other => Err(Error::invalid(
+                "backend",
+                format!("unknown backend '{other}': expected auto, host or cuda"),
+            )),
+        }
+    }
+}
+
+/// Either backend, behind one type: rings and streams of an `AnyBackend` work the same on
+/// both.
+///
+/// ```
+/// use seqsync::{AnyBackend, BackendKind};
+/// let backend = AnyBackend::new(BackendKind::Host)?;
+/// assert_eq!(backend.kind(), BackendKind::Host);
+/// let _stream = backend.new_stream("s")?;
+/// # Ok::<(), seqsync::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub enum AnyBackend {
+    /// The host backend.
+    Host(HostBackend),
+    /// The CUDA backend.
+    #[cfg(feature = "cuda")]
+    Cuda(CudaBackend),
+}
+
+/// A stream of an [`AnyBackend`].
+#[derive(Debug)]
+pub enum AnyStream {
+    /// A host stream.
+    Host(HostStream),
+    /// A CUDA stream.
+    #[cfg(feature = "cuda")]
+    Cuda(Arc<CudaStream>),
+}
+
+/// An event of an [`AnyBackend`].
+#[derive(Debug)]
+pub enum AnyEvent {
+    /// A host event.
+    Host(HostEvent),
+    /// A CUDA event.
+    #[cfg(feature = "cuda")]
+    Cuda(CudaEvent),
+}
+
+impl AnyBackend {
+    /// Open the backend `kind` names; `Auto` picks CUDA (device 0) when a GPU is present.
+    ///
+    /// # Errors
+    /// [`Error::NoDevice`] for `BackendKind::Cuda` without a GPU (or built without the `cuda`
+    /// feature).
+    pub fn new(kind: BackendKind) -> Result<Self> {
+        match kind {
+            BackendKind::Host => Ok(AnyBackend::Host(HostBackend::new())),
+            #[cfg(feature = "cuda")]
+            BackendKind::Cuda => CudaBackend::new(0).map(AnyBackend::Cuda),
+            #[cfg(not(feature = "cuda"))]
+            BackendKind::Cuda => Err(Error::NoDevice(
+                "seqsync was built without the `cuda` feature".into(),
+            )),
+            BackendKind::Auto => Self::auto(),
+        }
+    }
+
+    /// CUDA (device 0) when a driver and a GPU are present, else host.
+    pub fn auto() -> Result<Self> {
+        #[cfg(feature = "cuda")]
+        if let Ok(gpu) = CudaBackend::new(0) {
+            return Ok(AnyBackend::Cuda(gpu));
+        }
+        Ok(AnyBackend::Host(HostBackend::new()))
+    }
+
+    /// Which backend this is (never `Auto`).
+    pub fn kind(&self) -> BackendKind {
+        match self {
+            AnyBackend::Host(_) => BackendKind::Host,
+            #[cfg(feature = "cuda")]
+            AnyBackend::Cuda(_) => BackendKind::Cuda,
+        }
+    }
+
+    /// A new stream (`name` labels host streams' threads).
+    pub fn new_stream(&self, name: &str) -> Result<AnyStream> {
+        match self {
+            AnyBackend::Host(h) => Ok(AnyStream::Host(h.new_stream(name))),
+            #[cfg(feature = "cuda")]
+            AnyBackend::Cuda(c) => c.new_stream().map(AnyStream::Cuda),
+        }
+    }
+}
+
+fn mismatch(what: &str) -> Error {
+    Error::invalid(
+        "backend",
+        format!("{what} belongs to a different backend than the call"),
+    )
+}
+
+impl Backend for AnyBackend {
+    type Stream = AnyStream;
+    type Event = AnyEvent;
+
+    fn name(&self) -> &'static str {
+        match self {
+            AnyBackend::Host(h) => h.name(),
+            #[cfg(feature = "cuda")]
+            AnyBackend::Cuda(c) => c.name(),
+        }
+    }
+
+    fn create_event(&self, options: EventOptions) -> Result<AnyEvent> {
+        match self {
+            AnyBackend::Host(h) => h.create_event(options).map(AnyEvent::Host),
+            #[cfg(feature = "cuda")]
+            AnyBackend::Cuda(c) => c.create_event(options).map(AnyEvent::Cuda),
+        }
+    }
+
+    fn record(&self, event: &AnyEvent, stream: &AnyStream) -> Result<()> {
+        match (self, event, stream) {
+            (AnyBackend::Host(b), AnyEvent::Host(e), AnyStream::Host(s)) => b.record(e, s),
+            #[cfg(feature = "cuda")]
+            (AnyBackend::Cuda(b), AnyEvent::Cuda(e), AnyStream::Cuda(s)) => b.record(e, s),
+            #[allow(unreachable_patterns)]
+            _ => Err(mismatch("the stream or event")),
+        }
+    }
+
+    fn wait(&self, stream: &AnyStream, event: &AnyEvent) -> Result<()> {
+        match (self, event, stream) {
+            (AnyBackend::Host(b), AnyEvent::Host(e), AnyStream::Host(s)) => b.wait(s, e),
+            #[cfg(feature = "cuda")]
+            (AnyBackend::Cuda(b), AnyEvent::Cuda(e), AnyStream::Cuda(s)) => b.wait(s, e),
+            #[allow(unreachable_patterns)]
+            _ => Err(mismatch("the stream or event")),
+        }
+    }
+
+    fn synchronize(&self, event: &AnyEvent) -> Result<()> {
+        match (self, event) {
+            (AnyBackend::Host(b), AnyEvent::Host(e)) => b.synchronize(e),
+            #[cfg(feature = "cuda")]
+            (AnyBackend::Cuda(b), AnyEvent::Cuda(e)) => b.synchronize(e),
+            #[allow(unreachable_patterns)]
+            _ => Err(mismatch("the event")),
+        }
+    }
+
+    fn synchronize_interruptible(
+        &self,
+        event: &AnyEvent,
+        interrupt: &dyn Interrupt,
+    ) -> Result<SyncOutcome> {
+        match (self, event) {
+            (AnyBackend::Host(b), AnyEvent::Host(e)) => b.synchronize_interruptible(e, interrupt),
+            #[cfg(feature = "cuda")]
+            (AnyBackend::Cuda(b), AnyEvent::Cuda(e)) => b.synchronize_interruptible(e, interrupt),
+            #[allow(unreachable_patterns)]
+            _ => Err(mismatch("the event")),
+        }
+    }
+
+    fn query(&self, event: &AnyEvent) -> Result<bool> {
+        match (self, event) {
+            (AnyBackend::Host(b), AnyEvent::Host(e)) => b.query(e),
+            #[cfg(feature = "cuda")]
+            (AnyBackend::Cuda(b), AnyEvent::Cuda(e)) => b.query(e),
+            #[allow(unreachable_patterns)]
+            _ => Err(mismatch("the event")),
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! The CUDA backend, on cudarc: streams are `cudarc` streams (created here or borrowed from
+//! other code), events are raw `CUevent`s created with timing disabled.
+//!
+//! cudarc is loaded at run time: with no driver, or no GPU, [`CudaBackend::new`] returns
+//! [`Error::NoDevice`] instead of panicking. cudarc's own per-buffer event tracking is turned
+//! off: seqsync does the ordering.
+//!
+//! The hot calls (`record`, `wait`, `query`) go straight to the driver's `sys` functions, so a
+//! ring adds only its own bookkeeping to the raw call.
+//!
+//! ```no_run
+//! use seqsync::{backend::cuda::CudaBackend, Blocking, EventRingbuf};
+//! let gpu = CudaBackend::new(0)?;
+//! let (s1, s2) = (gpu.new_stream()?, gpu.new_stream()?);
+//! let ring = EventRingbuf::new(&gpu, "copy", 1, 4)?;
+//! ring.record(&s1, 0, Blocking::No)?;
+//! ring.wait(&s2, 0, Blocking::No)?; // s2's later work runs after s1's work so far
+//! # Ok::<(), seqsync::Error>(())
+//! ```
+
+use std::cell::Cell;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cudarc::driver::{sys, DriverError};
+pub use cudarc::driver::{CudaContext, CudaStream};
+
+use super::{Backend, EventOptions, Interrupt, SyncOutcome};
+use crate::error::{BackendError, Error, Result};
+
+/// How long an interruptible synchronize spins on `cuEventQuery` before it starts sleeping.
+/// Short waits finish inside it with a spinning wait's latency.
+pub const SYNC_SPIN: Duration = Duration::from_micros(100);
+/// How long an interruptible synchronize sleeps between queries after the spin phase. It
+/// bounds the extra wake-up latency of a long wait, and keeps its CPU use to a few percent.
+pub const SYNC_POLL: Duration = Duration::from_micros(50);
+
+/// Is a CUDA driver library loadable here? Never panics.
+pub fn driver_present() -> bool {
+    // SAFETY: `is_culib_present` only tries to dlopen the driver library by its usual names
+    // and reports whether that worked; it has no preconditions.
+    unsafe { sys::is_culib_present() }
+}
+
+/// The CUDA backend: one device's primary context.
+#[derive(Clone, Debug)]
+pub struct CudaBackend {
+    ctx: Arc<CudaContext>,
+}
+
+pub(crate) fn driver_error(op: &'static str, e: DriverError) -> Error {
+    Error::Backend(BackendError {
+        backend: "cuda",
+        op,
+        code: Some(e.0 as i64),
+        message: e.to_string(),
+    })
+}
+
+fn check(op: &'static str, r: sys::CUresult) -> Result<()> {
+    r.result().map_err(|e| driver_error(op, e))
+}
+
+impl CudaBackend {
+    /// Open device `ordinal`'s primary context and turn cudarc's event tracking off.
+    ///
+    /// # Errors
+    /// [`Error::NoDevice`] when no driver library is found, the driver finds no GPU, or
+    /// `ordinal` is out of range.
+    pub fn new(ordinal: usize) -> Result<Self> {
+        if !driver_present() {
+            return Err(Error::NoDevice(
+                "the CUDA driver library (libcuda.so) is not installed".into(),
+            ));
+        }
+        let count = CudaContext::device_count()
+            .map_err(|e| Error::NoDevice(format!("the CUDA driver reports: {e}")))?;
+        if count <= 0 {
+            return Err(Error::NoDevice("the CUDA driver finds no GPU".into()));
+        }
+        if ordinal >= count as usize {
+            return Err(Error::NoDevice(format!(
+                "device {ordinal} asked for, but only {count} GPU(s) present"
+            )));
+        }
+        let ctx = CudaContext::new(ordinal)
+            .map_err(|e| Error::NoDevice(format!("cannot open device {ordinal}: {e}")))?;
+        // SAFETY: called once, before any stream or buffer of this backend exists; seqsync
+        // orders all work itself with events, which is exactly what turning tracking off asks.
+        unsafe { ctx.disable_event_tracking() };
+        Ok(CudaBackend { ctx })
+    }
+
+    /// True when a driver and at least one GPU are present.
+    pub fn is_available() -> bool {
+        driver_present() && CudaContext::device_count().map(|n| n > 0).unwrap_or(false)
+    }
+
+    /// The context, for cudarc calls of your own (allocations, modules, copies).
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// The device's name, e.g. `"NVIDIA H200"`.
+    pub fn device_name(&self) -> Result<String> {
+        self.ctx
+            .name()
+            .map_err(|e| driver_error("cuDeviceGetName", e))
+    }
+
+    /// A new non-blocking stream.
+    pub fn new_stream(&self) -> Result<Arc<CudaStream>> {
+        self.ctx
+            .new_stream()
+            .map_err(|e| driver_error("cuStreamCreate", e))
+    }
+
+    /// Make this backend's context current on the calling thread (once per thread).
+    fn bind(&self) -> Result<()> {
+        thread_local!(static CURRENT: Cell<usize> = const { Cell::new(0) });
+        let want = self.ctx.cu_ctx() as usize;
+        if CURRENT.with(|c| c.get()) != want {
+            self.ctx
+                .bind_to_thread()
+                .map_err(|e| driver_error("cuCtxSetCurrent", e))?;
+            CURRENT.with(|c| c.set(want));
+        }
+        Ok(())
+    }
+
+    /// Elapsed milliseconds between two completed events created with
+    /// [`EventOptions::timing`].
+    pub fn elapsed_ms(&self, start: &CudaEvent, end: &CudaEvent) -> Result<f32> {
+        let mut ms = 0f32;
+        // SAFETY: both events are live handles of this context (they hold the context alive);
+        // `ms` is a valid out-pointer for the duration of the call.
+        check("cuEventElapsedTime", unsafe {
+            sys::cuEventElapsedTime(&mut ms, start.raw, end.raw)
+        })?;
+        Ok(ms)
+    }
+
+    /// Block until everything on `stream` has run.
+    pub fn stream_synchronize(&self, stream: &CudaStream) -> Result<()> {
+        stream
+            .synchronize()
+            .map_err(|e| driver_error("cuStreamSynchronize", e))
+    }
+}
+
+/// A CUDA event owned by seqsync (a raw `CUevent`; destroyed on drop).
+#[derive(Debug)]
+pub struct CudaEvent {
+    raw: sys::CUevent,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: a CUevent is an opaque driver handle that the CUDA driver API allows to be used from
+// any host thread (record, wait, query and synchronize are thread-safe driver calls); the
+// wrapper holds no other state, and the context it belongs to is kept alive by `ctx`.
+unsafe impl Send for CudaEvent {}
+// SAFETY: as above: every operation on the handle goes through the thread-safe driver.
+unsafe impl Sync for CudaEvent {}
+
+impl CudaEvent {
+    /// The raw handle, for driver calls of your own. It stays owned by this `CudaEvent`.
+    pub fn cu_event(&self) -> sys::CUevent {
+        self.raw
+    }
+}
+
+impl Drop for CudaEvent {
+    fn drop(&mut self) {
+        // SAFETY: `raw` was created by cuEventCreate in `ctx`, which `self.ctx` keeps alive, and
+        // is destroyed exactly once, here. Destroying an event with pending work is allowed:
+        // the driver releases it once the work completes.
+        let r = unsafe { sys::cuEventDestroy_v2(self.raw) };
+        // Drop never fails: keep the error for the context's next call, cudarc's way.
+        self.ctx.record_err(r.result());
+    }
+}
+
+impl Backend for CudaBackend {
+    type Stream = Arc<CudaStream>;
+    type Event = CudaEvent;
+
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn create_event(&self, options: EventOptions) -> Result<CudaEvent> {
+        self.bind()?;
+        let mut flags = 0u32;
+        if !options.timing {
+            flags |= sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+        }
+        if options.blocking_sync {
+            flags |= sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32;
+        }
+        let mut raw: sys::CUevent = std::ptr::null_mut();
+        // SAFETY: the context is current on this thread (bind above) and `raw` is a valid
+        // out-pointer; on success the driver hands us ownership of a new event.
+        check("cuEventCreate", unsafe {
+            sys::cuEventCreate(&mut raw, flags)
+        })?;
+        Ok(CudaEvent {
+            raw,
+            ctx: self.ctx.clone(),
+        })
+    }
+
+    #[inline]
+    fn record(&self, event: &CudaEvent, stream: &Arc<CudaStream>) -> Result<()> {
+        self.bind()?;
+        // SAFETY: `event.raw` is live (owned by `event`) and `stream` is a live stream handle
+        // (kept alive by the Arc) of the same context.
+        check("cuEventRecord", unsafe {
+            sys::cuEventRecord(event.raw, stream.cu_stream())
+        })
+    }
+
+    #[inline]
+    fn wait(&self, stream: &Arc<CudaStream>, event: &CudaEvent) -> Result<()> {
+        self.bind()?;
+        // SAFETY: both handles are live for the duration of the call (see `record`); flags 0
+        // is the only documented value.
+        check("cuStreamWaitEvent", unsafe {
+            sys::cuStreamWaitEvent(stream.cu_stream(), event.raw, 0)
+        })
+    }
+
+    fn synchronize(&self, event: &CudaEvent) -> Result<()> {
+        self.bind()?;
+        // SAFETY: `event.raw` is a live event handle of this context; the call only blocks.
+        check("cuEventSynchronize", unsafe {
+            sys::cuEventSynchronize(event.raw)
+        })
+    }
+
+    fn synchronize_interruptible(
+        &self,
+        event: &CudaEvent,
+        interrupt: &dyn Interrupt,
+    ) -> Result<SyncOutcome> {
+        let start = Instant::now();
+        loop {
+            if self.query(event)? {
+                return Ok(SyncOutcome::Complete);
+            }
+            if start.elapsed() < SYNC_SPIN {
+                if interrupt.interrupted() {
+                    return Ok(SyncOutcome::Interrupted);
+                }
+                std::hint::spin_loop();
+            } else if interrupt.sleep(SYNC_POLL) {
+                return Ok(SyncOutcome::Interrupted);
+            }
+        }
+    }
+
+    #[inline]
+    fn query(&self, event: &CudaEvent) -> Result<bool> {
+        // SAFETY: `event.raw` is a live event handle; cuEventQuery only reads its state.
+        match unsafe { sys::cuEventQuery(event.raw) } {
+            sys::CUresult::CUDA_SUCCESS => Ok(true),
+            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            other => check("cuEventQuery", other).map(|()| false),
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! The host backend: streams are in-order worker threads, events are points in their order.
+//!
+//! It is a real executor, not a mock: the seed pipeline runs on it with real data, and with
+//! [`Chaos`] every stream operation first sleeps a random time, so a missing wait shows up as
+//! a wrong result instead of passing by luck. It is also how everything is tested without a
+//! GPU.
+//!
+//! ```
+//! use seqsync::{backend::Backend, HostBackend};
+//! use std::sync::{Arc, Mutex};
+//!
+//! let host = HostBackend::new();
+//! let (a, b) = (host.new_stream("a"), host.new_stream("b"));
+//! let log = Arc::new(Mutex::new(Vec::new()));
+//! let ev = host.create_event(Default::default())?;
+//! let l = log.clone();
+//! a.launch(move || { std::thread::sleep(std::time::Duration::from_millis(5)); l.lock().unwrap().push("a"); });
+//! host.record(&ev, &a)?;
+//! host.wait(&b, &ev)?;          // b runs nothing more until a's closure has run
+//! let l = log.clone();
+//! b.launch(move || l.lock().unwrap().push("b"));
+//! b.synchronize()?;
+//! assert_eq!(*log.lock().unwrap(), ["a", "b"]);
+//! # Ok::<(), seqsync::Error>(())
+//! ```
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+mod chaos;
+mod event;
+mod stream;
+
+pub use chaos::Chaos;
+pub use event::HostEvent;
+pub use stream::HostStream;
+
+use super::{Backend, EventOptions, Interrupt, NeverInterrupt, SyncOutcome};
+use crate::error::Result;
+use chaos::SplitMix64;
+use stream::Op;
+
+/// The host backend. Cheap to clone; clones share chaos settings and counters.
+#[derive(Clone, Debug, Default)]
+pub struct HostBackend {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    chaos: Option<Chaos>,
+    streams_made: AtomicU64,
+    pauses_made: AtomicU64,
+    live_events: Arc<AtomicUsize>,
+}
+
+impl HostBackend {
+    /// A host backend without chaos.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A host backend whose streams sleep a random time before every operation.
+    pub fn with_chaos(chaos: Chaos) -> Self {
+        HostBackend {
+            inner: Arc::new(Inner {
+                chaos: Some(chaos),
+                ..Inner::default()
+            }),
+        }
+    }
+
+    /// The chaos settings, if any.
+    pub fn chaos(&self) -> Option<Chaos> {
+        self.inner.chaos
+    }
+
+    /// Start a new stream (a worker thread) named `name`.
+    pub fn new_stream(&self, name: &str) -> HostStream {
+        let n = self.inner.streams_made.fetch_add(1, Ordering::Relaxed);
+        let chaos = self.inner.chaos.map(|c| {
+            (
+                c,
+                SplitMix64::new(c.seed ^ n.wrapping_mul(0xA24B_AED4_963E_E407)),
+            )
+        });
+        HostStream::spawn(name, chaos)
+    }
+
+    /// With chaos on, sleep a random time: call it in host threads between steps so that
+    /// thread interleavings vary too. Without chaos, does nothing.
+    pub fn chaos_pause(&self) {
+        if let Some(c) = self.inner.chaos {
+            let n = self.inner.pauses_made.fetch_add(1, Ordering::Relaxed);
+            let mut rng = SplitMix64::new(c.seed ^ n.wrapping_mul(0x9FB2_1C65_1E98_DF25));
+            c.delay(&mut rng);
+        }
+    }
+
+    /// Events of this backend (and its clones) that exist right now.
+    pub fn live_events(&self) -> usize {
+        self.inner.live_events.load(Ordering::Relaxed)
+    }
+}
+
+impl Backend for HostBackend {
+    type Stream = HostStream;
+    type Event = HostEvent;
+
+    fn name(&self) -> &'static str {
+        "host"
+    }
+
+    fn create_event(&self, _options: EventOptions) -> Result<HostEvent> {
+        Ok(HostEvent::new(self.inner.live_events.clone()))
+    }
+
+    fn record(&self, event: &HostEvent, stream: &HostStream) -> Result<()> {
+        let pos = stream.shared.lock().enqueued;
+        event.set(stream.shared.clone(), pos);
+        Ok(())
+    }
+
+    fn wait(&self, stream: &HostStream, event: &HostEvent) -> Result<()> {
+        if let Some((on, pos)) = event.snapshot() {
+            // Work already ordered by the stream itself needs no gate.
+            if !Arc::ptr_eq(&on, &stream.shared) {
+                stream.shared.enqueue(Op::Gate { on, pos });
+            }
+        }
+        Ok(())
+    }
+
+    fn synchronize(&self, event: &HostEvent) -> Result<()> {
+        self.synchronize_interruptible(event, &NeverInterrupt)
+            .map(|_| ())
+    }
+
+    fn synchronize_interruptible(
+        &self,
+        event: &HostEvent,
+        interrupt: &dyn Interrupt,
+    ) -> Result<SyncOutcome> {
+        match event.snapshot() {
+            None => Ok(SyncOutcome::Complete),
+            Some((stream, pos)) => stream.wait_for(pos, interrupt),
+        }
+    }
+
+    fn query(&self, event: &HostEvent) -> Result<bool> {
+        match event.snapshot() {
+            None => Ok(true),
+            Some((stream, pos)) => stream.poll(pos).transpose().map(|o| o.is_some()),
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! A host stream: a worker thread that runs enqueued operations in order.
+
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::chaos::{Chaos, SplitMix64};
+use crate::backend::{Interrupt, SyncOutcome};
+use crate::error::{BackendError, Error, Result};
+
+/// A unit of work on a stream.
+pub(crate) enum Op {
+    /// Run a user closure.
+    Run(Box<dyn FnOnce() + Send + 'static>),
+    /// Block the stream until `on` has completed `pos` operations.
+    Gate { on: Arc<StreamShared>, pos: u64 },
+}
+
+/// Where a stream failed: the index of the failing operation and why.
+#[derive(Clone)]
+pub(crate) struct Failure {
+    pub(crate) op_index: u64,
+    pub(crate) message: Arc<str>,
+}
+
+pub(crate) struct State {
+    queue: VecDeque<Op>,
+    /// Operations ever enqueued; a record captures this as its position.
+    pub(crate) enqueued: u64,
+    failure: Option<Failure>,
+    shutdown: bool,
+}
+
+/// The part of a stream that events and other streams' gates hold on to.
+pub(crate) struct StreamShared {
+    pub(crate) name: String,
+    pub(crate) state: Mutex<State>,
+    /// Operations completed (run, skipped after a failure, or passed gates). Written under
+    /// `state`'s lock, readable without it.
+    completed: AtomicU64,
+    /// The worker waits here for new operations.
+    work_cv: Condvar,
+    /// Waiters (host synchronizes, other streams' gates) wait here for progress.
+    done_cv: Condvar,
+}
+
+/// How long an interruptible host wait sleeps between checks of its interrupt. A stopped ring
+/// also wakes it through its own condition variable only where it can; this bounds the rest.
+const INTERRUPT_POLL: Duration = Duration::from_micros(200);
+
+impl StreamShared {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        // A poisoned lock only means a panic elsewhere while holding it; the state stays
+        // consistent because every critical section is a few field updates.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn completed(&self) -> u64 {
+        self.completed.load(Ordering::Acquire)
+    }
+
+    /// The outcome of the first `pos` operations, once they have completed.
+    fn outcome(&self, state: &State, pos: u64) -> Result<()> {
+        match &state.failure {
+            Some(f) if f.op_index < pos => Err(Error::Backend(BackendError::new(
+                "host",
+                "stream operation",
+                format!("stream '{}' failed: {}", self.name, f.message),
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Block until the first `pos` operations have completed, or `interrupt` fires.
+    pub(crate) fn wait_for(&self, pos: u64, interrupt: &dyn Interrupt) -> Result<SyncOutcome> {
+        let mut state = self.lock();
+        while self.completed() < pos {
+            if interrupt.interrupted() {
+                return Ok(SyncOutcome::Interrupted);
+            }
+            state = self
+                .done_cv
+                .wait_timeout(state, INTERRUPT_POLL)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        self.outcome(&state, pos).map(|()| SyncOutcome::Complete)
+    }
+
+    /// Non-blocking: `Some(outcome)` once the first `pos` operations have completed.
+    pub(crate) fn poll(&self, pos: u64) -> Option<Result<()>> {
+        if self.completed() < pos {
+            return None;
+        }
+        Some(self.outcome(&self.lock(), pos))
+    }
+
+    pub(crate) fn enqueue(&self, op: Op) {
+        let mut state = self.lock();
+        state.queue.push_back(op);
+        state.enqueued += 1;
+        drop(state);
+        self.work_cv.notify_one();
+    }
+
+    fn fail(&self, op_index: u64, message: Arc<str>) {
+        let mut state = self.lock();
+        if state.failure.is_none() {
+            state.failure = Some(Failure { op_index, message });
+        }
+    }
+
+    fn failed(&self) -> bool {
+        self.lock().failure.is_some()
+    }
+}
+
+/// A host stream: closures enqueued with [`HostStream::launch`] run one after another, in
+/// order, on the stream's own worker thread.
+///
+/// Dropping a stream finishes the work already enqueued and joins its thread. A closure that
+/// panics fails the stream: later closures are skipped, and every synchronize on an event
+/// recorded after the panic, and every stream that waits on such an event, gets an
+/// [`Error::Backend`] naming the stream and the panic message. Nobody hangs.
+///
+/// ```
+/// use std::sync::{Arc, atomic::{AtomicU32, Ordering}};
+/// let host = seqsync::HostBackend::new();
+/// let stream = host.new_stream("copy");
+/// let n = Arc::new(AtomicU32::new(0));
+/// for _ in 0..3 {
+///     let n = n.clone();
+///     stream.launch(move || { n.fetch_add(1, Ordering::SeqCst); });
+/// }
+/// stream.synchronize()?;
+/// assert_eq!(n.load(Ordering::SeqCst), 3);
+/// # Ok::<(), seqsync::Error>(())
+/// ```
+pub struct HostStream {
+    pub(crate) shared: Arc<StreamShared>,
+    worker: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for HostStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostStream")
+            .field("name", &self.shared.name)
+            .finish()
+    }
+}
+
+impl HostStream {
+    pub(crate) fn spawn(name: &str, chaos: Option<(Chaos, SplitMix64)>) -> HostStream {
+        let shared = Arc::new(StreamShared {
+            name: name.to_owned(),
+            state: Mutex::new(State {
+                queue: VecDeque::new(),
+                enqueued: 0,
+                failure: None,
+                shutdown: false,
+            }),
+            completed: AtomicU64::new(0),
+            work_cv: Condvar::new(),
+            done_cv: Condvar::new(),
+        });
+        let worker_shared = shared.clone();
+        let worker = std::thread::Builder::new()
+            .name(format!("seqsync-stream-{name}"))
+            .spawn(move || run_worker(&worker_shared, chaos))
+            .expect("failed to spawn a host stream's worker thread");
+        HostStream {
+            shared,
+            worker: Some(worker),
+        }
+    }
+
+    /// The stream's name.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// Enqueue `f`; it runs after everything enqueued before it.
+    pub fn launch<F>(&self, f: F)
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        self.shared.enqueue(Op::Run(Box::new(f)));
+    }
+
+    /// Block until everything enqueued so far has run.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] if a closure enqueued so far panicked (or waited on a failed stream).
+    pub fn synchronize(&self) -> Result<()> {
+        let pos = self.shared.lock().enqueued;
+        self.shared
+            .wait_for(pos, &crate::backend::NeverInterrupt)
+            .map(|_| ())
+    }
+
+    /// Has a closure on this stream panicked?
+    pub fn is_failed(&self) -> bool {
+        self.shared.failed()
+    }
+}
+
+impl Drop for HostStream {
+    fn drop(&mut self) {
+        self.shared.lock().shutdown = true;
+        self.shared.work_cv.notify_all();
+        if let Some(worker) = self.worker.take() {
+            // The worker catches closure panics itself, so join only fails if the runtime
+            // aborted it; nothing is left to clean up then.
+            let _ = worker.join();
+        }
+    }
+}
+
+fn run_worker(shared: &Arc<StreamShared>, mut chaos: Option<(Chaos, SplitMix64)>) {
+    let mut index: u64 = 0;
+    loop {
+        let op = {
+            let mut state = shared.lock();
+            loop {
+                if let Some(op) = state.queue.pop_front() {
+                    break op;
+                }
+                if state.shutdown {
+                    return;
+                }
+                state = shared
+                    .work_cv
+                    .wait(state)
+                    .unwrap_or_else(|e| e.into_inner());
+            }
+        };
+        if let Some((c, rng)) = chaos.as_mut() {
+            c.delay(rng);
+        }
+        match op {
+            Op::Run(f) => {
+                if !shared.failed() {
+                    if let Err(payload) = catch_unwind(AssertUnwindSafe(f)) {
+                        shared.fail(index, panic_message(&payload).into());
+                    }
+                }
+            }
+            Op::Gate { on, pos } => {
+                if let Err(e) = on.wait_for(pos, &crate::backend::NeverInterrupt) {
+                    shared.fail(
+                        index,
+                        format!("waited on an event of a failed stream: {e}").into(),
+                    );
+                }
+            }
+        }
+        index += 1;
+        let state = shared.lock();
+        shared.completed.store(index, Ordering::Release);
+        drop(state);
+        shared.done_cv.notify_all();
+    }
+}
+
+fn panic_message(payload: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        format!("closure panicked: {s}")
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        format!("closure panicked: {s}")
+    } else {
+        "closure panicked".to_owned()
+    }
+}

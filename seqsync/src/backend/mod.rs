@@ -1,0 +1,103 @@
+//! Backends: a *stream* (an in-order queue of work) and an *event* (a point in a stream).
+//!
+//! | backend | stream | event |
+//! |---|---|---|
+//! | [`host`] | a worker thread running closures in order | a position in that order |
+//! | [`cuda`] | a CUDA stream (cudarc) | a CUDA event, timing disabled |
+//! | [`AnyBackend`] | either, picked at run time ([`AnyBackend::auto`]) | either |
+//!
+//! Every backend offers the same four operations, which are all [`crate::EventRingbuf`] needs:
+//! record an event at the current end of a stream, make a stream wait for an event, block the
+//! host until an event completes (interruptibly), and query an event. A re-record never changes
+//! a wait enqueued earlier (CUDA's rule, which the host backend keeps too): a wait snapshots the
+//! point the event stood for when the wait was made.
+
+use std::time::Duration;
+
+use crate::error::Result;
+
+mod any;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+pub mod host;
+
+pub use any::{AnyBackend, AnyEvent, AnyStream, BackendKind};
+
+/// How an event is created.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EventOptions {
+    /// Let a plain [`Backend::synchronize`] sleep in the driver instead of spinning
+    /// (`CU_EVENT_BLOCKING_SYNC` on CUDA; the host backend always sleeps).
+    pub blocking_sync: bool,
+    /// Keep a timestamp (CUDA events are created with timing disabled unless this is set).
+    pub timing: bool,
+}
+
+/// How [`Backend::synchronize_interruptible`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncOutcome {
+    /// The event completed.
+    Complete,
+    /// The [`Interrupt`] fired first; the event may still be pending.
+    Interrupted,
+}
+
+/// Something that can cut a host wait short: a stopped ring.
+///
+/// `sleep` must return early (with `true`) as soon as the interrupt fires.
+pub trait Interrupt {
+    /// Has the interrupt fired?
+    fn interrupted(&self) -> bool;
+    /// Sleep up to `timeout`, returning early if the interrupt fires; returns
+    /// [`Interrupt::interrupted`] afterwards.
+    fn sleep(&self, timeout: Duration) -> bool;
+}
+
+/// An interrupt that never fires.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NeverInterrupt;
+
+impl Interrupt for NeverInterrupt {
+    fn interrupted(&self) -> bool {
+        false
+    }
+    fn sleep(&self, timeout: Duration) -> bool {
+        std::thread::sleep(timeout);
+        false
+    }
+}
+
+/// A stream/event implementation. [`crate::EventRingbuf`] is generic over it.
+///
+/// Handles are cheap to clone (`Arc` inside). Every call may be made from any thread.
+pub trait Backend: Clone + Send + Sync + 'static {
+    /// An in-order queue of work.
+    type Stream: Send + Sync;
+    /// A point in a stream.
+    type Event: Send + Sync;
+
+    /// The backend's short name, `"host"` or `"cuda"`.
+    fn name(&self) -> &'static str;
+
+    /// Create an event. A never-recorded event counts as complete.
+    fn create_event(&self, options: EventOptions) -> Result<Self::Event>;
+
+    /// Make `event` stand for the current end of `stream`.
+    fn record(&self, event: &Self::Event, stream: &Self::Stream) -> Result<()>;
+
+    /// Make all work enqueued on `stream` from now on wait for `event` as recorded now.
+    fn wait(&self, stream: &Self::Stream, event: &Self::Event) -> Result<()>;
+
+    /// Block the calling thread until `event` completes.
+    fn synchronize(&self, event: &Self::Event) -> Result<()>;
+
+    /// Block the calling thread until `event` completes or `interrupt` fires.
+    fn synchronize_interruptible(
+        &self,
+        event: &Self::Event,
+        interrupt: &dyn Interrupt,
+    ) -> Result<SyncOutcome>;
+
+    /// Has `event` completed? Never blocks.
+    fn query(&self, event: &Self::Event) -> Result<bool>;
+}

@@ -1,0 +1,186 @@
+//! The one error type of seqsync.
+//!
+//! Every variant names the ring it comes from and the numbers involved, so that the message
+//! alone tells which call was wrong. Errors are `Clone + Send + Sync + 'static`: a stopped ring
+//! hands the same first error to every thread that calls it afterwards.
+
+use std::fmt;
+use std::sync::Arc;
+
+/// Result alias used throughout seqsync.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in seqsync.
+///
+/// The variants are the rows of the `EventRingbuf` contract (see [`crate::EventRingbuf`]) plus
+/// the two ways a backend can fail: no device at all, or a failing backend call.
+///
+/// ```
+/// use seqsync::{Blocking, Error, EventRingbuf, HostBackend};
+///
+/// let host = HostBackend::new();
+/// let stream = host.new_stream("s");
+/// let ring = EventRingbuf::new(&host, "f", 1, 2)?;
+/// let err = ring.record(&stream, 1, Blocking::No).unwrap_err();
+/// assert!(matches!(err, Error::OutOfOrder { expected: 0, got: 1, .. }));
+/// assert_eq!(err.to_string(), "ring 'f': record out of order: expected seq 0, got 1");
+/// # Ok::<(), seqsync::Error>(())
+/// ```
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A constructor or call got an argument outside its domain (`max_size == 0`, too many
+    /// consumers, a stream of the wrong backend, …).
+    #[error("ring '{ring}': invalid argument: {message}")]
+    InvalidArgument {
+        /// The ring (or object) the call was made on.
+        ring: String,
+        /// What was wrong, with the numbers.
+        message: String,
+    },
+
+    /// `record(seq)` was called with a seq other than the next one (0, 1, 2, …).
+    #[error("ring '{ring}': record out of order: expected seq {expected}, got {got}")]
+    OutOfOrder {
+        /// The ring.
+        ring: String,
+        /// The seq the ring expected next.
+        expected: i64,
+        /// The seq the caller passed.
+        got: i64,
+    },
+
+    /// `record(seq, Blocking::No)` found `max_size` entries not yet released by every consumer.
+    #[error(
+        "ring '{ring}': overflow recording seq {seq}: max_size={max_size} entries are not yet \
+         released by all nconsumers={nconsumers} consumers (oldest unreleased seq {oldest}); \
+         max_size is too small or nconsumers too large"
+    )]
+    Overflow {
+        /// The ring.
+        ring: String,
+        /// The seq the producer tried to record.
+        seq: i64,
+        /// The oldest seq still held by some consumer.
+        oldest: i64,
+        /// The ring's capacity.
+        max_size: usize,
+        /// How many consumers must release each seq.
+        nconsumers: u32,
+    },
+
+    /// `wait`/`synchronize(seq, Blocking::No)` asked for a seq that is not recorded yet.
+    #[error("ring '{ring}': seq {seq} not yet produced (next seq to record is {next}) and blocking is off")]
+    NotYetProduced {
+        /// The ring.
+        ring: String,
+        /// The seq asked for.
+        seq: i64,
+        /// The next seq the producer will record.
+        next: i64,
+    },
+
+    /// The seq was released by every consumer and its slot already holds a later seq.
+    #[error(
+        "ring '{ring}': seq {seq} is stale: all nconsumers={nconsumers} consumers released it and \
+         its slot was recycled for seq {current} (max_size={max_size})"
+    )]
+    Stale {
+        /// The ring.
+        ring: String,
+        /// The seq asked for.
+        seq: i64,
+        /// The seq its slot holds now.
+        current: i64,
+        /// The ring's capacity.
+        max_size: usize,
+        /// How many consumers release each seq.
+        nconsumers: u32,
+    },
+
+    /// The seq was already consumed `nconsumers` times (its slot is not recycled yet).
+    #[error("ring '{ring}': seq {seq} consumed more than nconsumers={nconsumers} times")]
+    OverConsumed {
+        /// The ring.
+        ring: String,
+        /// The seq asked for.
+        seq: i64,
+        /// How many consumers the ring was built for.
+        nconsumers: u32,
+    },
+
+    /// The ring was stopped, by [`crate::EventRingbuf::stop`] or by an earlier error.
+    #[error("ring '{ring}' is stopped: {reason}")]
+    Stopped {
+        /// The ring.
+        ring: String,
+        /// Why: the text given to `stop`, or the first error's message.
+        reason: Arc<str>,
+        /// The first error, when an error stopped the ring.
+        #[source]
+        cause: Option<Arc<Error>>,
+    },
+
+    /// No CUDA driver or no GPU: the CUDA backend cannot be used here.
+    #[error("no CUDA device: {0}")]
+    NoDevice(String),
+
+    /// A backend call failed (a CUDA driver error, or a host stream whose closure panicked).
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+/// A failed backend call: which backend, which operation, and what it said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendError {
+    /// `"cuda"` or `"host"`.
+    pub backend: &'static str,
+    /// The operation, e.g. `"cuEventRecord"` or `"stream wait"`.
+    pub op: &'static str,
+    /// The backend's own code (a `CUresult`), when it has one.
+    pub code: Option<i64>,
+    /// The backend's message.
+    pub message: String,
+}
+
+impl BackendError {
+    /// A backend error without a numeric code.
+    pub fn new(backend: &'static str, op: &'static str, message: impl Into<String>) -> Self {
+        BackendError {
+            backend,
+            op,
+            code: None,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} backend: {} failed: {}",
+            self.backend, self.op, self.message
+        )?;
+        if let Some(code) = self.code {
+            write!(f, " (code {code})")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for BackendError {}
+
+impl Error {
+    /// True for [`Error::Stopped`].
+    pub fn is_stopped(&self) -> bool {
+        matches!(self, Error::Stopped { .. })
+    }
+
+    pub(crate) fn invalid(ring: &str, message: impl Into<String>) -> Self {
+        Error::InvalidArgument {
+            ring: ring.to_owned(),
+            message: message.into(),
+        }
+    }
+}

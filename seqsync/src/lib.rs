@@ -1,0 +1,46 @@
+//! # seqsync
+//!
+//! Order GPU work across CUDA streams and host threads by **sequence id**.
+//!
+//! A pipeline moves batches 0, 1, 2, … through copies and kernels on several streams and host
+//! threads; a stage may start batch `s` only once other stages have finished batch `s` (its
+//! inputs) or batch `s - N` (the ring-buffer slot it overwrites). seqsync makes that ordering
+//! explicit and cheap.
+//!
+//! | layer | module | what it is |
+//! |---|---|---|
+//! | backend | [`backend`] | streams and events: [`HostBackend`] (worker threads), `CudaBackend` (cudarc), [`AnyBackend`] (picked at run time) |
+//! | ring | [`EventRingbuf`] | one producer records an event per seq; consumers wait on it from streams or host threads |
+//!
+//! ```
+//! use seqsync::{Blocking, EventRingbuf, HostBackend};
+//!
+//! let host = HostBackend::new();
+//! let (copy, kernel) = (host.new_stream("copy"), host.new_stream("kernel"));
+//! let copied = EventRingbuf::new(&host, "copy", 1, 4)?;
+//! for seq in 0..8 {
+//!     copy.launch(move || { /* copy batch `seq` in */ });
+//!     copied.record(&copy, seq, Blocking::No)?;
+//!     copied.wait(&kernel, seq, Blocking::No)?; // the kernel of batch `seq` waits for its copy
+//!     kernel.launch(move || { /* compute batch `seq` */ });
+//! }
+//! kernel.synchronize()?;
+//! # Ok::<(), seqsync::Error>(())
+//! ```
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+pub mod backend;
+mod error;
+mod primitive;
+mod ring;
+
+#[cfg(all(test, seqsync_loom))]
+mod tests;
+
+pub use backend::host::HostBackend;
+pub use backend::{AnyBackend, BackendKind};
+#[cfg(feature = "cuda")]
+pub use cudarc;
+pub use error::{BackendError, Error, Result};
+pub use ring::{Blocking, EventRingbuf};

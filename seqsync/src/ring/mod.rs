@@ -1,0 +1,633 @@
+//! [`EventRingbuf`]: one producer records an event per consecutive seq_id; `nconsumers`
+//! consumers each make a stream wait on it, or block a host thread on it.
+//!
+//! # The contract
+//!
+//! | case | result |
+//! |---|---|
+//! | `new` with `max_size == 0` | [`Error::InvalidArgument`] |
+//! | `nconsumers == 0` | a pure producer counter: no events, `record` never overflows, `wait`/`synchronize` of seq ≥ 0 is [`Error::OverConsumed`] |
+//! | `record(seq)` with seq ≠ next (0, 1, 2, …) | [`Error::OutOfOrder`] |
+//! | `record` with `max_size` entries not yet released by every consumer | `Blocking::No`: [`Error::Overflow`]; `Blocking::Yes`: blocks until the oldest is released, or the ring stops |
+//! | `wait`/`synchronize(seq)` with seq < 0 | no-op (`Ok`), unless the ring is stopped |
+//! | seq not yet recorded | `Blocking::No`: [`Error::NotYetProduced`]; `Blocking::Yes`: blocks until recorded, or stopped |
+//! | seq released by every consumer, slot recycled | [`Error::Stale`] |
+//! | seq consumed `nconsumers` times (slot not yet recycled) | [`Error::OverConsumed`] |
+//! | `synchronize_with_producer(seq)` | blocks until seq is recorded; consumes nothing |
+//! | `stop(reason)` | every blocked call wakes; every later call returns [`Error::Stopped`] with the reason, including a thread blocked in `synchronize` on a pending device event |
+//! | any misuse error above | also stops the ring, the first error being the reason |
+//!
+//! # How it works
+//!
+//! Each slot is one atomic word (see `state.rs`): the seq it holds and how many consumers took
+//! and released it. A consumer's acquire is one compare-and-swap, its release one `fetch_add`,
+//! the producer's publish one `swap`; a lock is taken only by a thread that must sleep, and by
+//! whoever wakes it (the word's waiting bits say whether anyone sleeps). Backend calls (event
+//! record, stream wait, host synchronize) run outside any lock. A slot is re-recorded only when
+//! every consumer has released it, i.e. has *enqueued* its stream wait or finished its host
+//! synchronize: a later record never changes a wait enqueued earlier.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backend::{Backend, EventOptions, Interrupt, SyncOutcome};
+use crate::error::{Error, Result};
+use crate::primitive::{AtomicBool, AtomicI64, AtomicU64, Condvar, Mutex, MutexGuard, Ordering};
+
+mod state;
+
+use state::{
+    Word, CONSUMER_WAITING, MAX_CONSUMERS, MAX_TAG, ONE_ACQUIRE, ONE_RELEASE, PRODUCER_WAITING,
+};
+
+/// Whether a call may block the calling thread.
+///
+/// `Blocking::No` turns "would block" into an error ([`Error::Overflow`],
+/// [`Error::NotYetProduced`]): use it where the schedule guarantees the call never needs to
+/// wait (producer and consumer on the same thread), so a broken guarantee fails loudly.
+/// Converts from `bool` (`true` is `Yes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Blocking {
+    /// Block until the call can proceed, or the ring is stopped.
+    Yes,
+    /// Fail instead of blocking.
+    No,
+}
+
+impl From<bool> for Blocking {
+    fn from(b: bool) -> Self {
+        if b {
+            Blocking::Yes
+        } else {
+            Blocking::No
+        }
+    }
+}
+
+/// One slot word, on its own cache line: the producer and the consumers of neighbouring seqs
+/// touch neighbouring slots.
+#[repr(align(64))]
+struct Slot(AtomicU64);
+
+struct StopInfo {
+    reason: Arc<str>,
+    cause: Option<Arc<Error>>,
+}
+
+/// A ring of events: one producer records seq_id 0, 1, 2, … on a stream; `nconsumers`
+/// consumers each make a stream [`wait`](Self::wait) on every seq, or block a host thread on
+/// it with [`synchronize`](Self::synchronize). At most `max_size` seqs are recorded and not yet
+/// released by every consumer. Thread-safe: share it with `Arc` or scoped threads.
+///
+/// See the [module docs](self) for the whole contract.
+///
+/// ```
+/// use seqsync::{Blocking, EventRingbuf, HostBackend};
+/// use std::sync::{Arc, Mutex};
+///
+/// let host = HostBackend::new();
+/// let (producer, consumer) = (host.new_stream("producer"), host.new_stream("consumer"));
+/// // One consumer (the consumer stream); room for 2 seqs in flight.
+/// let ring = EventRingbuf::new(&host, "produce", 1, 2)?;
+/// let data = Arc::new(Mutex::new(Vec::new()));
+/// let seen = Arc::new(Mutex::new(Vec::new()));
+/// for seq in 0..10 {
+///     let d = data.clone();
+///     producer.launch(move || d.lock().unwrap().push(seq));
+///     ring.record(&producer, seq, Blocking::No)?;
+///     ring.wait(&consumer, seq, Blocking::No)?; // the consumer stream waits for the producer
+///     let (d, s) = (data.clone(), seen.clone());
+///     consumer.launch(move || s.lock().unwrap().push(*d.lock().unwrap().last().unwrap()));
+/// }
+/// consumer.synchronize()?;
+/// assert_eq!(*seen.lock().unwrap(), (0..10).collect::<Vec<i64>>());
+/// # Ok::<(), seqsync::Error>(())
+/// ```
+pub struct EventRingbuf<B: Backend> {
+    backend: B,
+    name: String,
+    nconsumers: u32,
+    max_size: usize,
+    events: Box<[B::Event]>,
+    slots: Box<[Slot]>,
+    /// The next seq to record. Advanced by the producer with a compare-and-swap, so that two
+    /// threads recording at once get `OutOfOrder` instead of corrupting a slot.
+    next: AtomicI64,
+    stopped: AtomicBool,
+    /// `nconsumers == 0` only: a thread in `synchronize_with_producer` sleeps until `next`
+    /// moves.
+    next_watched: AtomicBool,
+    stop_info: Mutex<Option<StopInfo>>,
+    /// Sleeping threads (producer waiting for space, consumers waiting for a seq, host
+    /// synchronizes between polls) wait on `wakeup` with this lock. Whoever makes progress
+    /// that a sleeper flagged takes it before notifying, so no wake-up is lost.
+    sleepers: Mutex<()>,
+    wakeup: Condvar,
+}
+
+impl<B: Backend> std::fmt::Debug for EventRingbuf<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventRingbuf")
+            .field("name", &self.name)
+            .field("backend", &self.backend.name())
+            .field("nconsumers", &self.nconsumers)
+            .field("max_size", &self.max_size)
+            .field("next", &self.next.load(Ordering::Relaxed))
+            .field("stopped", &self.stopped.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl<B: Backend> EventRingbuf<B> {
+    /// A ring named `name` (the name appears in every error) with `nconsumers` consumers per
+    /// seq and room for `max_size` unreleased seqs. Creates `max_size` events up front (none
+    /// when `nconsumers == 0`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `max_size == 0`, `max_size > 2^30`, or `nconsumers >
+    /// 1023`; [`Error::Backend`] when an event cannot be created.
+    pub fn new(
+        backend: &B,
+        name: impl Into<String>,
+        nconsumers: u32,
+        max_size: usize,
+    ) -> Result<Self> {
+        Self::with_event_options(backend, name, nconsumers, max_size, EventOptions::default())
+    }
+
+    /// [`new`](Self::new), with the ring's events created with `options` (for instance
+    /// `blocking_sync`).
+    pub fn with_event_options(
+        backend: &B,
+        name: impl Into<String>,
+        nconsumers: u32,
+        max_size: usize,
+        options: EventOptions,
+    ) -> Result<Self> {
+        let name = name.into();
+        if max_size == 0 {
+            return Err(Error::invalid(&name, "max_size must be at least 1, got 0"));
+        }
+        if max_size > 1 << 30 {
+            return Err(Error::invalid(
+                &name,
+                format!("max_size={max_size} exceeds 2^30"),
+            ));
+        }
+        if nconsumers > MAX_CONSUMERS {
+            return Err(Error::invalid(
+                &name,
+                format!("nconsumers={nconsumers} exceeds the maximum of {MAX_CONSUMERS}"),
+            ));
+        }
+        let nevents = if nconsumers == 0 { 0 } else { max_size };
+        let events = (0..nevents)
+            .map(|_| backend.create_event(options))
+            .collect::<Result<Vec<_>>>()?
+            .into_boxed_slice();
+        // Slot i starts out holding seq i - max_size, fully released: free for seq i.
+        let slots = (0..nevents)
+            .map(|i| Slot(AtomicU64::new(Word::new(i as u64, nconsumers).0)))
+            .collect::<Vec<_>>()
+            .into_boxed_slice();
+        Ok(EventRingbuf {
+            backend: backend.clone(),
+            name,
+            nconsumers,
+            max_size,
+            events,
+            slots,
+            next: AtomicI64::new(0),
+            stopped: AtomicBool::new(false),
+            next_watched: AtomicBool::new(false),
+            stop_info: Mutex::new(None),
+            sleepers: Mutex::new(()),
+            wakeup: Condvar::new(),
+        })
+    }
+
+    /// The ring's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// How many consumers release each seq.
+    pub fn nconsumers(&self) -> u32 {
+        self.nconsumers
+    }
+
+    /// How many seqs may be recorded and not yet released by every consumer.
+    pub fn max_size(&self) -> usize {
+        self.max_size
+    }
+
+    /// The backend the ring's events belong to.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// The next seq the producer will record.
+    pub fn next_seq(&self) -> i64 {
+        self.next.load(Ordering::Acquire)
+    }
+
+    /// Seqs recorded and not yet released by every consumer (a snapshot).
+    pub fn unreleased(&self) -> usize {
+        let n = self.nconsumers;
+        self.slots
+            .iter()
+            .map(|s| Word(s.0.load(Ordering::Acquire)))
+            .filter(|w| w.tag() >= self.max_size as u64 && w.released() < n)
+            .count()
+    }
+
+    /// Has the ring been stopped (by [`stop`](Self::stop) or by an error)?
+    pub fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
+    }
+
+    /// Producer: record the ring's event for `seq` at the current end of `stream`.
+    ///
+    /// `seq` must be the next one: 0, 1, 2, …. When `max_size` seqs are unreleased,
+    /// `Blocking::Yes` waits until the oldest is released by every consumer.
+    ///
+    /// # Errors
+    /// [`Error::OutOfOrder`], [`Error::Overflow`] (with `Blocking::No`), [`Error::Stopped`],
+    /// [`Error::Backend`]. Every error but `Stopped` also stops the ring.
+    #[inline]
+    pub fn record(
+        &self,
+        stream: &B::Stream,
+        seq: i64,
+        blocking: impl Into<Blocking>,
+    ) -> Result<()> {
+        self.check_stopped()?;
+        let expected = self.next.load(Ordering::Relaxed);
+        if seq != expected {
+            return Err(self.out_of_order(expected, seq));
+        }
+        if self.nconsumers == 0 {
+            return self.advance_counter(seq);
+        }
+        let tag = seq as u64 + self.max_size as u64;
+        if tag > MAX_TAG {
+            return Err(self.fail(Error::invalid(
+                &self.name,
+                format!("seq {seq} exceeds the largest recordable seq"),
+            )));
+        }
+        let index = self.index(seq);
+        let slot = &self.slots[index].0;
+        // Acquire: pairs with the consumers' release `fetch_add`, so their backend waits on
+        // this slot's event happen before our re-record.
+        if Word(slot.load(Ordering::Acquire)).released() < self.nconsumers {
+            match blocking.into() {
+                Blocking::No => {
+                    return Err(self.fail(Error::Overflow {
+                        ring: self.name.clone(),
+                        seq,
+                        oldest: seq - self.max_size as i64,
+                        max_size: self.max_size,
+                        nconsumers: self.nconsumers,
+                    }))
+                }
+                Blocking::Yes => self.sleep_until_free(index)?,
+            }
+        }
+        if let Err(actual) =
+            self.next
+                .compare_exchange(seq, seq + 1, Ordering::AcqRel, Ordering::Relaxed)
+        {
+            return Err(self.out_of_order(actual, seq));
+        }
+        if let Err(e) = self.backend.record(&self.events[index], stream) {
+            return Err(self.fail(e));
+        }
+        // Release: consumers that see the new tag also see the recorded event.
+        let old = Word(slot.swap(Word::new(tag, 0).0, Ordering::AcqRel));
+        if old.has(CONSUMER_WAITING) {
+            self.wake_all();
+        }
+        Ok(())
+    }
+
+    /// Consumer: make `stream` wait for the event of `seq` (a no-op for seq < 0).
+    ///
+    /// The seq is released as soon as the wait is enqueued.
+    ///
+    /// # Errors
+    /// [`Error::NotYetProduced`] (with `Blocking::No`), [`Error::Stale`],
+    /// [`Error::OverConsumed`], [`Error::Stopped`], [`Error::Backend`]. Every error but
+    /// `Stopped` also stops the ring.
+    #[inline]
+    pub fn wait(&self, stream: &B::Stream, seq: i64, blocking: impl Into<Blocking>) -> Result<()> {
+        let Some(index) = self.acquire(seq, blocking.into())? else {
+            return Ok(());
+        };
+        match self.backend.wait(stream, &self.events[index]) {
+            Ok(()) => {
+                self.release(index);
+                Ok(())
+            }
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+
+    /// Consumer: block the calling thread until the work before `seq`'s record has completed
+    /// (a no-op for seq < 0). [`stop`](Self::stop) from another thread wakes it even while the
+    /// device event is still pending.
+    ///
+    /// # Errors
+    /// As [`wait`](Self::wait); [`Error::Stopped`] when stopped while waiting.
+    pub fn synchronize(&self, seq: i64, blocking: impl Into<Blocking>) -> Result<()> {
+        let Some(index) = self.acquire(seq, blocking.into())? else {
+            return Ok(());
+        };
+        match self
+            .backend
+            .synchronize_interruptible(&self.events[index], self)
+        {
+            Ok(SyncOutcome::Complete) => {
+                self.release(index);
+                Ok(())
+            }
+            Ok(SyncOutcome::Interrupted) => Err(self.stopped_error()),
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+
+    /// Block until `seq` has been recorded (or already recycled); consumes nothing. A no-op for
+    /// seq < 0.
+    ///
+    /// # Errors
+    /// [`Error::Stopped`].
+    pub fn synchronize_with_producer(&self, seq: i64) -> Result<()> {
+        self.check_stopped()?;
+        if seq < 0 {
+            return Ok(());
+        }
+        if self.nconsumers == 0 {
+            return self.sleep_until_next_passes(seq);
+        }
+        let want = self.tag_of(seq)?;
+        self.sleep_until_tag(self.index(seq), want).map(|_| ())
+    }
+
+    /// Stop the ring: every blocked call wakes, and every later call returns
+    /// [`Error::Stopped`] carrying `reason`. Only the first stop (or error) counts.
+    pub fn stop(&self, reason: impl Into<String>) {
+        let reason: String = reason.into();
+        self.stop_with(reason.into(), None);
+    }
+
+    // ---- internals -------------------------------------------------------------------------
+
+    #[inline]
+    fn index(&self, seq: i64) -> usize {
+        (seq as u64 % self.max_size as u64) as usize
+    }
+
+    fn tag_of(&self, seq: i64) -> Result<u64> {
+        let tag = seq as u64 + self.max_size as u64;
+        if tag > MAX_TAG {
+            return Err(self.fail(Error::NotYetProduced {
+                ring: self.name.clone(),
+                seq,
+                next: self.next_seq(),
+            }));
+        }
+        Ok(tag)
+    }
+
+    #[inline]
+    fn check_stopped(&self) -> Result<()> {
+        if self.stopped.load(Ordering::Acquire) {
+            return Err(self.stopped_error());
+        }
+        Ok(())
+    }
+
+    /// Take one consumption of `seq`: `Ok(None)` for a negative seq, else the slot index.
+    #[inline]
+    fn acquire(&self, seq: i64, blocking: Blocking) -> Result<Option<usize>> {
+        self.check_stopped()?;
+        if seq < 0 {
+            return Ok(None);
+        }
+        if self.nconsumers == 0 {
+            return Err(self.fail(Error::OverConsumed {
+                ring: self.name.clone(),
+                seq,
+                nconsumers: 0,
+            }));
+        }
+        let want = self.tag_of(seq)?;
+        let index = self.index(seq);
+        let slot = &self.slots[index].0;
+        // Acquire: pairs with the producer's publishing swap, so the event record happened
+        // before our backend call on it.
+        let mut word = Word(slot.load(Ordering::Acquire));
+        loop {
+            if word.tag() == want {
+                if word.acquired() >= self.nconsumers {
+                    return Err(self.fail(Error::OverConsumed {
+                        ring: self.name.clone(),
+                        seq,
+                        nconsumers: self.nconsumers,
+                    }));
+                }
+                match slot.compare_exchange_weak(
+                    word.0,
+                    word.0 + ONE_ACQUIRE,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => return Ok(Some(index)),
+                    Err(now) => word = Word(now),
+                }
+            } else if word.tag() > want {
+                return Err(self.fail(Error::Stale {
+                    ring: self.name.clone(),
+                    seq,
+                    current: word.tag() as i64 - self.max_size as i64,
+                    max_size: self.max_size,
+                    nconsumers: self.nconsumers,
+                }));
+            } else if blocking == Blocking::No {
+                return Err(self.fail(Error::NotYetProduced {
+                    ring: self.name.clone(),
+                    seq,
+                    next: self.next_seq(),
+                }));
+            } else {
+                word = self.sleep_until_tag(index, want)?;
+            }
+        }
+    }
+
+    #[inline]
+    fn release(&self, index: usize) {
+        // Release: our backend call on the event happens before the producer re-records it.
+        let old = Word(self.slots[index].0.fetch_add(ONE_RELEASE, Ordering::AcqRel));
+        if old.released() + 1 == self.nconsumers && old.has(PRODUCER_WAITING) {
+            self.wake_all();
+        }
+    }
+
+    /// `nconsumers == 0`: the ring is only a counter.
+    fn advance_counter(&self, seq: i64) -> Result<()> {
+        if let Err(actual) =
+            self.next
+                .compare_exchange(seq, seq + 1, Ordering::SeqCst, Ordering::Relaxed)
+        {
+            return Err(self.out_of_order(actual, seq));
+        }
+        // SeqCst with the watcher's store-then-load: either it sees the new `next`, or we see
+        // its flag and wake it.
+        if self.next_watched.load(Ordering::SeqCst) {
+            self.wake_all();
+        }
+        Ok(())
+    }
+
+    fn lock_sleepers(&self) -> MutexGuard<'_, ()> {
+        self.sleepers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn wait_on<'a>(&'a self, guard: MutexGuard<'a, ()>) -> MutexGuard<'a, ()> {
+        self.wakeup.wait(guard).unwrap_or_else(|e| e.into_inner())
+    }
+
+    #[cold]
+    fn wake_all(&self) {
+        let _guard = self.lock_sleepers();
+        self.wakeup.notify_all();
+    }
+
+    /// Producer, ring full: sleep until slot `index` is released by every consumer.
+    #[cold]
+    fn sleep_until_free(&self, index: usize) -> Result<()> {
+        let slot = &self.slots[index].0;
+        let mut guard = self.lock_sleepers();
+        loop {
+            self.check_stopped()?;
+            let word = Word(slot.load(Ordering::Acquire));
+            if word.released() >= self.nconsumers {
+                return Ok(());
+            }
+            // Flag ourselves under the lock; the last releaser sees the flag and takes the lock
+            // before notifying, so it cannot notify between our check and our wait.
+            if !word.has(PRODUCER_WAITING)
+                && slot
+                    .compare_exchange(
+                        word.0,
+                        word.0 | PRODUCER_WAITING,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
+                    .is_err()
+            {
+                continue;
+            }
+            guard = self.wait_on(guard);
+        }
+    }
+
+    /// Consumer: sleep until slot `index` holds a seq with tag `want` or later.
+    #[cold]
+    fn sleep_until_tag(&self, index: usize, want: u64) -> Result<Word> {
+        let slot = &self.slots[index].0;
+        let mut guard = self.lock_sleepers();
+        loop {
+            self.check_stopped()?;
+            let word = Word(slot.load(Ordering::Acquire));
+            if word.tag() >= want {
+                return Ok(word);
+            }
+            if !word.has(CONSUMER_WAITING)
+                && slot
+                    .compare_exchange(
+                        word.0,
+                        word.0 | CONSUMER_WAITING,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
+                    .is_err()
+            {
+                continue;
+            }
+            guard = self.wait_on(guard);
+        }
+    }
+
+    #[cold]
+    fn sleep_until_next_passes(&self, seq: i64) -> Result<()> {
+        let mut guard = self.lock_sleepers();
+        loop {
+            self.check_stopped()?;
+            self.next_watched.store(true, Ordering::SeqCst);
+            if self.next.load(Ordering::SeqCst) > seq {
+                return Ok(());
+            }
+            guard = self.wait_on(guard);
+        }
+    }
+
+    #[cold]
+    fn out_of_order(&self, expected: i64, got: i64) -> Error {
+        self.fail(Error::OutOfOrder {
+            ring: self.name.clone(),
+            expected,
+            got,
+        })
+    }
+
+    /// Stop the ring with `err` as the reason (unless it already stopped), and hand `err` back.
+    #[cold]
+    fn fail(&self, err: Error) -> Error {
+        if !err.is_stopped() {
+            self.stop_with(err.to_string().into(), Some(Arc::new(err.clone())));
+        }
+        err
+    }
+
+    fn stop_with(&self, reason: Arc<str>, cause: Option<Arc<Error>>) {
+        {
+            let mut info = self.stop_info.lock().unwrap_or_else(|e| e.into_inner());
+            if info.is_none() {
+                *info = Some(StopInfo { reason, cause });
+            }
+        }
+        self.stopped.store(true, Ordering::SeqCst);
+        self.wake_all();
+    }
+
+    #[cold]
+    fn stopped_error(&self) -> Error {
+        let info = self.stop_info.lock().unwrap_or_else(|e| e.into_inner());
+        let (reason, cause) = match info.as_ref() {
+            Some(i) => (i.reason.clone(), i.cause.clone()),
+            None => ("stopped".into(), None),
+        };
+        Error::Stopped {
+            ring: self.name.clone(),
+            reason,
+            cause,
+        }
+    }
+}
+
+/// A ring is its own interrupt: a host synchronize on one of its events ends when it stops.
+impl<B: Backend> Interrupt for EventRingbuf<B> {
+    fn interrupted(&self) -> bool {
+        self.is_stopped()
+    }
+
+    fn sleep(&self, timeout: Duration) -> bool {
+        let guard = self.lock_sleepers();
+        if !self.is_stopped() {
+            let _ = self.wakeup.wait_timeout(guard, timeout);
+        }
+        self.is_stopped()
+    }
+}
