@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{sys, DriverError};
-pub use cudarc::driver::{CudaContext, CudaStream};
+pub use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
 
 use super::{Backend, EventOptions, Interrupt, SyncOutcome};
 use crate::error::{BackendError, Error, Result};
@@ -138,6 +138,41 @@ impl CudaBackend {
             sys::cuEventElapsedTime(&mut ms, start.raw, end.raw)
         })?;
         Ok(ms)
+    }
+
+    /// Compile CUDA C `source` with NVRTC (at run time) and load the kernels `names` from it.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] when NVRTC is missing, the source does not compile (the message
+    /// holds the compiler log), or a kernel is not found.
+    pub fn load_kernels(&self, source: &str, names: &[&str]) -> Result<Vec<CudaFunction>> {
+        // SAFETY: `is_culib_present` only tries to dlopen libnvrtc; no preconditions.
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            return Err(Error::Backend(BackendError::new(
+                "cuda",
+                "nvrtcCompileProgram",
+                "the NVRTC library (libnvrtc.so) is not installed",
+            )));
+        }
+        let ptx = cudarc::nvrtc::compile_ptx(source).map_err(|e| {
+            Error::Backend(BackendError::new(
+                "cuda",
+                "nvrtcCompileProgram",
+                format!("{e:?}"),
+            ))
+        })?;
+        let module = self
+            .ctx
+            .load_module(ptx)
+            .map_err(|e| driver_error("cuModuleLoadData", e))?;
+        names
+            .iter()
+            .map(|n| {
+                module
+                    .load_function(n)
+                    .map_err(|e| driver_error("cuModuleGetFunction", e))
+            })
+            .collect()
     }
 
     /// Block until everything on `stream` has run.

@@ -1,0 +1,132 @@
+//! Shared test harness: the same test bodies run on the host backend and, where a GPU is
+//! present, on the CUDA backend. Without a GPU the CUDA cases print why they skip, or fail
+//! when `SEQSYNC_REQUIRE_GPU=1`.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use seqsync::backend::Backend;
+use seqsync::HostBackend;
+
+/// A backend plus the two things tests need of it beyond the trait.
+pub trait Harness: Backend {
+    fn stream(&self) -> Self::Stream;
+    /// Enqueue work that keeps `stream` busy for about `d`.
+    fn busy(&self, stream: &Self::Stream, d: Duration);
+    fn sync_stream(&self, stream: &Self::Stream);
+}
+
+impl Harness for HostBackend {
+    fn stream(&self) -> Self::Stream {
+        self.new_stream("test")
+    }
+    fn busy(&self, stream: &Self::Stream, d: Duration) {
+        stream.launch(move || std::thread::sleep(d));
+    }
+    fn sync_stream(&self, stream: &Self::Stream) {
+        stream.synchronize().unwrap();
+    }
+}
+
+pub fn require_gpu() -> bool {
+    std::env::var("SEQSYNC_REQUIRE_GPU").is_ok_and(|v| v == "1")
+}
+
+#[cfg(feature = "cuda")]
+pub mod gpu {
+    use super::*;
+    use seqsync::backend::cuda::{CudaBackend, CudaFunction, CudaStream};
+    use seqsync::cudarc::driver::{LaunchConfig, PushKernelArg};
+    use std::sync::{Arc, OnceLock};
+
+    pub const KERNELS: &str = r#"
+extern "C" __global__ void spin_ns(unsigned long long ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < ns);
+}
+extern "C" __global__ void slow_fill(float *out, int n, float value, unsigned long long ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < ns);
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        out[i] = value;
+}
+"#;
+
+    #[derive(Clone, Debug)]
+    pub struct Gpu {
+        pub backend: CudaBackend,
+        pub spin: CudaFunction,
+        pub slow_fill: CudaFunction,
+    }
+
+    /// The GPU, or `None` after printing why not (panics instead under SEQSYNC_REQUIRE_GPU=1).
+    pub fn gpu() -> Option<Gpu> {
+        static GPU: OnceLock<Result<Gpu, String>> = OnceLock::new();
+        let r = GPU.get_or_init(|| {
+            let backend = CudaBackend::new(0).map_err(|e| e.to_string())?;
+            let k = backend
+                .load_kernels(KERNELS, &["spin_ns", "slow_fill"])
+                .map_err(|e| e.to_string())?;
+            Ok(Gpu {
+                backend,
+                spin: k[0].clone(),
+                slow_fill: k[1].clone(),
+            })
+        });
+        match r {
+            Ok(g) => Some(g.clone()),
+            Err(e) if require_gpu() => panic!("SEQSYNC_REQUIRE_GPU=1 but no usable GPU: {e}"),
+            Err(e) => {
+                eprintln!("skipping GPU test: {e}");
+                None
+            }
+        }
+    }
+
+    impl Gpu {
+        pub fn spin(&self, stream: &Arc<CudaStream>, d: Duration) {
+            let ns = d.as_nanos() as u64;
+            let cfg = LaunchConfig {
+                grid_dim: (1, 1, 1),
+                block_dim: (1, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            let mut b = stream.launch_builder(&self.spin);
+            b.arg(&ns);
+            // SAFETY: spin_ns takes one u64 and touches no memory.
+            unsafe { b.launch(cfg) }.expect("launch spin_ns");
+        }
+    }
+
+    /// The CUDA backend with the harness's kernels; `Harness` is implemented on it through
+    /// a thread-local handle to the kernels.
+    impl Harness for CudaBackend {
+        fn stream(&self) -> Self::Stream {
+            self.new_stream().unwrap()
+        }
+        fn busy(&self, stream: &Self::Stream, d: Duration) {
+            gpu().expect("gpu").spin(stream, d);
+        }
+        fn sync_stream(&self, stream: &Self::Stream) {
+            self.stream_synchronize(stream).unwrap();
+        }
+    }
+}
+
+/// Generate `mod host` and `mod cuda` test modules calling the generic bodies named.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod host {
+            $( #[test] fn $name() { super::$name(&seqsync::HostBackend::new()) } )*
+        }
+        #[cfg(feature = "cuda")]
+        mod cuda {
+            $( #[test] fn $name() {
+                if let Some(g) = super::common::gpu::gpu() { super::$name(&g.backend) }
+            } )*
+        }
+    };
+}
