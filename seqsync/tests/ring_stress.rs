@@ -1,0 +1,76 @@
+//! Stress: one producer, three consumer threads on three other streams, 100 000 seqs, chaos
+//! delays on every stream operation.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use seqsync::backend::host::Chaos;
+use seqsync::{Blocking, EventRingbuf, HostBackend};
+
+const NSEQ: i64 = 100_000;
+const MAX_SIZE: usize = 4;
+
+#[test]
+fn three_consumers_see_every_seq_once_in_order() {
+    let host = HostBackend::with_chaos(Chaos {
+        seed: 0x5eed,
+        max_delay: Duration::from_micros(20),
+    });
+    let ring = EventRingbuf::new(&host, "stress", 3, MAX_SIZE).unwrap();
+    // Written by the producer stream's closure of seq s: s + 1.
+    let produced = Arc::new(AtomicI64::new(0));
+    let max_live = AtomicI64::new(0);
+    let logs: Vec<Arc<Mutex<Vec<i64>>>> =
+        (0..3).map(|_| Arc::new(Mutex::new(Vec::new()))).collect();
+    let misordered = Arc::new(AtomicI64::new(0));
+
+    std::thread::scope(|scope| {
+        for (c, log) in logs.iter().enumerate() {
+            let (ring, produced, log, misordered) =
+                (&ring, produced.clone(), log.clone(), misordered.clone());
+            let host = host.clone();
+            scope.spawn(move || {
+                let stream = host.new_stream(&format!("consumer{c}"));
+                for seq in 0..NSEQ {
+                    ring.wait(&stream, seq, Blocking::Yes).unwrap();
+                    let (produced, log, misordered) =
+                        (produced.clone(), log.clone(), misordered.clone());
+                    stream.launch(move || {
+                        // The wait ordered this after the producer's closure for `seq`.
+                        if produced.load(Ordering::SeqCst) < seq + 1 {
+                            misordered.fetch_add(1, Ordering::SeqCst);
+                        }
+                        log.lock().unwrap().push(seq);
+                    });
+                }
+                stream.synchronize().unwrap();
+            });
+        }
+        let producer = host.new_stream("producer");
+        for seq in 0..NSEQ {
+            let p = produced.clone();
+            producer.launch(move || p.store(seq + 1, Ordering::SeqCst));
+            ring.record(&producer, seq, Blocking::Yes).unwrap();
+            let live = (host.live_events() as i64).max(ring.unreleased() as i64);
+            max_live.fetch_max(live, Ordering::Relaxed);
+        }
+        producer.synchronize().unwrap();
+    });
+
+    assert_eq!(
+        misordered.load(Ordering::SeqCst),
+        0,
+        "a consumer ran before its seq was produced"
+    );
+    for log in &logs {
+        let log = log.lock().unwrap();
+        assert_eq!(log.len(), NSEQ as usize);
+        assert!(
+            log.iter().enumerate().all(|(i, &s)| s == i as i64),
+            "a consumer saw seqs out of order"
+        );
+    }
+    assert!(max_live.load(Ordering::Relaxed) <= MAX_SIZE as i64);
+    assert_eq!(ring.unreleased(), 0);
+}
