@@ -11,6 +11,7 @@
 //! |---|---|---|
 //! | backend | [`backend`] | streams and events: [`HostBackend`] (worker threads), `CudaBackend` (cudarc), [`AnyBackend`] (picked at run time) |
 //! | ring | [`EventRingbuf`] | one producer records an event per seq; consumers wait on it from streams or host threads |
+//! | pipeline | [`pipeline`] | declare threads, streams, buffers and stages; seqsync derives every ring, proves the schedule deadlock-free |
 //!
 //! ```
 //! use seqsync::{Blocking, EventRingbuf, HostBackend};
@@ -32,6 +33,7 @@
 
 pub mod backend;
 mod error;
+pub mod pipeline;
 mod primitive;
 mod ring;
 

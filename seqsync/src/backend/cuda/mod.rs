@@ -18,6 +18,10 @@
 //! # Ok::<(), seqsync::Error>(())
 //! ```
 
+mod memory;
+
+pub use memory::{DeviceBuffer, PinnedBuffer};
+
 use std::cell::Cell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,0 +1,193 @@
+//! Raw device and pinned host buffers, for pipelines whose ordering seqsync (not cudarc's
+//! tracking) guarantees: copies and kernels on them are enqueued by pointer.
+
+use std::sync::Arc;
+
+use cudarc::driver::{result, sys, CudaContext, CudaStream};
+
+use super::{driver_error, CudaBackend};
+use crate::error::Result;
+
+/// Device memory of `len` `u32`s (`cuMemAlloc`), freed on drop.
+#[derive(Debug)]
+pub struct DeviceBuffer {
+    ptr: sys::CUdeviceptr,
+    len: usize,
+    ctx: Arc<CudaContext>,
+}
+
+/// Page-locked host memory of `len` `u32`s (`cuMemHostAlloc`, not write-combined, so host
+/// reads are fast), freed on drop.
+#[derive(Debug)]
+pub struct PinnedBuffer {
+    ptr: *mut u32,
+    len: usize,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: the buffer is plain page-locked memory owned by this value; moving the owner to
+// another thread is fine. Access to its contents goes through the `unsafe` methods below, whose
+// callers order it against asynchronous copies.
+unsafe impl Send for PinnedBuffer {}
+// SAFETY: shared references only hand out the raw pointer or, through `unsafe` methods, slices
+// whose callers guarantee no conflicting access (see `as_slice`/`as_mut_slice`).
+unsafe impl Sync for PinnedBuffer {}
+
+impl CudaBackend {
+    /// Allocate `len` `u32`s of device memory (contents undefined).
+    pub fn alloc_device(&self, len: usize) -> Result<DeviceBuffer> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| driver_error("cuCtxSetCurrent", e))?;
+        // SAFETY: the context is current; the size is non-zero (at least one element).
+        let ptr = unsafe { result::malloc_sync(len.max(1) * 4) }
+            .map_err(|e| driver_error("cuMemAlloc", e))?;
+        Ok(DeviceBuffer {
+            ptr,
+            len,
+            ctx: self.ctx.clone(),
+        })
+    }
+
+    /// Allocate `len` `u32`s of pinned host memory, zeroed.
+    pub fn alloc_pinned(&self, len: usize) -> Result<PinnedBuffer> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| driver_error("cuCtxSetCurrent", e))?;
+        // SAFETY: the context is current; flags 0 asks for plain cached page-locked memory.
+        let ptr = unsafe { result::malloc_host(len.max(1) * 4, 0) }
+            .map_err(|e| driver_error("cuMemHostAlloc", e))? as *mut u32;
+        // SAFETY: `ptr` points to `len` freshly allocated u32s that nothing else references.
+        unsafe { std::ptr::write_bytes(ptr, 0, len) };
+        Ok(PinnedBuffer {
+            ptr,
+            len,
+            ctx: self.ctx.clone(),
+        })
+    }
+}
+
+impl DeviceBuffer {
+    /// The device address, to pass to kernels.
+    pub fn device_ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// Length in `u32`s.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for a zero-length buffer.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Enqueue a copy of all of `src` into this buffer on `stream`.
+    ///
+    /// # Safety
+    /// Until the copy has completed on `stream`, nothing may write `src` nor access this
+    /// buffer in a conflicting way; the caller orders that with events (a ring).
+    pub unsafe fn copy_from_pinned_async(
+        &self,
+        src: &PinnedBuffer,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        assert_eq!(
+            src.len, self.len,
+            "copy between buffers of different lengths"
+        );
+        // SAFETY: both ranges are live allocations of `len * 4` bytes (kept alive by their
+        // owners, which the caller keeps until the copy completes), and the caller orders all
+        // other access to them against the copy.
+        unsafe {
+            sys::cuMemcpyHtoDAsync_v2(
+                self.ptr,
+                src.ptr as *const _,
+                self.len * 4,
+                stream.cu_stream(),
+            )
+        }
+        .result()
+        .map_err(|e| driver_error("cuMemcpyHtoDAsync", e))
+    }
+
+    /// Enqueue a copy of this buffer into `dst` on `stream`.
+    ///
+    /// # Safety
+    /// As [`copy_from_pinned_async`](Self::copy_from_pinned_async): the caller orders every
+    /// other access to `dst` and to this buffer against the copy.
+    pub unsafe fn copy_to_pinned_async(
+        &self,
+        dst: &PinnedBuffer,
+        stream: &CudaStream,
+    ) -> Result<()> {
+        assert_eq!(
+            dst.len, self.len,
+            "copy between buffers of different lengths"
+        );
+        // SAFETY: as in `copy_from_pinned_async`.
+        unsafe {
+            sys::cuMemcpyDtoHAsync_v2(
+                dst.ptr as *mut _,
+                self.ptr,
+                self.len * 4,
+                stream.cu_stream(),
+            )
+        }
+        .result()
+        .map_err(|e| driver_error("cuMemcpyDtoHAsync", e))
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from cuMemAlloc in `ctx` (kept alive by `self.ctx`) and is freed
+        // once. The owner drops buffers only after the streams using them are synchronized.
+        let r = unsafe { result::free_sync(self.ptr) };
+        self.ctx.record_err(r);
+    }
+}
+
+impl PinnedBuffer {
+    /// Length in `u32`s.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for a zero-length buffer.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The contents.
+    ///
+    /// # Safety
+    /// No asynchronous copy into this buffer may be in flight, nor start, while the slice
+    /// lives.
+    pub unsafe fn as_slice(&self) -> &[u32] {
+        // SAFETY: `ptr` is a live allocation of `len` initialized u32s; the caller guarantees
+        // no concurrent write by the device.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    /// The contents, for writing.
+    ///
+    /// # Safety
+    /// No asynchronous copy from or into this buffer may be in flight, nor start, while the
+    /// slice lives, and no other reference to the contents may exist.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn as_mut_slice(&self) -> &mut [u32] {
+        // SAFETY: as in `as_slice`, plus the caller's guarantee of exclusive access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for PinnedBuffer {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from cuMemHostAlloc in `ctx` and is freed once; the owner drops
+        // it only after every copy that used it has completed.
+        let r = unsafe { result::free_host(self.ptr as *mut _) };
+        self.ctx.record_err(r);
+    }
+}

@@ -1,0 +1,632 @@
+//! Derivation of a [`Plan`] from a [`PipelineSpec`]: every ring's
+//! `nconsumers`, `max_size` and blocking flags, and the exact sequence of
+//! waits, launches, records and synchronizes each thread executes.
+//!
+//! Rules (DESIGN.md, "Pipeline derivation rules"): one ring per stage. Before
+//! a stage launches batch `s` it waits, for each buffer it reads, on the ring
+//! of that buffer's writer at `s` (lag 0), and for each buffer it writes (N
+//! slots) on the ring of every reader of that buffer at `s - N` (lag N) unless
+//! the reader runs on the same place (stream, or host) of the same thread.
+//! After the launch it records its own ring at `s`, and with `sync` its thread
+//! synchronizes on that ring at `s`. Stages placed on the host synchronize
+//! instead of stream-waiting. When one stage would wait twice on the same ring,
+//! only the wait with the smallest lag is kept (it implies the other).
+
+use std::collections::HashMap;
+use std::fmt;
+
+use serde::Serialize;
+
+use super::error::PlanError;
+use super::spec::{PipelineSpec, Place, ResolvedSlots, Topology};
+
+/// How a consumer consumes a ring entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum ConsumerKind {
+    /// A stream waits on the event (`EventRingbuf::wait`).
+    Wait,
+    /// The host thread blocks on the event (`EventRingbuf::synchronize`).
+    Synchronize,
+}
+
+/// One consumer of a ring.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Consumer {
+    /// The stage that waits (for a `sync`, the producer stage itself).
+    pub stage: String,
+    /// The host thread making the call.
+    pub thread: String,
+    /// It consumes seq `s - lag` while handling batch `s`.
+    pub lag: u64,
+    /// Whether the call blocks until the seq is recorded.
+    pub blocking: bool,
+    /// Stream wait or host synchronize.
+    pub kind: ConsumerKind,
+    /// The buffer this wait protects (`None` for a `sync`).
+    pub via: Option<String>,
+}
+
+/// One EventRingbuf: its parameters and why they are what they are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Ring {
+    /// Ring name (= producer stage name).
+    pub name: String,
+    /// The stage that records on it.
+    pub producer: String,
+    /// The producer's host thread.
+    pub thread: String,
+    /// Where the producer runs.
+    pub place: Place,
+    /// Number of waits and synchronizes that name this ring.
+    pub nconsumers: usize,
+    /// The ring's capacity.
+    pub max_size: u64,
+    /// Smallest max_size that keeps the producer's thread from blocking on itself.
+    pub bound: u64,
+    /// Whether `record` blocks when the ring is full (a consumer is on another thread).
+    pub record_blocking: bool,
+    /// Why `max_size` has its value, in words.
+    pub reason: String,
+    /// The consumers, in thread and program order.
+    pub consumers: Vec<Consumer>,
+}
+
+/// One operation of a thread's loop body, executed for batch `s` = the
+/// iteration number. This is what a runtime executes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "op")]
+pub enum Op {
+    /// `ring.wait(stream, s - lag, blocking)` on behalf of `stage`.
+    Wait {
+        /// The stage about to launch.
+        stage: String,
+        /// The ring waited on.
+        ring: String,
+        /// Lag subtracted from the batch number.
+        lag: u64,
+        /// Blocking flag of the call.
+        blocking: bool,
+        /// The stream made to wait (the stage's stream).
+        stream: String,
+    },
+    /// `ring.synchronize(s - lag, blocking)`: the host thread waits.
+    Synchronize {
+        /// The stage on whose behalf the thread waits.
+        stage: String,
+        /// The ring waited on.
+        ring: String,
+        /// Lag subtracted from the batch number.
+        lag: u64,
+        /// Blocking flag of the call.
+        blocking: bool,
+    },
+    /// Launch the stage's work for batch `s`.
+    Launch {
+        /// The stage.
+        stage: String,
+    },
+    /// `ring.record(stream, s, blocking)`.
+    Record {
+        /// The stage that just launched.
+        stage: String,
+        /// Its ring.
+        ring: String,
+        /// Blocking flag of the call.
+        blocking: bool,
+        /// The stream recorded on (`None` for a host stage).
+        stream: Option<String>,
+    },
+}
+
+/// The operations of one host thread's loop body, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ThreadPlan {
+    /// Thread name.
+    pub name: String,
+    /// Loop body.
+    pub ops: Vec<Op>,
+}
+
+/// Everything a runtime needs: the rings and each thread's loop body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Plan {
+    /// One ring per stage, in thread and program order.
+    pub rings: Vec<Ring>,
+    /// One entry per host thread, in declaration order.
+    pub threads: Vec<ThreadPlan>,
+}
+
+impl Plan {
+    /// The ring named `name`.
+    pub fn ring(&self, name: &str) -> Option<&Ring> {
+        self.rings.iter().find(|r| r.name == name)
+    }
+
+    /// The loop body of thread `name`.
+    pub fn thread(&self, name: &str) -> Option<&ThreadPlan> {
+        self.threads.iter().find(|t| t.name == name)
+    }
+
+    /// The plan as pretty JSON.
+    pub fn to_json(&self) -> String {
+        // Serializing plain structs of strings and integers cannot fail.
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+}
+
+/// Derives the plan, rejecting a requested max_size below its ring's bound.
+///
+/// # Errors
+/// Any spec validation error, or [`PlanError::MaxSizeBelowBound`].
+pub fn derive(spec: &PipelineSpec) -> Result<Plan, PlanError> {
+    derive_with(spec, true)
+}
+
+/// Derives the plan, accepting any requested max_size (for tests and for
+/// demonstrating deadlocks with [`check_deadlock`](super::check_deadlock)).
+///
+/// # Errors
+/// Any spec validation error.
+pub fn derive_unchecked(spec: &PipelineSpec) -> Result<Plan, PlanError> {
+    derive_with(spec, false)
+}
+
+/// A wait one stage makes before launching, before it becomes an [`Op`].
+#[derive(Debug, Clone)]
+struct PendingWait {
+    /// Global index of the producing stage (whose ring is waited on).
+    producer: usize,
+    lag: u64,
+    via: String,
+}
+
+/// A consumer together with where it sits, for sizing.
+#[derive(Debug, Clone)]
+struct Located {
+    consumer: Consumer,
+    /// Consumer's thread index and program index (for a sync: the producer's).
+    thread: usize,
+    index: usize,
+    is_sync: bool,
+}
+
+fn derive_with(spec: &PipelineSpec, check_bounds: bool) -> Result<Plan, PlanError> {
+    let topo = Topology::new(spec)?;
+    let waits: Vec<Vec<PendingWait>> = (0..topo.stages.len())
+        .map(|g| stage_waits(&topo, g))
+        .collect();
+    let consumers = collect_consumers(&topo, &waits);
+    let mut rings = Vec::with_capacity(topo.stages.len());
+    for (g, located) in consumers.iter().enumerate() {
+        rings.push(size_ring(&topo, g, located, check_bounds)?);
+    }
+    let threads = emit_threads(&topo, &waits, &rings);
+    Ok(Plan { rings, threads })
+}
+
+/// The waits stage `g` makes, deduplicated per ring (smallest lag wins).
+fn stage_waits(topo: &Topology<'_>, g: usize) -> Vec<PendingWait> {
+    let stage = topo.stage(g);
+    let mut out: Vec<PendingWait> = Vec::new();
+    for r in &stage.reads {
+        let producer = topo.writer[r.name.as_str()];
+        push_wait(&mut out, producer, 0, &r.name);
+    }
+    for w in &stage.writes {
+        let n = topo.slots[w.name.as_str()].count;
+        let readers = topo.readers.get(w.name.as_str()).map_or(&[][..], |v| v);
+        for &reader in readers {
+            if !same_place_and_thread(topo, g, reader) {
+                push_wait(&mut out, reader, n, &w.name);
+            }
+        }
+    }
+    out
+}
+
+fn same_place_and_thread(topo: &Topology<'_>, a: usize, b: usize) -> bool {
+    topo.stages[a].thread == topo.stages[b].thread && topo.stage(a).place == topo.stage(b).place
+}
+
+fn push_wait(out: &mut Vec<PendingWait>, producer: usize, lag: u64, via: &str) {
+    match out.iter_mut().find(|w| w.producer == producer) {
+        Some(w) if lag < w.lag => {
+            w.lag = lag;
+            w.via = via.to_string();
+        }
+        Some(_) => {}
+        None => out.push(PendingWait {
+            producer,
+            lag,
+            via: via.to_string(),
+        }),
+    }
+}
+
+/// Per ring (indexed by producer stage), its consumers in global order.
+fn collect_consumers(topo: &Topology<'_>, waits: &[Vec<PendingWait>]) -> Vec<Vec<Located>> {
+    let mut out: Vec<Vec<Located>> = vec![Vec::new(); topo.stages.len()];
+    for (g, stage_waits) in waits.iter().enumerate() {
+        let at = topo.stages[g];
+        let stage = topo.stage(g);
+        let kind = match stage.place {
+            Place::Host => ConsumerKind::Synchronize,
+            Place::Stream(_) => ConsumerKind::Wait,
+        };
+        for w in stage_waits {
+            let blocking = topo.stages[w.producer].thread != at.thread;
+            out[w.producer].push(Located {
+                consumer: Consumer {
+                    stage: stage.name.name.clone(),
+                    thread: topo.thread_name(g).to_string(),
+                    lag: w.lag,
+                    blocking,
+                    kind,
+                    via: Some(w.via.clone()),
+                },
+                thread: at.thread,
+                index: at.index,
+                is_sync: false,
+            });
+        }
+        if stage.sync {
+            out[g].push(Located {
+                consumer: Consumer {
+                    stage: stage.name.name.clone(),
+                    thread: topo.thread_name(g).to_string(),
+                    lag: 0,
+                    blocking: false,
+                    kind: ConsumerKind::Synchronize,
+                    via: None,
+                },
+                thread: at.thread,
+                index: at.index,
+                is_sync: true,
+            });
+        }
+    }
+    out
+}
+
+/// What one consumer asks of its ring's max_size.
+#[derive(Debug)]
+struct Need {
+    size: u64,
+    same_thread: bool,
+    reason: String,
+}
+
+/// `nx=4` when the lag is a buffer's slot count taken from a parameter.
+fn lag_words(lag: u64, via: Option<&ResolvedSlots>) -> String {
+    match via {
+        Some(ResolvedSlots {
+            count,
+            param: Some(p),
+        }) if *count == lag => format!("{p}={lag}"),
+        _ => lag.to_string(),
+    }
+}
+
+fn need_of(topo: &Topology<'_>, producer: usize, c: &Located) -> Need {
+    let p = topo.stages[producer];
+    let slots = c.consumer.via.as_deref().and_then(|b| topo.slots.get(b));
+    let name = &c.consumer.stage;
+    let lag = c.consumer.lag;
+    if c.thread != p.thread {
+        let count = slots.map_or(1, |s| s.count);
+        let via = c.consumer.via.as_deref().unwrap_or("?");
+        return Need {
+            size: count,
+            same_thread: false,
+            reason: format!(
+                "{name} on thread {}: slack = slots of `{via}` ({})",
+                c.consumer.thread,
+                lag_words(count, slots)
+            ),
+        };
+    }
+    let words = lag_words(lag, slots);
+    let (size, reason) = if c.is_sync {
+        (
+            lag + 1,
+            format!(
+                "thread {} synchronizes right after the record (lag 0 + 1)",
+                c.consumer.thread
+            ),
+        )
+    } else if c.index <= p.index {
+        (
+            lag,
+            format!("{name} waits at lag {words} on the same thread, earlier in the loop"),
+        )
+    } else {
+        (
+            lag + 1,
+            format!("{name} waits at lag {words} on the same thread, later in the loop (lag + 1)"),
+        )
+    };
+    Need {
+        size,
+        same_thread: true,
+        reason,
+    }
+}
+
+/// Joins the reasons of the needs that reach `size`.
+fn reasons_at(needs: &[&Need], size: u64) -> String {
+    let v: Vec<&str> = needs
+        .iter()
+        .filter(|n| n.size == size)
+        .map(|n| n.reason.as_str())
+        .collect();
+    v.join("; ")
+}
+
+fn size_ring(
+    topo: &Topology<'_>,
+    g: usize,
+    located: &[Located],
+    check_bounds: bool,
+) -> Result<Ring, PlanError> {
+    let stage = topo.stage(g);
+    let name = stage.name.name.clone();
+    let needs: Vec<Need> = located.iter().map(|c| need_of(topo, g, c)).collect();
+    let same: Vec<&Need> = needs.iter().filter(|n| n.same_thread).collect();
+    let all: Vec<&Need> = needs.iter().collect();
+    let bound = same.iter().map(|n| n.size).max().unwrap_or(0).max(1);
+    let derived = all.iter().map(|n| n.size).max().unwrap_or(0).max(1);
+    let bound_reason = non_empty(reasons_at(&same, bound), "no consumer on the same thread");
+    let derived_reason = if located.is_empty() {
+        "no consumers: a pure producer counter (minimum size 1)".to_string()
+    } else {
+        non_empty(reasons_at(&all, derived), "no consumer needs more than 1")
+    };
+    let (max_size, reason) = match topo.spec.max_size_override(&name) {
+        None => (derived, derived_reason),
+        Some(v) if v < bound && check_bounds => {
+            return Err(PlanError::MaxSizeBelowBound {
+                ring: name,
+                requested: v,
+                bound,
+                reason: bound_reason,
+            })
+        }
+        Some(v) => (v, override_reason(v, derived, bound, &derived_reason)),
+    };
+    let consumers: Vec<Consumer> = located.iter().map(|c| c.consumer.clone()).collect();
+    Ok(Ring {
+        name: name.clone(),
+        producer: name,
+        thread: topo.thread_name(g).to_string(),
+        place: stage.place.clone(),
+        nconsumers: consumers.len(),
+        max_size,
+        bound,
+        record_blocking: consumers.iter().any(|c| c.blocking),
+        reason,
+        consumers,
+    })
+}
+
+fn non_empty(s: String, default: &str) -> String {
+    if s.is_empty() {
+        default.to_string()
+    } else {
+        s
+    }
+}
+
+fn override_reason(v: u64, derived: u64, bound: u64, derived_reason: &str) -> String {
+    let warning = if v < bound {
+        format!(", BELOW the same-thread bound {bound}: the thread blocks on itself")
+    } else {
+        String::new()
+    };
+    format!("set to {v} by the user{warning} (derived {derived}: {derived_reason})")
+}
+
+/// The loop bodies: waits, launch, record, optional sync, per stage.
+fn emit_threads(
+    topo: &Topology<'_>,
+    waits: &[Vec<PendingWait>],
+    rings: &[Ring],
+) -> Vec<ThreadPlan> {
+    let mut threads: Vec<ThreadPlan> = topo
+        .spec
+        .threads
+        .iter()
+        .map(|t| ThreadPlan {
+            name: t.name.name.clone(),
+            ops: Vec::new(),
+        })
+        .collect();
+    for (g, stage_waits) in waits.iter().enumerate() {
+        let at = topo.stages[g];
+        let ops = &mut threads[at.thread].ops;
+        emit_stage(topo, g, stage_waits, &rings[g], ops);
+    }
+    threads
+}
+
+fn emit_stage(
+    topo: &Topology<'_>,
+    g: usize,
+    stage_waits: &[PendingWait],
+    ring: &Ring,
+    ops: &mut Vec<Op>,
+) {
+    let stage = topo.stage(g);
+    let name = &stage.name.name;
+    let my_thread = topo.stages[g].thread;
+    for w in stage_waits {
+        let ring = topo.stage(w.producer).name.name.clone();
+        let blocking = topo.stages[w.producer].thread != my_thread;
+        ops.push(match &stage.place {
+            Place::Stream(s) => Op::Wait {
+                stage: name.clone(),
+                ring,
+                lag: w.lag,
+                blocking,
+                stream: s.clone(),
+            },
+            Place::Host => Op::Synchronize {
+                stage: name.clone(),
+                ring,
+                lag: w.lag,
+                blocking,
+            },
+        });
+    }
+    ops.push(Op::Launch {
+        stage: name.clone(),
+    });
+    ops.push(Op::Record {
+        stage: name.clone(),
+        ring: name.clone(),
+        blocking: ring.record_blocking,
+        stream: stage.place.stream().map(str::to_string),
+    });
+    if stage.sync {
+        ops.push(Op::Synchronize {
+            stage: name.clone(),
+            ring: name.clone(),
+            lag: 0,
+            blocking: false,
+        });
+    }
+}
+
+/// `s` or `s-3`.
+fn seq(lag: u64) -> String {
+    if lag == 0 {
+        "s".to_string()
+    } else {
+        format!("s-{lag}")
+    }
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = |blocking: &bool| {
+            if *blocking {
+                "blocking"
+            } else {
+                "non-blocking"
+            }
+        };
+        match self {
+            Op::Wait {
+                ring,
+                lag,
+                blocking,
+                stream,
+                ..
+            } => write!(f, "{ring}.wait({stream}, {}, {})", seq(*lag), b(blocking)),
+            Op::Synchronize {
+                ring,
+                lag,
+                blocking,
+                ..
+            } => write!(f, "{ring}.synchronize({}, {})", seq(*lag), b(blocking)),
+            Op::Launch { stage } => write!(f, "launch {stage}(s)"),
+            Op::Record {
+                ring,
+                blocking,
+                stream,
+                ..
+            } => {
+                let place = stream.as_deref().unwrap_or("host");
+                write!(f, "{ring}.record({place}, s, {})", b(blocking))
+            }
+        }
+    }
+}
+
+impl fmt::Display for Consumer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self.kind {
+            ConsumerKind::Wait => "",
+            ConsumerKind::Synchronize => " sync",
+        };
+        let blocking = if self.blocking { " blocking" } else { "" };
+        write!(f, "{}{kind}@{}{blocking}", self.stage, self.lag)
+    }
+}
+
+/// Renders rows as left-aligned columns separated by two spaces.
+fn table(rows: &[Vec<String>]) -> String {
+    let ncols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..ncols)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let cells: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(c, s)| format!("{s:<w$}", w = widths[c]))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+impl fmt::Display for Plan {
+    /// A table of rings (consumers as `stage@lag`, `sync` for a host
+    /// synchronize, `blocking` for a blocking call), then each thread's loop.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut rows = vec![[
+            "ring",
+            "producer",
+            "record",
+            "consumers",
+            "nconsumers",
+            "max_size",
+            "reason",
+        ]
+        .map(String::from)
+        .to_vec()];
+        for r in &self.rings {
+            let consumers: Vec<String> = r.consumers.iter().map(|c| c.to_string()).collect();
+            rows.push(vec![
+                r.name.clone(),
+                format!("{} on {} ({})", r.producer, r.place, r.thread),
+                if r.record_blocking {
+                    "blocking"
+                } else {
+                    "non-blocking"
+                }
+                .to_string(),
+                consumers.join(", "),
+                r.nconsumers.to_string(),
+                r.max_size.to_string(),
+                r.reason.clone(),
+            ]);
+        }
+        f.write_str(&table(&rows))?;
+        for t in &self.threads {
+            writeln!(f, "\nthread {}: for s in 0.. {{", t.name)?;
+            for op in &t.ops {
+                writeln!(f, "    {op}")?;
+            }
+            writeln!(f, "}}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Index of ring names, shared with the deadlock checker.
+pub(crate) fn ring_index(plan: &Plan) -> HashMap<&str, usize> {
+    plan.rings
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.name.as_str(), i))
+        .collect()
+}

@@ -1,0 +1,67 @@
+//! The pipeline layer: declare host threads, streams, data ring buffers and
+//! the stages that read and write them; seqsync derives every EventRingbuf's
+//! `nconsumers`, `max_size` and blocking flags, lists the exact waits and
+//! records each thread must make, and proves the schedule deadlock-free.
+//!
+//! This replaces the seed's "mental checklist": instead of filling in ring
+//! parameters by hand, write a [`PipelineSpec`] (in Rust with
+//! [`PipelineSpec::builder`], or in TOML with [`spec_toml::from_str`]), call
+//! [`derive()`] to get a [`Plan`], and [`check_deadlock`] to explore every
+//! interleaving of the threads' loops. A runtime then executes
+//! [`Plan::threads`] op by op.
+//!
+//! | module | concept |
+//! |---|---|
+//! | [`spec`] | the declaration model and its builder |
+//! | [`spec_toml`] | the TOML format, with line numbers in errors |
+//! | [`derive`](mod@derive) | the derivation rules and the [`Plan`] |
+//! | [`deadlock`] | the state-space exploration and its trace |
+//! | [`error`] | [`PlanError`] |
+//!
+//! # Example
+//!
+//! The seed's example: thread `h2g` copies batches in and runs `f`, `g`, `h`;
+//! thread `g2h` copies results out and synchronizes on them.
+//!
+//! ```
+//! use seqsync::pipeline::{check_deadlock, derive, PipelineSpec, StageSpec};
+//!
+//! # fn main() -> Result<(), seqsync::pipeline::PlanError> {
+//! let spec = PipelineSpec::builder()
+//!     .param("nin", 2).param("nx", 4).param("ny", 3).param("nout", 2)
+//!     .buffer("in", "nin").buffer("x", "nx").buffer("y", "ny").buffer("out", "nout")
+//!     .thread("h2g")
+//!     .stage("h2g", StageSpec::on_stream("s_h2g").writes("in"))
+//!     .stage("f", StageSpec::on_stream("s_f").reads("in").writes("x"))
+//!     .stage("g", StageSpec::on_stream("s_g").reads("in").writes("y"))
+//!     .stage("h", StageSpec::on_stream("s_h").reads("x").reads("y").writes("out"))
+//!     .thread("g2h")
+//!     .stage("g2h", StageSpec::on_stream("s_g2h").reads("out").sync())
+//!     .build()?;
+//!
+//! let plan = derive(&spec)?;
+//! let h = plan.ring("h").unwrap();
+//! assert_eq!((h.nconsumers, h.max_size), (3, 4)); // max(max(nx, ny), nout)
+//! assert!(h.record_blocking);
+//! assert!(check_deadlock(&plan)?.is_deadlock_free());
+//! println!("{plan}");
+//! # Ok(())
+//! # }
+//! ```
+
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod deadlock;
+pub mod derive;
+pub mod error;
+pub mod spec;
+pub mod spec_toml;
+
+pub use deadlock::{check_deadlock, check_deadlock_with, CheckOptions, Step, Trace, Verdict};
+pub use derive::{derive, derive_unchecked, Consumer, ConsumerKind, Op, Plan, Ring, ThreadPlan};
+pub use error::PlanError;
+pub use spec::{
+    BufferSpec, Ident, MaxSizeOverride, ParamSpec, PipelineBuilder, PipelineSpec, Place, Slots,
+    StageSpec, ThreadSpec,
+};

@@ -1,0 +1,193 @@
+//! Deadlock check: the seed is deadlock-free; an undersized ring deadlocks
+//! with a readable trace; a non-blocking call that would fail is reported.
+
+mod seed_spec;
+
+use seed_spec::{grid, seed_builder};
+use seqsync::pipeline::{
+    check_deadlock, check_deadlock_with, derive, derive_unchecked, CheckOptions, Op, PipelineSpec,
+    StageSpec, Verdict,
+};
+
+#[test]
+fn seed_is_deadlock_free_over_grid() {
+    for p in grid(1..=4) {
+        let plan = derive(&seed_builder(p.0, p.1, p.2, p.3)).unwrap();
+        let verdict = check_deadlock(&plan).unwrap();
+        assert!(verdict.is_deadlock_free(), "{p:?}: {verdict}");
+    }
+}
+
+#[test]
+fn seed_with_h_one_below_bound_deadlocks_in_record_h() {
+    for (nin, nx, ny, nout) in [(2, 4, 3, 2), (1, 2, 2, 1), (3, 2, 4, 5), (2, 3, 1, 3)] {
+        let mut spec = seed_builder(nin, nx, ny, nout);
+        spec.set("h.max_size", nx.max(ny) - 1).unwrap();
+        let plan = derive_unchecked(&spec).unwrap();
+        let verdict = check_deadlock(&plan).unwrap();
+        let Verdict::Deadlock { trace } = &verdict else {
+            panic!("expected a deadlock, got {verdict}");
+        };
+        let text = trace.to_string();
+        let h2g = trace
+            .stuck
+            .iter()
+            .find(|s| s.thread == "h2g")
+            .expect("h2g stuck");
+        assert!(h2g.text.starts_with("BLOCKED: record h seq "), "{text}");
+        assert!(h2g.text.contains("ring full"), "{text}");
+        let g2h = trace
+            .stuck
+            .iter()
+            .find(|s| s.thread == "g2h")
+            .expect("g2h stuck");
+        assert!(
+            g2h.text.starts_with("BLOCKED: wait on ring h at seq "),
+            "{text}"
+        );
+        assert!(
+            trace
+                .summary
+                .starts_with("deadlock: every thread is blocked: h2g waits for room in ring h"),
+            "{text}"
+        );
+        // The trace ends with h2g blocked in record h (the stuck lines follow the steps).
+        let last = text.lines().rev().nth(1).unwrap_or("");
+        assert!(
+            last.starts_with("g2h: BLOCKED") || last.starts_with("h2g: BLOCKED"),
+            "{text}"
+        );
+        assert!(text.contains("(no-op)"), "{text}");
+    }
+}
+
+#[test]
+fn deadlock_trace_is_readable() {
+    let mut spec = seed_builder(2, 4, 3, 2);
+    spec.set("h.max_size", 3).unwrap();
+    let verdict = check_deadlock(&derive_unchecked(&spec).unwrap()).unwrap();
+    let trace = verdict.trace().expect("a trace");
+    let text = verdict.to_string();
+    assert!(text.starts_with("DEADLOCK:\n"), "{text}");
+    assert!(
+        text.contains("h2g: stage f waits on ring h at seq -4 (no-op)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("h2g: stage h records seq 0 on ring h"),
+        "{text}"
+    );
+    assert!(
+        text.contains("h2g: BLOCKED: record h seq 3, ring full (3 of max_size 3 unreleased; oldest 0 waits for f on thread h2g)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("g2h: BLOCKED: wait on ring h at seq 3, not yet recorded"),
+        "{text}"
+    );
+    // Every step line is "thread: text" for one of the two threads.
+    for s in &trace.steps {
+        assert!(s.thread == "h2g" || s.thread == "g2h");
+    }
+}
+
+#[test]
+fn non_blocking_cross_thread_wait_is_reported() {
+    // Two threads: a producer and a consumer that (wrongly) waits non-blocking.
+    let spec = PipelineSpec::builder()
+        .buffer("buf", 2)
+        .thread("producer")
+        .stage("p", StageSpec::on_stream("s_p").writes("buf"))
+        .thread("consumer")
+        .stage("c", StageSpec::on_stream("s_c").reads("buf"))
+        .build()
+        .unwrap();
+    let mut plan = derive(&spec).unwrap();
+    assert!(check_deadlock(&plan).unwrap().is_deadlock_free());
+    for op in &mut plan.threads[1].ops {
+        if let Op::Wait { blocking, .. } = op {
+            *blocking = false;
+        }
+    }
+    let verdict = check_deadlock(&plan).unwrap();
+    let Verdict::WouldFail { trace } = &verdict else {
+        panic!("expected a failure, got {verdict}");
+    };
+    assert_eq!(trace.stuck[0].thread, "consumer");
+    assert!(
+        trace.stuck[0]
+            .text
+            .starts_with("FAILS: non-blocking wait on ring p at seq 0, not yet recorded"),
+        "{verdict}"
+    );
+    assert!(trace.stuck[0].text.ends_with("NotYetProduced"), "{verdict}");
+    assert!(
+        trace.summary.contains("thread consumer would fail"),
+        "{verdict}"
+    );
+    assert!(verdict.to_string().starts_with("WOULD FAIL:"));
+}
+
+#[test]
+fn non_blocking_record_on_full_ring_is_reported() {
+    let mut spec = seed_builder(3, 2, 2, 2);
+    spec.set("f.max_size", 2).unwrap();
+    let verdict = check_deadlock(&derive_unchecked(&spec).unwrap()).unwrap();
+    let Verdict::WouldFail { trace } = &verdict else {
+        panic!("expected a failure, got {verdict}");
+    };
+    assert!(
+        trace.stuck[0]
+            .text
+            .starts_with("FAILS: non-blocking record f seq 2, ring full"),
+        "{verdict}"
+    );
+    assert!(trace.stuck[0].text.ends_with("Overflow"), "{verdict}");
+}
+
+#[test]
+fn independent_threads_are_checked_separately() {
+    let spec = PipelineSpec::builder()
+        .buffer("a", 2)
+        .buffer("b", 3)
+        .thread("one")
+        .stage("p1", StageSpec::on_stream("s1").writes("a"))
+        .stage("c1", StageSpec::on_stream("s2").reads("a"))
+        .thread("two")
+        .stage("p2", StageSpec::on_stream("s3").writes("b"))
+        .stage("c2", StageSpec::on_host().reads("b").sync())
+        .build()
+        .unwrap();
+    let verdict = check_deadlock(&derive(&spec).unwrap()).unwrap();
+    assert!(verdict.is_deadlock_free(), "{verdict}");
+}
+
+#[test]
+fn state_cap_gives_inconclusive() {
+    let plan = derive(&seed_builder(4, 4, 4, 4)).unwrap();
+    let verdict = check_deadlock_with(&plan, CheckOptions { max_states: 10 }).unwrap();
+    assert!(matches!(verdict, Verdict::Inconclusive { .. }), "{verdict}");
+}
+
+#[test]
+fn inconsistent_plan_is_an_error() {
+    let mut plan = derive(&seed_builder(2, 2, 2, 2)).unwrap();
+    plan.rings[0].nconsumers = 5;
+    assert!(check_deadlock(&plan).is_err());
+}
+
+#[test]
+fn compact_trace_folds_runs_but_keeps_order() {
+    let mut spec = seed_builder(2, 4, 3, 2);
+    spec.set("h.max_size", 3).unwrap();
+    let verdict = check_deadlock(&derive_unchecked(&spec).unwrap()).unwrap();
+    let trace = verdict.trace().unwrap();
+    let lines = trace.compact(3);
+    assert!(lines.len() < trace.steps.len(), "{lines:#?}");
+    assert!(
+        lines[0].starts_with("h2g: 48 steps: stage h2g waits on ring f at seq -2 (no-op) … "),
+        "{lines:#?}"
+    );
+    assert_eq!(lines.last(), Some(&trace.summary));
+    assert!(trace.summary.contains("it never will"), "{}", trace.summary);
+}
