@@ -1,1 +1,282 @@
-fn main() {}
+//! The `seqsync` command: argument parsing and output only; the work is in the library.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Args, Parser, Subcommand};
+use seqsync::demo::{self, DemoConfig, DemoReport, DroppedWait, Variant};
+use seqsync::BackendKind;
+
+mod bench;
+mod check;
+
+/// seqsync: order GPU work across CUDA streams and host threads by sequence id.
+///
+/// Without a subcommand, runs the seed's pipeline (`seqsync demo`).
+#[derive(Parser)]
+#[command(name = "seqsync", version, about, long_about = None, args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// The demo's options, when no subcommand is given.
+    #[command(flatten)]
+    demo: DemoArgs,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the seed's pipeline end to end, verify every batch, and measure it (the default).
+    Demo(DemoArgs),
+    /// Measure the ring's record, wait and synchronize against the raw backend calls.
+    Bench(bench::BenchArgs),
+    /// Derive a declared pipeline's rings and prove it deadlock-free.
+    Check(check::CheckArgs),
+}
+
+#[derive(Args, Clone)]
+struct DemoArgs {
+    /// Batches to push through the pipeline.
+    #[arg(long, default_value_t = 400)]
+    batches: i64,
+    /// Bytes per batch, a multiple of 4 (default: 64 MiB on CUDA, 256 KiB on host).
+    #[arg(long)]
+    batch_bytes: Option<usize>,
+    /// Slots of the device ring buffer `in`.
+    #[arg(long, default_value_t = 2)]
+    nin: usize,
+    /// Slots of `x`.
+    #[arg(long, default_value_t = 2)]
+    nx: usize,
+    /// Slots of `y`.
+    #[arg(long, default_value_t = 2)]
+    ny: usize,
+    /// Slots of `out`.
+    #[arg(long, default_value_t = 2)]
+    nout: usize,
+    /// Kernel work per element (rounds of each kernel's loop).
+    #[arg(long, default_value_t = 8)]
+    intensity: u32,
+    /// auto (CUDA if a GPU is present), host or cuda.
+    #[arg(long, default_value = "auto", value_parser = parse_backend)]
+    backend: BackendKind,
+    /// Host backend: random delays in every stream operation and thread step, from this seed.
+    #[arg(long, value_name = "SEED")]
+    chaos: Option<u64>,
+    /// seed (the main example), keep-input (variant 1) or host-ring (variant 2).
+    #[arg(long, default_value = "seed", value_parser = parse_variant)]
+    variant: Variant,
+    /// Host output batches for --variant host-ring.
+    #[arg(long, default_value_t = 4)]
+    host_slots: usize,
+    /// Body elements checked per batch besides the seq header (0: every element).
+    #[arg(long, default_value_t = 16384)]
+    verify_samples: usize,
+    /// Skip the baselines (stage alone, serialized, hand-rolled).
+    #[arg(long)]
+    no_baselines: bool,
+    /// Print one JSON object and nothing else on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Write a Chrome/Perfetto trace of the pipeline run to FILE.
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+    /// Test only: leave out one wait (e.g. f-waits-copy); verification must then fail.
+    #[arg(long, hide = true, value_parser = parse_drop)]
+    drop_wait: Option<DroppedWait>,
+}
+
+fn parse_backend(s: &str) -> Result<BackendKind, String> {
+    s.parse().map_err(|e: seqsync::Error| e.to_string())
+}
+fn parse_variant(s: &str) -> Result<Variant, String> {
+    s.parse().map_err(|e: seqsync::Error| e.to_string())
+}
+fn parse_drop(s: &str) -> Result<DroppedWait, String> {
+    s.parse().map_err(|e: seqsync::Error| e.to_string())
+}
+
+/// An error the user caused or a failed run: one line, and an exit code.
+pub(crate) struct Failure {
+    pub message: String,
+    pub code: u8,
+}
+
+impl From<seqsync::Error> for Failure {
+    fn from(e: seqsync::Error) -> Self {
+        Failure {
+            message: e.to_string(),
+            code: 2,
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        None => run_demo(cli.demo),
+        Some(Command::Demo(a)) => run_demo(a),
+        Some(Command::Bench(a)) => bench::run(a),
+        Some(Command::Check(a)) => check::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("seqsync: error: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+fn run_demo(a: DemoArgs) -> Result<(), Failure> {
+    // Fail on an unwritable trace path before running anything.
+    let trace_file = match &a.trace {
+        Some(p) => Some(std::fs::File::create(p).map_err(|e| Failure {
+            message: format!("cannot write trace file {}: {e}", p.display()),
+            code: 2,
+        })?),
+        None => None,
+    };
+    let show_progress = !a.json && std::io::stderr().is_terminal();
+    let progress: Option<Arc<dyn Fn(i64, i64) + Send + Sync>> = show_progress.then(|| {
+        Arc::new(|done: i64, total: i64| {
+            let step = (total / 100).max(1);
+            if done % step == 0 || done == total {
+                let width = 30;
+                let filled = (done * width / total.max(1)) as usize;
+                eprint!(
+                    "\r  [{}{}] {done}/{total} batches",
+                    "#".repeat(filled),
+                    "-".repeat(width as usize - filled)
+                );
+                if done == total {
+                    eprint!("\r{}\r", " ".repeat(60));
+                }
+                let _ = std::io::stderr().flush();
+            }
+        }) as Arc<dyn Fn(i64, i64) + Send + Sync>
+    });
+    let config = DemoConfig {
+        backend: a.backend,
+        batches: a.batches,
+        batch_bytes: a.batch_bytes,
+        nin: a.nin,
+        nx: a.nx,
+        ny: a.ny,
+        nout: a.nout,
+        intensity: a.intensity,
+        chaos: a.chaos,
+        variant: a.variant,
+        host_slots: a.host_slots,
+        verify_samples: a.verify_samples,
+        baselines: !a.no_baselines,
+        trace: trace_file.is_some(),
+        drop_wait: a.drop_wait,
+        progress,
+    };
+    let report = demo::run(&config)?;
+    if let (Some(mut f), Some(t)) = (trace_file, &report.trace) {
+        serde_json::to_writer(&mut f, t).map_err(|e| Failure {
+            message: format!("cannot write trace: {e}"),
+            code: 2,
+        })?;
+    }
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string(&report).expect("report serializes")
+        );
+    } else {
+        print_summary(&report, a.trace.as_deref());
+    }
+    if report.all_verified() {
+        Ok(())
+    } else {
+        Err(Failure {
+            message: format!(
+                "verification failed: {} of {} batches matched ({} wrong, first wrong seqs {:?}; {} missing; {} duplicated)",
+                report.verified, report.batches, report.wrong, report.wrong_seqs, report.missing, report.duplicated
+            ),
+            code: 1,
+        })
+    }
+}
+
+fn print_summary(r: &DemoReport, trace: Option<&std::path::Path>) {
+    let mib = r.batch_bytes as f64 / (1 << 20) as f64;
+    println!(
+        "seqsync demo: the seed's pipeline on {} ({}), variant {:?}",
+        r.backend, r.device, r.variant
+    );
+    println!(
+        "  {} batches x {mib:.3} MiB; ring buffers in={} x={} y={} out={}; intensity {}{}",
+        r.batches,
+        r.nin,
+        r.nx,
+        r.ny,
+        r.nout,
+        r.intensity,
+        r.chaos
+            .map(|s| format!("; chaos seed {s}"))
+            .unwrap_or_default()
+    );
+    println!(
+        "  verified {}/{} batches ({} wrong, {} missing, {} duplicated)",
+        r.verified, r.batches, r.wrong, r.missing, r.duplicated
+    );
+    println!(
+        "  pipeline      {:>9.3} GB/s   (wall {:.3} s)",
+        r.gbps, r.wall_s
+    );
+    if !r.stages.is_empty() {
+        let stages: Vec<String> = r
+            .stages
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} {:.3}",
+                    s.stage,
+                    r.batch_bytes as f64 / s.seconds_per_batch / 1e9
+                )
+            })
+            .collect();
+        println!("  stage alone   {} GB/s", stages.join(" | "));
+    }
+    let pair = |label: &str, v: Option<f64>, ratio_label: &str, ratio: Option<f64>| {
+        if let (Some(v), Some(ratio)) = (v, ratio) {
+            println!("  {label:<28}{v:>9.3} GB/s   {ratio_label:<22}{ratio:.3}");
+        }
+    };
+    let bound_label = format!("bound (slowest: {})", r.bound_stage.unwrap_or("-"));
+    pair(
+        &bound_label,
+        r.bound_gbps,
+        "pipeline/bound",
+        r.ratio_to_bound,
+    );
+    pair(
+        "compute bound (f+g+h)",
+        r.compute_bound_gbps,
+        "pipeline/compute bound",
+        r.compute_bound_gbps.map(|c| r.gbps / c),
+    );
+    pair(
+        "serialized",
+        r.serialized_gbps,
+        "pipeline/serialized",
+        r.ratio_to_serialized,
+    );
+    pair(
+        "hand-rolled (raw events)",
+        r.handrolled_gbps,
+        "pipeline/hand-rolled",
+        r.ratio_to_handrolled,
+    );
+    if let Some(t) = trace {
+        println!(
+            "  trace written to {} (open it in https://ui.perfetto.dev)",
+            t.display()
+        );
+    }
+}

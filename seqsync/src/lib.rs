@@ -32,6 +32,7 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod demo;
 mod error;
 pub mod pipeline;
 mod primitive;

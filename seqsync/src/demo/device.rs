@@ -1,0 +1,317 @@
+//! What the demo pipeline needs of a backend: its buffers, copies and kernels.
+//!
+//! The pipeline code (`pipeline.rs`, `baseline.rs`) is written once against [`Device`]; the
+//! host and CUDA implementations differ only in how a copy or a kernel is launched.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use super::workload::{self, HEADER};
+use crate::backend::Backend;
+use crate::error::Result;
+
+/// A stream of device `D`.
+pub(crate) type Stream<D> = <<D as Device>::B as Backend>::Stream;
+
+/// Sizes of everything the demo allocates.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Layout {
+    /// Elements per batch.
+    pub n: usize,
+    pub nin: usize,
+    pub nx: usize,
+    pub ny: usize,
+    pub nout: usize,
+    /// Host input buffers = body patterns (a prime above every lag).
+    pub npatterns: usize,
+    /// Host output buffers.
+    pub nhout: usize,
+    /// Kernel rounds per element.
+    pub intensity: u32,
+    /// Body elements checked per batch (all when the body is no larger).
+    pub verify_samples: usize,
+}
+
+/// Reference values at the checked positions, per body pattern.
+pub(crate) struct Reference {
+    /// `(position, expected output)` per pattern.
+    per_pattern: Vec<Vec<(usize, u32)>>,
+    layout: Layout,
+}
+
+impl Reference {
+    pub(crate) fn new(layout: Layout) -> Self {
+        let body = layout.n.saturating_sub(HEADER);
+        let samples = if layout.verify_samples == 0 {
+            body
+        } else {
+            body.min(layout.verify_samples)
+        };
+        let per_pattern = (0..layout.npatterns)
+            .map(|p| {
+                (0..samples)
+                    .map(|j| {
+                        // Evenly spread, with a per-pattern offset inside each stride.
+                        let stride = body / samples.max(1);
+                        let i = HEADER + j * stride + (p * 7919) % stride.max(1);
+                        // Any seq with this pattern has the same body: use seq = p.
+                        (
+                            i,
+                            workload::reference_elem(
+                                p as i64,
+                                i,
+                                layout.npatterns,
+                                layout.intensity,
+                            ),
+                        )
+                    })
+                    .collect()
+            })
+            .collect();
+        Reference {
+            per_pattern,
+            layout,
+        }
+    }
+
+    /// Does `out` hold the output of `seq`? Checks the whole header and the sampled body.
+    pub(crate) fn check(&self, out: &[u32], seq: i64) -> bool {
+        let l = &self.layout;
+        let header_ok = (0..HEADER.min(l.n))
+            .all(|i| out[i] == workload::reference_elem(seq, i, l.npatterns, l.intensity));
+        header_ok
+            && self.per_pattern[seq as usize % l.npatterns]
+                .iter()
+                .all(|&(i, v)| out[i] == v)
+    }
+}
+
+/// A timestamped point in a stream or a host thread, for `--trace`.
+#[derive(Debug, Clone)]
+pub(crate) struct Mark {
+    pub lane: &'static str,
+    pub label: &'static str,
+    pub seq: i64,
+    pub begin: bool,
+    /// Microseconds since the run's start.
+    pub t_us: f64,
+}
+
+/// The demo's buffers, copies and kernels on one backend.
+pub(crate) trait Device: Send + Sync + 'static {
+    type B: Backend;
+
+    fn backend(&self) -> &Self::B;
+    fn layout(&self) -> &Layout;
+    fn new_stream(&self, name: &'static str) -> Result<Stream<Self>>;
+
+    /// get_data: write seq's header into host input buffer `seq % npatterns` (its body
+    /// pattern is already there). The caller guarantees no copy from it is in flight.
+    fn fill_input(&self, seq: i64);
+    /// Copy host input buffer `hin` into slot `slot` of `in`.
+    fn copy_in(&self, s: &Stream<Self>, hin: usize, slot: usize) -> Result<()>;
+    /// f: `in[slot_in]` → `x[slot_x]`.
+    fn launch_f(&self, s: &Stream<Self>, slot_in: usize, slot_x: usize) -> Result<()>;
+    /// g: `in[slot_in]` → `y[slot_y]`.
+    fn launch_g(&self, s: &Stream<Self>, slot_in: usize, slot_y: usize) -> Result<()>;
+    /// h: `x[slot_x]`, `y[slot_y]` → `out[slot_out]`.
+    fn launch_h(
+        &self,
+        s: &Stream<Self>,
+        slot_x: usize,
+        slot_y: usize,
+        slot_out: usize,
+    ) -> Result<()>;
+    /// Copy `out[slot]` into host output buffer `hout`.
+    fn copy_out(&self, s: &Stream<Self>, slot: usize, hout: usize) -> Result<()>;
+    /// process_data: does host output buffer `hout` hold seq's result? The caller guarantees
+    /// the copy into it has completed.
+    fn check_output(&self, hout: usize, seq: i64) -> bool;
+    /// Block until everything enqueued on `s` has run.
+    fn sync_stream(&self, s: &Stream<Self>) -> Result<()>;
+
+    /// With chaos on (host), sleep a random time.
+    fn chaos_pause(&self) {}
+
+    /// Enqueue a trace mark on `s` (only called with `--trace`).
+    fn mark(
+        &self,
+        s: &Stream<Self>,
+        lane: &'static str,
+        label: &'static str,
+        seq: i64,
+        begin: bool,
+    ) -> Result<()>;
+    /// The marks so far, in microseconds since `t0` (after every stream is synchronized).
+    fn take_marks(&self, t0: Instant) -> Result<Vec<Mark>>;
+}
+
+// ---- host ---------------------------------------------------------------------------------
+
+use crate::backend::host::{HostBackend, HostStream};
+
+type Buf = Mutex<Vec<u32>>;
+
+struct HostBuffers {
+    hin: Vec<Buf>,
+    hout: Vec<Buf>,
+    d_in: Vec<Buf>,
+    x: Vec<Buf>,
+    y: Vec<Buf>,
+    out: Vec<Buf>,
+}
+
+/// The demo on the host backend: "device" buffers are host vectors, copies and kernels are
+/// closures on host streams.
+pub(crate) struct HostDevice {
+    backend: HostBackend,
+    layout: Layout,
+    bufs: Arc<HostBuffers>,
+    reference: Reference,
+    marks: Arc<Mutex<Vec<(Mark, Instant)>>>,
+}
+
+fn lock(b: &Buf) -> std::sync::MutexGuard<'_, Vec<u32>> {
+    b.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl HostDevice {
+    pub(crate) fn new(backend: HostBackend, layout: Layout) -> Self {
+        let n = layout.n;
+        let bufs = |count: usize| {
+            (0..count)
+                .map(|_| Mutex::new(vec![0u32; n]))
+                .collect::<Vec<_>>()
+        };
+        let hin = (0..layout.npatterns)
+            .map(|p| Mutex::new((0..n).map(|i| workload::pattern_elem(p, i)).collect()))
+            .collect();
+        HostDevice {
+            backend,
+            layout,
+            bufs: Arc::new(HostBuffers {
+                hin,
+                hout: bufs(layout.nhout),
+                d_in: bufs(layout.nin),
+                x: bufs(layout.nx),
+                y: bufs(layout.ny),
+                out: bufs(layout.nout),
+            }),
+            reference: Reference::new(layout),
+            marks: Arc::default(),
+        }
+    }
+}
+
+impl Device for HostDevice {
+    type B = HostBackend;
+
+    fn backend(&self) -> &HostBackend {
+        &self.backend
+    }
+    fn layout(&self) -> &Layout {
+        &self.layout
+    }
+    fn new_stream(&self, name: &'static str) -> Result<HostStream> {
+        Ok(self.backend.new_stream(name))
+    }
+    fn fill_input(&self, seq: i64) {
+        let mut b = lock(&self.bufs.hin[seq as usize % self.layout.npatterns]);
+        for (i, v) in b.iter_mut().take(HEADER).enumerate() {
+            *v = workload::header_elem(seq, i);
+        }
+    }
+    fn copy_in(&self, s: &HostStream, hin: usize, slot: usize) -> Result<()> {
+        let b = self.bufs.clone();
+        s.launch(move || lock(&b.d_in[slot]).copy_from_slice(&lock(&b.hin[hin])));
+        Ok(())
+    }
+    fn launch_f(&self, s: &HostStream, slot_in: usize, slot_x: usize) -> Result<()> {
+        let (b, k) = (self.bufs.clone(), self.layout.intensity);
+        s.launch(move || {
+            let src = lock(&b.d_in[slot_in]);
+            for (d, &v) in lock(&b.x[slot_x]).iter_mut().zip(src.iter()) {
+                *d = workload::f_elem(v, k);
+            }
+        });
+        Ok(())
+    }
+    fn launch_g(&self, s: &HostStream, slot_in: usize, slot_y: usize) -> Result<()> {
+        let (b, k) = (self.bufs.clone(), self.layout.intensity);
+        s.launch(move || {
+            let src = lock(&b.d_in[slot_in]);
+            for (d, &v) in lock(&b.y[slot_y]).iter_mut().zip(src.iter()) {
+                *d = workload::g_elem(v, k);
+            }
+        });
+        Ok(())
+    }
+    fn launch_h(
+        &self,
+        s: &HostStream,
+        slot_x: usize,
+        slot_y: usize,
+        slot_out: usize,
+    ) -> Result<()> {
+        let (b, k) = (self.bufs.clone(), self.layout.intensity);
+        s.launch(move || {
+            let (x, y) = (lock(&b.x[slot_x]), lock(&b.y[slot_y]));
+            for ((d, &xv), &yv) in lock(&b.out[slot_out])
+                .iter_mut()
+                .zip(x.iter())
+                .zip(y.iter())
+            {
+                *d = workload::h_elem(xv, yv, k);
+            }
+        });
+        Ok(())
+    }
+    fn copy_out(&self, s: &HostStream, slot: usize, hout: usize) -> Result<()> {
+        let b = self.bufs.clone();
+        s.launch(move || lock(&b.hout[hout]).copy_from_slice(&lock(&b.out[slot])));
+        Ok(())
+    }
+    fn check_output(&self, hout: usize, seq: i64) -> bool {
+        self.reference.check(&lock(&self.bufs.hout[hout]), seq)
+    }
+    fn sync_stream(&self, s: &HostStream) -> Result<()> {
+        s.synchronize()
+    }
+    fn chaos_pause(&self) {
+        self.backend.chaos_pause();
+    }
+    fn mark(
+        &self,
+        s: &HostStream,
+        lane: &'static str,
+        label: &'static str,
+        seq: i64,
+        begin: bool,
+    ) -> Result<()> {
+        let marks = self.marks.clone();
+        s.launch(move || {
+            let m = Mark {
+                lane,
+                label,
+                seq,
+                begin,
+                t_us: 0.0,
+            };
+            marks
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((m, Instant::now()));
+        });
+        Ok(())
+    }
+    fn take_marks(&self, t0: Instant) -> Result<Vec<Mark>> {
+        let marks = std::mem::take(&mut *self.marks.lock().unwrap_or_else(|e| e.into_inner()));
+        Ok(marks
+            .into_iter()
+            .map(|(mut m, t)| {
+                m.t_us = t.saturating_duration_since(t0).as_secs_f64() * 1e6;
+                m
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,425 @@
+//! The seed's pipeline, end to end: seqsync's main job (`cargo run --release`, `seqsync demo`).
+//!
+//! Two host threads move batches through a host→device copy, kernels f and g, kernel h and a
+//! device→host copy on five streams, ordered by five [`EventRingbuf`](crate::EventRingbuf)s
+//! whose parameters are exactly the seed's. Every batch's input is generated from its seq and
+//! `process_data` checks the output against a CPU reference. The same run measures the
+//! pipeline against each stage alone, a serialized baseline and a hand-rolled baseline.
+//!
+//! ```
+//! use seqsync::demo::{DemoConfig, run};
+//! use seqsync::BackendKind;
+//!
+//! let report = run(&DemoConfig {
+//!     backend: BackendKind::Host,
+//!     batches: 20,
+//!     batch_bytes: Some(16 << 10),
+//!     baselines: false,
+//!     ..DemoConfig::default()
+//! })?;
+//! assert_eq!(report.verified, 20);
+//! # Ok::<(), seqsync::Error>(())
+//! ```
+
+mod baseline;
+#[cfg(feature = "cuda")]
+mod cuda_device;
+mod device;
+mod pipeline;
+mod trace;
+pub mod workload;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+
+pub use baseline::StageTiming;
+pub use pipeline::{DroppedWait, Variant};
+
+use crate::backend::host::{Chaos, HostBackend};
+use crate::backend::BackendKind;
+use crate::error::{Error, Result};
+use device::{Device, HostDevice, Layout};
+use pipeline::{RunOptions, Verification};
+use trace::HostSpans;
+
+/// Everything `seqsync demo` can be told.
+#[derive(Clone)]
+pub struct DemoConfig {
+    /// auto, host or cuda.
+    pub backend: BackendKind,
+    /// Batches to push through the pipeline.
+    pub batches: i64,
+    /// Bytes per batch (a multiple of 4: elements are `u32`). `None`: 64 MiB on CUDA, 256 KiB
+    /// on the host backend.
+    pub batch_bytes: Option<usize>,
+    /// Slots of the device ring buffers `in`, `x`, `y`, `out`.
+    pub nin: usize,
+    /// Slots of `x`.
+    pub nx: usize,
+    /// Slots of `y`.
+    pub ny: usize,
+    /// Slots of `out`.
+    pub nout: usize,
+    /// Kernel work per element (rounds of each kernel's inner loop).
+    pub intensity: u32,
+    /// Host backend only: random delays in every stream operation and thread step.
+    pub chaos: Option<u64>,
+    /// Which of the seed's designs.
+    pub variant: Variant,
+    /// Host output batches for [`Variant::HostRing`].
+    pub host_slots: usize,
+    /// Body elements checked per batch besides the header (0: every element).
+    pub verify_samples: usize,
+    /// Also measure each stage alone, the serialized and the hand-rolled baselines.
+    pub baselines: bool,
+    /// Collect a Chrome trace of the pipeline run.
+    pub trace: bool,
+    /// Test only: leave one wait out (verification must then fail under chaos).
+    pub drop_wait: Option<DroppedWait>,
+    /// Called with the number of batches processed so far.
+    pub progress: Option<Arc<dyn Fn(i64, i64) + Send + Sync>>,
+}
+
+impl Default for DemoConfig {
+    fn default() -> Self {
+        DemoConfig {
+            backend: BackendKind::Auto,
+            batches: 400,
+            batch_bytes: None,
+            nin: 2,
+            nx: 2,
+            ny: 2,
+            nout: 2,
+            intensity: 8,
+            chaos: None,
+            variant: Variant::Seed,
+            host_slots: 4,
+            verify_samples: 16384,
+            baselines: true,
+            trace: false,
+            drop_wait: None,
+            progress: None,
+        }
+    }
+}
+
+/// What one demo run found and measured. Throughputs are in GB/s of input batches.
+#[derive(Debug, Clone, Serialize)]
+pub struct DemoReport {
+    /// "host" or "cuda".
+    pub backend: &'static str,
+    /// The GPU's name, or "host".
+    pub device: String,
+    /// Which design ran.
+    pub variant: Variant,
+    /// Batches pushed through.
+    pub batches: i64,
+    /// Bytes per batch.
+    pub batch_bytes: usize,
+    /// Ring buffer slot counts.
+    pub nin: usize,
+    /// See [`DemoConfig::nx`].
+    pub nx: usize,
+    /// See [`DemoConfig::ny`].
+    pub ny: usize,
+    /// See [`DemoConfig::nout`].
+    pub nout: usize,
+    /// Kernel work per element.
+    pub intensity: u32,
+    /// Chaos seed, if any.
+    pub chaos: Option<u64>,
+    /// Batches whose output matched the reference.
+    pub verified: i64,
+    /// Seqs whose output did not match (at most the first 20).
+    pub wrong_seqs: Vec<i64>,
+    /// Batches with a wrong output.
+    pub wrong: i64,
+    /// Batches never processed.
+    pub missing: i64,
+    /// Batches processed more than once.
+    pub duplicated: i64,
+    /// Pipeline wall time.
+    pub wall_s: f64,
+    /// Pipeline throughput.
+    pub gbps: f64,
+    /// Each stage alone.
+    pub stages: Vec<StageTiming>,
+    /// The slowest stage alone: the bound.
+    pub bound_gbps: Option<f64>,
+    /// Which stage is slowest.
+    pub bound_stage: Option<&'static str>,
+    /// f, g and h share the compute units: their times added give a second, lower bound.
+    pub compute_bound_gbps: Option<f64>,
+    /// `gbps / bound_gbps`.
+    pub ratio_to_bound: Option<f64>,
+    /// One stream, one thread, synchronize every batch.
+    pub serialized_gbps: Option<f64>,
+    /// The same pipeline on raw events, no ring.
+    pub handrolled_gbps: Option<f64>,
+    /// `gbps / serialized_gbps`.
+    pub ratio_to_serialized: Option<f64>,
+    /// `gbps / handrolled_gbps`.
+    pub ratio_to_handrolled: Option<f64>,
+    /// The Chrome trace, when asked for.
+    #[serde(skip)]
+    pub trace: Option<serde_json::Value>,
+}
+
+impl DemoReport {
+    /// Did every batch arrive exactly once with the right result?
+    pub fn all_verified(&self) -> bool {
+        self.verified == self.batches
+            && self.wrong == 0
+            && self.missing == 0
+            && self.duplicated == 0
+    }
+}
+
+fn invalid(msg: String) -> Error {
+    Error::invalid("demo", msg)
+}
+
+impl DemoConfig {
+    fn validate(&self, batch_bytes: usize) -> Result<()> {
+        for (name, v) in [
+            ("nin", self.nin),
+            ("nx", self.nx),
+            ("ny", self.ny),
+            ("nout", self.nout),
+        ] {
+            if v == 0 {
+                return Err(invalid(format!(
+                    "--{name} must be at least 1 (a ring buffer needs a slot)"
+                )));
+            }
+        }
+        if self.variant == Variant::HostRing && self.host_slots == 0 {
+            return Err(invalid("--host-slots must be at least 1".into()));
+        }
+        if self.batches < 1 {
+            return Err(invalid(format!(
+                "--batches must be at least 1, got {}",
+                self.batches
+            )));
+        }
+        if batch_bytes == 0 || batch_bytes % 4 != 0 {
+            return Err(invalid(format!(
+                "--batch-bytes {batch_bytes} is not a whole number of 4-byte elements (u32)"
+            )));
+        }
+        if batch_bytes < 4 * workload::HEADER {
+            return Err(invalid(format!(
+                "--batch-bytes {batch_bytes} is below the {}-byte batch header",
+                4 * workload::HEADER
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Run the demo: the pipeline, then (if asked) the baselines, on the backend the config picks.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a bad config, [`Error::NoDevice`] for `--backend cuda`
+/// without a GPU, and any error of the pipeline's rings or backend.
+pub fn run(config: &DemoConfig) -> Result<DemoReport> {
+    let kind = match config.backend {
+        BackendKind::Auto if config.chaos.is_some() => BackendKind::Host,
+        BackendKind::Auto => crate::AnyBackend::auto()?.kind(),
+        k => k,
+    };
+    if config.chaos.is_some() && kind != BackendKind::Host {
+        return Err(invalid("--chaos needs the host backend".into()));
+    }
+    let batch_bytes = config.batch_bytes.unwrap_or(if kind == BackendKind::Cuda {
+        64 << 20
+    } else {
+        256 << 10
+    });
+    config.validate(batch_bytes)?;
+    let lags = [
+        config.nin,
+        config.nx,
+        config.ny,
+        config.nout,
+        config.host_slots,
+    ];
+    let layout = Layout {
+        n: batch_bytes / 4,
+        nin: config.nin,
+        nx: config.nx,
+        ny: config.ny,
+        nout: config.nout,
+        npatterns: workload::prime_above(lags.into_iter().max().unwrap_or(1)),
+        nhout: if config.variant == Variant::HostRing {
+            config.host_slots
+        } else {
+            1
+        },
+        intensity: config.intensity,
+        verify_samples: config.verify_samples,
+    };
+    match kind {
+        BackendKind::Cuda => run_cuda(config, layout, batch_bytes),
+        _ => {
+            let host = match config.chaos {
+                Some(seed) => HostBackend::with_chaos(Chaos::new(seed)),
+                None => HostBackend::new(),
+            };
+            run_on(
+                &HostDevice::new(host, layout),
+                "host".into(),
+                config,
+                batch_bytes,
+            )
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn run_cuda(config: &DemoConfig, layout: Layout, batch_bytes: usize) -> Result<DemoReport> {
+    let gpu = crate::backend::cuda::CudaBackend::new(0)?;
+    let name = gpu.device_name()?;
+    run_on(
+        &cuda_device::CudaDevice::new(gpu, layout)?,
+        name,
+        config,
+        batch_bytes,
+    )
+}
+
+#[cfg(not(feature = "cuda"))]
+fn run_cuda(_: &DemoConfig, _: Layout, _: usize) -> Result<DemoReport> {
+    Err(Error::NoDevice(
+        "seqsync was built without the `cuda` feature".into(),
+    ))
+}
+
+fn run_on<D: Device>(
+    dev: &D,
+    device: String,
+    config: &DemoConfig,
+    batch_bytes: usize,
+) -> Result<DemoReport> {
+    let gb = |secs: f64, batches: i64| batches as f64 * batch_bytes as f64 / secs / 1e9;
+    let t0 = Instant::now();
+    let spans = config.trace.then(|| HostSpans::new(t0));
+    let progress = config.progress.clone();
+    let batches = config.batches;
+    let report_progress = move |done: i64| {
+        if let Some(p) = &progress {
+            p(done, batches);
+        }
+    };
+    // Warm up (module load, first launches, allocations touched) outside the timed run.
+    let warm = RunOptions {
+        batches: batches.min(4),
+        variant: config.variant,
+        host_slots: config.host_slots,
+        drop: None,
+        spans: None,
+        progress: None,
+    };
+    pipeline::run(dev, &warm)?;
+    let opt = RunOptions {
+        batches,
+        variant: config.variant,
+        host_slots: config.host_slots,
+        drop: config.drop_wait,
+        spans: spans.as_ref(),
+        progress: Some(&report_progress),
+    };
+    let (wall, v) = pipeline::run(dev, &opt)?;
+    let trace = match &spans {
+        Some(s) => {
+            let device_spans = trace::spans_from_marks(dev.take_marks(t0)?);
+            Some(trace::to_chrome_json(&device_spans, &s.take()))
+        }
+        None => None,
+    };
+    let gbps = gb(wall.as_secs_f64(), batches);
+    let mut report = DemoReport {
+        backend: if device == "host" { "host" } else { "cuda" },
+        device,
+        variant: config.variant,
+        batches,
+        batch_bytes,
+        nin: config.nin,
+        nx: config.nx,
+        ny: config.ny,
+        nout: config.nout,
+        intensity: config.intensity,
+        chaos: config.chaos,
+        verified: v.matched,
+        wrong: v.wrong.len() as i64,
+        wrong_seqs: v.wrong.iter().copied().take(20).collect(),
+        missing: v.missing,
+        duplicated: v.duplicated,
+        wall_s: wall.as_secs_f64(),
+        gbps,
+        stages: Vec::new(),
+        bound_gbps: None,
+        bound_stage: None,
+        compute_bound_gbps: None,
+        ratio_to_bound: None,
+        serialized_gbps: None,
+        handrolled_gbps: None,
+        ratio_to_serialized: None,
+        ratio_to_handrolled: None,
+        trace,
+    };
+    if config.baselines {
+        add_baselines(dev, config, &mut report, gb)?;
+    }
+    Ok(report)
+}
+
+fn add_baselines<D: Device>(
+    dev: &D,
+    config: &DemoConfig,
+    report: &mut DemoReport,
+    gb: impl Fn(f64, i64) -> f64,
+) -> Result<()> {
+    let stages = baseline::stages(dev, config.batches.min(200))?;
+    let slowest = stages
+        .iter()
+        .max_by(|a, b| a.seconds_per_batch.total_cmp(&b.seconds_per_batch))
+        .expect("five stages");
+    let compute: f64 = stages
+        .iter()
+        .filter(|s| matches!(s.stage, "f" | "g" | "h"))
+        .map(|s| s.seconds_per_batch)
+        .sum();
+    let bound = gb(slowest.seconds_per_batch, 1);
+    report.bound_gbps = Some(bound);
+    report.bound_stage = Some(slowest.stage);
+    report.compute_bound_gbps = Some(gb(compute, 1).min(bound));
+    report.ratio_to_bound = Some(report.gbps / bound);
+    report.stages = stages;
+    let (serial, sv) = baseline::serialized(dev, config.batches)?;
+    let (hand, hv) = baseline::handrolled(dev, config.batches)?;
+    check_baseline("serialized", &sv, config.batches)?;
+    check_baseline("hand-rolled", &hv, config.batches)?;
+    let serial = gb(serial.as_secs_f64(), config.batches);
+    let hand = gb(hand.as_secs_f64(), config.batches);
+    report.serialized_gbps = Some(serial);
+    report.handrolled_gbps = Some(hand);
+    report.ratio_to_serialized = Some(report.gbps / serial);
+    report.ratio_to_handrolled = Some(report.gbps / hand);
+    Ok(())
+}
+
+fn check_baseline(name: &str, v: &Verification, batches: i64) -> Result<()> {
+    if v.matched != batches {
+        return Err(Error::invalid(
+            "demo",
+            format!(
+                "the {name} baseline verified only {} of {batches} batches",
+                v.matched
+            ),
+        ));
+    }
+    Ok(())
+}
