@@ -1,0 +1,169 @@
+//! The seed's pipeline on the host backend: every batch verified, with and without chaos, in
+//! every variant; a dropped wait is caught; bad configs are named errors.
+
+use seqsync::demo::{run, DemoConfig, DroppedWait, Variant};
+use seqsync::{BackendKind, Error};
+
+fn config() -> DemoConfig {
+    DemoConfig {
+        backend: BackendKind::Host,
+        batches: 60,
+        batch_bytes: Some(32 << 10),
+        baselines: false,
+        ..DemoConfig::default()
+    }
+}
+
+#[test]
+fn every_batch_verifies_on_host() {
+    let r = run(&DemoConfig {
+        baselines: true,
+        ..config()
+    })
+    .unwrap();
+    assert!(r.all_verified(), "{r:?}");
+    assert_eq!(r.verified, 60);
+    assert!(r.bound_gbps.is_some() && r.serialized_gbps.is_some() && r.handrolled_gbps.is_some());
+}
+
+#[test]
+fn every_batch_verifies_under_chaos() {
+    for seed in [1, 2] {
+        let r = run(&DemoConfig {
+            chaos: Some(seed),
+            ..config()
+        })
+        .unwrap();
+        assert!(r.all_verified(), "seed {seed}: {r:?}");
+    }
+}
+
+#[test]
+fn odd_ring_sizes_verify_under_chaos() {
+    let r = run(&DemoConfig {
+        chaos: Some(9),
+        nin: 3,
+        nx: 1,
+        ny: 4,
+        nout: 2,
+        ..config()
+    })
+    .unwrap();
+    assert!(r.all_verified(), "{r:?}");
+}
+
+#[test]
+fn variant_keep_input_verifies_under_chaos() {
+    let r = run(&DemoConfig {
+        chaos: Some(4),
+        variant: Variant::KeepInput,
+        ..config()
+    })
+    .unwrap();
+    assert!(r.all_verified(), "{r:?}");
+}
+
+#[test]
+fn variant_host_ring_verifies_under_chaos() {
+    let r = run(&DemoConfig {
+        chaos: Some(5),
+        variant: Variant::HostRing,
+        host_slots: 3,
+        ..config()
+    })
+    .unwrap();
+    assert!(r.all_verified(), "{r:?}");
+}
+
+/// The check can fail: without the g2h copy's wait on h, the copy reads `out` before h wrote it.
+#[test]
+fn dropping_a_wait_fails_verification_under_chaos() {
+    let r = run(&DemoConfig {
+        chaos: Some(3),
+        batches: 200,
+        drop_wait: Some(DroppedWait::CopyOutWaitsH),
+        ..config()
+    })
+    .unwrap();
+    assert!(
+        !r.all_verified(),
+        "a pipeline without the copy's wait on h verified: {r:?}"
+    );
+    assert!(r.wrong > 0);
+}
+
+#[test]
+fn dropping_the_process_synchronize_fails_verification() {
+    let r = run(&DemoConfig {
+        chaos: Some(3),
+        drop_wait: Some(DroppedWait::ProcessSyncs),
+        ..config()
+    })
+    .unwrap();
+    assert!(r.wrong > 0, "{r:?}");
+}
+
+#[test]
+fn trace_has_stream_and_thread_tracks() {
+    let r = run(&DemoConfig {
+        trace: true,
+        batches: 8,
+        ..config()
+    })
+    .unwrap();
+    let t = r.trace.expect("trace requested");
+    let events = t["traceEvents"].as_array().unwrap();
+    let names: Vec<&str> = events
+        .iter()
+        .filter(|e| e["name"] == "thread_name")
+        .map(|e| e["args"]["name"].as_str().unwrap())
+        .collect();
+    for lane in [
+        "s_h2g",
+        "s_f",
+        "s_g",
+        "s_h",
+        "s_g2h",
+        "thread h2g",
+        "thread g2h",
+    ] {
+        assert!(names.contains(&lane), "no track {lane} in {names:?}");
+    }
+    let spans = events.iter().filter(|e| e["ph"] == "X").count();
+    assert!(spans >= 8 * 5, "{spans} spans");
+}
+
+fn invalid(c: DemoConfig) -> String {
+    match run(&c) {
+        Err(e @ Error::InvalidArgument { .. }) => e.to_string(),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+}
+
+#[test]
+fn zero_slot_count_is_an_error() {
+    assert!(invalid(DemoConfig { nx: 0, ..config() }).contains("--nx must be at least 1"));
+}
+
+#[test]
+fn partial_element_batch_is_an_error() {
+    assert!(invalid(DemoConfig {
+        batch_bytes: Some(4097),
+        ..config()
+    })
+    .contains("whole number"));
+}
+
+#[test]
+fn chaos_needs_the_host_backend() {
+    let e = run(&DemoConfig {
+        backend: BackendKind::Cuda,
+        chaos: Some(1),
+        ..config()
+    })
+    .unwrap_err();
+    assert!(
+        matches!(e, Error::InvalidArgument { .. } | Error::NoDevice(_)),
+        "{e}"
+    );
+}
