@@ -80,7 +80,10 @@ fn rerecord_after_a_wait_does_not_change_the_earlier_wait() {
     assert!(c.is_clean(), "{}", c.report());
     c.access(t, b, Access::read("reader", "y", 0, 0));
     let h = only(&c);
-    assert_eq!((h.buffer.as_str(), h.earlier.stage.as_str()), ("y", "second"));
+    assert_eq!(
+        (h.buffer.as_str(), h.earlier.stage.as_str()),
+        ("y", "second")
+    );
 
     // A wait made after the re-record does order it.
     let c2 = HazardChecker::new();
@@ -132,7 +135,10 @@ fn unordered_write_after_write_is_reported() {
 fn unordered_write_after_read_is_reported() {
     let h = unordered_pair(AccessKind::Read, AccessKind::Write);
     assert_eq!(h.kind, HazardKind::WriteAfterRead);
-    assert_eq!((h.earlier.kind, h.later.kind), (AccessKind::Read, AccessKind::Write));
+    assert_eq!(
+        (h.earlier.kind, h.later.kind),
+        (AccessKind::Read, AccessKind::Write)
+    );
     assert_eq!(
         h.to_string(),
         "stage f (stream s_f) writes x[1] for seq 3, \
@@ -148,7 +154,10 @@ fn unordered_read_after_write_is_reported() {
         (h.buffer.as_str(), h.slot, h.earlier.seq, h.later.seq),
         ("x", 1, 1, 3)
     );
-    assert_eq!((h.earlier.actor.as_str(), h.later.actor.as_str()), ("s_h", "s_f"));
+    assert_eq!(
+        (h.earlier.actor.as_str(), h.later.actor.as_str()),
+        ("s_h", "s_f")
+    );
     assert_eq!(
         h.to_string(),
         "stage f (stream s_f) reads x[1] for seq 3, \
@@ -178,8 +187,14 @@ fn repeated_races_of_one_pair_are_counted_not_repeated() {
     let hazards = c.hazards();
     // r after w (RAW) 4 times; w after r (WAR) 3 times.
     assert_eq!(hazards.len(), 2, "{}", c.report());
-    assert_eq!((hazards[0].kind, hazards[0].count), (HazardKind::ReadAfterWrite, 4));
-    assert_eq!((hazards[1].kind, hazards[1].count), (HazardKind::WriteAfterRead, 3));
+    assert_eq!(
+        (hazards[0].kind, hazards[0].count),
+        (HazardKind::ReadAfterWrite, 4)
+    );
+    assert_eq!(
+        (hazards[1].kind, hazards[1].count),
+        (HazardKind::WriteAfterRead, 3)
+    );
     assert!(hazards[0].to_string().ends_with(" (4 times)"));
 }
 
@@ -213,7 +228,12 @@ fn validating_backend_names_the_calling_thread() {
 
 fn only(c: &HazardChecker) -> Hazard {
     let hazards = c.hazards();
-    assert_eq!(hazards.len(), 1, "expected one hazard, got:\n{}", c.report());
+    assert_eq!(
+        hazards.len(),
+        1,
+        "expected one hazard, got:\n{}",
+        c.report()
+    );
     hazards.into_iter().next().unwrap()
 }
 
@@ -485,7 +505,12 @@ fn seed_pipeline_removed_waits_are_reported_under_chaos() {
 fn seed_pipeline_reports_name_stage_stream_buffer_and_seq() {
     let hazards = seed_pipeline(SIZES[0], Some(HWaitsF), HostBackend::new());
     let first = &hazards[0];
-    assert_eq!(first.kind, HazardKind::ReadAfterWrite, "{}", lines(&hazards));
+    assert_eq!(
+        first.kind,
+        HazardKind::ReadAfterWrite,
+        "{}",
+        lines(&hazards)
+    );
     assert_eq!(
         first.to_string(),
         "stage h (stream s_h) reads x[0] for seq 0, \

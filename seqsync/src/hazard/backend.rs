@@ -165,7 +165,9 @@ impl<B: Backend> Backend for ValidatingBackend<B> {
         interrupt: &dyn Interrupt,
     ) -> Result<SyncOutcome> {
         let snapshot = self.checker.snapshot(event.id);
-        let outcome = self.inner.synchronize_interruptible(&event.inner, interrupt)?;
+        let outcome = self
+            .inner
+            .synchronize_interruptible(&event.inner, interrupt)?;
         if outcome == SyncOutcome::Complete {
             let by = self.checker.current_thread();
             self.checker.join_thread(by, snapshot.as_ref());

@@ -289,21 +289,30 @@ impl State {
     fn actor(&self, id: ActorId) -> &ActorInfo {
         let n = self.actors.len();
         self.actors.get(id.index()).unwrap_or_else(|| {
-            panic!("hazard checker: actor #{} is not registered here ({n} actors)", id.0)
+            panic!(
+                "hazard checker: actor #{} is not registered here ({n} actors)",
+                id.0
+            )
         })
     }
 
     fn actor_mut(&mut self, id: ActorId) -> &mut ActorInfo {
         let n = self.actors.len();
         self.actors.get_mut(id.index()).unwrap_or_else(|| {
-            panic!("hazard checker: actor #{} is not registered here ({n} actors)", id.0)
+            panic!(
+                "hazard checker: actor #{} is not registered here ({n} actors)",
+                id.0
+            )
         })
     }
 
     fn event_mut(&mut self, id: EventId) -> &mut Option<VectorClock> {
         let n = self.events.len();
         self.events.get_mut(id.0 as usize).unwrap_or_else(|| {
-            panic!("hazard checker: event #{} is not registered here ({n} events)", id.0)
+            panic!(
+                "hazard checker: event #{} is not registered here ({n} events)",
+                id.0
+            )
         })
     }
 
