@@ -199,7 +199,7 @@ fn repeated_races_of_one_pair_are_counted_not_repeated() {
 }
 
 #[test]
-#[should_panic(expected = "host thread a makes a access on host thread b")]
+#[should_panic(expected = "host thread a makes a access on host thread b; only a stream")]
 fn a_thread_cannot_access_for_another_thread() {
     let c = HazardChecker::new();
     let (a, b) = (c.add_thread("a"), c.add_thread("b"));

@@ -190,7 +190,8 @@ impl HazardChecker {
         self.lock().actor(actor).name.clone()
     }
 
-    /// A new, never-recorded event (its snapshot is empty).
+    /// A new, never-recorded event (its snapshot is empty). The checker keeps every event's
+    /// snapshot for its own lifetime.
     pub fn new_event(&self) -> EventId {
         let mut state = self.lock();
         state.events.push(None);
@@ -205,7 +206,7 @@ impl HazardChecker {
     /// If `by` is not a host thread, or `on` is another host thread.
     pub fn access(&self, by: ActorId, on: ActorId, access: Access) {
         let mut state = self.lock();
-        state.enqueue(by, on, "access");
+        state.enqueue(by, on, "access", true);
         state.check(on, access);
     }
 
@@ -216,7 +217,7 @@ impl HazardChecker {
     /// If `by` is not a host thread or `stream` not a stream.
     pub fn record(&self, by: ActorId, event: EventId, stream: ActorId) {
         let mut state = self.lock();
-        state.enqueue(by, stream, "record");
+        state.enqueue(by, stream, "record", false);
         let snapshot = state.actor(stream).clock.clone();
         *state.event_mut(event) = Some(snapshot);
     }
@@ -227,7 +228,7 @@ impl HazardChecker {
     /// If `by` is not a host thread or `stream` not a stream.
     pub fn stream_wait(&self, by: ActorId, stream: ActorId, event: EventId) {
         let mut state = self.lock();
-        state.enqueue(by, stream, "stream wait");
+        state.enqueue(by, stream, "stream wait", false);
         if let Some(snapshot) = state.event_mut(event).clone() {
             state.actor_mut(stream).clock.join(&snapshot);
         }
@@ -325,17 +326,18 @@ impl State {
         );
     }
 
-    /// Host thread `by` enqueues on `on`: `on` joins `by`'s clock.
-    fn enqueue(&mut self, by: ActorId, on: ActorId, what: &str) {
+    /// Host thread `by` enqueues on `on`: `on` joins `by`'s clock. `on == by` is allowed only
+    /// for a thread's own access.
+    fn enqueue(&mut self, by: ActorId, on: ActorId, what: &str, own_allowed: bool) {
         self.expect_thread(by, what);
-        if by == on {
+        if by == on && own_allowed {
             return;
         }
         let target = self.actor(on);
         assert!(
             target.kind == ActorKind::Stream,
-            "hazard checker: host thread {} makes a {what} on host thread {}; a thread acts \
-             only for itself",
+            "hazard checker: host thread {} makes a {what} on host thread {}; only a stream \
+             takes a {what} from a thread (a thread accesses only for itself)",
             self.actor(by).name,
             target.name
         );
