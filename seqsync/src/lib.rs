@@ -12,6 +12,7 @@
 //! | backend | [`backend`] | streams and events: [`HostBackend`] (worker threads), `CudaBackend` (cudarc), [`AnyBackend`] (picked at run time) |
 //! | ring | [`EventRingbuf`] | one producer records an event per seq; consumers wait on it from streams or host threads |
 //! | pipeline | [`pipeline`] | declare threads, streams, buffers and stages; seqsync derives every ring, proves the schedule deadlock-free |
+//! | hazard | [`hazard`] | validation mode: a backend wrapper that tracks happens-before with vector clocks and reports unordered buffer accesses |
 //!
 //! ```
 //! use seqsync::{Blocking, EventRingbuf, HostBackend};
@@ -34,6 +35,7 @@
 pub mod backend;
 pub mod demo;
 mod error;
+pub mod hazard;
 pub mod pipeline;
 mod primitive;
 mod ring;

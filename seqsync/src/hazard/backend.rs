@@ -1,0 +1,189 @@
+//! [`ValidatingBackend`]: wraps any [`Backend`], forwards every call to it, and feeds a
+//! [`HazardChecker`] with the ordering each call creates.
+
+use std::sync::Arc;
+
+use super::checker::{Access, EventId, HazardChecker};
+use super::clock::ActorId;
+use crate::backend::host::{HostBackend, HostStream};
+use crate::backend::{Backend, EventOptions, Interrupt, SyncOutcome};
+use crate::error::Result;
+
+/// A backend that checks for hazards: every record, stream wait, host synchronize (and query
+/// that reports completion) goes to the inner backend and to a shared [`HazardChecker`];
+/// accesses are declared with [`access`](Self::access) and [`host_access`](Self::host_access).
+///
+/// The calling host thread is identified by [`std::thread::current`] (its name, or its id when
+/// unnamed). Because it implements [`Backend`], an
+/// [`EventRingbuf`](crate::EventRingbuf)`<ValidatingBackend<_>>` feeds the checker through its
+/// own records, waits and synchronizes. Use streams and events of one `ValidatingBackend` (and
+/// its clones) only: their actor and event ids belong to its checker.
+///
+/// See the [module docs](super) for an example.
+#[derive(Debug, Clone)]
+pub struct ValidatingBackend<B: Backend> {
+    inner: B,
+    checker: Arc<HazardChecker>,
+}
+
+/// A stream of a [`ValidatingBackend`]: the inner stream plus its actor in the checker.
+#[derive(Debug)]
+pub struct ValidatingStream<S> {
+    inner: S,
+    actor: ActorId,
+    name: String,
+}
+
+impl<S> ValidatingStream<S> {
+    /// The inner backend's stream (launch work on it).
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    /// The stream's actor in the checker.
+    pub fn actor(&self) -> ActorId {
+        self.actor
+    }
+
+    /// The name the stream was wrapped with (as it appears in reports).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// An event of a [`ValidatingBackend`]: the inner event plus its id in the checker.
+#[derive(Debug)]
+pub struct ValidatingEvent<E> {
+    inner: E,
+    id: EventId,
+}
+
+impl<E> ValidatingEvent<E> {
+    /// The inner backend's event.
+    pub fn inner(&self) -> &E {
+        &self.inner
+    }
+
+    /// The event's id in the checker.
+    pub fn id(&self) -> EventId {
+        self.id
+    }
+}
+
+impl<B: Backend> ValidatingBackend<B> {
+    /// Wrap `inner`, with a new checker.
+    pub fn new(inner: B) -> Self {
+        Self::with_checker(inner, Arc::new(HazardChecker::new()))
+    }
+
+    /// Wrap `inner`, feeding an existing `checker`.
+    pub fn with_checker(inner: B, checker: Arc<HazardChecker>) -> Self {
+        ValidatingBackend { inner, checker }
+    }
+
+    /// The wrapped backend.
+    pub fn inner(&self) -> &B {
+        &self.inner
+    }
+
+    /// The checker this backend feeds.
+    pub fn checker(&self) -> &Arc<HazardChecker> {
+        &self.checker
+    }
+
+    /// Wrap a stream of the inner backend, registering it as an actor named `name`.
+    pub fn wrap_stream(&self, inner: B::Stream, name: &str) -> ValidatingStream<B::Stream> {
+        ValidatingStream {
+            inner,
+            actor: self.checker.add_stream(name),
+            name: name.to_owned(),
+        }
+    }
+
+    /// The calling thread enqueues `access` on `stream` (call it where the work is launched,
+    /// before the stream's next record).
+    pub fn access(&self, stream: &ValidatingStream<B::Stream>, access: Access) {
+        let by = self.checker.current_thread();
+        self.checker.access(by, stream.actor, access);
+    }
+
+    /// The calling thread makes `access` itself, on the host.
+    pub fn host_access(&self, access: Access) {
+        let by = self.checker.current_thread();
+        self.checker.access(by, by, access);
+    }
+}
+
+impl ValidatingBackend<HostBackend> {
+    /// Start a new host stream named `name` and wrap it.
+    pub fn new_stream(&self, name: &str) -> ValidatingStream<HostStream> {
+        self.wrap_stream(self.inner.new_stream(name), name)
+    }
+}
+
+impl<B: Backend> Backend for ValidatingBackend<B> {
+    type Stream = ValidatingStream<B::Stream>;
+    type Event = ValidatingEvent<B::Event>;
+
+    /// The inner backend's name.
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn create_event(&self, options: EventOptions) -> Result<Self::Event> {
+        Ok(ValidatingEvent {
+            inner: self.inner.create_event(options)?,
+            id: self.checker.new_event(),
+        })
+    }
+
+    fn record(&self, event: &Self::Event, stream: &Self::Stream) -> Result<()> {
+        self.inner.record(&event.inner, &stream.inner)?;
+        let by = self.checker.current_thread();
+        self.checker.record(by, event.id, stream.actor);
+        Ok(())
+    }
+
+    fn wait(&self, stream: &Self::Stream, event: &Self::Event) -> Result<()> {
+        self.inner.wait(&stream.inner, &event.inner)?;
+        let by = self.checker.current_thread();
+        self.checker.stream_wait(by, stream.actor, event.id);
+        Ok(())
+    }
+
+    fn synchronize(&self, event: &Self::Event) -> Result<()> {
+        let snapshot = self.checker.snapshot(event.id);
+        self.inner.synchronize(&event.inner)?;
+        let by = self.checker.current_thread();
+        self.checker.join_thread(by, snapshot.as_ref());
+        Ok(())
+    }
+
+    fn synchronize_interruptible(
+        &self,
+        event: &Self::Event,
+        interrupt: &dyn Interrupt,
+    ) -> Result<SyncOutcome> {
+        let snapshot = self.checker.snapshot(event.id);
+        let outcome = self
+            .inner
+            .synchronize_interruptible(&event.inner, interrupt)?;
+        if outcome == SyncOutcome::Complete {
+            let by = self.checker.current_thread();
+            self.checker.join_thread(by, snapshot.as_ref());
+        }
+        Ok(outcome)
+    }
+
+    /// Forwards; a `true` answer orders the calling thread after the event, as a synchronize
+    /// does.
+    fn query(&self, event: &Self::Event) -> Result<bool> {
+        let snapshot = self.checker.snapshot(event.id);
+        let done = self.inner.query(&event.inner)?;
+        if done {
+            let by = self.checker.current_thread();
+            self.checker.join_thread(by, snapshot.as_ref());
+        }
+        Ok(done)
+    }
+}
