@@ -87,7 +87,7 @@ struct DemoArgs {
     drop_wait: Option<DroppedWait>,
 }
 
-fn parse_backend(s: &str) -> Result<BackendKind, String> {
+pub(crate) fn parse_backend(s: &str) -> Result<BackendKind, String> {
     s.parse().map_err(|e: seqsync::Error| e.to_string())
 }
 fn parse_variant(s: &str) -> Result<Variant, String> {

@@ -33,6 +33,7 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+pub mod bench;
 pub mod demo;
 mod error;
 pub mod hazard;

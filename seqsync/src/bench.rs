@@ -1,0 +1,423 @@
+//! Benchmarks of the ring against the raw backend calls, measured in the same run
+//! (`seqsync bench`). These machines are noisy: every figure is a median over many rounds,
+//! and rounds of the ring and of the raw call alternate so that both see the same noise.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::backend::{Backend, EventOptions};
+use crate::error::Result;
+use crate::{Blocking, EventRingbuf};
+
+/// One comparison: nanoseconds per operation, ring and raw, and their ratio.
+#[derive(Debug, Clone, Serialize)]
+pub struct OpRow {
+    /// What was measured.
+    pub name: String,
+    /// The ring's median nanoseconds per operation.
+    pub ring_ns: f64,
+    /// The raw backend call's median nanoseconds per operation.
+    pub raw_ns: f64,
+    /// `ring_ns / raw_ns`.
+    pub ratio: f64,
+}
+
+/// A host synchronize on a wait of known length.
+#[derive(Debug, Clone, Serialize)]
+pub struct SyncRow {
+    /// "short" or "long", with the wait's length.
+    pub wait: String,
+    /// How the host waited.
+    pub method: String,
+    /// Median time from launching the wait's work to the synchronize returning, minus the
+    /// work's own length: launch cost plus wake-up latency.
+    pub excess_us: f64,
+    /// CPU time the waiting thread used, per wait.
+    pub cpu_ms: f64,
+    /// The wait's length in milliseconds.
+    pub wait_ms: f64,
+}
+
+/// Everything `seqsync bench` measures.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    /// "host" or "cuda".
+    pub backend: String,
+    /// The device's name.
+    pub device: String,
+    /// Per-operation costs.
+    pub ops: Vec<OpRow>,
+    /// Host synchronize latency and CPU use.
+    pub sync: Vec<SyncRow>,
+}
+
+/// How much to measure.
+#[derive(Debug, Clone, Copy)]
+pub struct BenchConfig {
+    /// Operations per timed round.
+    pub per_round: usize,
+    /// Rounds (the median is taken over rounds).
+    pub rounds: usize,
+    /// Seqs in the four-consumer-thread run.
+    pub threaded_seqs: i64,
+    /// Repetitions of each synchronize-latency case.
+    pub sync_reps: usize,
+}
+
+impl Default for BenchConfig {
+    fn default() -> Self {
+        BenchConfig {
+            per_round: 256,
+            rounds: 400,
+            threaded_seqs: 100_000,
+            sync_reps: 20,
+        }
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn row(name: &str, ring: Vec<f64>, raw: Vec<f64>) -> OpRow {
+    let (ring_ns, raw_ns) = (median(ring), median(raw));
+    OpRow {
+        name: name.to_owned(),
+        ring_ns,
+        raw_ns,
+        ratio: ring_ns / raw_ns,
+    }
+}
+
+/// The CPU time the calling thread has used so far.
+pub fn thread_cpu_time() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer; CLOCK_THREAD_CPUTIME_ID is always supported on Linux.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Single-threaded costs: `record`, `wait`, and `synchronize` of a completed seq, ring against
+/// raw call, `per_round` calls per timed round.
+pub fn single_thread<B: Backend>(
+    b: &B,
+    producer: &B::Stream,
+    consumer: &B::Stream,
+    sync_stream: impl Fn(&B::Stream) -> Result<()>,
+    cfg: &BenchConfig,
+) -> Result<Vec<OpRow>> {
+    let n = cfg.per_round;
+    let events = (0..n)
+        .map(|_| b.create_event(EventOptions::default()))
+        .collect::<Result<Vec<_>>>()?;
+    // One ring for record/wait (one consumer: the stream wait), one for synchronize.
+    let ring = EventRingbuf::new(b, "bench", 1, n)?;
+    let sync_ring = EventRingbuf::new(b, "bench-sync", 1, n)?;
+    let (mut rec, mut rec_raw, mut wait, mut wait_raw, mut sync, mut sync_raw) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    let per_op = |t: Instant| t.elapsed().as_nanos() as f64 / n as f64;
+    let mut seq = 0i64;
+    let mut sync_seq = 0i64;
+    for round in 0..cfg.rounds + 5 {
+        let keep = round >= 5; // warm-up rounds are dropped
+                               // raw record, raw wait
+        let t = Instant::now();
+        for e in &events {
+            b.record(e, producer)?;
+        }
+        let r1 = per_op(t);
+        let t = Instant::now();
+        for e in &events {
+            b.wait(consumer, e)?;
+        }
+        let r2 = per_op(t);
+        // ring record, ring wait
+        let t = Instant::now();
+        for i in 0..n as i64 {
+            ring.record(producer, seq + i, Blocking::No)?;
+        }
+        let r3 = per_op(t);
+        let t = Instant::now();
+        for i in 0..n as i64 {
+            ring.wait(consumer, seq + i, Blocking::No)?;
+        }
+        let r4 = per_op(t);
+        seq += n as i64;
+        // synchronize on completed work
+        for i in 0..n as i64 {
+            sync_ring.record(producer, sync_seq + i, Blocking::No)?;
+        }
+        sync_stream(producer)?;
+        sync_stream(consumer)?;
+        let t = Instant::now();
+        for e in &events {
+            b.synchronize(e)?;
+        }
+        let r5 = per_op(t);
+        let t = Instant::now();
+        for i in 0..n as i64 {
+            sync_ring.synchronize(sync_seq + i, Blocking::No)?;
+        }
+        let r6 = per_op(t);
+        sync_seq += n as i64;
+        if keep {
+            rec_raw.push(r1);
+            wait_raw.push(r2);
+            rec.push(r3);
+            wait.push(r4);
+            sync_raw.push(r5);
+            sync.push(r6);
+        }
+    }
+    Ok(vec![
+        row("record", rec, rec_raw),
+        row("wait (stream wait)", wait, wait_raw),
+        row("synchronize (completed seq)", sync, sync_raw),
+    ])
+}
+
+/// One producer, four consumer threads each making its own stream wait on every seq: the ring
+/// (blocking calls) against the same handshake written by hand with raw events and a shared
+/// counter. Nanoseconds per seq.
+pub fn four_consumers<B: Backend>(
+    b: &B,
+    streams: &[B::Stream; 5],
+    sync_stream: impl Fn(&B::Stream) -> Result<()>,
+    cfg: &BenchConfig,
+) -> Result<OpRow> {
+    let nseq = cfg.threaded_seqs;
+    let size = 64usize;
+    let (mut ring_ns, mut raw_ns) = (vec![], vec![]);
+    for _ in 0..3 {
+        // Ring.
+        let ring = EventRingbuf::new(b, "bench4", 4, size)?;
+        let t = Instant::now();
+        std::thread::scope(|s| -> Result<()> {
+            let consumers: Vec<_> = streams[1..]
+                .iter()
+                .map(|st| {
+                    let ring = &ring;
+                    s.spawn(move || -> Result<()> {
+                        for seq in 0..nseq {
+                            ring.wait(st, seq, Blocking::Yes)?;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            for seq in 0..nseq {
+                ring.record(&streams[0], seq, Blocking::Yes)?;
+            }
+            for c in consumers {
+                c.join().expect("consumer panicked")?;
+            }
+            Ok(())
+        })?;
+        ring_ns.push(t.elapsed().as_nanos() as f64 / nseq as f64);
+        for st in streams {
+            sync_stream(st)?;
+        }
+        // Raw: events indexed by seq % size, a "recorded up to" counter, and per-consumer
+        // "waited up to" counters the producer checks before re-recording a slot. Spinning
+        // with yield: the fastest hand-written handshake.
+        let events = (0..size)
+            .map(|_| b.create_event(EventOptions::default()))
+            .collect::<Result<Vec<_>>>()?;
+        let recorded = AtomicI64::new(0);
+        let waited: [AtomicI64; 4] = Default::default();
+        let t = Instant::now();
+        std::thread::scope(|s| -> Result<()> {
+            let consumers: Vec<_> = streams[1..]
+                .iter()
+                .zip(&waited)
+                .map(|(st, done)| {
+                    let (events, recorded) = (&events, &recorded);
+                    s.spawn(move || -> Result<()> {
+                        for seq in 0..nseq {
+                            while recorded.load(Ordering::Acquire) <= seq {
+                                std::thread::yield_now();
+                            }
+                            b.wait(st, &events[seq as usize % size])?;
+                            done.store(seq + 1, Ordering::Release);
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            for seq in 0..nseq {
+                let oldest = seq - size as i64 + 1;
+                while waited.iter().any(|w| w.load(Ordering::Acquire) < oldest) {
+                    std::thread::yield_now();
+                }
+                b.record(&events[seq as usize % size], &streams[0])?;
+                recorded.store(seq + 1, Ordering::Release);
+            }
+            for c in consumers {
+                c.join().expect("consumer panicked")?;
+            }
+            Ok(())
+        })?;
+        raw_ns.push(t.elapsed().as_nanos() as f64 / nseq as f64);
+        for st in streams {
+            sync_stream(st)?;
+        }
+    }
+    Ok(row(
+        "record + 4 consumer threads' waits, per seq",
+        ring_ns,
+        raw_ns,
+    ))
+}
+
+/// Wake-up latency and CPU use of a host synchronize on work of length `wait`: spinning on
+/// `query`, the ring's `synchronize`, and (if given) another plain synchronize.
+pub fn sync_latency<B: Backend>(
+    b: &B,
+    stream: &B::Stream,
+    busy: impl Fn(&B::Stream, Duration) -> Result<()>,
+    wait: Duration,
+    label: &str,
+    reps: usize,
+) -> Result<Vec<SyncRow>> {
+    let ev = b.create_event(EventOptions::default())?;
+    let ring = EventRingbuf::new(b, "latency", 1, 1)?;
+    let mut rows = Vec::new();
+    let mut seq = 0i64;
+    for method in ["spin (query loop)", "ring synchronize"] {
+        let (mut excess, mut cpu) = (vec![], vec![]);
+        for _ in 0..reps {
+            let c0 = thread_cpu_time();
+            let t0 = Instant::now();
+            busy(stream, wait)?;
+            if method.starts_with("spin") {
+                b.record(&ev, stream)?;
+                while !b.query(&ev)? {
+                    std::hint::spin_loop();
+                }
+            } else {
+                ring.record(stream, seq, Blocking::No)?;
+                ring.synchronize(seq, Blocking::No)?;
+                seq += 1;
+            }
+            let total = t0.elapsed();
+            excess.push(total.saturating_sub(wait).as_secs_f64() * 1e6);
+            cpu.push((thread_cpu_time() - c0).as_secs_f64() * 1e3);
+        }
+        rows.push(SyncRow {
+            wait: label.to_owned(),
+            method: method.to_owned(),
+            excess_us: median(excess),
+            cpu_ms: median(cpu),
+            wait_ms: wait.as_secs_f64() * 1e3,
+        });
+    }
+    Ok(rows)
+}
+
+/// Run every measurement on the backend `kind` picks.
+pub fn run(kind: crate::BackendKind, cfg: &BenchConfig) -> Result<BenchReport> {
+    match crate::AnyBackend::new(kind)? {
+        crate::AnyBackend::Host(h) => run_host(&h, cfg),
+        #[cfg(feature = "cuda")]
+        crate::AnyBackend::Cuda(c) => run_cuda(&c, cfg),
+    }
+}
+
+fn run_host(h: &crate::HostBackend, cfg: &BenchConfig) -> Result<BenchReport> {
+    let mk = |i: usize| h.new_stream(&format!("bench{i}"));
+    let sync = |s: &crate::backend::host::HostStream| s.synchronize();
+    let (p, c) = (mk(0), mk(1));
+    let mut ops = single_thread(h, &p, &c, sync, cfg)?;
+    let streams = [mk(2), mk(3), mk(4), mk(5), mk(6)];
+    ops.push(four_consumers(h, &streams, sync, cfg)?);
+    let busy = |s: &crate::backend::host::HostStream, d: Duration| {
+        s.launch(move || std::thread::sleep(d));
+        Ok(())
+    };
+    let mut rows = sync_latency(
+        h,
+        &p,
+        busy,
+        Duration::from_micros(50),
+        "short (50 us)",
+        cfg.sync_reps * 5,
+    )?;
+    rows.extend(sync_latency(
+        h,
+        &p,
+        busy,
+        Duration::from_millis(100),
+        "long (100 ms)",
+        cfg.sync_reps.div_ceil(4),
+    )?);
+    Ok(BenchReport {
+        backend: "host".into(),
+        device: "host".into(),
+        ops,
+        sync: rows,
+    })
+}
+
+#[cfg(feature = "cuda")]
+fn run_cuda(gpu: &crate::backend::cuda::CudaBackend, cfg: &BenchConfig) -> Result<BenchReport> {
+    use cudarc::driver::{LaunchConfig, PushKernelArg};
+    const SPIN: &str = r#"
+extern "C" __global__ void spin_ns(unsigned long long ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < ns);
+}
+"#;
+    let spin = gpu.load_kernels(SPIN, &["spin_ns"])?.remove(0);
+    let mk = || gpu.new_stream();
+    let sync = |s: &std::sync::Arc<cudarc::driver::CudaStream>| gpu.stream_synchronize(s);
+    let (p, c) = (mk()?, mk()?);
+    let mut ops = single_thread(gpu, &p, &c, sync, cfg)?;
+    let streams = [mk()?, mk()?, mk()?, mk()?, mk()?];
+    ops.push(four_consumers(gpu, &streams, sync, cfg)?);
+    let busy = |s: &std::sync::Arc<cudarc::driver::CudaStream>, d: Duration| -> Result<()> {
+        let ns = d.as_nanos() as u64;
+        let mut b = s.launch_builder(&spin);
+        b.arg(&ns);
+        let cfg = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (1, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: spin_ns takes one u64 by value and touches no memory.
+        unsafe { b.launch(cfg) }
+            .map(|_| ())
+            .map_err(|e| crate::backend::cuda::driver_error("cuLaunchKernel", e))
+    };
+    let mut rows = sync_latency(
+        gpu,
+        &p,
+        busy,
+        Duration::from_micros(50),
+        "short (50 us)",
+        cfg.sync_reps * 5,
+    )?;
+    rows.extend(sync_latency(
+        gpu,
+        &p,
+        busy,
+        Duration::from_millis(100),
+        "long (100 ms)",
+        cfg.sync_reps.div_ceil(4),
+    )?);
+    Ok(BenchReport {
+        backend: "cuda".into(),
+        device: gpu.device_name()?,
+        ops,
+        sync: rows,
+    })
+}
