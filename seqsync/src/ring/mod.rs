@@ -97,7 +97,8 @@ struct StopInfo {
 ///     ring.record(&producer, seq, Blocking::No)?;
 ///     ring.wait(&consumer, seq, Blocking::No)?; // the consumer stream waits for the producer
 ///     let (d, s) = (data.clone(), seen.clone());
-///     consumer.launch(move || s.lock().unwrap().push(*d.lock().unwrap().last().unwrap()));
+///     // Runs after the producer's closure for `seq` (it may run ahead, never behind).
+///     consumer.launch(move || s.lock().unwrap().push(d.lock().unwrap()[seq as usize]));
 /// }
 /// consumer.synchronize()?;
 /// assert_eq!(*seen.lock().unwrap(), (0..10).collect::<Vec<i64>>());
