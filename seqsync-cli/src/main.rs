@@ -71,11 +71,14 @@ struct DemoArgs {
     #[arg(long, default_value_t = 4)]
     host_slots: usize,
     /// Body elements checked per batch besides the seq header (0: every element).
-    #[arg(long, default_value_t = 16384)]
+    #[arg(long, default_value_t = 4096)]
     verify_samples: usize,
     /// Skip the baselines (stage alone, serialized, hand-rolled).
     #[arg(long)]
     no_baselines: bool,
+    /// Run the pipeline and the hand-rolled baseline this many times, alternating; report medians.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
     /// Print one JSON object and nothing else on stdout.
     #[arg(long)]
     json: bool,
@@ -171,6 +174,7 @@ fn run_demo(a: DemoArgs) -> Result<(), Failure> {
         host_slots: a.host_slots,
         verify_samples: a.verify_samples,
         baselines: !a.no_baselines,
+        repeat: a.repeat,
         trace: trace_file.is_some(),
         drop_wait: a.drop_wait,
         progress,
@@ -225,54 +229,63 @@ fn print_summary(r: &DemoReport, trace: Option<&std::path::Path>) {
         "  verified {}/{} batches ({} wrong, {} missing, {} duplicated)",
         r.verified, r.batches, r.wrong, r.missing, r.duplicated
     );
+    let runs = if r.repeat > 1 {
+        format!(", median of {} runs", r.repeat)
+    } else {
+        String::new()
+    };
     println!(
-        "  pipeline      {:>9.3} GB/s   (wall {:.3} s)",
+        "  pipeline      {:>9.3} GB/s   (wall {:.3} s{runs})",
         r.gbps, r.wall_s
     );
     if !r.stages.is_empty() {
+        let gbps =
+            |s: &seqsync::demo::StageTiming| r.batch_bytes as f64 / s.seconds_per_batch / 1e9;
         let stages: Vec<String> = r
             .stages
             .iter()
-            .map(|s| {
-                format!(
-                    "{} {:.3}",
-                    s.stage,
-                    r.batch_bytes as f64 / s.seconds_per_batch / 1e9
-                )
-            })
+            .map(|s| format!("{} {:.3}", s.stage, gbps(s)))
             .collect();
         println!("  stage alone   {} GB/s", stages.join(" | "));
     }
-    let pair = |label: &str, v: Option<f64>, ratio_label: &str, ratio: Option<f64>| {
-        if let (Some(v), Some(ratio)) = (v, ratio) {
-            println!("  {label:<28}{v:>9.3} GB/s   {ratio_label:<22}{ratio:.3}");
+    let ratio = |v: Option<f64>| v.map(|v| r.gbps / v);
+    let rows = [
+        (
+            format!("bound (slowest: {})", r.bound_stage.unwrap_or("-")),
+            r.bound_gbps,
+            "pipeline/bound",
+        ),
+        (
+            "compute bound (f+g+h)".into(),
+            r.compute_bound_gbps,
+            "pipeline/compute bound",
+        ),
+        (
+            "copies together".into(),
+            r.copies_bound_gbps,
+            "pipeline/copies bound",
+        ),
+        (
+            "resource bound (lowest)".into(),
+            r.resource_bound_gbps,
+            "pipeline/resource bound",
+        ),
+        (
+            "serialized".into(),
+            r.serialized_gbps,
+            "pipeline/serialized",
+        ),
+        (
+            "hand-rolled (raw events)".into(),
+            r.handrolled_gbps,
+            "pipeline/hand-rolled",
+        ),
+    ];
+    for (label, v, ratio_label) in rows {
+        if let (Some(v), Some(q)) = (v, ratio(v)) {
+            println!("  {label:<28}{v:>9.3} GB/s   {ratio_label:<25}{q:.3}");
         }
-    };
-    let bound_label = format!("bound (slowest: {})", r.bound_stage.unwrap_or("-"));
-    pair(
-        &bound_label,
-        r.bound_gbps,
-        "pipeline/bound",
-        r.ratio_to_bound,
-    );
-    pair(
-        "compute bound (f+g+h)",
-        r.compute_bound_gbps,
-        "pipeline/compute bound",
-        r.compute_bound_gbps.map(|c| r.gbps / c),
-    );
-    pair(
-        "serialized",
-        r.serialized_gbps,
-        "pipeline/serialized",
-        r.ratio_to_serialized,
-    );
-    pair(
-        "hand-rolled (raw events)",
-        r.handrolled_gbps,
-        "pipeline/hand-rolled",
-        r.ratio_to_handrolled,
-    );
+    }
     if let Some(t) = trace {
         println!(
             "  trace written to {} (open it in https://ui.perfetto.dev)",

@@ -15,7 +15,8 @@ use crate::error::Result;
 /// One stage run alone, back to back on one stream.
 #[derive(Debug, Clone, Serialize)]
 pub struct StageTiming {
-    /// "copy in", "f", "g", "h" or "copy out".
+    /// "copy in", "f", "g", "h", "copy out", or "copy in + copy out together" (both copies at
+    /// once on two streams, which share the link).
     pub stage: &'static str,
     /// Seconds per batch.
     pub seconds_per_batch: f64,
@@ -57,6 +58,24 @@ pub(crate) fn stages<D: Device>(dev: &D, batches: i64) -> Result<Vec<StageTiming
             Box::new(|st, i| dev.copy_out(st, idx(i, nout), 0)),
         ),
     ];
+    // The two copies together, on two streams: they share the PCIe link and host memory, so
+    // running both at once is slower than either alone.
+    let s2 = dev.new_stream("stage2")?;
+    dev.copy_in(&s, 0, 0)?;
+    dev.copy_out(&s2, 0, 0)?;
+    dev.sync_stream(&s)?;
+    dev.sync_stream(&s2)?;
+    let t = Instant::now();
+    for i in 0..batches {
+        dev.copy_in(&s, idx(i, np), idx(i, nin))?;
+        dev.copy_out(&s2, idx(i, nout), 0)?;
+    }
+    dev.sync_stream(&s)?;
+    dev.sync_stream(&s2)?;
+    let together = StageTiming {
+        stage: "copy in + copy out together",
+        seconds_per_batch: t.elapsed().as_secs_f64() / batches as f64,
+    };
     for (stage, launch) in runs {
         launch(&s, 0)?;
         dev.sync_stream(&s)?;
@@ -70,6 +89,7 @@ pub(crate) fn stages<D: Device>(dev: &D, batches: i64) -> Result<Vec<StageTiming
             seconds_per_batch: t.elapsed().as_secs_f64() / batches as f64,
         });
     }
+    out.push(together);
     Ok(out)
 }
 
