@@ -216,7 +216,7 @@ impl DemoConfig {
                 self.batches
             )));
         }
-        if batch_bytes == 0 || batch_bytes % 4 != 0 {
+        if batch_bytes == 0 || !batch_bytes.is_multiple_of(4) {
             return Err(invalid(format!(
                 "--batch-bytes {batch_bytes} is not a whole number of 4-byte elements (u32)"
             )));

@@ -53,7 +53,7 @@ impl Chaos {
         let max = self.max_delay.as_nanos() as u64;
         let ns = rng.below(max + 1);
         // Half of the operations run without delay so that fast interleavings occur too.
-        if ns % 2 == 0 && ns > 0 {
+        if ns.is_multiple_of(2) && ns > 0 {
             std::thread::sleep(Duration::from_nanos(ns));
         }
     }
