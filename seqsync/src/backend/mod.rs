@@ -51,6 +51,11 @@ pub trait Interrupt {
     /// Sleep up to `timeout`, returning early if the interrupt fires; returns
     /// [`Interrupt::interrupted`] afterwards.
     fn sleep(&self, timeout: Duration) -> bool;
+    /// How long waits like this one took lately, if known: a polling backend spins (instead of
+    /// sleeping) around that time, so a wait that ends when expected is noticed at once.
+    fn expected_wait(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// An interrupt that never fires.

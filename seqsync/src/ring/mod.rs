@@ -119,6 +119,8 @@ pub struct EventRingbuf<B: Backend> {
     /// moves.
     next_watched: AtomicBool,
     stop_info: Mutex<Option<StopInfo>>,
+    /// Moving average of host synchronize waits in ns (0: none yet). Only a hint.
+    sync_ewma_ns: AtomicU64,
     /// Sleeping threads (producer waiting for space, consumers waiting for a seq, host
     /// synchronizes between polls) wait on `wakeup` with this lock. Whoever makes progress
     /// that a sleeper flagged takes it before notifying, so no wake-up is lost.
@@ -202,6 +204,7 @@ impl<B: Backend> EventRingbuf<B> {
             stopped: AtomicBool::new(false),
             next_watched: AtomicBool::new(false),
             stop_info: Mutex::new(None),
+            sync_ewma_ns: AtomicU64::new(0),
             sleepers: Mutex::new(()),
             wakeup: Condvar::new(),
         })
@@ -344,11 +347,13 @@ impl<B: Backend> EventRingbuf<B> {
         let Some(index) = self.acquire(seq, blocking.into())? else {
             return Ok(());
         };
+        let start = std::time::Instant::now();
         match self
             .backend
             .synchronize_interruptible(&self.events[index], self)
         {
             Ok(SyncOutcome::Complete) => {
+                self.note_sync_time(start.elapsed());
                 self.release(index);
                 Ok(())
             }
@@ -372,6 +377,15 @@ impl<B: Backend> EventRingbuf<B> {
         }
         let want = self.tag_of(seq)?;
         self.sleep_until_tag(self.index(seq), want).map(|_| ())
+    }
+
+    /// Keep a moving average of how long host synchronizes waited (a hint for polling
+    /// backends; see [`Interrupt::expected_wait`]).
+    fn note_sync_time(&self, took: Duration) {
+        let ns = took.as_nanos().min(u64::MAX as u128) as u64;
+        let old = self.sync_ewma_ns.load(Ordering::Relaxed);
+        let new = if old == 0 { ns } else { old - old / 4 + ns / 4 };
+        self.sync_ewma_ns.store(new.max(1), Ordering::Relaxed);
     }
 
     /// Stop the ring: every blocked call wakes, and every later call returns
@@ -622,6 +636,13 @@ impl<B: Backend> EventRingbuf<B> {
 impl<B: Backend> Interrupt for EventRingbuf<B> {
     fn interrupted(&self) -> bool {
         self.is_stopped()
+    }
+
+    fn expected_wait(&self) -> Option<Duration> {
+        match self.sync_ewma_ns.load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(Duration::from_nanos(ns)),
+        }
     }
 
     fn sleep(&self, timeout: Duration) -> bool {

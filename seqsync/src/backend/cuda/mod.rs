@@ -41,6 +41,10 @@ pub const SYNC_SPIN: Duration = Duration::from_micros(100);
 /// use to a small fraction of a core.
 pub const SYNC_POLL: Duration = Duration::from_micros(20);
 
+/// How long before the expected end of a wait (see [`Interrupt::expected_wait`]) an
+/// interruptible synchronize stops sleeping and spins: a little more than one sleep.
+pub const SYNC_SPIN_AHEAD: Duration = Duration::from_micros(40);
+
 /// Lowers the calling thread's timer slack while it lives (Linux), restoring it on drop.
 struct TightTimerSlack(Option<libc::c_ulong>);
 
@@ -312,11 +316,17 @@ impl Backend for CudaBackend {
     ) -> Result<SyncOutcome> {
         let start = Instant::now();
         let mut slack = None;
+        // Spin from shortly before the expected end until well past it; sleep otherwise.
+        let window = interrupt
+            .expected_wait()
+            .map(|e| (e.saturating_sub(SYNC_SPIN_AHEAD), e * 2 + SYNC_SPIN));
         loop {
             if self.query(event)? {
                 return Ok(SyncOutcome::Complete);
             }
-            if start.elapsed() < SYNC_SPIN {
+            let elapsed = start.elapsed();
+            let expected_soon = window.is_some_and(|(from, to)| elapsed >= from && elapsed < to);
+            if elapsed < SYNC_SPIN || expected_soon {
                 if interrupt.interrupted() {
                     return Ok(SyncOutcome::Interrupted);
                 }
