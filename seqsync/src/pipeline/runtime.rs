@@ -278,7 +278,10 @@ fn compile<'r, 'a, B: Backend>(
         streams.get(name).ok_or_else(|| {
             stage_err(
                 stage,
-                format!("no stream `{name}` was given (the plan needs {:?})", required_streams(plan)),
+                format!(
+                    "no stream `{name}` was given (the plan needs {:?})",
+                    required_streams(plan)
+                ),
             )
         })
     };
@@ -296,7 +299,9 @@ fn compile<'r, 'a, B: Backend>(
         if !launched.contains(name.as_str()) {
             return Err(stage_err(
                 name,
-                format!("a closure was given but the plan has no such stage (stages: {launched:?})"),
+                format!(
+                    "a closure was given but the plan has no such stage (stages: {launched:?})"
+                ),
             ));
         }
     }
@@ -370,9 +375,7 @@ fn compile<'r, 'a, B: Backend>(
                     let st = match s {
                         Some(s) => Some(stream(stage, s)?),
                         None if plan.rings[i].nconsumers > 0 => Some(stream(stage, HOST_STREAM)?),
-                        None => streams
-                            .get(HOST_STREAM)
-                            .or_else(|| streams.values().next()),
+                        None => streams.get(HOST_STREAM).or_else(|| streams.values().next()),
                     };
                     Step::Record {
                         ring: i,
@@ -556,7 +559,10 @@ pub fn run<B: Backend>(
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().expect("pipeline thread panicked outside catch_unwind"))
+            .map(|h| {
+                h.join()
+                    .expect("pipeline thread panicked outside catch_unwind")
+            })
             .collect()
     });
     let drained = drain(backend, streams);
