@@ -12,7 +12,7 @@ use std::sync::Arc;
 use seqsync::backend::host::{Chaos, HostStream};
 use seqsync::demo::{self, DemoConfig, Engine};
 use seqsync::pipeline::runtime::{self, Stages, HOST_STREAM};
-use seqsync::pipeline::{derive, PipelineSpec, Plan, StageSpec};
+use seqsync::pipeline::{derive, Op, PipelineSpec, Plan, StageSpec};
 use seqsync::{BackendKind, Error, HostBackend};
 
 type Buf = Arc<Vec<AtomicU64>>;
@@ -30,7 +30,12 @@ fn slot(s: i64, n: u64) -> usize {
 fn run_seed_values(host: &HostBackend, n: [u64; 4], batches: i64) -> (i64, Vec<i64>) {
     let [nin, nx, ny, nout] = n;
     let plan = derive(&seed_spec::seed_toml(nin, nx, ny, nout)).unwrap();
-    let streams = runtime::host_streams(host, &plan);
+    run_plan_values(host, &plan, n, batches)
+}
+
+fn run_plan_values(host: &HostBackend, plan: &Plan, n: [u64; 4], batches: i64) -> (i64, Vec<i64>) {
+    let [nin, nx, ny, nout] = n;
+    let streams = runtime::host_streams(host, plan);
     let (bin, bx, by, bout) = (buf(nin), buf(nx), buf(ny), buf(nout));
     let local = Arc::new(AtomicU64::new(u64::MAX));
     let ok = AtomicI64::new(0);
@@ -86,7 +91,7 @@ fn run_seed_values(host: &HostBackend, n: [u64; 4], batches: i64) -> (i64, Vec<i
             }
             Ok(())
         });
-    let stats = runtime::run(&plan, host, &streams, &stages, batches).unwrap();
+    let stats = runtime::run(plan, host, &streams, &stages, batches).unwrap();
     assert_eq!(stats.thread("h2g").unwrap().iterations, batches);
     assert_eq!(stats.thread("h2g").unwrap().launches, 4 * batches as u64);
     assert_eq!(stats.thread("g2h").unwrap().synchronizes, batches as u64);
@@ -101,6 +106,29 @@ fn seed_spec_runs_with_chaos_and_every_value_checks() {
         let (ok, wrong) = run_seed_values(&host, n, 60);
         assert_eq!((ok, wrong), (60, vec![]), "chaos seed {seed}, sizes {n:?}");
     }
+}
+
+#[test]
+fn the_value_check_catches_a_wait_taken_out_of_the_plan() {
+    // Drop h's wait on f (h reads x before f wrote it) and one consumer of ring f.
+    let mut plan = derive(&seed_spec::seed_toml(2, 4, 3, 2)).unwrap();
+    let ops = &mut plan.threads[0].ops;
+    let at = ops
+        .iter()
+        .position(|op| matches!(op, Op::Wait { stage, ring, .. } if stage == "h" && ring == "f"))
+        .unwrap();
+    ops.remove(at);
+    plan.rings
+        .iter_mut()
+        .find(|r| r.name == "f")
+        .unwrap()
+        .nconsumers -= 1;
+    let host = HostBackend::with_chaos(Chaos::new(12));
+    let (ok, wrong) = run_plan_values(&host, &plan, [2, 4, 3, 2], 60);
+    assert!(
+        !wrong.is_empty() && ok < 60,
+        "a missing wait went unnoticed"
+    );
 }
 
 fn demo_config() -> DemoConfig {
