@@ -53,7 +53,7 @@
 //! let host = HostBackend::new();
 //! let streams = runtime::host_streams(&host, &plan);
 //! let processed = AtomicI64::new(0);
-//! let stages = runtime::Stages::new()
+//! let stages = runtime::Stages::<HostBackend>::new()
 //!     .stage("copy_in", |cx| {
 //!         cx.stream.unwrap().launch(|| { /* copy batch in */ });
 //!         Ok(())
