@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
-use seqsync::demo::{self, DemoConfig, DemoReport, DroppedWait, Variant};
+use seqsync::demo::{self, DemoConfig, DemoReport, DroppedWait, Engine, Variant};
 use seqsync::BackendKind;
 
 mod bench;
@@ -33,6 +33,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Derive a declared pipeline's rings and prove it deadlock-free.
     Check(check::CheckArgs),
+    /// Run a declared pipeline (seed-shaped specs) with the demo's kernels and verify it.
+    Run(check::RunArgs),
 }
 
 #[derive(Args, Clone)]
@@ -67,6 +69,10 @@ struct DemoArgs {
     /// seed (the main example), keep-input (variant 1) or host-ring (variant 2).
     #[arg(long, default_value = "seed", value_parser = parse_variant)]
     variant: Variant,
+    /// handwritten (the seed's rings and loops written out) or pipeline (the seed spec run by
+    /// the pipeline runtime; variant seed only).
+    #[arg(long, default_value = "handwritten", value_parser = parse_engine)]
+    engine: Engine,
     /// Host output batches for --variant host-ring.
     #[arg(long, default_value_t = 4)]
     host_slots: usize,
@@ -96,6 +102,9 @@ pub(crate) fn parse_backend(s: &str) -> Result<BackendKind, String> {
 fn parse_variant(s: &str) -> Result<Variant, String> {
     s.parse().map_err(|e: seqsync::Error| e.to_string())
 }
+fn parse_engine(s: &str) -> Result<Engine, String> {
+    s.parse().map_err(|e: seqsync::Error| e.to_string())
+}
 fn parse_drop(s: &str) -> Result<DroppedWait, String> {
     s.parse().map_err(|e: seqsync::Error| e.to_string())
 }
@@ -122,6 +131,7 @@ fn main() -> ExitCode {
         Some(Command::Demo(a)) => run_demo(a),
         Some(Command::Bench(a)) => bench::run(a),
         Some(Command::Check(a)) => check::run(a),
+        Some(Command::Run(a)) => check::run_spec(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -171,6 +181,8 @@ fn run_demo(a: DemoArgs) -> Result<(), Failure> {
         intensity: a.intensity,
         chaos: a.chaos,
         variant: a.variant,
+        engine: a.engine,
+        spec: None,
         host_slots: a.host_slots,
         verify_samples: a.verify_samples,
         baselines: !a.no_baselines,
@@ -194,6 +206,11 @@ fn run_demo(a: DemoArgs) -> Result<(), Failure> {
     } else {
         print_summary(&report, a.trace.as_deref());
     }
+    verified(&report)
+}
+
+/// Exit code 1 with the verification summary unless every batch was verified.
+pub(crate) fn verified(report: &DemoReport) -> Result<(), Failure> {
     if report.all_verified() {
         Ok(())
     } else {
@@ -207,11 +224,11 @@ fn run_demo(a: DemoArgs) -> Result<(), Failure> {
     }
 }
 
-fn print_summary(r: &DemoReport, trace: Option<&std::path::Path>) {
+pub(crate) fn print_summary(r: &DemoReport, trace: Option<&std::path::Path>) {
     let mib = r.batch_bytes as f64 / (1 << 20) as f64;
     println!(
-        "seqsync demo: the seed's pipeline on {} ({}), variant {:?}",
-        r.backend, r.device, r.variant
+        "seqsync demo: the seed's pipeline on {} ({}), variant {:?}, engine {:?}",
+        r.backend, r.device, r.variant, r.engine
     );
     println!(
         "  {} batches x {mib:.3} MiB; ring buffers in={} x={} y={} out={}; intensity {}{}",
@@ -279,6 +296,11 @@ fn print_summary(r: &DemoReport, trace: Option<&std::path::Path>) {
             "hand-rolled (raw events)".into(),
             r.handrolled_gbps,
             "pipeline/hand-rolled",
+        ),
+        (
+            "hand-written pipeline".into(),
+            r.handwritten_gbps,
+            "pipeline/hand-written",
         ),
     ];
     for (label, v, ratio_label) in rows {

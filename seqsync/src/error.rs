@@ -121,6 +121,16 @@ pub enum Error {
         cause: Option<Arc<Error>>,
     },
 
+    /// The pipeline runtime cannot run a stage as asked: no closure, no stream, or the
+    /// stage's closure panicked. Stage closures may return it too.
+    #[error("pipeline stage '{stage}': {message}")]
+    Stage {
+        /// The stage (or, for a name given to the runtime that the plan lacks, that name).
+        stage: String,
+        /// What is wrong.
+        message: String,
+    },
+
     /// No CUDA driver or no GPU: the CUDA backend cannot be used here.
     #[error("no CUDA device: {0}")]
     NoDevice(String),

@@ -96,7 +96,7 @@ impl Device for CudaDevice {
     fn layout(&self) -> &Layout {
         &self.layout
     }
-    fn new_stream(&self, _name: &'static str) -> Result<Arc<CudaStream>> {
+    fn new_stream(&self, _name: &str) -> Result<Arc<CudaStream>> {
         self.backend.new_stream()
     }
     fn fill_input(&self, seq: i64) {

@@ -103,7 +103,7 @@ pub(crate) trait Device: Send + Sync + 'static {
 
     fn backend(&self) -> &Self::B;
     fn layout(&self) -> &Layout;
-    fn new_stream(&self, name: &'static str) -> Result<Stream<Self>>;
+    fn new_stream(&self, name: &str) -> Result<Stream<Self>>;
 
     /// get_data: write seq's header into host input buffer `seq % npatterns` (its body
     /// pattern is already there). The caller guarantees no copy from it is in flight.
@@ -212,7 +212,7 @@ impl Device for HostDevice {
     fn layout(&self) -> &Layout {
         &self.layout
     }
-    fn new_stream(&self, name: &'static str) -> Result<HostStream> {
+    fn new_stream(&self, name: &str) -> Result<HostStream> {
         Ok(self.backend.new_stream(name))
     }
     fn fill_input(&self, seq: i64) {

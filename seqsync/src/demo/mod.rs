@@ -6,6 +6,11 @@
 //! `process_data` checks the output against a CPU reference. The same run measures the
 //! pipeline against each stage alone, a serialized baseline and a hand-rolled baseline.
 //!
+//! Two engines drive it: [`Engine::HandWritten`] (the rings and loops written out as in the
+//! seed) and [`Engine::Pipeline`] (the seed spec, [`seed_spec`], derived and run by
+//! [`crate::pipeline::runtime`]). With baselines on, the pipeline engine's report also carries
+//! the hand-written pipeline measured in the same run (`handwritten_gbps`).
+//!
 //! ```
 //! use seqsync::demo::{DemoConfig, run};
 //! use seqsync::BackendKind;
@@ -25,6 +30,7 @@ mod baseline;
 #[cfg(feature = "cuda")]
 mod cuda_device;
 mod device;
+mod engine;
 mod pipeline;
 mod trace;
 pub mod workload;
@@ -35,11 +41,13 @@ use std::time::Instant;
 use serde::Serialize;
 
 pub use baseline::StageTiming;
+pub use engine::{seed_shape, seed_spec, Engine};
 pub use pipeline::{DroppedWait, Variant};
 
 use crate::backend::host::{Chaos, HostBackend};
 use crate::backend::BackendKind;
 use crate::error::{Error, Result};
+use crate::pipeline::PipelineSpec;
 use device::{Device, HostDevice, Layout};
 use pipeline::{RunOptions, Verification};
 use trace::HostSpans;
@@ -68,6 +76,12 @@ pub struct DemoConfig {
     pub chaos: Option<u64>,
     /// Which of the seed's designs.
     pub variant: Variant,
+    /// Hand-written rings and loops, or the seed spec run by the pipeline runtime.
+    pub engine: Engine,
+    /// [`Engine::Pipeline`] only: run this spec instead of the seed spec built from
+    /// `nin`/`nx`/`ny`/`nout`. It must be shaped like the seed ([`seed_shape`]); its buffers'
+    /// slot counts replace `nin`/`nx`/`ny`/`nout`, and its `max_size` overrides apply.
+    pub spec: Option<PipelineSpec>,
     /// Host output batches for [`Variant::HostRing`].
     pub host_slots: usize,
     /// Body elements checked per batch besides the header (0: every element).
@@ -98,6 +112,8 @@ impl Default for DemoConfig {
             intensity: 8,
             chaos: None,
             variant: Variant::Seed,
+            engine: Engine::HandWritten,
+            spec: None,
             host_slots: 4,
             verify_samples: 4096,
             baselines: true,
@@ -118,6 +134,8 @@ pub struct DemoReport {
     pub device: String,
     /// Which design ran.
     pub variant: Variant,
+    /// Which engine drove it.
+    pub engine: Engine,
     /// Batches pushed through.
     pub batches: i64,
     /// Bytes per batch.
@@ -174,6 +192,10 @@ pub struct DemoReport {
     pub ratio_to_serialized: Option<f64>,
     /// `gbps / handrolled_gbps`.
     pub ratio_to_handrolled: Option<f64>,
+    /// [`Engine::Pipeline`] with baselines: the hand-written pipeline, measured in the same run.
+    pub handwritten_gbps: Option<f64>,
+    /// `gbps / handwritten_gbps`.
+    pub ratio_to_handwritten: Option<f64>,
     /// The Chrome trace, when asked for.
     #[serde(skip)]
     pub trace: Option<serde_json::Value>,
@@ -207,6 +229,15 @@ impl DemoConfig {
                 )));
             }
         }
+        if self.engine == Engine::Pipeline && self.variant != Variant::Seed {
+            return Err(invalid(format!(
+                "--engine pipeline runs --variant seed only, not {:?}",
+                self.variant
+            )));
+        }
+        if self.engine == Engine::Pipeline && self.drop_wait.is_some() {
+            return Err(invalid("--drop-wait needs --engine handwritten".into()));
+        }
         if self.variant == Variant::HostRing && self.host_slots == 0 {
             return Err(invalid("--host-slots must be at least 1".into()));
         }
@@ -237,6 +268,24 @@ impl DemoConfig {
 /// [`Error::InvalidArgument`] for a bad config, [`Error::NoDevice`] for `--backend cuda`
 /// without a GPU, and any error of the pipeline's rings or backend.
 pub fn run(config: &DemoConfig) -> Result<DemoReport> {
+    let shaped;
+    let config = match (&config.spec, config.engine) {
+        (Some(spec), Engine::Pipeline) => {
+            let (nin, nx, ny, nout) = seed_shape(spec)?;
+            shaped = DemoConfig {
+                nin,
+                nx,
+                ny,
+                nout,
+                ..config.clone()
+            };
+            &shaped
+        }
+        (Some(_), Engine::HandWritten) => {
+            return Err(invalid("a spec runs on --engine pipeline only".into()))
+        }
+        _ => config,
+    };
     let kind = match config.backend {
         BackendKind::Auto if config.chaos.is_some() => BackendKind::Host,
         BackendKind::Auto => crate::AnyBackend::auto()?.kind(),
@@ -325,6 +374,17 @@ fn run_on<D: Device>(
             p(done, batches);
         }
     };
+    let plan = match config.engine {
+        Engine::Pipeline => Some(engine::plan_for(
+            config.spec.as_ref(),
+            [config.nin, config.nx, config.ny, config.nout],
+        )?),
+        Engine::HandWritten => None,
+    };
+    let run_once = |o: &RunOptions<'_>| match &plan {
+        Some(p) => engine::run(dev, p, o),
+        None => pipeline::run(dev, o),
+    };
     // Warm up (module load, first launches, allocations touched) outside the timed run.
     let warm = RunOptions {
         batches: batches.min(4),
@@ -334,7 +394,7 @@ fn run_on<D: Device>(
         spans: None,
         progress: None,
     };
-    pipeline::run(dev, &warm)?;
+    run_once(&warm)?;
     let opt = RunOptions {
         batches,
         variant: config.variant,
@@ -344,14 +404,14 @@ fn run_on<D: Device>(
         progress: Some(&report_progress),
     };
     let repeat = config.repeat.max(1);
-    let (mut walls, mut hand_walls) = (Vec::new(), Vec::new());
+    let (mut walls, mut hand_walls, mut written_walls) = (Vec::new(), Vec::new(), Vec::new());
     let mut verification: Option<Verification> = None;
     for r in 0..repeat {
         let opt = RunOptions {
             spans: if r == 0 { opt.spans } else { None },
             ..opt
         };
-        let (wall, v) = pipeline::run(dev, &opt)?;
+        let (wall, v) = run_once(&opt)?;
         walls.push(wall.as_secs_f64());
         // Keep the first run's verification, or the first that failed.
         if verification
@@ -364,6 +424,18 @@ fn run_on<D: Device>(
             let (hand, hv) = baseline::handrolled(dev, batches)?;
             check_baseline("hand-rolled", &hv, batches)?;
             hand_walls.push(hand.as_secs_f64());
+            if config.engine == Engine::Pipeline {
+                // The hand-written pipeline, in the same run, alternating with the engine's.
+                let plain = RunOptions {
+                    spans: None,
+                    progress: None,
+                    drop: None,
+                    ..opt
+                };
+                let (w, hv) = pipeline::run(dev, &plain)?;
+                check_baseline("hand-written pipeline", &hv, batches)?;
+                written_walls.push(w.as_secs_f64());
+            }
         }
     }
     let v = verification.expect("at least one run");
@@ -380,6 +452,7 @@ fn run_on<D: Device>(
         backend: if device == "host" { "host" } else { "cuda" },
         device,
         variant: config.variant,
+        engine: config.engine,
         batches,
         batch_bytes,
         nin: config.nin,
@@ -408,10 +481,17 @@ fn run_on<D: Device>(
         handrolled_gbps: None,
         ratio_to_serialized: None,
         ratio_to_handrolled: None,
+        handwritten_gbps: None,
+        ratio_to_handwritten: None,
         trace,
     };
     if config.baselines {
         add_baselines(dev, config, &mut report, median(hand_walls), gb)?;
+        if !written_walls.is_empty() {
+            let written = gb(median(written_walls), batches);
+            report.handwritten_gbps = Some(written);
+            report.ratio_to_handwritten = Some(report.gbps / written);
+        }
     }
     Ok(report)
 }

@@ -354,7 +354,7 @@ fn timed<T>(
 }
 
 /// Launch `f` between trace marks on `s` when tracing.
-fn marked<D: Device>(
+pub(crate) fn marked<D: Device>(
     dev: &D,
     tracing: bool,
     s: &Stream<D>,

@@ -7,8 +7,8 @@
 //! parameters by hand, write a [`PipelineSpec`] (in Rust with
 //! [`PipelineSpec::builder`], or in TOML with [`spec_toml::from_str`]), call
 //! [`derive()`] to get a [`Plan`], and [`check_deadlock`] to explore every
-//! interleaving of the threads' loops. A runtime then executes
-//! [`Plan::threads`] op by op.
+//! interleaving of the threads' loops. [`runtime::run`] then executes
+//! [`Plan::threads`] op by op, one OS thread per plan thread.
 //!
 //! | module | concept |
 //! |---|---|
@@ -17,6 +17,7 @@
 //! | [`derive`](mod@derive) | the derivation rules and the [`Plan`] |
 //! | [`deadlock`] | the state-space exploration and its trace |
 //! | [`error`] | [`PlanError`] |
+//! | [`runtime`] | running a [`Plan`] with one closure per stage |
 //!
 //! # Example
 //!
@@ -55,6 +56,7 @@
 pub mod deadlock;
 pub mod derive;
 pub mod error;
+pub mod runtime;
 pub mod spec;
 pub mod spec_toml;
 

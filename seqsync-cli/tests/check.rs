@@ -1,0 +1,202 @@
+//! `seqsync check` and `seqsync run` as a user runs them: output, JSON and exit codes.
+
+use std::process::Command;
+
+const SEED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../specs/seed.toml");
+
+fn seqsync(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_seqsync"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The table row of ring `name`, split on whitespace.
+fn row<'a>(out: &'a str, name: &str) -> Vec<&'a str> {
+    out.lines()
+        .find(|l| l.split_whitespace().next() == Some(name) && l.contains(" on "))
+        .unwrap_or_else(|| panic!("no row for {name} in\n{out}"))
+        .split_whitespace()
+        .collect()
+}
+
+/// (nconsumers, max_size) of ring `name` from the JSON output.
+fn sizes(v: &serde_json::Value, name: &str) -> (u64, u64) {
+    let r = v["rings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == name)
+        .unwrap();
+    (
+        r["nconsumers"].as_u64().unwrap(),
+        r["max_size"].as_u64().unwrap(),
+    )
+}
+
+fn json(args: &[&str]) -> (i32, serde_json::Value) {
+    let (code, out, err) = seqsync(&[&["check", SEED, "--json"], args].concat());
+    assert_eq!(
+        out.lines().count(),
+        1,
+        "stdout must be the JSON alone: {out}{err}"
+    );
+    (code, serde_json::from_str(&out).unwrap())
+}
+
+#[test]
+fn check_seed_prints_the_seeds_numbers_and_exits_0() {
+    let (code, out, err) = seqsync(&["check", SEED]);
+    assert_eq!(code, 0, "{out}{err}");
+    // h2g (2, 1), f (2, nin=2), g (2, nin=2), h (3, max(max(4, 3), 2)), g2h (2, nout=2).
+    for (ring, n, size) in [
+        ("h2g", "2", "1"),
+        ("f", "2", "2"),
+        ("g", "2", "2"),
+        ("h", "3", "4"),
+        ("g2h", "2", "2"),
+    ] {
+        let r = row(&out, ring);
+        assert!(r.windows(2).any(|w| w == [n, size]), "{ring}: {r:?}");
+    }
+    assert!(
+        out.contains("g2h@0 blocking") && out.contains("f@4") && out.contains("g@3"),
+        "{out}"
+    );
+    assert!(out.contains("verdict: deadlock-free"), "{out}");
+    assert!(
+        out.contains("thread h2g: for s in 0..")
+            && out.contains("g2h.synchronize(s, non-blocking)")
+    );
+}
+
+#[test]
+fn set_nin_changes_fs_max_size() {
+    let (code, out, _) = seqsync(&["check", SEED, "--set", "nin=5"]);
+    assert_eq!(code, 0);
+    assert!(row(&out, "f").windows(2).any(|w| w == ["2", "5"]), "{out}");
+    let (code, v) = json(&["--set", "nin=5"]);
+    assert_eq!(code, 0);
+    assert_eq!(sizes(&v, "f"), (2, 5));
+    assert_eq!(sizes(&v, "g"), (2, 5));
+}
+
+#[test]
+fn max_size_below_the_bound_exits_1_with_the_deadlock_interleaving() {
+    let (code, out, err) = seqsync(&["check", SEED, "--set", "h.max_size=1", "--set", "nx=3"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("below the bound 3"), "{out}");
+    assert!(
+        out.contains("verdict: DEADLOCK") || out.contains("verdict: WOULD FAIL"),
+        "{out}"
+    );
+    assert!(out.contains("h2g: BLOCKED: record h seq 1"), "{out}");
+    assert!(out.contains("g2h: BLOCKED"), "{out}");
+    assert!(err.contains("below the bound"), "{err}");
+    let (code, v) = json(&["--set", "h.max_size=1", "--set", "nx=3"]);
+    assert_eq!(code, 1);
+    assert_eq!(v["deadlock_free"], false);
+    assert_eq!(sizes(&v, "h"), (3, 1));
+}
+
+#[test]
+fn json_has_the_keys() {
+    let (code, v) = json(&[]);
+    assert_eq!(code, 0);
+    assert_eq!(v["deadlock_free"], true);
+    let rings = v["rings"].as_array().unwrap();
+    assert_eq!(rings.len(), 5);
+    for r in rings {
+        for key in [
+            "name",
+            "nconsumers",
+            "max_size",
+            "record_blocking",
+            "consumers",
+        ] {
+            assert!(!r[key].is_null(), "missing {key} in {r}");
+        }
+        for c in r["consumers"].as_array().unwrap() {
+            for key in ["stage", "lag", "blocking"] {
+                assert!(!c[key].is_null(), "missing {key} in {c}");
+            }
+        }
+    }
+    let h = rings.iter().find(|r| r["name"] == "h").unwrap();
+    assert_eq!(h["record_blocking"], true);
+    assert_eq!(h["consumers"][2]["stage"], "g2h");
+    assert_eq!(h["consumers"][2]["blocking"], true);
+    assert_eq!(h["consumers"][0]["lag"], 4);
+}
+
+#[test]
+fn a_malformed_spec_exits_2_with_one_line_naming_the_line() {
+    let dir = std::env::temp_dir().join(format!("seqsync-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases = [
+        ("bad_type.toml", "[params]\nnin = 2\nnx = \"four\"\n", "line 3"),
+        ("bad_toml.toml", "[params]\nnin = 2\n[[thread]\n", "line 3"),
+        (
+            "unknown_buffer.toml",
+            "[buffers]\nin = 2\n[[thread]]\nname = \"t\"\n[[thread.stage]]\nname = \"a\"\nstream = \"s\"\nwrites = [\"inn\"]\n",
+            "line 8",
+        ),
+    ];
+    for (name, text, line) in cases {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        let (code, out, err) = seqsync(&["check", path.to_str().unwrap()]);
+        assert_eq!(code, 2, "{name}: {out}{err}");
+        assert_eq!(err.lines().count(), 1, "{name}: {err}");
+        assert!(err.contains(line), "{name}: {err}");
+        assert!(!err.contains("panicked"), "{name}: {err}");
+    }
+    let (code, _, err) = seqsync(&["check", SEED, "--set", "nope=3"]);
+    assert_eq!((code, err.lines().count()), (2, 1), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn run_the_seed_spec_verifies_every_batch() {
+    let (code, out, err) = seqsync(&[
+        "run",
+        SEED,
+        "--backend",
+        "host",
+        "--batches",
+        "40",
+        "--batch-bytes",
+        "16384",
+        "--chaos",
+        "2",
+        "--set",
+        "nx=3",
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("verified 40/40") && out.contains("engine Pipeline"),
+        "{out}"
+    );
+    let (code, out, _) = seqsync(&[
+        "demo",
+        "--backend",
+        "host",
+        "--batches",
+        "20",
+        "--batch-bytes",
+        "16384",
+        "--engine",
+        "pipeline",
+        "--json",
+    ]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["engine"], "pipeline");
+    assert!(v["handwritten_gbps"].as_f64().unwrap() > 0.0);
+    assert!(!v["ratio_to_handwritten"].is_null());
+}

@@ -1,0 +1,227 @@
+//! The seed's pipeline on the pipeline runtime ([`Engine::Pipeline`]): the seed spec is
+//! declared (same stage and stream names as `specs/seed.toml`), derived, and run by
+//! [`crate::pipeline::runtime::run`] with stage closures that call the same [`Device`] methods
+//! as the hand-written pipeline (`pipeline.rs`, variant Seed): get_data's input-buffer pool
+//! events in the h2g stage, process_data after g2h's synchronize.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::device::{Device, Stream};
+use super::pipeline::{marked, Checker, RunOptions, Variant, Verification};
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::pipeline::runtime::{self, StageCtx, Stages};
+use crate::pipeline::{derive, derive_unchecked, PipelineSpec, Plan, Slots, StageSpec};
+
+/// Which code drives the demo's pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Engine {
+    /// Five hand-built rings and two hand-written thread loops, as in the seed.
+    #[default]
+    HandWritten,
+    /// The seed spec, derived and run by the pipeline runtime (variant seed only).
+    Pipeline,
+}
+
+impl std::str::FromStr for Engine {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "handwritten" | "hand-written" => Ok(Engine::HandWritten),
+            "pipeline" => Ok(Engine::Pipeline),
+            o => Err(Error::invalid(
+                "demo",
+                format!("unknown engine '{o}': expected handwritten or pipeline"),
+            )),
+        }
+    }
+}
+
+/// The seed's example as a [`PipelineSpec`]: the names of `specs/seed.toml`, with the four
+/// buffers' slot counts as parameters `nin`, `nx`, `ny`, `nout`.
+pub fn seed_spec(nin: u64, nx: u64, ny: u64, nout: u64) -> PipelineSpec {
+    PipelineSpec::builder()
+        .param("nin", nin)
+        .param("nx", nx)
+        .param("ny", ny)
+        .param("nout", nout)
+        .buffer("in", "nin")
+        .buffer("x", "nx")
+        .buffer("y", "ny")
+        .buffer("out", "nout")
+        .thread("h2g")
+        .stage("h2g", StageSpec::on_stream("s_h2g").writes("in"))
+        .stage("f", StageSpec::on_stream("s_f").reads("in").writes("x"))
+        .stage("g", StageSpec::on_stream("s_g").reads("in").writes("y"))
+        .stage(
+            "h",
+            StageSpec::on_stream("s_h")
+                .reads("x")
+                .reads("y")
+                .writes("out"),
+        )
+        .thread("g2h")
+        .stage("g2h", StageSpec::on_stream("s_g2h").reads("out").sync())
+        .build()
+        .expect("the seed spec is valid")
+}
+
+/// The slot counts `(nin, nx, ny, nout)` of a spec shaped like the seed's: the same threads,
+/// stages, streams, reads and writes, so that its derived loop bodies are the seed's (ring
+/// sizes may differ through `max_size` overrides).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] naming what differs, or the spec's own error.
+pub fn seed_shape(spec: &PipelineSpec) -> Result<(usize, usize, usize, usize)> {
+    let bad = |m: String| Error::invalid("spec", m);
+    let count = |buffer: &str| -> Result<u64> {
+        let b = spec
+            .buffers
+            .iter()
+            .find(|b| b.name.name == buffer)
+            .ok_or_else(|| bad(format!("not shaped like the seed: no buffer `{buffer}`")))?;
+        match &b.slots {
+            Slots::Count(n) => Ok(*n),
+            Slots::Param(p) => spec
+                .param(p)
+                .ok_or_else(|| bad(format!("buffer `{buffer}` uses unknown parameter `{p}`"))),
+        }
+    };
+    let (nin, nx, ny, nout) = (count("in")?, count("x")?, count("y")?, count("out")?);
+    let mine = derive_unchecked(spec).map_err(|e| bad(e.to_string()))?;
+    let seed = derive_unchecked(&seed_spec(nin, nx, ny, nout)).map_err(|e| bad(e.to_string()))?;
+    if mine.threads != seed.threads {
+        return Err(bad(
+            "not shaped like the seed (threads h2g: h2g, f, g, h and g2h: g2h with sync, on \
+             streams s_h2g, s_f, s_g, s_h, s_g2h, reading and writing in, x, y, out)"
+                .into(),
+        ));
+    }
+    let us = |n: u64| usize::try_from(n).map_err(|_| bad(format!("{n} slots is too many")));
+    Ok((us(nin)?, us(nx)?, us(ny)?, us(nout)?))
+}
+
+/// The plan the pipeline engine runs: `spec` (seed-shaped) or the seed spec with the given
+/// slot counts, derived with its bounds checked.
+pub(crate) fn plan_for(spec: Option<&PipelineSpec>, counts: [usize; 4]) -> Result<Plan> {
+    let [nin, nx, ny, nout] = counts.map(|c| c as u64);
+    let owned;
+    let spec = match spec {
+        Some(s) => s,
+        None => {
+            owned = seed_spec(nin, nx, ny, nout);
+            &owned
+        }
+    };
+    derive(spec).map_err(|e| Error::invalid("spec", e.to_string()))
+}
+
+fn stream_of<'a, B: Backend>(cx: &StageCtx<'a, B>) -> Result<&'a B::Stream> {
+    cx.stream.ok_or_else(|| Error::Stage {
+        stage: cx.stage.to_string(),
+        message: "the demo's stages run on streams, not on the host".into(),
+    })
+}
+
+/// Run the seed's pipeline through the runtime; returns the wall time and what process_data
+/// saw.
+pub(crate) fn run<D: Device>(
+    dev: &D,
+    plan: &Plan,
+    opt: &RunOptions<'_>,
+) -> Result<(Duration, Verification)> {
+    if opt.variant != Variant::Seed {
+        return Err(Error::invalid(
+            "demo",
+            format!(
+                "--engine pipeline runs variant seed only, not {:?}",
+                opt.variant
+            ),
+        ));
+    }
+    if opt.drop.is_some() {
+        return Err(Error::invalid(
+            "demo",
+            "--drop-wait needs --engine handwritten",
+        ));
+    }
+    let l = *dev.layout();
+    let (nin, nx, ny, nout, np) = (
+        l.nin as i64,
+        l.nx as i64,
+        l.ny as i64,
+        l.nout as i64,
+        l.npatterns as i64,
+    );
+    let streams: HashMap<String, Stream<D>> = runtime::required_streams(plan)
+        .into_iter()
+        .map(|n| dev.new_stream(&n).map(|s| (n, s)))
+        .collect::<Result<_>>()?;
+    let b = dev.backend();
+    // get_data reuses host input buffer s % np once the copy out of it (of seq s - np) has
+    // completed, which this event per buffer says.
+    let copied: Vec<_> = (0..np)
+        .map(|_| b.create_event(Default::default()))
+        .collect::<Result<_>>()?;
+    let checker = Checker::new(opt.batches);
+    let tracing = opt.spans.is_some();
+    let slot = |s: i64, n: i64| (s % n) as usize;
+    let stats = {
+        let stages = Stages::<D::B>::new()
+            .stage("h2g", |cx| {
+                dev.chaos_pause();
+                let (s, st) = (cx.seq, stream_of(cx)?);
+                let hin = slot(s, np);
+                // get_data: the host batch for s (its buffer's previous copy has finished).
+                if s >= np {
+                    b.synchronize(&copied[hin])?;
+                }
+                dev.fill_input(s);
+                marked(dev, tracing, st, "s_h2g", "copy in", s, || {
+                    dev.copy_in(st, hin, slot(s, nin))
+                })?;
+                b.record(&copied[hin], st)
+            })
+            .stage("f", |cx| {
+                let (s, st) = (cx.seq, stream_of(cx)?);
+                marked(dev, tracing, st, "s_f", "f", s, || {
+                    dev.launch_f(st, slot(s, nin), slot(s, nx))
+                })
+            })
+            .stage("g", |cx| {
+                let (s, st) = (cx.seq, stream_of(cx)?);
+                marked(dev, tracing, st, "s_g", "g", s, || {
+                    dev.launch_g(st, slot(s, nin), slot(s, ny))
+                })?;
+                dev.chaos_pause();
+                Ok(())
+            })
+            .stage("h", |cx| {
+                let (s, st) = (cx.seq, stream_of(cx)?);
+                marked(dev, tracing, st, "s_h", "h", s, || {
+                    dev.launch_h(st, slot(s, nx), slot(s, ny), slot(s, nout))
+                })
+            })
+            .stage("g2h", |cx| {
+                dev.chaos_pause();
+                let (s, st) = (cx.seq, stream_of(cx)?);
+                marked(dev, tracing, st, "s_g2h", "copy out", s, || {
+                    dev.copy_out(st, slot(s, nout), 0)
+                })
+            })
+            .after_sync("g2h", |s| {
+                // process_data: the copy into host output buffer 0 has completed.
+                checker.process(dev, 0, s);
+                if let Some(p) = opt.progress {
+                    p(s + 1);
+                }
+                Ok(())
+            });
+        runtime::run(plan, b, &streams, &stages, opt.batches)?
+    };
+    Ok((stats.wall, checker.finish()))
+}

@@ -1,0 +1,598 @@
+//! The pipeline runtime: runs a derived [`Plan`] with one user closure per stage.
+//!
+//! [`run`] builds one [`EventRingbuf`] per plan ring (the derived `nconsumers` and
+//! `max_size`), spawns one OS thread per plan thread, and has each thread execute its loop body
+//! for seq `0..batches`:
+//!
+//! | op | call |
+//! |---|---|
+//! | `Wait` | `ring.wait(stage's stream, s - lag, blocking)` |
+//! | `Synchronize` | `ring.synchronize(s - lag, blocking)`, then the stage's [`Stages::after_sync`] closure if this is the stage's own `sync` |
+//! | `Launch` | the stage's closure ([`Stages::stage`]) with a [`StageCtx`] |
+//! | `Record` | `ring.record(stage's stream, s, blocking)` |
+//!
+//! **Host stages** (`host = true`, no stream) run their closure on the thread itself, so their
+//! work is complete when the closure returns. Their ring still needs an event whose completion
+//! means "done": the runtime records it on the stream named [`HOST_STREAM`] (`"host"`), which
+//! the caller supplies and on which nothing is ever enqueued, so the event completes at once;
+//! a stream stage waiting on it is then ordered by the host thread's program order alone (its
+//! blocking `wait` returns only once the host stage has recorded). A host stage's ring that
+//! nobody consumes (`nconsumers == 0`) is a pure counter: it is recorded on any supplied stream
+//! (no event is involved), or not at all when there is none.
+//! [`required_streams`] lists every stream name a plan needs, [`HOST_STREAM`] included.
+//!
+//! **Errors.** A stage without a closure, a stream the plan names but the map lacks, and a
+//! closure given for a stage the plan does not have are [`Error::Stage`] errors, reported
+//! before any thread starts. When a thread fails (an error from a ring, a closure, or a panic
+//! in a closure), every ring is stopped, so every other thread wakes with
+//! [`Error::Stopped`]; all threads are joined and the *first* real error (in time) is
+//! returned, a `Stopped` only when nothing else failed. After the threads end, every stream is
+//! drained (an event recorded and synchronized on it) before the wall time is taken.
+//!
+//! # Example
+//!
+//! The seed's shape, reduced: a copy stage and a kernel on one thread, a sync'd copy-out on
+//! another, on the host backend.
+//!
+//! ```
+//! use std::sync::atomic::{AtomicI64, Ordering};
+//! use seqsync::pipeline::{derive, runtime, PipelineSpec, StageSpec};
+//! use seqsync::HostBackend;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let spec = PipelineSpec::builder()
+//!     .buffer("in", 2).buffer("out", 2)
+//!     .thread("t0")
+//!     .stage("copy_in", StageSpec::on_stream("s0").writes("in"))
+//!     .stage("kernel", StageSpec::on_stream("s1").reads("in").writes("out"))
+//!     .thread("t1")
+//!     .stage("copy_out", StageSpec::on_stream("s2").reads("out").sync())
+//!     .build()?;
+//! let plan = derive(&spec)?;
+//!
+//! let host = HostBackend::new();
+//! let streams = runtime::host_streams(&host, &plan);
+//! let processed = AtomicI64::new(0);
+//! let stages = runtime::Stages::<HostBackend>::new()
+//!     .stage("copy_in", |cx| {
+//!         cx.stream.unwrap().launch(|| { /* copy batch in */ });
+//!         Ok(())
+//!     })
+//!     .stage("kernel", |_| Ok(()))
+//!     .stage("copy_out", |_| Ok(()))
+//!     .after_sync("copy_out", |_seq| {
+//!         processed.fetch_add(1, Ordering::Relaxed); // process_data
+//!         Ok(())
+//!     });
+//! let stats = runtime::run(&plan, &host, &streams, &stages, 10)?;
+//! assert_eq!(processed.load(Ordering::Relaxed), 10);
+//! assert_eq!(stats.thread("t0").unwrap().launches, 20);
+//! # Ok(())
+//! # }
+//! ```
+
+use std::collections::{BTreeSet, HashMap};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use super::derive::{Op, Plan};
+use crate::backend::host::{HostBackend, HostStream};
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::{Blocking, EventRingbuf};
+
+/// The stream a host stage's ring is recorded on (see the [module docs](self)).
+pub const HOST_STREAM: &str = "host";
+
+/// A stage's closure: launches the stage's work for one seq.
+type StageFn<'a, B> = Box<dyn Fn(&StageCtx<'_, B>) -> Result<()> + Sync + 'a>;
+/// Host work after a stage's own synchronize.
+type AfterFn<'a> = Box<dyn Fn(i64) -> Result<()> + Sync + 'a>;
+
+/// What a stage's closure is told.
+pub struct StageCtx<'a, B: Backend> {
+    /// The batch.
+    pub seq: i64,
+    /// The stage's name.
+    pub stage: &'a str,
+    /// The host thread running it.
+    pub thread: &'a str,
+    /// The stage's stream; `None` for a host stage, whose work is done when the closure
+    /// returns.
+    pub stream: Option<&'a B::Stream>,
+}
+
+/// The user's work: one closure per stage, and optional host work after a stage's `sync`.
+pub struct Stages<'a, B: Backend> {
+    launch: HashMap<String, StageFn<'a, B>>,
+    after_sync: HashMap<String, AfterFn<'a>>,
+}
+
+impl<B: Backend> Default for Stages<'_, B> {
+    fn default() -> Self {
+        Stages {
+            launch: HashMap::new(),
+            after_sync: HashMap::new(),
+        }
+    }
+}
+
+impl<'a, B: Backend> Stages<'a, B> {
+    /// No stages yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the closure that launches stage `name`'s work for one seq: enqueue it on
+    /// `cx.stream`, or do it right there for a host stage. Replaces an earlier one.
+    pub fn stage(
+        mut self,
+        name: impl Into<String>,
+        f: impl Fn(&StageCtx<'_, B>) -> Result<()> + Sync + 'a,
+    ) -> Self {
+        self.launch.insert(name.into(), Box::new(f));
+        self
+    }
+
+    /// Sets host work run right after the thread's synchronize on stage `name`'s own ring
+    /// (a `sync = true` stage), e.g. the seed's `process_data`. Called with the seq.
+    pub fn after_sync(
+        mut self,
+        name: impl Into<String>,
+        f: impl Fn(i64) -> Result<()> + Sync + 'a,
+    ) -> Self {
+        self.after_sync.insert(name.into(), Box::new(f));
+        self
+    }
+}
+
+/// What one thread did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ThreadStats {
+    /// The plan thread.
+    pub name: String,
+    /// Loop iterations completed.
+    pub iterations: i64,
+    /// Stage closures run.
+    pub launches: u64,
+    /// Stream waits enqueued.
+    pub waits: u64,
+    /// Host synchronizes done.
+    pub synchronizes: u64,
+    /// Records made.
+    pub records: u64,
+}
+
+/// What [`run`] measured.
+#[derive(Debug, Clone, Default)]
+pub struct RunStats {
+    /// From the threads' start until every stream drained.
+    pub wall: Duration,
+    /// Per plan thread, in plan order.
+    pub threads: Vec<ThreadStats>,
+}
+
+impl RunStats {
+    /// The stats of thread `name`.
+    pub fn thread(&self, name: &str) -> Option<&ThreadStats> {
+        self.threads.iter().find(|t| t.name == name)
+    }
+}
+
+/// Every stream name the plan's ops use, sorted, plus [`HOST_STREAM`] when a host stage's
+/// ring has consumers.
+pub fn required_streams(plan: &Plan) -> Vec<String> {
+    let mut names = BTreeSet::new();
+    for t in &plan.threads {
+        for op in &t.ops {
+            match op {
+                Op::Wait { stream, .. } => {
+                    names.insert(stream.clone());
+                }
+                Op::Record {
+                    stream: Some(s), ..
+                } => {
+                    names.insert(s.clone());
+                }
+                Op::Record {
+                    stream: None, ring, ..
+                } if plan.ring(ring).is_some_and(|r| r.nconsumers > 0) => {
+                    names.insert(HOST_STREAM.to_string());
+                }
+                _ => {}
+            }
+        }
+    }
+    names.into_iter().collect()
+}
+
+/// One host-backend stream per [`required_streams`] name.
+pub fn host_streams(backend: &HostBackend, plan: &Plan) -> HashMap<String, HostStream> {
+    required_streams(plan)
+        .into_iter()
+        .map(|n| {
+            let s = backend.new_stream(&n);
+            (n, s)
+        })
+        .collect()
+}
+
+/// One op, resolved to ring indices, streams and closures.
+enum Step<'r, 'a, B: Backend> {
+    Wait {
+        ring: usize,
+        lag: i64,
+        blocking: Blocking,
+        stream: &'r B::Stream,
+    },
+    Sync {
+        ring: usize,
+        lag: i64,
+        blocking: Blocking,
+        after: Option<&'r AfterFn<'a>>,
+    },
+    Launch {
+        stage: &'r str,
+        stream: Option<&'r B::Stream>,
+        f: &'r StageFn<'a, B>,
+    },
+    Record {
+        ring: usize,
+        blocking: Blocking,
+        /// `None`: a counter ring with no stream anywhere; nobody observes it.
+        stream: Option<&'r B::Stream>,
+    },
+}
+
+fn stage_err(stage: &str, message: impl Into<String>) -> Error {
+    Error::Stage {
+        stage: stage.to_string(),
+        message: message.into(),
+    }
+}
+
+fn lag_of(stage: &str, lag: u64) -> Result<i64> {
+    i64::try_from(lag).map_err(|_| stage_err(stage, format!("lag {lag} exceeds i64")))
+}
+
+/// Resolves every op of every thread; every missing piece is an error here.
+fn compile<'r, 'a, B: Backend>(
+    plan: &'r Plan,
+    streams: &'r HashMap<String, B::Stream>,
+    stages: &'r Stages<'a, B>,
+) -> Result<Vec<Vec<Step<'r, 'a, B>>>> {
+    let index: HashMap<&str, usize> = plan
+        .rings
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.name.as_str(), i))
+        .collect();
+    let ring = |stage: &str, name: &str| {
+        index
+            .get(name)
+            .copied()
+            .ok_or_else(|| stage_err(stage, format!("the plan has no ring `{name}`")))
+    };
+    let stream = |stage: &str, name: &str| {
+        streams.get(name).ok_or_else(|| {
+            stage_err(
+                stage,
+                format!(
+                    "no stream `{name}` was given (the plan needs {:?})",
+                    required_streams(plan)
+                ),
+            )
+        })
+    };
+    // Names given for stages the plan lacks are typos: say so.
+    let launched: BTreeSet<&str> = plan
+        .threads
+        .iter()
+        .flat_map(|t| &t.ops)
+        .filter_map(|op| match op {
+            Op::Launch { stage } => Some(stage.as_str()),
+            _ => None,
+        })
+        .collect();
+    for name in stages.launch.keys().chain(stages.after_sync.keys()) {
+        if !launched.contains(name.as_str()) {
+            return Err(stage_err(
+                name,
+                format!(
+                    "a closure was given but the plan has no such stage (stages: {launched:?})"
+                ),
+            ));
+        }
+    }
+    let mut synced = BTreeSet::new();
+    let mut out = Vec::with_capacity(plan.threads.len());
+    for t in &plan.threads {
+        let mut steps = Vec::with_capacity(t.ops.len());
+        // The stream of the stage whose ops come next (its Wait ops name it; its Record too).
+        let mut stage_stream: HashMap<&str, Option<&B::Stream>> = HashMap::new();
+        for op in &t.ops {
+            if let Op::Record {
+                stage, stream: s, ..
+            } = op
+            {
+                let st = match s {
+                    Some(s) => Some(stream(stage, s)?),
+                    None => None,
+                };
+                stage_stream.insert(stage.as_str(), st);
+            }
+        }
+        for op in &t.ops {
+            steps.push(match op {
+                Op::Wait {
+                    stage,
+                    ring: r,
+                    lag,
+                    blocking,
+                    stream: s,
+                } => Step::Wait {
+                    ring: ring(stage, r)?,
+                    lag: lag_of(stage, *lag)?,
+                    blocking: (*blocking).into(),
+                    stream: stream(stage, s)?,
+                },
+                Op::Synchronize {
+                    stage,
+                    ring: r,
+                    lag,
+                    blocking,
+                } => {
+                    let own = stage == r;
+                    if own {
+                        synced.insert(stage.as_str());
+                    }
+                    Step::Sync {
+                        ring: ring(stage, r)?,
+                        lag: lag_of(stage, *lag)?,
+                        blocking: (*blocking).into(),
+                        after: if own {
+                            stages.after_sync.get(stage)
+                        } else {
+                            None
+                        },
+                    }
+                }
+                Op::Launch { stage } => Step::Launch {
+                    stage,
+                    stream: stage_stream.get(stage.as_str()).copied().flatten(),
+                    f: stages.launch.get(stage).ok_or_else(|| {
+                        stage_err(stage, "no closure was given for this stage (Stages::stage)")
+                    })?,
+                },
+                Op::Record {
+                    stage,
+                    ring: r,
+                    blocking,
+                    stream: s,
+                } => {
+                    let i = ring(stage, r)?;
+                    let st = match s {
+                        Some(s) => Some(stream(stage, s)?),
+                        None if plan.rings[i].nconsumers > 0 => Some(stream(stage, HOST_STREAM)?),
+                        None => streams.get(HOST_STREAM).or_else(|| streams.values().next()),
+                    };
+                    Step::Record {
+                        ring: i,
+                        blocking: (*blocking).into(),
+                        stream: st,
+                    }
+                }
+            });
+        }
+        out.push(steps);
+    }
+    for name in stages.after_sync.keys() {
+        if !synced.contains(name.as_str()) {
+            return Err(stage_err(
+                name,
+                "an after_sync closure was given but the stage has no `sync` (its thread never \
+                 synchronizes on its ring)",
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// Where a failure happened, for the stop reason.
+struct Failed {
+    seq: i64,
+    error: Error,
+}
+
+fn run_thread<B: Backend>(
+    name: &str,
+    steps: &[Step<'_, '_, B>],
+    rings: &[EventRingbuf<B>],
+    batches: i64,
+    stats: &mut ThreadStats,
+) -> std::result::Result<(), Failed> {
+    for seq in 0..batches {
+        let fail = |error| Failed { seq, error };
+        for step in steps {
+            match step {
+                Step::Wait {
+                    ring,
+                    lag,
+                    blocking,
+                    stream,
+                } => {
+                    rings[*ring]
+                        .wait(stream, seq - lag, *blocking)
+                        .map_err(fail)?;
+                    stats.waits += 1;
+                }
+                Step::Sync {
+                    ring,
+                    lag,
+                    blocking,
+                    after,
+                } => {
+                    rings[*ring]
+                        .synchronize(seq - lag, *blocking)
+                        .map_err(fail)?;
+                    stats.synchronizes += 1;
+                    if let Some(after) = after {
+                        after(seq).map_err(fail)?;
+                    }
+                }
+                Step::Launch { stage, stream, f } => {
+                    f(&StageCtx {
+                        seq,
+                        stage,
+                        thread: name,
+                        stream: *stream,
+                    })
+                    .map_err(fail)?;
+                    stats.launches += 1;
+                }
+                Step::Record {
+                    ring,
+                    blocking,
+                    stream,
+                } => {
+                    if let Some(stream) = stream {
+                        rings[*ring].record(stream, seq, *blocking).map_err(fail)?;
+                    }
+                    stats.records += 1;
+                }
+            }
+        }
+        stats.iterations = seq + 1;
+    }
+    Ok(())
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic".into())
+}
+
+/// Runs `plan` for seqs `0..batches`: one [`EventRingbuf`] per ring, one OS thread per plan
+/// thread, each executing its ops in order (see the [module docs](self)).
+///
+/// `streams` maps every name of [`required_streams`] to a stream of `backend`.
+///
+/// # Errors
+/// [`Error::Stage`] before anything runs, for a stage without a closure, a missing stream, or
+/// a closure naming no stage; [`Error::InvalidArgument`] for `batches < 0`; otherwise the first
+/// error any thread hit (a ring's, a closure's, or [`Error::Stage`] for a panicking closure).
+pub fn run<B: Backend>(
+    plan: &Plan,
+    backend: &B,
+    streams: &HashMap<String, B::Stream>,
+    stages: &Stages<'_, B>,
+    batches: i64,
+) -> Result<RunStats> {
+    if batches < 0 {
+        return Err(Error::InvalidArgument {
+            ring: "pipeline runtime".into(),
+            message: format!("batches must be at least 0, got {batches}"),
+        });
+    }
+    let programs = compile(plan, streams, stages)?;
+    let rings = plan
+        .rings
+        .iter()
+        .map(|r| {
+            let n = u32::try_from(r.nconsumers).unwrap_or(u32::MAX);
+            let size = usize::try_from(r.max_size).unwrap_or(usize::MAX);
+            EventRingbuf::new(backend, r.name.clone(), n, size)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let first: Mutex<Option<Error>> = Mutex::new(None);
+    let start = Instant::now();
+    let results: Vec<(ThreadStats, Option<Error>)> = std::thread::scope(|scope| {
+        let (rings, first) = (&rings, &first);
+        let handles: Vec<_> = plan
+            .threads
+            .iter()
+            .zip(&programs)
+            .map(|(t, steps)| {
+                let name = t.name.as_str();
+                std::thread::Builder::new()
+                    .name(format!("seqsync-{name}"))
+                    .spawn_scoped(scope, move || {
+                        let mut stats = ThreadStats {
+                            name: name.to_string(),
+                            ..ThreadStats::default()
+                        };
+                        let outcome = catch_unwind(AssertUnwindSafe(|| {
+                            run_thread(name, steps, rings, batches, &mut stats)
+                        }))
+                        .unwrap_or_else(|p| {
+                            Err(Failed {
+                                seq: stats.iterations,
+                                error: stage_err(
+                                    name,
+                                    format!("thread panicked: {}", panic_message(&*p)),
+                                ),
+                            })
+                        });
+                        let err = match outcome {
+                            Ok(()) => None,
+                            Err(Failed { seq, error }) => {
+                                if !error.is_stopped() {
+                                    let mut f = first.lock().unwrap_or_else(|e| e.into_inner());
+                                    f.get_or_insert_with(|| error.clone());
+                                }
+                                // The cascade: wake every thread blocked on any ring.
+                                let reason = format!("thread {name} failed at seq {seq}: {error}");
+                                for r in rings {
+                                    r.stop(reason.clone());
+                                }
+                                Some(error)
+                            }
+                        };
+                        (stats, err)
+                    })
+                    .expect("cannot spawn a pipeline thread")
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .expect("pipeline thread panicked outside catch_unwind")
+            })
+            .collect()
+    });
+    let drained = drain(backend, streams);
+    let wall = start.elapsed();
+    let first = first.into_inner().unwrap_or_else(|e| e.into_inner());
+    let mut stopped = None;
+    let mut threads = Vec::with_capacity(results.len());
+    for (stats, err) in results {
+        if let Some(e) = err {
+            stopped.get_or_insert(e);
+        }
+        threads.push(stats);
+    }
+    if let Some(e) = first.or(stopped) {
+        return Err(e);
+    }
+    drained?;
+    Ok(RunStats { wall, threads })
+}
+
+/// Waits until everything enqueued on every stream has run.
+fn drain<B: Backend>(backend: &B, streams: &HashMap<String, B::Stream>) -> Result<()> {
+    let mut first = Ok(());
+    for s in streams.values() {
+        let r = backend
+            .create_event(Default::default())
+            .and_then(|e| backend.record(&e, s).and_then(|()| backend.synchronize(&e)));
+        if first.is_ok() {
+            first = r;
+        }
+    }
+    first
+}
