@@ -298,17 +298,17 @@ impl<B: Backend> EventRingbuf<B> {
                 Blocking::Yes => self.sleep_until_free(index)?,
             }
         }
-        if let Err(actual) =
-            self.next
-                .compare_exchange(seq, seq + 1, Ordering::AcqRel, Ordering::Relaxed)
-        {
-            return Err(self.out_of_order(actual, seq));
-        }
+        // One producer: a plain store. Two threads recording the same seq at once (misuse) are
+        // caught below, when the second finds the slot already published.
+        self.next.store(seq + 1, Ordering::Release);
         if let Err(e) = self.backend.record(&self.events[index], stream) {
             return Err(self.fail(e));
         }
         // Release: consumers that see the new tag also see the recorded event.
         let old = Word(slot.swap(Word::new(tag, 0).0, Ordering::AcqRel));
+        if old.tag() != seq as u64 {
+            return Err(self.out_of_order(seq + 1, seq));
+        }
         if old.has(CONSUMER_WAITING) {
             self.wake_all();
         }
@@ -325,16 +325,35 @@ impl<B: Backend> EventRingbuf<B> {
     /// `Stopped` also stops the ring.
     #[inline]
     pub fn wait(&self, stream: &B::Stream, seq: i64, blocking: impl Into<Blocking>) -> Result<()> {
-        let Some(index) = self.acquire(seq, blocking.into())? else {
+        self.check_stopped()?;
+        if seq < 0 {
             return Ok(());
-        };
-        match self.backend.wait(stream, &self.events[index]) {
-            Ok(()) => {
-                self.release(index);
-                Ok(())
-            }
-            Err(e) => Err(self.fail(e)),
         }
+        let (index, want) = self.find_produced(seq, blocking.into())?;
+        // Our share of `seq` is not released yet, so the producer cannot re-record this event
+        // while the backend enqueues the wait: it needs all nconsumers releases first.
+        if let Err(e) = self.backend.wait(stream, &self.events[index]) {
+            return Err(self.fail(e));
+        }
+        // Take and release our share in one step (the wait is enqueued: nothing holds it).
+        // Release: our backend call happens before the producer's re-record.
+        let old = Word(
+            self.slots[index]
+                .0
+                .fetch_add(ONE_ACQUIRE + ONE_RELEASE, Ordering::AcqRel),
+        );
+        if old.tag() != want || old.acquired() >= self.nconsumers {
+            // Another thread consumed the last share meanwhile: more consumers than declared.
+            return Err(self.fail(Error::OverConsumed {
+                ring: self.name.clone(),
+                seq,
+                nconsumers: self.nconsumers,
+            }));
+        }
+        if old.released() + 1 == self.nconsumers && old.has(PRODUCER_WAITING) {
+            self.wake_all();
+        }
+        Ok(())
     }
 
     /// Consumer: block the calling thread until the work before `seq`'s record has completed
@@ -347,6 +366,15 @@ impl<B: Backend> EventRingbuf<B> {
         let Some(index) = self.acquire(seq, blocking.into())? else {
             return Ok(());
         };
+        // Already complete (the common case for a lagged consumer): no timing, no polling.
+        match self.backend.query(&self.events[index]) {
+            Ok(true) => {
+                self.release(index);
+                return Ok(());
+            }
+            Ok(false) => {}
+            Err(e) => return Err(self.fail(e)),
+        }
         let start = std::time::Instant::now();
         match self
             .backend
@@ -422,13 +450,10 @@ impl<B: Backend> EventRingbuf<B> {
         Ok(())
     }
 
-    /// Take one consumption of `seq`: `Ok(None)` for a negative seq, else the slot index.
+    /// Consumer, `seq >= 0`: the slot index and tag once `seq` is recorded and has a share
+    /// left, without taking it.
     #[inline]
-    fn acquire(&self, seq: i64, blocking: Blocking) -> Result<Option<usize>> {
-        self.check_stopped()?;
-        if seq < 0 {
-            return Ok(None);
-        }
+    fn find_produced(&self, seq: i64, blocking: Blocking) -> Result<(usize, u64)> {
         if self.nconsumers == 0 {
             return Err(self.fail(Error::OverConsumed {
                 ring: self.name.clone(),
@@ -438,10 +463,9 @@ impl<B: Backend> EventRingbuf<B> {
         }
         let want = self.tag_of(seq)?;
         let index = self.index(seq);
-        let slot = &self.slots[index].0;
         // Acquire: pairs with the producer's publishing swap, so the event record happened
         // before our backend call on it.
-        let mut word = Word(slot.load(Ordering::Acquire));
+        let mut word = Word(self.slots[index].0.load(Ordering::Acquire));
         loop {
             if word.tag() == want {
                 if word.acquired() >= self.nconsumers {
@@ -451,31 +475,61 @@ impl<B: Backend> EventRingbuf<B> {
                         nconsumers: self.nconsumers,
                     }));
                 }
-                match slot.compare_exchange_weak(
-                    word.0,
-                    word.0 + ONE_ACQUIRE,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                ) {
-                    Ok(_) => return Ok(Some(index)),
-                    Err(now) => word = Word(now),
-                }
+                return Ok((index, want));
             } else if word.tag() > want {
-                return Err(self.fail(Error::Stale {
-                    ring: self.name.clone(),
-                    seq,
-                    current: word.tag() as i64 - self.max_size as i64,
-                    max_size: self.max_size,
-                    nconsumers: self.nconsumers,
-                }));
+                return Err(self.stale(seq, word));
             } else if blocking == Blocking::No {
-                return Err(self.fail(Error::NotYetProduced {
-                    ring: self.name.clone(),
-                    seq,
-                    next: self.next_seq(),
-                }));
-            } else {
-                word = self.sleep_until_tag(index, want)?;
+                return Err(self.not_yet_produced(seq));
+            }
+            word = self.sleep_until_tag(index, want)?;
+        }
+    }
+
+    #[cold]
+    fn stale(&self, seq: i64, word: Word) -> Error {
+        self.fail(Error::Stale {
+            ring: self.name.clone(),
+            seq,
+            current: word.tag() as i64 - self.max_size as i64,
+            max_size: self.max_size,
+            nconsumers: self.nconsumers,
+        })
+    }
+
+    #[cold]
+    fn not_yet_produced(&self, seq: i64) -> Error {
+        self.fail(Error::NotYetProduced {
+            ring: self.name.clone(),
+            seq,
+            next: self.next_seq(),
+        })
+    }
+
+    /// Take one consumption of `seq` (to be [`release`](Self::release)d after the backend
+    /// call): `Ok(None)` for a negative seq, else the slot index.
+    #[inline]
+    fn acquire(&self, seq: i64, blocking: Blocking) -> Result<Option<usize>> {
+        self.check_stopped()?;
+        if seq < 0 {
+            return Ok(None);
+        }
+        loop {
+            let (index, want) = self.find_produced(seq, blocking)?;
+            let slot = &self.slots[index].0;
+            let word = Word(slot.load(Ordering::Acquire));
+            // Retry from the top if anything changed since `find_produced` looked.
+            if word.tag() == want
+                && word.acquired() < self.nconsumers
+                && slot
+                    .compare_exchange_weak(
+                        word.0,
+                        word.0 + ONE_ACQUIRE,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
+                    .is_ok()
+            {
+                return Ok(Some(index));
             }
         }
     }
