@@ -4,11 +4,13 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use seqsync::backend::host::Chaos;
 use seqsync::demo::{self, DemoConfig, Engine};
 use seqsync::pipeline::{
-    check_deadlock, derive, derive_unchecked, spec_toml, PipelineSpec, Plan, PlanError, Verdict,
+    check_deadlock, derive, derive_unchecked, selftest, spec_toml, PipelineSpec, Plan, PlanError,
+    Verdict,
 };
-use seqsync::BackendKind;
+use seqsync::{BackendKind, HostBackend};
 
 use crate::Failure;
 
@@ -30,7 +32,8 @@ pub(crate) struct CheckArgs {
 #[derive(Args)]
 pub(crate) struct RunArgs {
     /// The pipeline spec (TOML). Seed-shaped specs run the demo's kernels on the pipeline
-    /// engine; other shapes are rejected.
+    /// engine (on the GPU if there is one); any other shape runs on the host backend with
+    /// built-in stages that check every buffer read.
     spec: PathBuf,
     /// Override a parameter (`nin=5`) or a ring's size (`h.max_size=6`); repeatable.
     #[arg(long = "set", value_name = "NAME=VALUE")]
@@ -171,16 +174,9 @@ pub(crate) fn run(a: CheckArgs) -> Result<(), Failure> {
 /// `seqsync run`: seed-shaped specs run the demo on the pipeline engine.
 pub(crate) fn run_spec(a: RunArgs) -> Result<(), Failure> {
     let spec = load(&a.spec, &a.set)?;
-    derive(&spec).map_err(malformed)?;
-    if let Err(e) = demo::seed_shape(&spec) {
-        return Err(Failure {
-            message: format!(
-                "{}: {e}; `seqsync run` runs seed-shaped specs only (stages h2g, f, g, h, g2h \
-                 over buffers in, x, y, out)",
-                a.spec.display()
-            ),
-            code: 2,
-        });
+    let plan = derive(&spec).map_err(malformed)?;
+    if demo::seed_shape(&spec).is_err() {
+        return run_selftest(&a, &spec, &plan);
     }
     let config = DemoConfig {
         backend: a.backend,
@@ -202,4 +198,54 @@ pub(crate) fn run_spec(a: RunArgs) -> Result<(), Failure> {
         crate::print_summary(&report, None);
     }
     crate::verified(&report)
+}
+
+/// Any other shape: built-in stages on the host backend, every read checked.
+fn run_selftest(a: &RunArgs, spec: &PipelineSpec, plan: &Plan) -> Result<(), Failure> {
+    if a.backend == BackendKind::Cuda {
+        return Err(Failure {
+            message: format!(
+                "{}: only seed-shaped specs (stages h2g, f, g, h, g2h over buffers in, x, y, out) \
+                 have GPU kernels; run other shapes with --backend host",
+                a.spec.display()
+            ),
+            code: 2,
+        });
+    }
+    let host = match a.chaos {
+        Some(seed) => HostBackend::with_chaos(Chaos::new(seed)),
+        None => HostBackend::new(),
+    };
+    let elems = a.batch_bytes.map_or(256, |b| (b / 4).max(1));
+    let report = selftest::run(spec, plan, &host, a.batches.max(1), elems)?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string(&report).expect("report serializes")
+        );
+    } else {
+        println!(
+            "ran {} batches of {} on the host backend with built-in stages{}: {} reads checked, {} wrong ({:.3} s)",
+            report.batches,
+            a.spec.display(),
+            a.chaos.map(|s| format!(" (chaos seed {s})")).unwrap_or_default(),
+            report.reads_checked,
+            report.wrong_reads,
+            report.wall_s
+        );
+        for w in &report.first_wrong {
+            println!("  {w}");
+        }
+    }
+    if report.wrong_reads == 0 {
+        Ok(())
+    } else {
+        Err(Failure {
+            message: format!(
+                "{} of {} reads found the wrong data",
+                report.wrong_reads, report.reads_checked
+            ),
+            code: 1,
+        })
+    }
 }

@@ -3,6 +3,7 @@
 use std::process::Command;
 
 const SEED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../specs/seed.toml");
+const FANOUT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../specs/fanout.toml");
 
 fn seqsync(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_seqsync"))
@@ -199,4 +200,23 @@ fn run_the_seed_spec_verifies_every_batch() {
     assert_eq!(v["engine"], "pipeline");
     assert!(v["handwritten_gbps"].as_f64().unwrap() > 0.0);
     assert!(!v["ratio_to_handwritten"].is_null());
+}
+
+#[test]
+fn run_any_shape_checks_every_read() {
+    let out = seqsync(&["run", FANOUT, "--chaos", "2", "--batches", "100", "--json"]);
+    assert_eq!(out.0, 0, "{}", out.2);
+    let v: serde_json::Value = serde_json::from_str(&out.1).unwrap();
+    assert_eq!(v["reads_checked"], 400);
+    assert_eq!(v["wrong_reads"], 0);
+}
+
+#[test]
+fn empty_spec_is_one_line() {
+    let path = std::env::temp_dir().join(format!("seqsync-empty-{}.toml", std::process::id()));
+    std::fs::write(&path, "[params]\nn = 1\n").unwrap();
+    let out = seqsync(&["check", path.to_str().unwrap()]);
+    std::fs::remove_file(&path).ok();
+    assert_eq!(out.0, 2);
+    assert!(out.2.contains("no stages"), "{}", out.2);
 }

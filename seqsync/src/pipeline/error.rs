@@ -211,6 +211,10 @@ pub enum PlanError {
         reason: String,
     },
 
+    /// The spec declares no stage at all: there is nothing to derive or run.
+    #[error("the spec declares no stages: add a [[thread]] with at least one [[thread.stage]]")]
+    NoStages,
+
     /// A plan handed to the deadlock checker is internally inconsistent.
     #[error("inconsistent plan: {message}")]
     InvalidPlan {
@@ -239,7 +243,8 @@ impl PlanError {
             | PlanError::StageOutsideThread { .. }
             | PlanError::BadAssignment { .. }
             | PlanError::MaxSizeBelowBound { .. }
-            | PlanError::InvalidPlan { .. } => None,
+            | PlanError::InvalidPlan { .. }
+            | PlanError::NoStages => None,
         }
     }
 }

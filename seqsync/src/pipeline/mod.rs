@@ -57,6 +57,7 @@ pub mod deadlock;
 pub mod derive;
 pub mod error;
 pub mod runtime;
+pub mod selftest;
 pub mod spec;
 pub mod spec_toml;
 

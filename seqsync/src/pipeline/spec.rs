@@ -470,6 +470,9 @@ impl<'a> Topology<'a> {
     /// Validates `spec` and indexes it.
     pub fn new(spec: &'a PipelineSpec) -> Result<Self, PlanError> {
         check_duplicates(spec)?;
+        if spec.threads.iter().all(|t| t.stages.is_empty()) {
+            return Err(PlanError::NoStages);
+        }
         let slots = resolve_slots(spec)?;
         check_overrides(spec)?;
         check_streams(spec)?;
@@ -710,6 +713,14 @@ fn check_duplicates(spec: &PipelineSpec) -> Result<(), PlanError> {
         first_duplicate("write of a buffer in one stage", s.writes.iter())?;
     }
     first_duplicate("max_size request", spec.max_size.iter().map(|o| &o.ring))
+}
+
+/// Every buffer's slot count, parameters resolved.
+pub(crate) fn buffer_slots(spec: &PipelineSpec) -> Result<HashMap<String, u64>, PlanError> {
+    Ok(resolve_slots(spec)?
+        .into_iter()
+        .map(|(name, s)| (name.to_owned(), s.count))
+        .collect())
 }
 
 fn resolve_slots(spec: &PipelineSpec) -> Result<HashMap<&str, ResolvedSlots>, PlanError> {
