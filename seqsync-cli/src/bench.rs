@@ -9,7 +9,7 @@ use crate::Failure;
 #[derive(Args)]
 pub(crate) struct BenchArgs {
     /// auto (CUDA if a GPU is present), host or cuda.
-    #[arg(long, default_value = "auto", value_parser = crate::parse_backend)]
+    #[arg(long, default_value = "auto", value_parser = crate::parse::<BackendKind>)]
     backend: BackendKind,
     /// Timed rounds of 256 calls each (the median round counts).
     #[arg(long, default_value_t = 400)]

@@ -42,7 +42,7 @@ pub(crate) struct RunArgs {
     #[arg(long, default_value_t = 100)]
     batches: i64,
     /// auto (CUDA if a GPU is present), host or cuda.
-    #[arg(long, default_value = "auto", value_parser = crate::parse_backend)]
+    #[arg(long, default_value = "auto", value_parser = crate::parse::<BackendKind>)]
     backend: BackendKind,
     /// Bytes per batch, a multiple of 4 (default: 64 MiB on CUDA, 256 KiB on host).
     #[arg(long)]
@@ -216,8 +216,25 @@ fn run_selftest(a: &RunArgs, spec: &PipelineSpec, plan: &Plan) -> Result<(), Fai
         Some(seed) => HostBackend::with_chaos(Chaos::new(seed)),
         None => HostBackend::new(),
     };
-    let elems = a.batch_bytes.map_or(256, |b| (b / 4).max(1));
-    let report = selftest::run(spec, plan, &host, a.batches.max(1), elems)?;
+    if a.batches < 1 {
+        return Err(Failure {
+            message: format!("--batches must be at least 1, got {}", a.batches),
+            code: 2,
+        });
+    }
+    let elems = match a.batch_bytes {
+        None => 256,
+        Some(b) if b >= 4 && b.is_multiple_of(4) => b / 4,
+        Some(b) => {
+            return Err(Failure {
+                message: format!(
+                    "--batch-bytes {b} is not a whole number of 4-byte elements (u32)"
+                ),
+                code: 2,
+            })
+        }
+    };
+    let report = selftest::run(spec, plan, &host, a.batches, elems)?;
     if a.json {
         println!(
             "{}",

@@ -61,17 +61,17 @@ struct DemoArgs {
     #[arg(long, default_value_t = 8)]
     intensity: u32,
     /// auto (CUDA if a GPU is present), host or cuda.
-    #[arg(long, default_value = "auto", value_parser = parse_backend)]
+    #[arg(long, default_value = "auto", value_parser = crate::parse::<BackendKind>)]
     backend: BackendKind,
     /// Host backend: random delays in every stream operation and thread step, from this seed.
     #[arg(long, value_name = "SEED")]
     chaos: Option<u64>,
     /// seed (the main example), keep-input (variant 1) or host-ring (variant 2).
-    #[arg(long, default_value = "seed", value_parser = parse_variant)]
+    #[arg(long, default_value = "seed", value_parser = crate::parse::<Variant>)]
     variant: Variant,
     /// handwritten (the seed's rings and loops written out) or pipeline (the seed spec run by
     /// the pipeline runtime; variant seed only).
-    #[arg(long, default_value = "handwritten", value_parser = parse_engine)]
+    #[arg(long, default_value = "handwritten", value_parser = crate::parse::<Engine>)]
     engine: Engine,
     /// Host output batches for --variant host-ring.
     #[arg(long, default_value_t = 4)]
@@ -92,20 +92,12 @@ struct DemoArgs {
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
     /// Test only: leave out one wait (e.g. f-waits-copy); verification must then fail.
-    #[arg(long, hide = true, value_parser = parse_drop)]
+    #[arg(long, hide = true, value_parser = crate::parse::<DroppedWait>)]
     drop_wait: Option<DroppedWait>,
 }
 
-pub(crate) fn parse_backend(s: &str) -> Result<BackendKind, String> {
-    s.parse().map_err(|e: seqsync::Error| e.to_string())
-}
-fn parse_variant(s: &str) -> Result<Variant, String> {
-    s.parse().map_err(|e: seqsync::Error| e.to_string())
-}
-fn parse_engine(s: &str) -> Result<Engine, String> {
-    s.parse().map_err(|e: seqsync::Error| e.to_string())
-}
-fn parse_drop(s: &str) -> Result<DroppedWait, String> {
+/// Parse any of seqsync's `FromStr` types (backend, variant, engine, wait), for clap.
+pub(crate) fn parse<T: std::str::FromStr<Err = seqsync::Error>>(s: &str) -> Result<T, String> {
     s.parse().map_err(|e: seqsync::Error| e.to_string())
 }
 
@@ -125,6 +117,14 @@ impl From<seqsync::Error> for Failure {
 }
 
 fn main() -> ExitCode {
+    // Like other Unix tools, end quietly when the reader of our output goes away
+    // (`seqsync check … | head`) instead of panicking in println!.
+    #[cfg(unix)]
+    // SAFETY: called first thing in main, before any other thread exists; SIG_DFL is a valid
+    // disposition for SIGPIPE.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         None => run_demo(cli.demo),
@@ -191,7 +191,12 @@ fn run_demo(a: DemoArgs) -> Result<(), Failure> {
         drop_wait: a.drop_wait,
         progress,
     };
-    let report = demo::run(&config)?;
+    let report = demo::run(&config).inspect_err(|_| {
+        // Leave no empty trace file behind a run that failed.
+        if let Some(p) = &a.trace {
+            let _ = std::fs::remove_file(p);
+        }
+    })?;
     if let (Some(mut f), Some(t)) = (trace_file, &report.trace) {
         serde_json::to_writer(&mut f, t).map_err(|e| Failure {
             message: format!("cannot write trace: {e}"),

@@ -1,7 +1,7 @@
 //! What the pipeline is measured against, in the same run: each stage alone, a serialized
 //! pipeline, and the same pipeline hand-rolled on raw events without a ring.
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -114,8 +114,10 @@ pub(crate) fn serialized<D: Device>(dev: &D, batches: i64) -> Result<(Duration, 
 
 /// A counter one thread advances and another waits on: what a hand-written pipeline uses to
 /// pass "I recorded seq s" between threads.
+/// `abort` ends every wait: set when the other thread failed.
 struct Progress {
     value: AtomicI64,
+    abort: AtomicBool,
     lock: Mutex<()>,
     cv: Condvar,
 }
@@ -124,6 +126,7 @@ impl Progress {
     fn new() -> Self {
         Progress {
             value: AtomicI64::new(0),
+            abort: AtomicBool::new(false),
             lock: Mutex::new(()),
             cv: Condvar::new(),
         }
@@ -136,16 +139,44 @@ impl Progress {
         self.cv.notify_all();
     }
 
+    /// Wake every waiter for good: the other side failed.
+    fn abort(&self) {
+        self.abort.store(true, Ordering::SeqCst);
+        let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.cv.notify_all();
+    }
+
     /// Block until everything below `v` is done.
-    fn wait_for(&self, v: i64) {
+    fn wait_for(&self, v: i64) -> Result<()> {
         if self.value.load(Ordering::SeqCst) >= v {
-            return;
+            return Ok(());
         }
         let mut g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         while self.value.load(Ordering::SeqCst) < v {
+            if self.abort.load(Ordering::SeqCst) {
+                return Err(crate::Error::invalid(
+                    "hand-rolled baseline",
+                    "the other thread failed",
+                ));
+            }
             g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner());
         }
+        Ok(())
     }
+}
+
+/// Run a hand-rolled thread body; if it fails or panics, abort every handshake.
+fn abort_on_failure(progress: &[&Progress], body: impl FnOnce() -> Result<()>) -> Result<()> {
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or_else(|p| {
+        Err(crate::Error::invalid(
+            "hand-rolled baseline",
+            format!("thread panicked: {}", crate::error::panic_message(&*p)),
+        ))
+    });
+    if r.is_err() {
+        progress.iter().for_each(|p| p.abort());
+    }
+    r
 }
 
 /// The seed's pipeline with raw events and hand-written cross-thread handshakes, no ring.
@@ -180,62 +211,68 @@ pub(crate) fn handrolled<D: Device>(dev: &D, batches: i64) -> Result<(Duration, 
     let checker = Checker::new(batches);
     let at = |s: i64, n: i64| (s % n) as usize;
     let t = Instant::now();
+    let all = [&h_recorded, &h_consumed, &g2h_recorded];
     let results = std::thread::scope(|scope| {
-        let h2g = scope.spawn(|| -> Result<()> {
-            for s in 0..batches {
-                if s >= np {
-                    b.synchronize(&ev_copied[at(s, np)])?;
+        let h2g = scope.spawn(|| {
+            abort_on_failure(&all, || {
+                for s in 0..batches {
+                    if s >= np {
+                        b.synchronize(&ev_copied[at(s, np)])?;
+                    }
+                    dev.fill_input(s);
+                    if s >= nin {
+                        b.wait(&st.h2g, &ev_f[at(s - nin, nin)])?;
+                        b.wait(&st.h2g, &ev_g[at(s - nin, nin)])?;
+                    }
+                    dev.copy_in(&st.h2g, at(s, np), at(s, nin))?;
+                    b.record(&ev_h2g[0], &st.h2g)?;
+                    b.record(&ev_copied[at(s, np)], &st.h2g)?;
+                    b.wait(&st.f, &ev_h2g[0])?;
+                    if s >= nx {
+                        b.wait(&st.f, &ev_h[at(s - nx, nh)])?;
+                    }
+                    dev.launch_f(&st.f, at(s, nin), at(s, nx))?;
+                    b.record(&ev_f[at(s, nin)], &st.f)?;
+                    b.wait(&st.g, &ev_h2g[0])?;
+                    if s >= ny {
+                        b.wait(&st.g, &ev_h[at(s - ny, nh)])?;
+                    }
+                    dev.launch_g(&st.g, at(s, nin), at(s, ny))?;
+                    b.record(&ev_g[at(s, nin)], &st.g)?;
+                    b.wait(&st.h, &ev_f[at(s, nin)])?;
+                    b.wait(&st.h, &ev_g[at(s, nin)])?;
+                    if s >= nout {
+                        g2h_recorded.wait_for(s - nout + 1)?;
+                        b.wait(&st.h, &ev_g2h[at(s - nout, nout)])?;
+                    }
+                    dev.launch_h(&st.h, at(s, nx), at(s, ny), at(s, nout))?;
+                    // ev_h[s % nh] is free once g2h has waited on seq s - nh.
+                    h_consumed.wait_for(s - nh + 1)?;
+                    b.record(&ev_h[at(s, nh)], &st.h)?;
+                    h_recorded.advance(s + 1);
                 }
-                dev.fill_input(s);
-                if s >= nin {
-                    b.wait(&st.h2g, &ev_f[at(s - nin, nin)])?;
-                    b.wait(&st.h2g, &ev_g[at(s - nin, nin)])?;
-                }
-                dev.copy_in(&st.h2g, at(s, np), at(s, nin))?;
-                b.record(&ev_h2g[0], &st.h2g)?;
-                b.record(&ev_copied[at(s, np)], &st.h2g)?;
-                b.wait(&st.f, &ev_h2g[0])?;
-                if s >= nx {
-                    b.wait(&st.f, &ev_h[at(s - nx, nh)])?;
-                }
-                dev.launch_f(&st.f, at(s, nin), at(s, nx))?;
-                b.record(&ev_f[at(s, nin)], &st.f)?;
-                b.wait(&st.g, &ev_h2g[0])?;
-                if s >= ny {
-                    b.wait(&st.g, &ev_h[at(s - ny, nh)])?;
-                }
-                dev.launch_g(&st.g, at(s, nin), at(s, ny))?;
-                b.record(&ev_g[at(s, nin)], &st.g)?;
-                b.wait(&st.h, &ev_f[at(s, nin)])?;
-                b.wait(&st.h, &ev_g[at(s, nin)])?;
-                if s >= nout {
-                    g2h_recorded.wait_for(s - nout + 1);
-                    b.wait(&st.h, &ev_g2h[at(s - nout, nout)])?;
-                }
-                dev.launch_h(&st.h, at(s, nx), at(s, ny), at(s, nout))?;
-                // ev_h[s % nh] is free once g2h has waited on seq s - nh.
-                h_consumed.wait_for(s - nh + 1);
-                b.record(&ev_h[at(s, nh)], &st.h)?;
-                h_recorded.advance(s + 1);
-            }
-            Ok(())
+                Ok(())
+            })
         });
-        let g2h = scope.spawn(|| -> Result<()> {
-            for s in 0..batches {
-                h_recorded.wait_for(s + 1);
-                b.wait(&st.g2h, &ev_h[at(s, nh)])?;
-                h_consumed.advance(s + 1);
-                dev.copy_out(&st.g2h, at(s, nout), 0)?;
-                b.record(&ev_g2h[at(s, nout)], &st.g2h)?;
-                g2h_recorded.advance(s + 1);
-                b.synchronize(&ev_g2h[at(s, nout)])?;
-                checker.process(dev, 0, s);
-            }
-            Ok(())
+        let g2h = scope.spawn(|| {
+            abort_on_failure(&all, || {
+                for s in 0..batches {
+                    h_recorded.wait_for(s + 1)?;
+                    b.wait(&st.g2h, &ev_h[at(s, nh)])?;
+                    h_consumed.advance(s + 1);
+                    dev.copy_out(&st.g2h, at(s, nout), 0)?;
+                    b.record(&ev_g2h[at(s, nout)], &st.g2h)?;
+                    g2h_recorded.advance(s + 1);
+                    b.synchronize(&ev_g2h[at(s, nout)])?;
+                    checker.process(dev, 0, s);
+                }
+                Ok(())
+            })
         });
+        // Both bodies catch their own panics, so joining cannot fail.
         vec![
-            ("h2g", h2g.join().expect("h2g thread panicked")),
-            ("g2h", g2h.join().expect("g2h thread panicked")),
+            ("h2g", h2g.join().unwrap_or(Ok(()))),
+            ("g2h", g2h.join().unwrap_or(Ok(()))),
         ]
     });
     let synced = st.sync_all(dev);

@@ -216,7 +216,7 @@ fn invalid(msg: String) -> Error {
 }
 
 impl DemoConfig {
-    fn validate(&self, batch_bytes: usize) -> Result<()> {
+    fn validate(&self, batch_bytes: usize, kind: BackendKind) -> Result<()> {
         for (name, v) in [
             ("nin", self.nin),
             ("nx", self.nx),
@@ -228,6 +228,24 @@ impl DemoConfig {
                     "--{name} must be at least 1 (a ring buffer needs a slot)"
                 )));
             }
+            if v > MAX_SLOTS {
+                return Err(invalid(format!(
+                    "--{name} {v} exceeds the {MAX_SLOTS} slots a demo ring buffer may have"
+                )));
+            }
+        }
+        if self.host_slots > MAX_SLOTS {
+            return Err(invalid(format!(
+                "--host-slots {} exceeds {MAX_SLOTS}",
+                self.host_slots
+            )));
+        }
+        if self.drop_wait.is_some() && kind != BackendKind::Host {
+            return Err(invalid(
+                "--drop-wait is a test switch for the host backend (on CUDA the host would read \
+                 a batch while its copy still writes it)"
+                    .into(),
+            ));
         }
         if self.engine == Engine::Pipeline && self.variant != Variant::Seed {
             return Err(invalid(format!(
@@ -258,8 +276,43 @@ impl DemoConfig {
                 4 * workload::HEADER
             )));
         }
+        // Host memory: every buffer on the host backend; the pinned host batches on CUDA
+        // (device memory failures come back as errors, host allocation failures would abort).
+        let host_buffers = if kind == BackendKind::Host {
+            self.nin + self.nx + self.ny + self.nout
+        } else {
+            0
+        } + workload::prime_above(
+            self.nin
+                .max(self.nx)
+                .max(self.ny)
+                .max(self.nout)
+                .max(self.host_slots),
+        ) + self.host_slots;
+        let need = (batch_bytes as u128) * host_buffers as u128;
+        if let Some(avail) = available_memory() {
+            if need > avail as u128 {
+                return Err(invalid(format!(
+                    "these sizes need {:.1} GiB of host memory ({host_buffers} buffers of \
+                     {batch_bytes} bytes); {:.1} GiB is available",
+                    need as f64 / (1u64 << 30) as f64,
+                    avail as f64 / (1u64 << 30) as f64
+                )));
+            }
+        }
         Ok(())
     }
+}
+
+/// Most slots a demo ring buffer may have.
+const MAX_SLOTS: usize = 1 << 16;
+
+/// `MemAvailable` of /proc/meminfo in bytes, where there is one.
+fn available_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// Run the demo: the pipeline, then (if asked) the baselines, on the backend the config picks.
@@ -299,7 +352,7 @@ pub fn run(config: &DemoConfig) -> Result<DemoReport> {
     } else {
         256 << 10
     });
-    config.validate(batch_bytes)?;
+    config.validate(batch_bytes, kind)?;
     let lags = [
         config.nin,
         config.nx,
@@ -526,7 +579,7 @@ fn add_baselines<D: Device>(
     let bound = gb(slowest.seconds_per_batch, 1);
     report.bound_gbps = Some(bound);
     report.bound_stage = Some(slowest.stage);
-    let compute_bound = gb(compute, 1).min(bound);
+    let compute_bound = gb(compute, 1);
     let copies_bound = together.map(|t| gb(t, 1)).unwrap_or(bound);
     let resource = compute_bound.min(copies_bound).min(bound);
     report.compute_bound_gbps = Some(compute_bound);

@@ -385,7 +385,17 @@ pub(crate) fn run<D: Device>(dev: &D, opt: &RunOptions<'_>) -> Result<(Duration,
         std::thread::scope(|scope| {
             let (rings, streams, checker) = (&rings, streams_ref, checker_ref);
             let guarded = move |name: &'static str, body: &(dyn Fn() -> Result<()> + Sync)| {
-                let r = body();
+                // A panic is an error too: the other threads must be stopped, not left blocked.
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body))
+                    .unwrap_or_else(|p| {
+                        Err(Error::invalid(
+                            "demo",
+                            format!(
+                                "thread {name} panicked: {}",
+                                crate::error::panic_message(&*p)
+                            ),
+                        ))
+                    });
                 if let Err(e) = &r {
                     rings.stop_all(&format!("thread {name} failed: {e}"));
                 }
@@ -558,6 +568,38 @@ fn h2g_thread<D: Device>(
     Ok(())
 }
 
+/// The g2h copy of seq `s` into host output batch `hout`: it waits for h (produced on the
+/// other thread: blocking), copies `out[s % nout]`, and records the g2h ring (consumed on the
+/// other thread too: blocking).
+fn copy_out<D: Device>(
+    dev: &D,
+    st: &Streams<D>,
+    r: &Rings<D>,
+    opt: &RunOptions<'_>,
+    lane: &str,
+    s: i64,
+    hout: usize,
+) -> Result<()> {
+    let nout = dev.layout().nout as i64;
+    if opt.drop != Some(DroppedWait::CopyOutWaitsH) {
+        timed(opt.spans, lane, "wait h", s, || {
+            r.h.wait(&st.g2h, s, Blocking::Yes)
+        })?;
+    }
+    marked(
+        dev,
+        opt.spans.is_some(),
+        &st.g2h,
+        "s_g2h",
+        "copy out",
+        s,
+        || dev.copy_out(&st.g2h, (s % nout) as usize, hout),
+    )?;
+    timed(opt.spans, lane, "record g2h", s, || {
+        r.g2h.record(&st.g2h, s, Blocking::Yes)
+    })
+}
+
 fn g2h_thread<D: Device>(
     dev: &D,
     st: &Streams<D>,
@@ -565,23 +607,10 @@ fn g2h_thread<D: Device>(
     checker: &Checker,
     opt: &RunOptions<'_>,
 ) -> Result<()> {
-    let nout = dev.layout().nout as i64;
-    let tracing = opt.spans.is_some();
     let lane = "thread g2h";
     for s in 0..opt.batches {
         dev.chaos_pause();
-        // h's events come from the other thread: blocking.
-        if opt.drop != Some(DroppedWait::CopyOutWaitsH) {
-            timed(opt.spans, lane, "wait h", s, || {
-                r.h.wait(&st.g2h, s, Blocking::Yes)
-            })?;
-        }
-        marked(dev, tracing, &st.g2h, "s_g2h", "copy out", s, || {
-            dev.copy_out(&st.g2h, (s % nout) as usize, 0)
-        })?;
-        timed(opt.spans, lane, "record g2h", s, || {
-            r.g2h.record(&st.g2h, s, Blocking::Yes)
-        })?;
+        copy_out(dev, st, r, opt, lane, s, 0)?;
         // Produced just above on this thread: non-blocking.
         if opt.drop != Some(DroppedWait::ProcessSyncs) {
             timed(opt.spans, lane, "synchronize g2h", s, || {
@@ -623,9 +652,7 @@ fn g2h_launch_thread<D: Device>(
     r: &Rings<D>,
     opt: &RunOptions<'_>,
 ) -> Result<()> {
-    let nout = dev.layout().nout as i64;
     let k = opt.host_slots as i64;
-    let tracing = opt.spans.is_some();
     let lane = "thread g2h-launch";
     for s in 0..opt.batches {
         dev.chaos_pause();
@@ -633,17 +660,7 @@ fn g2h_launch_thread<D: Device>(
         timed(opt.spans, lane, "wait free host slot", s, || {
             r.processed.synchronize_with_producer(s - k)
         })?;
-        if opt.drop != Some(DroppedWait::CopyOutWaitsH) {
-            timed(opt.spans, lane, "wait h", s, || {
-                r.h.wait(&st.g2h, s, Blocking::Yes)
-            })?;
-        }
-        marked(dev, tracing, &st.g2h, "s_g2h", "copy out", s, || {
-            dev.copy_out(&st.g2h, (s % nout) as usize, (s % k) as usize)
-        })?;
-        timed(opt.spans, lane, "record g2h", s, || {
-            r.g2h.record(&st.g2h, s, Blocking::Yes)
-        })?;
+        copy_out(dev, st, r, opt, lane, s, (s % k) as usize)?;
     }
     Ok(())
 }

@@ -73,6 +73,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use crate::error::panic_message;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -468,14 +470,6 @@ fn run_thread<B: Backend>(
     Ok(())
 }
 
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a non-string panic".into())
-}
-
 /// Runs `plan` for seqs `0..batches`: one [`EventRingbuf`] per ring, one OS thread per plan
 /// thread, each executing its ops in order (see the [module docs](self)).
 ///
@@ -554,14 +548,28 @@ pub fn run<B: Backend>(
                         };
                         (stats, err)
                     })
-                    .expect("cannot spawn a pipeline thread")
             })
             .collect();
         handles
             .into_iter()
-            .map(|h| {
-                h.join()
-                    .expect("pipeline thread panicked outside catch_unwind")
+            .zip(&plan.threads)
+            .map(|(h, t)| match h {
+                Ok(h) => h.join().unwrap_or_else(|_| {
+                    let e = stage_err(&t.name, "thread panicked outside its guard".to_string());
+                    (ThreadStats::default(), Some(e))
+                }),
+                Err(e) => {
+                    // No thread: stop every ring so that the threads already started end.
+                    let e = stage_err(&t.name, format!("cannot spawn its thread: {e}"));
+                    for r in rings {
+                        r.stop(e.to_string());
+                    }
+                    first
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get_or_insert_with(|| e.clone());
+                    (ThreadStats::default(), Some(e))
+                }
             })
             .collect()
     });

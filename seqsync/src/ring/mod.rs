@@ -20,9 +20,17 @@
 //! # How it works
 //!
 //! Each slot is one atomic word (see `state.rs`): the seq it holds and how many consumers took
-//! and released it. A consumer's acquire is one compare-and-swap, its release one `fetch_add`,
-//! the producer's publish one `swap`; a lock is taken only by a thread that must sleep, and by
-//! whoever wakes it (the word's waiting bits say whether anyone sleeps). Backend calls (event
+//! and released it. The producer's publish is one `swap`; a stream wait takes and releases its
+//! share with one `fetch_add` after enqueueing the wait (its unreleased share keeps the slot
+//! from being recycled meanwhile); a host synchronize takes its share with a compare-and-swap
+//! and releases it with a `fetch_add` once the wait is over. A lock is taken only by a thread
+//! that must sleep, and by whoever wakes it (the word's waiting bits say whether anyone
+//! sleeps).
+//!
+//! Misuse that races (two threads recording the same seq at once, more consumers than
+//! declared consuming one seq at once) is detected after the fact, when the second one finds
+//! the slot changed under it: it gets the error and the ring stops, so every later call fails;
+//! the slot's counts may be off by then, which no longer matters. Backend calls (event
 //! record, stream wait, host synchronize) run outside any lock. A slot is re-recorded only when
 //! every consumer has released it, i.e. has *enqueued* its stream wait or finished its host
 //! synchronize: a later record never changes a wait enqueued earlier.
@@ -111,8 +119,8 @@ pub struct EventRingbuf<B: Backend> {
     max_size: usize,
     events: Box<[B::Event]>,
     slots: Box<[Slot]>,
-    /// The next seq to record. Advanced by the producer with a compare-and-swap, so that two
-    /// threads recording at once get `OutOfOrder` instead of corrupting a slot.
+    /// The next seq to record, written by the one producer. Two threads recording the same seq
+    /// at once is caught when the second publishes (see the module docs on misuse).
     next: AtomicI64,
     stopped: AtomicBool,
     /// `nconsumers == 0` only: a thread in `synchronize_with_producer` sleeps until `next`
@@ -576,51 +584,34 @@ impl<B: Backend> EventRingbuf<B> {
     /// Producer, ring full: sleep until slot `index` is released by every consumer.
     #[cold]
     fn sleep_until_free(&self, index: usize) -> Result<()> {
-        let slot = &self.slots[index].0;
-        let mut guard = self.lock_sleepers();
-        loop {
-            self.check_stopped()?;
-            let word = Word(slot.load(Ordering::Acquire));
-            if word.released() >= self.nconsumers {
-                return Ok(());
-            }
-            // Flag ourselves under the lock; the last releaser sees the flag and takes the lock
-            // before notifying, so it cannot notify between our check and our wait.
-            if !word.has(PRODUCER_WAITING)
-                && slot
-                    .compare_exchange(
-                        word.0,
-                        word.0 | PRODUCER_WAITING,
-                        Ordering::AcqRel,
-                        Ordering::Acquire,
-                    )
-                    .is_err()
-            {
-                continue;
-            }
-            guard = self.wait_on(guard);
-        }
+        let n = self.nconsumers;
+        self.sleep_until(index, PRODUCER_WAITING, |w| w.released() >= n)
+            .map(|_| ())
     }
 
     /// Consumer: sleep until slot `index` holds a seq with tag `want` or later.
     #[cold]
     fn sleep_until_tag(&self, index: usize, want: u64) -> Result<Word> {
+        self.sleep_until(index, CONSUMER_WAITING, |w| w.tag() >= want)
+    }
+
+    /// Sleep until slot `index`'s word satisfies `done`, with `flag` set in it meanwhile.
+    ///
+    /// The flag is set under the sleepers lock, and whoever changes the word so that `done`
+    /// may hold (the last releaser, the publishing producer) sees the flag and takes the lock
+    /// before notifying, so it cannot notify between our check and our wait.
+    fn sleep_until(&self, index: usize, flag: u64, done: impl Fn(Word) -> bool) -> Result<Word> {
         let slot = &self.slots[index].0;
         let mut guard = self.lock_sleepers();
         loop {
             self.check_stopped()?;
             let word = Word(slot.load(Ordering::Acquire));
-            if word.tag() >= want {
+            if done(word) {
                 return Ok(word);
             }
-            if !word.has(CONSUMER_WAITING)
+            if !word.has(flag)
                 && slot
-                    .compare_exchange(
-                        word.0,
-                        word.0 | CONSUMER_WAITING,
-                        Ordering::AcqRel,
-                        Ordering::Acquire,
-                    )
+                    .compare_exchange(word.0, word.0 | flag, Ordering::AcqRel, Ordering::Acquire)
                     .is_err()
             {
                 continue;

@@ -86,8 +86,9 @@ impl DeviceBuffer {
     /// Enqueue a copy of all of `src` into this buffer on `stream`.
     ///
     /// # Safety
-    /// Until the copy has completed on `stream`, nothing may write `src` nor access this
-    /// buffer in a conflicting way; the caller orders that with events (a ring).
+    /// Until the copy has completed on `stream`, both buffers must stay alive, nothing may
+    /// write `src`, and nothing may access this buffer in a conflicting way; the caller orders
+    /// that with events (a ring).
     pub unsafe fn copy_from_pinned_async(
         &self,
         src: &PinnedBuffer,
@@ -115,8 +116,9 @@ impl DeviceBuffer {
     /// Enqueue a copy of this buffer into `dst` on `stream`.
     ///
     /// # Safety
-    /// As [`copy_from_pinned_async`](Self::copy_from_pinned_async): the caller orders every
-    /// other access to `dst` and to this buffer against the copy.
+    /// As [`copy_from_pinned_async`](Self::copy_from_pinned_async): both buffers stay alive
+    /// until the copy has completed, and the caller orders every other access to `dst` and to
+    /// this buffer against the copy.
     pub unsafe fn copy_to_pinned_async(
         &self,
         dst: &PinnedBuffer,
@@ -142,8 +144,11 @@ impl DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
+        // Freeing needs the context current on this thread.
+        self.ctx.record_err(self.ctx.bind_to_thread());
         // SAFETY: `ptr` came from cuMemAlloc in `ctx` (kept alive by `self.ctx`) and is freed
-        // once. The owner drops buffers only after the streams using them are synchronized.
+        // once. cuMemFree waits for nothing: the owner must drop a buffer only after the work
+        // using it has completed (the copy methods' safety contract asks for exactly that).
         let r = unsafe { result::free_sync(self.ptr) };
         self.ctx.record_err(r);
     }
@@ -185,8 +190,9 @@ impl PinnedBuffer {
 
 impl Drop for PinnedBuffer {
     fn drop(&mut self) {
+        self.ctx.record_err(self.ctx.bind_to_thread());
         // SAFETY: `ptr` came from cuMemHostAlloc in `ctx` and is freed once; the owner drops
-        // it only after every copy that used it has completed.
+        // it only after every copy that used it has completed (the copy methods' contract).
         let r = unsafe { result::free_host(self.ptr as *mut _) };
         self.ctx.record_err(r);
     }

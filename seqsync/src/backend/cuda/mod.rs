@@ -152,7 +152,10 @@ impl CudaBackend {
             .map_err(|e| driver_error("cuStreamCreate", e))
     }
 
-    /// Make this backend's context current on the calling thread (once per thread).
+    /// Make this backend's context current on the calling thread, once per thread and
+    /// context. Only the hot calls use this cache; they take explicit stream and event handles,
+    /// which carry their context, so a context another library made current meanwhile is
+    /// harmless there.
     fn bind(&self) -> Result<()> {
         thread_local!(static CURRENT: Cell<usize> = const { Cell::new(0) });
         let want = self.ctx.cu_ctx() as usize;
@@ -261,7 +264,11 @@ impl Backend for CudaBackend {
     }
 
     fn create_event(&self, options: EventOptions) -> Result<CudaEvent> {
-        self.bind()?;
+        // Not the cached `bind`: other code may have made another device's context current on
+        // this thread, and an event belongs to the context current at its creation.
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| driver_error("cuCtxSetCurrent", e))?;
         let mut flags = 0u32;
         if !options.timing {
             flags |= sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;

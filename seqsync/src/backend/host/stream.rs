@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::chaos::{Chaos, SplitMix64};
 use crate::backend::{Interrupt, SyncOutcome};
-use crate::error::{BackendError, Error, Result};
+use crate::error::{panic_message, BackendError, Error, Result};
 
 /// A unit of work on a stream.
 pub(crate) enum Op {
@@ -242,9 +242,16 @@ fn run_worker(shared: &Arc<StreamShared>, mut chaos: Option<(Chaos, SplitMix64)>
         }
         match op {
             Op::Run(f) => {
-                if !shared.failed() {
+                if shared.failed() {
+                    // Skipped; dropping its captures may panic too, which must not kill the
+                    // worker (waiters would hang).
+                    let _ = catch_unwind(AssertUnwindSafe(move || drop(f)));
+                } else {
                     if let Err(payload) = catch_unwind(AssertUnwindSafe(f)) {
-                        shared.fail(index, panic_message(&payload).into());
+                        shared.fail(
+                            index,
+                            format!("closure panicked: {}", panic_message(&*payload)).into(),
+                        );
                     }
                 }
             }
@@ -262,15 +269,5 @@ fn run_worker(shared: &Arc<StreamShared>, mut chaos: Option<(Chaos, SplitMix64)>
         shared.completed.store(index, Ordering::Release);
         drop(state);
         shared.done_cv.notify_all();
-    }
-}
-
-fn panic_message(payload: &Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        format!("closure panicked: {s}")
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        format!("closure panicked: {s}")
-    } else {
-        "closure panicked".to_owned()
     }
 }
