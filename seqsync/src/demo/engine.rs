@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::device::{Device, Stream};
-use super::pipeline::{marked, Checker, RunOptions, Variant, Verification};
+use super::pipeline::{marked, Checker, InputPool, RunOptions, Variant, Verification};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::pipeline::runtime::{self, StageCtx, Stages};
@@ -162,11 +162,7 @@ pub(crate) fn run<D: Device>(
         .map(|n| dev.new_stream(&n).map(|s| (n, s)))
         .collect::<Result<_>>()?;
     let b = dev.backend();
-    // get_data reuses host input buffer s % np once the copy out of it (of seq s - np) has
-    // completed, which this event per buffer says.
-    let copied: Vec<_> = (0..np)
-        .map(|_| b.create_event(Default::default()))
-        .collect::<Result<_>>()?;
+    let pool = InputPool::new(dev)?;
     let checker = Checker::new(opt.batches);
     let tracing = opt.spans.is_some();
     let slot = |s: i64, n: i64| (s % n) as usize;
@@ -177,14 +173,12 @@ pub(crate) fn run<D: Device>(
                 let (s, st) = (cx.seq, stream_of(cx)?);
                 let hin = slot(s, np);
                 // get_data: the host batch for s (its buffer's previous copy has finished).
-                if s >= np {
-                    b.synchronize(&copied[hin])?;
-                }
+                pool.wait_free(dev, s)?;
                 dev.fill_input(s);
                 marked(dev, tracing, st, "s_h2g", "copy in", s, || {
                     dev.copy_in(st, hin, slot(s, nin))
                 })?;
-                b.record(&copied[hin], st)
+                pool.copy_enqueued(dev, st, s)
             })
             .stage("f", |cx| {
                 let (s, st) = (cx.seq, stream_of(cx)?);

@@ -339,6 +339,43 @@ impl<D: Device> Rings<D> {
     }
 }
 
+/// get_data's host input buffers: seq `s` uses buffer `s % npatterns`, which is free again once
+/// the copy out of it for seq `s - npatterns` has completed; an event per buffer says when.
+pub(crate) struct InputPool<B: Backend> {
+    copied: Vec<B::Event>,
+}
+
+impl<B: Backend> InputPool<B> {
+    pub(crate) fn new<D: Device<B = B>>(dev: &D) -> Result<Self> {
+        let copied = (0..dev.layout().npatterns)
+            .map(|_| dev.backend().create_event(Default::default()))
+            .collect::<Result<_>>()?;
+        Ok(InputPool { copied })
+    }
+
+    fn at(&self, s: i64) -> &B::Event {
+        &self.copied[(s % self.copied.len() as i64) as usize]
+    }
+
+    /// Block until the host input buffer of `s` may be rewritten.
+    pub(crate) fn wait_free<D: Device<B = B>>(&self, dev: &D, s: i64) -> Result<()> {
+        if s >= self.copied.len() as i64 {
+            dev.backend().synchronize(self.at(s))?;
+        }
+        Ok(())
+    }
+
+    /// The copy out of the host input buffer of `s` has just been enqueued on `stream`.
+    pub(crate) fn copy_enqueued<D: Device<B = B>>(
+        &self,
+        dev: &D,
+        stream: &B::Stream,
+        s: i64,
+    ) -> Result<()> {
+        dev.backend().record(self.at(s), stream)
+    }
+}
+
 /// Time `f` as a host span when tracing.
 fn timed<T>(
     spans: Option<&HostSpans>,
@@ -469,28 +506,22 @@ fn h2g_thread<D: Device>(
     let keep = |w: DroppedWait| opt.drop != Some(w);
     let tracing = opt.spans.is_some();
     let lane = "thread h2g";
-    // Seed / HostRing: get_data reuses host input buffer s % np once the copy out of it (of
-    // seq s - np) has completed, which this event per buffer says.
-    let b = dev.backend();
-    let copied: Vec<_> = if opt.variant == Variant::KeepInput {
-        Vec::new()
-    } else {
-        (0..np)
-            .map(|_| b.create_event(Default::default()))
-            .collect::<Result<_>>()?
+    // Seed / HostRing: an event per host input buffer says when its copy is done.
+    let pool = match opt.variant {
+        Variant::KeepInput => None,
+        _ => Some(InputPool::new(dev)?),
     };
     for s in 0..opt.batches {
         dev.chaos_pause();
         let hin = (s % np) as usize;
         // get_data: the host batch for s.
-        if opt.variant == Variant::KeepInput {
-            timed(opt.spans, lane, "get_data (wait release)", s, || {
+        match &pool {
+            None => timed(opt.spans, lane, "get_data (wait release)", s, || {
                 r.released.synchronize_with_producer(s - np)
-            })?;
-        } else if s >= np {
-            timed(opt.spans, lane, "get_data (wait copy)", s, || {
-                b.synchronize(&copied[hin])
-            })?;
+            })?,
+            Some(pool) => timed(opt.spans, lane, "get_data (wait copy)", s, || {
+                pool.wait_free(dev, s)
+            })?,
         }
         dev.fill_input(s);
 
@@ -509,8 +540,8 @@ fn h2g_thread<D: Device>(
         timed(opt.spans, lane, "record h2g", s, || {
             r.h2g.record(&st.h2g, s, blocking)
         })?;
-        if opt.variant != Variant::KeepInput {
-            b.record(&copied[hin], &st.h2g)?;
+        if let Some(pool) = &pool {
+            pool.copy_enqueued(dev, &st.h2g, s)?;
         }
         dev.chaos_pause();
 
