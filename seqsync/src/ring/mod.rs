@@ -117,6 +117,8 @@ pub struct EventRingbuf<B: Backend> {
     name: String,
     nconsumers: u32,
     max_size: usize,
+    /// `max_size - 1` when max_size is a power of two (0 for max_size 1 too), else 0.
+    index_mask: u64,
     events: Box<[B::Event]>,
     slots: Box<[Slot]>,
     /// The next seq to record, written by the one producer. Two threads recording the same seq
@@ -206,6 +208,11 @@ impl<B: Backend> EventRingbuf<B> {
             name,
             nconsumers,
             max_size,
+            index_mask: if max_size.is_power_of_two() {
+                max_size as u64 - 1
+            } else {
+                0
+            },
             events,
             slots,
             next: AtomicI64::new(0),
@@ -435,7 +442,13 @@ impl<B: Backend> EventRingbuf<B> {
 
     #[inline]
     fn index(&self, seq: i64) -> usize {
-        (seq as u64 % self.max_size as u64) as usize
+        // A mask when max_size is a power of two: a division costs as much as the rest of a
+        // stream wait's bookkeeping.
+        if self.index_mask != 0 || self.max_size == 1 {
+            (seq as u64 & self.index_mask) as usize
+        } else {
+            (seq as u64 % self.max_size as u64) as usize
+        }
     }
 
     fn tag_of(&self, seq: i64) -> Result<u64> {
