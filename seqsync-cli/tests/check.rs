@@ -220,3 +220,16 @@ fn empty_spec_is_one_line() {
     assert_eq!(out.0, 2);
     assert!(out.2.contains("no stages"), "{}", out.2);
 }
+
+#[test]
+fn run_any_shape_rejects_bad_sizes() {
+    let out = seqsync(&["run", FANOUT, "--batches", "0"]);
+    assert_eq!(out.0, 2);
+    assert!(out.2.contains("--batches must be at least 1"), "{}", out.2);
+    let out = seqsync(&["run", FANOUT, "--batch-bytes", "10"]);
+    assert_eq!(out.0, 2);
+    assert!(out.2.contains("whole number"), "{}", out.2);
+    let out = seqsync(&["run", FANOUT, "--backend", "cuda"]);
+    assert_eq!(out.0, 2);
+    assert!(out.2.contains("--backend host"), "{}", out.2);
+}

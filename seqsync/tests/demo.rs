@@ -167,3 +167,33 @@ fn chaos_needs_the_host_backend() {
         "{e}"
     );
 }
+
+#[test]
+fn drop_wait_is_refused_off_the_host_backend() {
+    let e = run(&DemoConfig {
+        backend: BackendKind::Cuda,
+        drop_wait: Some(DroppedWait::ProcessSyncs),
+        ..config()
+    })
+    .unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+    assert!(e.to_string().contains("--drop-wait"), "{e}");
+}
+
+#[test]
+fn huge_slot_count_is_an_error_not_an_abort() {
+    assert!(invalid(DemoConfig {
+        nin: 2_000_000_000,
+        ..config()
+    })
+    .contains("exceeds"));
+}
+
+#[test]
+fn batches_beyond_host_memory_are_an_error_not_an_abort() {
+    let msg = invalid(DemoConfig {
+        batch_bytes: Some(1 << 40),
+        ..config()
+    });
+    assert!(msg.contains("GiB of host memory"), "{msg}");
+}
