@@ -13,7 +13,7 @@
 //! | ring | [`EventRingbuf`] | one producer records an event per seq; consumers wait on it from streams or host threads |
 //! | pipeline | [`pipeline`] | declare threads, streams, buffers and stages; seqsync derives every ring, proves the schedule deadlock-free |
 //! | demo | [`demo`] | the seed's pipeline end to end: seqsync's main job (`cargo run --release`) |
-//! | bench | [`bench`] | the ring against the raw backend calls (`seqsync bench`) |
+//! | bench | [`bench`](mod@bench) | the ring against the raw backend calls (`seqsync bench`) |
 //! | hazard | [`hazard`] | validation mode: a backend wrapper that tracks happens-before with vector clocks and reports unordered buffer accesses |
 //!
 //! ```
@@ -41,7 +41,7 @@ mod error;
 pub mod hazard;
 pub mod pipeline;
 mod primitive;
-mod ring;
+pub mod ring;
 
 #[cfg(all(test, seqsync_loom))]
 mod tests;

@@ -87,7 +87,7 @@ struct StopInfo {
 /// it with [`synchronize`](Self::synchronize). At most `max_size` seqs are recorded and not yet
 /// released by every consumer. Thread-safe: share it with `Arc` or scoped threads.
 ///
-/// See the [module docs](self) for the whole contract.
+/// See the [module docs](crate::ring) for the whole contract.
 ///
 /// ```
 /// use seqsync::{Blocking, EventRingbuf, HostBackend};
