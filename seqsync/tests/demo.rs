@@ -197,3 +197,30 @@ fn batches_beyond_host_memory_are_an_error_not_an_abort() {
     });
     assert!(msg.contains("GiB of host memory"), "{msg}");
 }
+
+#[test]
+fn pipeline_engine_trace_has_host_thread_tracks() {
+    let r = run(&DemoConfig {
+        engine: seqsync::demo::Engine::Pipeline,
+        trace: true,
+        batches: 8,
+        ..config()
+    })
+    .unwrap();
+    let t = r.trace.expect("trace requested");
+    let events = t["traceEvents"].as_array().unwrap();
+    let track = |name: &str| {
+        events
+            .iter()
+            .find(|e| e["name"] == "thread_name" && e["args"]["name"] == name)
+            .map(|e| (e["pid"].clone(), e["tid"].clone()))
+            .unwrap_or_else(|| panic!("no track {name}"))
+    };
+    let (pid, tid) = track("thread g2h");
+    // g2h's blocking calls: its wait on h and its record of g2h, every batch.
+    let spans = events
+        .iter()
+        .filter(|e| e["ph"] == "X" && e["pid"] == pid && e["tid"] == tid)
+        .count();
+    assert_eq!(spans, 2 * 8);
+}

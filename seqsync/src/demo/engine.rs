@@ -215,6 +215,20 @@ pub(crate) fn run<D: Device>(
                 }
                 Ok(())
             });
+        // With --trace, every blocking ring call becomes a span on its thread's track.
+        let stages = match opt.spans {
+            Some(spans) => stages.observe(move |c| {
+                let label = format!("{} {}", c.call, c.ring);
+                spans.add(
+                    &format!("thread {}", c.thread),
+                    &label,
+                    c.seq,
+                    c.start,
+                    c.end,
+                );
+            }),
+            None => stages,
+        };
         runtime::run(plan, b, &streams, &stages, opt.batches)?
     };
     Ok((stats.wall, checker.finish()))

@@ -40,19 +40,24 @@ impl HostSpans {
     pub(crate) fn time<T>(&self, lane: &str, label: &str, seq: i64, f: impl FnOnce() -> T) -> T {
         let start = Instant::now();
         let r = f();
-        let end = Instant::now();
+        self.add(lane, label, seq, start, Instant::now());
+        r
+    }
+
+    /// Record a span on `lane` from `start` to `end`.
+    pub(crate) fn add(&self, lane: &str, label: &str, seq: i64, start: Instant, end: Instant) {
         let us = |t: Instant| t.saturating_duration_since(self.t0).as_secs_f64() * 1e6;
+        let span = Span {
+            lane: lane.to_owned(),
+            label: label.to_owned(),
+            seq,
+            start_us: us(start),
+            dur_us: us(end) - us(start),
+        };
         self.spans
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push(Span {
-                lane: lane.to_owned(),
-                label: label.to_owned(),
-                seq,
-                start_us: us(start),
-                dur_us: us(end) - us(start),
-            });
-        r
+            .push(span);
     }
 
     pub(crate) fn take(&self) -> Vec<Span> {

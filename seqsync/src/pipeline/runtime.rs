@@ -105,10 +105,30 @@ pub struct StageCtx<'a, B: Backend> {
     pub stream: Option<&'a B::Stream>,
 }
 
+/// A ring call made with `Blocking::Yes` (one that may have waited), for tracing.
+#[derive(Debug, Clone, Copy)]
+pub struct BlockingCall<'a> {
+    /// The host thread that made it.
+    pub thread: &'a str,
+    /// `"wait"`, `"synchronize"` or `"record"`.
+    pub call: &'static str,
+    /// The ring.
+    pub ring: &'a str,
+    /// The seq passed to the call.
+    pub seq: i64,
+    /// When the call started and returned.
+    pub start: Instant,
+    /// See `start`.
+    pub end: Instant,
+}
+
+type ObserverFn<'a> = Box<dyn Fn(&BlockingCall<'_>) + Sync + 'a>;
+
 /// The user's work: one closure per stage, and optional host work after a stage's `sync`.
 pub struct Stages<'a, B: Backend> {
     launch: HashMap<String, StageFn<'a, B>>,
     after_sync: HashMap<String, AfterFn<'a>>,
+    observer: Option<ObserverFn<'a>>,
 }
 
 impl<B: Backend> Default for Stages<'_, B> {
@@ -116,6 +136,7 @@ impl<B: Backend> Default for Stages<'_, B> {
         Stages {
             launch: HashMap::new(),
             after_sync: HashMap::new(),
+            observer: None,
         }
     }
 }
@@ -134,6 +155,13 @@ impl<'a, B: Backend> Stages<'a, B> {
         f: impl Fn(&StageCtx<'_, B>) -> Result<()> + Sync + 'a,
     ) -> Self {
         self.launch.insert(name.into(), Box::new(f));
+        self
+    }
+
+    /// Sets a closure told of every blocking ring call (`Blocking::Yes`) once it returns:
+    /// which thread, ring and seq, and how long it took. For traces; `None` by default.
+    pub fn observe(mut self, f: impl Fn(&BlockingCall<'_>) + Sync + 'a) -> Self {
+        self.observer = Some(Box::new(f));
         self
     }
 
@@ -407,13 +435,45 @@ struct Failed {
     error: Error,
 }
 
+/// Run `f`, a ring call; tell `observer` about it if it was a blocking one.
+fn observed<T>(
+    observer: Option<&ObserverFn<'_>>,
+    blocking: Blocking,
+    call: BlockingCall<'_>,
+    f: impl FnOnce() -> T,
+) -> T {
+    match observer {
+        Some(o) if blocking == Blocking::Yes => {
+            let start = Instant::now();
+            let r = f();
+            o(&BlockingCall {
+                start,
+                end: Instant::now(),
+                ..call
+            });
+            r
+        }
+        _ => f(),
+    }
+}
+
 fn run_thread<B: Backend>(
     name: &str,
     steps: &[Step<'_, '_, B>],
     rings: &[EventRingbuf<B>],
     batches: i64,
     stats: &mut ThreadStats,
+    observer: Option<&ObserverFn<'_>>,
 ) -> std::result::Result<(), Failed> {
+    let now = Instant::now();
+    let call = |call, ring: usize, seq| BlockingCall {
+        thread: name,
+        call,
+        ring: rings[ring].name(),
+        seq,
+        start: now,
+        end: now,
+    };
     for seq in 0..batches {
         let fail = |error| Failed { seq, error };
         for step in steps {
@@ -424,9 +484,11 @@ fn run_thread<B: Backend>(
                     blocking,
                     stream,
                 } => {
-                    rings[*ring]
-                        .wait(stream, seq - lag, *blocking)
-                        .map_err(fail)?;
+                    let s = seq - lag;
+                    observed(observer, *blocking, call("wait", *ring, s), || {
+                        rings[*ring].wait(stream, s, *blocking)
+                    })
+                    .map_err(fail)?;
                     stats.waits += 1;
                 }
                 Step::Sync {
@@ -435,9 +497,11 @@ fn run_thread<B: Backend>(
                     blocking,
                     after,
                 } => {
-                    rings[*ring]
-                        .synchronize(seq - lag, *blocking)
-                        .map_err(fail)?;
+                    let s = seq - lag;
+                    observed(observer, *blocking, call("synchronize", *ring, s), || {
+                        rings[*ring].synchronize(s, *blocking)
+                    })
+                    .map_err(fail)?;
                     stats.synchronizes += 1;
                     if let Some(after) = after {
                         after(seq).map_err(fail)?;
@@ -459,7 +523,10 @@ fn run_thread<B: Backend>(
                     stream,
                 } => {
                     if let Some(stream) = stream {
-                        rings[*ring].record(stream, seq, *blocking).map_err(fail)?;
+                        observed(observer, *blocking, call("record", *ring, seq), || {
+                            rings[*ring].record(stream, seq, *blocking)
+                        })
+                        .map_err(fail)?;
                     }
                     stats.records += 1;
                 }
@@ -506,6 +573,7 @@ pub fn run<B: Backend>(
     let start = Instant::now();
     let results: Vec<(ThreadStats, Option<Error>)> = std::thread::scope(|scope| {
         let (rings, first) = (&rings, &first);
+        let observer = stages.observer.as_ref();
         let handles: Vec<_> = plan
             .threads
             .iter()
@@ -520,7 +588,7 @@ pub fn run<B: Backend>(
                             ..ThreadStats::default()
                         };
                         let outcome = catch_unwind(AssertUnwindSafe(|| {
-                            run_thread(name, steps, rings, batches, &mut stats)
+                            run_thread(name, steps, rings, batches, &mut stats, observer)
                         }))
                         .unwrap_or_else(|p| {
                             Err(Failed {
