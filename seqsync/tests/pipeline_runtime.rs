@@ -53,7 +53,8 @@ fn run_plan_values(host: &HostBackend, plan: &Plan, n: [u64; 4], batches: i64) -
             let (s, i, x) = (cx.seq, bin.clone(), bx.clone());
             cx.stream.unwrap().launch(move || {
                 let v = i[slot(s, nin)].load(Ordering::SeqCst);
-                x[slot(s, nx)].store(v + 1, Ordering::SeqCst)
+                // Wrapping: a slot read too early holds the u64::MAX sentinel.
+                x[slot(s, nx)].store(v.wrapping_add(1), Ordering::SeqCst)
             });
             Ok(())
         })
@@ -61,7 +62,7 @@ fn run_plan_values(host: &HostBackend, plan: &Plan, n: [u64; 4], batches: i64) -
             let (s, i, y) = (cx.seq, bin.clone(), by.clone());
             cx.stream.unwrap().launch(move || {
                 let v = i[slot(s, nin)].load(Ordering::SeqCst);
-                y[slot(s, ny)].store(2 * v, Ordering::SeqCst)
+                y[slot(s, ny)].store(v.wrapping_mul(2), Ordering::SeqCst)
             });
             Ok(())
         })
@@ -69,8 +70,9 @@ fn run_plan_values(host: &HostBackend, plan: &Plan, n: [u64; 4], batches: i64) -
             let (s, x, y, o) = (cx.seq, bx.clone(), by.clone(), bout.clone());
             host.chaos_pause();
             cx.stream.unwrap().launch(move || {
-                let v =
-                    x[slot(s, nx)].load(Ordering::SeqCst) + y[slot(s, ny)].load(Ordering::SeqCst);
+                let v = x[slot(s, nx)]
+                    .load(Ordering::SeqCst)
+                    .wrapping_add(y[slot(s, ny)].load(Ordering::SeqCst));
                 o[slot(s, nout)].store(v, Ordering::SeqCst)
             });
             Ok(())
