@@ -224,3 +224,24 @@ fn pipeline_engine_trace_has_host_thread_tracks() {
         .count();
     assert_eq!(spans, 2 * 8);
 }
+
+#[test]
+fn pipeline_engine_refuses_other_variants_and_dropped_waits() {
+    let pipeline = || DemoConfig {
+        engine: seqsync::demo::Engine::Pipeline,
+        ..config()
+    };
+    let msg = invalid(DemoConfig {
+        variant: Variant::HostRing,
+        ..pipeline()
+    });
+    assert!(msg.contains("--variant seed only"), "{msg}");
+    let msg = invalid(DemoConfig {
+        drop_wait: Some(DroppedWait::FWaitsCopy),
+        ..pipeline()
+    });
+    assert!(
+        msg.contains("--drop-wait needs --engine handwritten"),
+        "{msg}"
+    );
+}

@@ -134,21 +134,8 @@ pub(crate) fn run<D: Device>(
     plan: &Plan,
     opt: &RunOptions<'_>,
 ) -> Result<(Duration, Verification)> {
-    if opt.variant != Variant::Seed {
-        return Err(Error::invalid(
-            "demo",
-            format!(
-                "--engine pipeline runs variant seed only, not {:?}",
-                opt.variant
-            ),
-        ));
-    }
-    if opt.drop.is_some() {
-        return Err(Error::invalid(
-            "demo",
-            "--drop-wait needs --engine handwritten",
-        ));
-    }
+    // `DemoConfig::validate` refuses the other variants and `--drop-wait` with this engine.
+    debug_assert!(opt.variant == Variant::Seed && opt.drop.is_none());
     let l = *dev.layout();
     let (nin, nx, ny, nout, np) = (
         l.nin as i64,
