@@ -48,7 +48,13 @@ fn copy_after_slow_fill(with_wait: bool) -> Option<Vec<f32>> {
     Some(seen)
 }
 
+crate::gpu_required!();
+
 #[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
 fn stream_wait_orders_a_copy_after_a_slow_kernel() {
     let Some(seen) = copy_after_slow_fill(true) else {
         return;
@@ -61,6 +67,10 @@ fn stream_wait_orders_a_copy_after_a_slow_kernel() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
 fn without_the_wait_the_copy_races_the_kernel() {
     let Some(seen) = copy_after_slow_fill(false) else {
         return;

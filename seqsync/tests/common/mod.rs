@@ -1,6 +1,11 @@
-//! Shared test harness: the same test bodies run on the host backend and, where a GPU is
-//! present, on the CUDA backend. Without a GPU the CUDA cases print why they skip, or fail
-//! when `SEQSYNC_REQUIRE_GPU=1`.
+//! Shared test harness: the same test bodies run on the host backend and on the CUDA backend.
+//!
+//! GPU tests are `#[ignore]`d unless the crate is built with the `gpu-tests` feature, so a plain
+//! `cargo test` lists them as `ignored, needs a GPU` instead of reporting them as passed. Run
+//! them with `cargo test --features gpu-tests` (the GPU bundle builds with `--all-features`).
+//! A GPU test that runs and finds no usable GPU fails, unless `SEQSYNC_REQUIRE_GPU=0`. Every
+//! suite with GPU tests also has a `gpu_required` test (never ignored) that fails when
+//! `SEQSYNC_REQUIRE_GPU=1` and no GPU is usable.
 #![allow(dead_code)]
 
 use std::time::Duration;
@@ -32,6 +37,11 @@ pub fn require_gpu() -> bool {
     std::env::var("SEQSYNC_REQUIRE_GPU").is_ok_and(|v| v == "1")
 }
 
+/// `SEQSYNC_REQUIRE_GPU=0`: a GPU test that runs without a GPU returns early instead of failing.
+pub fn allow_missing_gpu() -> bool {
+    std::env::var("SEQSYNC_REQUIRE_GPU").is_ok_and(|v| v == "0")
+}
+
 #[cfg(feature = "cuda")]
 pub mod gpu {
     use super::*;
@@ -61,7 +71,8 @@ extern "C" __global__ void slow_fill(float *out, int n, float value, unsigned lo
         pub slow_fill: CudaFunction,
     }
 
-    /// The GPU, or `None` after printing why not (panics instead under SEQSYNC_REQUIRE_GPU=1).
+    /// The GPU. Without one: panics (a GPU test that runs must not pass without a GPU), or,
+    /// under `SEQSYNC_REQUIRE_GPU=0`, prints why and returns `None`.
     pub fn gpu() -> Option<Gpu> {
         static GPU: OnceLock<Result<Gpu, String>> = OnceLock::new();
         let r = GPU.get_or_init(|| {
@@ -77,11 +88,11 @@ extern "C" __global__ void slow_fill(float *out, int n, float value, unsigned lo
         });
         match r {
             Ok(g) => Some(g.clone()),
-            Err(e) if require_gpu() => panic!("SEQSYNC_REQUIRE_GPU=1 but no usable GPU: {e}"),
-            Err(e) => {
-                eprintln!("skipping GPU test: {e}");
+            Err(e) if allow_missing_gpu() => {
+                eprintln!("skipping GPU test (SEQSYNC_REQUIRE_GPU=0): {e}");
                 None
             }
+            Err(e) => panic!("GPU test without a usable GPU: {e}"),
         }
     }
 
@@ -124,9 +135,32 @@ macro_rules! on_both_backends {
         }
         #[cfg(feature = "cuda")]
         mod cuda {
-            $( #[test] fn $name() {
+            $( #[test]
+            #[cfg_attr(not(feature = "gpu-tests"), ignore = "needs a GPU: cargo test --features gpu-tests")]
+            fn $name() {
                 if let Some(g) = super::common::gpu::gpu() { super::$name(&g.backend) }
             } )*
+        }
+        $crate::gpu_required!();
+    };
+}
+
+/// The suite's `gpu_required` test: fails when `SEQSYNC_REQUIRE_GPU=1` and no GPU is usable.
+/// Every test file with GPU tests calls it once (`on_both_backends!` does).
+#[macro_export]
+macro_rules! gpu_required {
+    () => {
+        #[test]
+        fn gpu_required() {
+            if !common::require_gpu() {
+                return;
+            }
+            #[cfg(feature = "cuda")]
+            if let Err(e) = seqsync::backend::cuda::CudaBackend::new(0) {
+                panic!("SEQSYNC_REQUIRE_GPU=1 but no usable GPU: {e}");
+            }
+            #[cfg(not(feature = "cuda"))]
+            panic!("SEQSYNC_REQUIRE_GPU=1 but seqsync was built without the cuda feature");
         }
     };
 }
