@@ -1,8 +1,8 @@
 //! `seqsync bench`: the ring against the raw backend calls, in one run.
 
 use clap::Args;
-use seqsync::bench::{self, BenchConfig};
 use seqsync::BackendKind;
+use seqsync_demo::bench::{self, BenchConfig};
 
 use crate::Failure;
 

@@ -5,12 +5,12 @@ use std::path::PathBuf;
 
 use clap::Args;
 use seqsync::backend::host::Chaos;
-use seqsync::demo::{self, DemoConfig, Engine};
 use seqsync::pipeline::{
-    check_deadlock, derive, derive_unchecked, selftest, spec_toml, PipelineSpec, Plan, PlanError,
-    Verdict,
+    check_deadlock, derive, derive_unchecked, spec_toml, PipelineSpec, Plan, PlanError, Verdict,
 };
 use seqsync::{BackendKind, HostBackend};
+use seqsync_demo::demo::{self, DemoConfig, Engine};
+use seqsync_demo::selftest;
 
 use crate::Failure;
 

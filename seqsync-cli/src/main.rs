@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
-use seqsync::demo::{self, DemoConfig, DemoReport, DroppedWait, Engine, Variant};
 use seqsync::BackendKind;
+use seqsync_demo::demo::{self, DemoConfig, DemoReport, DroppedWait, Engine, Variant};
 
 mod bench;
 mod check;
@@ -262,7 +262,7 @@ pub(crate) fn print_summary(r: &DemoReport, trace: Option<&std::path::Path>) {
     );
     if !r.stages.is_empty() {
         let gbps =
-            |s: &seqsync::demo::StageTiming| r.batch_bytes as f64 / s.seconds_per_batch / 1e9;
+            |s: &seqsync_demo::demo::StageTiming| r.batch_bytes as f64 / s.seconds_per_batch / 1e9;
         let stages: Vec<String> = r
             .stages
             .iter()

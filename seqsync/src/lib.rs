@@ -12,8 +12,6 @@
 //! | backend | [`backend`] | streams and events: [`HostBackend`] (worker threads), `CudaBackend` (cudarc), [`AnyBackend`] (picked at run time) |
 //! | ring | [`EventRingbuf`] | one producer records an event per seq; consumers wait on it from streams or host threads |
 //! | pipeline | [`pipeline`] | declare threads, streams, buffers and stages; seqsync derives every ring, proves the schedule deadlock-free |
-//! | demo | [`demo`] | the seed's pipeline end to end: seqsync's main job (`cargo run --release`) |
-//! | bench | [`bench`](mod@bench) | the ring against the raw backend calls (`seqsync bench`) |
 //! | hazard | [`hazard`] | validation mode: a backend wrapper that tracks happens-before with vector clocks and reports unordered buffer accesses |
 //!
 //! ```
@@ -35,8 +33,6 @@
 #![warn(missing_docs)]
 
 pub mod backend;
-pub mod bench;
-pub mod demo;
 mod error;
 pub mod hazard;
 pub mod pipeline;

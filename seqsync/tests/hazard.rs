@@ -3,6 +3,7 @@
 //! waits/synchronizes removed in turn.
 
 use seqsync::backend::host::Chaos;
+use seqsync::backend::Backend;
 use seqsync::hazard::{
     Access, AccessKind, ActorKind, Hazard, HazardChecker, HazardKind, ValidatingBackend,
 };
@@ -209,7 +210,7 @@ fn a_thread_cannot_access_for_another_thread() {
 #[test]
 fn validating_backend_names_the_calling_thread() {
     let vb = ValidatingBackend::new(HostBackend::new());
-    let s = vb.new_stream("s_copy");
+    let s = vb.new_stream("s_copy").unwrap();
     std::thread::Builder::new()
         .name("worker".into())
         .spawn({
@@ -346,7 +347,7 @@ fn seed_pipeline(n: Sizes, removed: Option<Guard>, host: HostBackend) -> Vec<Haz
     let evrb_g2h = ring("g2h", &[HWaitsG2h, G2hSynchronize], n.nout);
     let rings = [&evrb_h2g, &evrb_f, &evrb_g, &evrb_h, &evrb_g2h];
     let [s_h2g, s_f, s_g, s_h, s_g2h] =
-        ["s_h2g", "s_f", "s_g", "s_h", "s_g2h"].map(|name| vb.new_stream(name));
+        ["s_h2g", "s_f", "s_g", "s_h", "s_g2h"].map(|name| vb.new_stream(name).unwrap());
     let (nin, nx, ny, nout) = (n.nin as i64, n.nx as i64, n.ny as i64, n.nout as i64);
     // A failing thread stops every ring, so the other thread wakes instead of hanging.
     let stop_all_on_error = |r: seqsync::Result<()>| {

@@ -1,5 +1,5 @@
 //! The pipeline runtime: the seed spec runs on the host backend with chaos and every value is
-//! checked; the demo verifies every batch on `Engine::Pipeline`; a failing or panicking stage
+//! checked; a failing or panicking stage
 //! stops every ring, every thread is joined, and its error is the one returned; missing
 //! closures and streams are named errors before anything runs.
 
@@ -10,10 +10,9 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use seqsync::backend::host::{Chaos, HostStream};
-use seqsync::demo::{self, DemoConfig, Engine};
-use seqsync::pipeline::runtime::{self, Stages, HOST_STREAM};
+use seqsync::pipeline::runtime::{self, Stages};
 use seqsync::pipeline::{derive, Op, PipelineSpec, Plan, StageSpec};
-use seqsync::{BackendKind, Error, HostBackend};
+use seqsync::{Error, HostBackend};
 
 type Buf = Arc<Vec<AtomicU64>>;
 
@@ -35,7 +34,7 @@ fn run_seed_values(host: &HostBackend, n: [u64; 4], batches: i64) -> (i64, Vec<i
 
 fn run_plan_values(host: &HostBackend, plan: &Plan, n: [u64; 4], batches: i64) -> (i64, Vec<i64>) {
     let [nin, nx, ny, nout] = n;
-    let streams = runtime::host_streams(host, plan);
+    let streams = runtime::new_streams(host, plan).unwrap();
     let (bin, bx, by, bout) = (buf(nin), buf(nx), buf(ny), buf(nout));
     let local = Arc::new(AtomicU64::new(u64::MAX));
     let ok = AtomicI64::new(0);
@@ -133,72 +132,6 @@ fn the_value_check_catches_a_wait_taken_out_of_the_plan() {
     );
 }
 
-fn demo_config() -> DemoConfig {
-    DemoConfig {
-        backend: BackendKind::Host,
-        batches: 60,
-        batch_bytes: Some(16 << 10),
-        baselines: false,
-        engine: Engine::Pipeline,
-        ..DemoConfig::default()
-    }
-}
-
-#[test]
-fn demo_on_the_pipeline_engine_verifies_every_batch_under_chaos() {
-    for (chaos, (nin, nx, ny, nout)) in [(5, (2, 4, 3, 2)), (6, (1, 1, 1, 1)), (7, (3, 1, 2, 4))] {
-        let r = demo::run(&DemoConfig {
-            chaos: Some(chaos),
-            nin,
-            nx,
-            ny,
-            nout,
-            ..demo_config()
-        })
-        .unwrap();
-        assert!(r.all_verified(), "{r:?}");
-        assert_eq!(r.engine, Engine::Pipeline);
-    }
-}
-
-#[test]
-fn demo_pipeline_engine_reports_the_hand_written_pipeline_too() {
-    let r = demo::run(&DemoConfig {
-        baselines: true,
-        batches: 30,
-        ..demo_config()
-    })
-    .unwrap();
-    assert!(r.all_verified(), "{r:?}");
-    let (hw, ratio) = (r.handwritten_gbps.unwrap(), r.ratio_to_handwritten.unwrap());
-    assert!(hw > 0.0 && (ratio - r.gbps / hw).abs() < 1e-9);
-}
-
-#[test]
-fn demo_runs_a_seed_shaped_spec_and_rejects_others() {
-    let spec = seed_spec::seed_toml(3, 2, 2, 1);
-    assert_eq!(demo::seed_shape(&spec).unwrap(), (3, 2, 2, 1));
-    // The TOML spec and the demo's built-in spec derive the same plan.
-    assert_eq!(
-        derive(&spec).unwrap(),
-        derive(&demo::seed_spec(3, 2, 2, 1)).unwrap()
-    );
-    let r = demo::run(&DemoConfig {
-        spec: Some(spec),
-        ..demo_config()
-    })
-    .unwrap();
-    assert!(r.all_verified() && (r.nin, r.nout) == (3, 1), "{r:?}");
-    let other = PipelineSpec::builder()
-        .buffer("in", 2)
-        .thread("t")
-        .stage("h2g", StageSpec::on_stream("s").writes("in"))
-        .stage("f", StageSpec::on_stream("s").reads("in").sync())
-        .build()
-        .unwrap();
-    assert!(demo::seed_shape(&other).is_err());
-}
-
 /// A two-thread plan: t0 copies in and computes, t1 copies out with a sync.
 fn small_plan() -> Plan {
     let spec = PipelineSpec::builder()
@@ -238,7 +171,7 @@ fn a_failing_stage_stops_every_ring_and_its_error_is_returned() {
     // `copy_out`), so returning at all proves the stop cascade woke it and it was joined.
     for failing in ["kernel", "copy_out"] {
         let host = HostBackend::with_chaos(Chaos::new(9));
-        let streams = runtime::host_streams(&host, &plan);
+        let streams = runtime::new_streams(&host, &plan).unwrap();
         let processed = AtomicI64::new(0);
         let stages = noop_stages()
             .stage(failing, |cx| {
@@ -262,7 +195,7 @@ fn a_failing_stage_stops_every_ring_and_its_error_is_returned() {
 fn a_failing_after_sync_and_a_panicking_stage_are_reported() {
     let plan = small_plan();
     let host = HostBackend::new();
-    let streams = runtime::host_streams(&host, &plan);
+    let streams = runtime::new_streams(&host, &plan).unwrap();
     let stages = noop_stages().after_sync("copy_out", |s| {
         if s == 3 {
             Err(boom("copy_out", s))
@@ -288,7 +221,7 @@ fn a_failing_after_sync_and_a_panicking_stage_are_reported() {
 fn missing_closures_and_streams_are_named_errors_before_anything_runs() {
     let plan = small_plan();
     let host = HostBackend::new();
-    let streams = runtime::host_streams(&host, &plan);
+    let streams = runtime::new_streams(&host, &plan).unwrap();
     let ran = AtomicI64::new(0);
     let stages = Stages::<HostBackend>::new()
         .stage("copy_in", |_| {
@@ -304,7 +237,7 @@ fn missing_closures_and_streams_are_named_errors_before_anything_runs() {
     assert!(err.to_string().contains("no closure"), "{err}");
     assert_eq!(ran.load(Ordering::Relaxed), 0);
 
-    let mut fewer: HashMap<String, HostStream> = runtime::host_streams(&host, &plan);
+    let mut fewer: HashMap<String, HostStream> = runtime::new_streams(&host, &plan).unwrap();
     fewer.remove("s1");
     let err = runtime::run(&plan, &host, &fewer, &noop_stages(), 10).unwrap_err();
     assert!(
@@ -338,7 +271,7 @@ fn missing_closures_and_streams_are_named_errors_before_anything_runs() {
 }
 
 #[test]
-fn a_host_stage_records_on_the_host_stream_and_orders_its_consumers() {
+fn a_host_stage_records_without_a_stream_and_orders_its_consumers() {
     // t0: a host stage produces `a`; a kernel on s1 reads it into `b`. t1 copies `b` out.
     let spec = PipelineSpec::builder()
         .buffer("a", 2)
@@ -351,9 +284,10 @@ fn a_host_stage_records_on_the_host_stream_and_orders_its_consumers() {
         .build()
         .unwrap();
     let plan = derive(&spec).unwrap();
-    assert!(runtime::required_streams(&plan).contains(&HOST_STREAM.to_string()));
+    // A host stage's ring is published with record_host: no stream of its own.
+    assert_eq!(runtime::required_streams(&plan), ["s1", "s2"]);
     let host = HostBackend::with_chaos(Chaos::new(4));
-    let streams = runtime::host_streams(&host, &plan);
+    let streams = runtime::new_streams(&host, &plan).unwrap();
     let (a, b, out) = (buf(2), buf(2), Arc::new(AtomicU64::new(0)));
     let ok = AtomicI64::new(0);
     let stages = Stages::<HostBackend>::new()

@@ -140,6 +140,30 @@ impl Backend for AnyBackend {
         }
     }
 
+    fn new_stream(&self, name: &str) -> Result<AnyStream> {
+        AnyBackend::new_stream(self, name)
+    }
+
+    fn launch_host(&self, stream: &AnyStream, f: Box<dyn FnOnce() + Send + 'static>) -> Result<()> {
+        match (self, stream) {
+            (AnyBackend::Host(b), AnyStream::Host(s)) => b.launch_host(s, f),
+            #[cfg(feature = "cuda")]
+            (AnyBackend::Cuda(b), AnyStream::Cuda(s)) => b.launch_host(s, f),
+            #[allow(unreachable_patterns)]
+            _ => Err(mismatch("the stream")),
+        }
+    }
+
+    fn synchronize_stream(&self, stream: &AnyStream) -> Result<()> {
+        match (self, stream) {
+            (AnyBackend::Host(b), AnyStream::Host(s)) => b.synchronize_stream(s),
+            #[cfg(feature = "cuda")]
+            (AnyBackend::Cuda(b), AnyStream::Cuda(s)) => b.synchronize_stream(s),
+            #[allow(unreachable_patterns)]
+            _ => Err(mismatch("the stream")),
+        }
+    }
+
     fn create_event(&self, options: EventOptions) -> Result<AnyEvent> {
         match self {
             AnyBackend::Host(h) => h.create_event(options).map(AnyEvent::Host),

@@ -6,11 +6,33 @@
 //! | [`cuda`] | a CUDA stream (cudarc) | a CUDA event, timing disabled |
 //! | [`AnyBackend`] | either, picked at run time ([`AnyBackend::auto`]) | either |
 //!
-//! Every backend offers the same four operations, which are all [`crate::EventRingbuf`] needs:
-//! record an event at the current end of a stream, make a stream wait for an event, block the
-//! host until an event completes (interruptibly), and query an event. A re-record never changes
-//! a wait enqueued earlier (CUDA's rule, which the host backend keeps too): a wait snapshots the
-//! point the event stood for when the wait was made.
+//! Every backend offers the same operations. Streams: create one by name, enqueue host work on
+//! it ([`Backend::launch_host`]), block until it drains ([`Backend::synchronize_stream`]).
+//! Events, which are all [`crate::EventRingbuf`] needs: record an event at the current end of a
+//! stream, make a stream wait for an event, block the host until an event completes
+//! (interruptibly), and query an event. A re-record never changes a wait enqueued earlier
+//! (CUDA's rule, which the host backend keeps too): a wait snapshots the point the event stood
+//! for when the wait was made.
+//!
+//! ```
+//! use seqsync::backend::Backend;
+//! use seqsync::{AnyBackend, BackendKind};
+//! use std::sync::atomic::{AtomicU32, Ordering};
+//! use std::sync::Arc;
+//!
+//! fn count_to_three<B: Backend>(backend: &B) -> seqsync::Result<u32> {
+//!     let stream = backend.new_stream("counter")?;
+//!     let n = Arc::new(AtomicU32::new(0));
+//!     for _ in 0..3 {
+//!         let n = n.clone();
+//!         backend.launch_host(&stream, Box::new(move || { n.fetch_add(1, Ordering::SeqCst); }))?;
+//!     }
+//!     backend.synchronize_stream(&stream)?;
+//!     Ok(n.load(Ordering::SeqCst))
+//! }
+//! assert_eq!(count_to_three(&AnyBackend::new(BackendKind::Host)?)?, 3);
+//! # Ok::<(), seqsync::Error>(())
+//! ```
 
 use std::time::Duration;
 
@@ -83,6 +105,38 @@ pub trait Backend: Clone + Send + Sync + 'static {
 
     /// The backend's short name, `"host"` or `"cuda"`.
     fn name(&self) -> &'static str;
+
+    /// Create a stream named `name` (the host backend names its worker thread after it; a
+    /// CUDA stream is a new non-blocking stream, and the name is only for the caller).
+    ///
+    /// # Errors
+    /// [`Error::Backend`](crate::Error::Backend) when the backend cannot create one.
+    fn new_stream(&self, name: &str) -> Result<Self::Stream>;
+
+    /// Enqueue host work on `stream`: `f` runs on a host thread once everything enqueued on
+    /// `stream` before it has completed, and everything enqueued after it waits for it to
+    /// return (host: a closure on the stream's worker; CUDA: `cuLaunchHostFunc`, so `f` must
+    /// make no CUDA calls, nor drop the last handle of a CUDA object).
+    ///
+    /// A panic in `f` is caught: the host backend fails the stream (see
+    /// [`HostStream`](host::HostStream)); on CUDA the next [`synchronize_stream`]
+    /// (Self::synchronize_stream) of that stream returns the panic as an error.
+    ///
+    /// # Errors
+    /// [`Error::Backend`](crate::Error::Backend) when the work cannot be enqueued (then `f` is
+    /// dropped without running).
+    fn launch_host(
+        &self,
+        stream: &Self::Stream,
+        f: Box<dyn FnOnce() + Send + 'static>,
+    ) -> Result<()>;
+
+    /// Block the calling thread until everything enqueued on `stream` so far has completed.
+    ///
+    /// # Errors
+    /// [`Error::Backend`](crate::Error::Backend) when that work failed (host: a closure
+    /// panicked; CUDA: a driver error, or a host function panicked).
+    fn synchronize_stream(&self, stream: &Self::Stream) -> Result<()>;
 
     /// Create an event. A never-recorded event counts as complete.
     fn create_event(&self, options: EventOptions) -> Result<Self::Event>;

@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use super::checker::{Access, EventId, HazardChecker};
 use super::clock::ActorId;
-use crate::backend::host::{HostBackend, HostStream};
 use crate::backend::{Backend, EventOptions, Interrupt, SyncOutcome};
 use crate::error::Result;
 
@@ -114,13 +113,6 @@ impl<B: Backend> ValidatingBackend<B> {
     }
 }
 
-impl ValidatingBackend<HostBackend> {
-    /// Start a new host stream named `name` and wrap it.
-    pub fn new_stream(&self, name: &str) -> ValidatingStream<HostStream> {
-        self.wrap_stream(self.inner.new_stream(name), name)
-    }
-}
-
 impl<B: Backend> Backend for ValidatingBackend<B> {
     type Stream = ValidatingStream<B::Stream>;
     type Event = ValidatingEvent<B::Event>;
@@ -128,6 +120,30 @@ impl<B: Backend> Backend for ValidatingBackend<B> {
     /// The inner backend's name.
     fn name(&self) -> &'static str {
         self.inner.name()
+    }
+
+    /// A new stream of the inner backend, wrapped as an actor named `name`.
+    fn new_stream(&self, name: &str) -> Result<Self::Stream> {
+        Ok(self.wrap_stream(self.inner.new_stream(name)?, name))
+    }
+
+    /// Forwards. Declare what `f` touches with [`access`](Self::access) on the same stream.
+    fn launch_host(
+        &self,
+        stream: &Self::Stream,
+        f: Box<dyn FnOnce() + Send + 'static>,
+    ) -> Result<()> {
+        self.inner.launch_host(&stream.inner, f)
+    }
+
+    /// Forwards; once it returns, the calling thread is ordered after everything enqueued on
+    /// the stream before the call.
+    fn synchronize_stream(&self, stream: &Self::Stream) -> Result<()> {
+        let snapshot = self.checker.stream_snapshot(stream.actor);
+        self.inner.synchronize_stream(&stream.inner)?;
+        let by = self.checker.current_thread();
+        self.checker.join_thread(by, Some(&snapshot));
+        Ok(())
     }
 
     fn create_event(&self, options: EventOptions) -> Result<Self::Event> {

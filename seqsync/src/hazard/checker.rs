@@ -246,6 +246,12 @@ impl HazardChecker {
         self.lock().event_mut(event).clone()
     }
 
+    /// Stream `stream`'s clock now: what a synchronize of the whole stream orders a thread
+    /// after.
+    pub(crate) fn stream_snapshot(&self, stream: ActorId) -> VectorClock {
+        self.lock().actor(stream).clock.clone()
+    }
+
     /// Host thread `by` completed a synchronize on a snapshot taken earlier.
     pub(crate) fn join_thread(&self, by: ActorId, snapshot: Option<&VectorClock>) {
         let mut state = self.lock();

@@ -30,28 +30,29 @@
 //! `s` must wait for the kernel of batch `s - 2` is reported, naming both accesses:
 //!
 //! ```
+//! use seqsync::backend::Backend;
 //! use seqsync::hazard::{Access, ValidatingBackend};
 //! use seqsync::{Blocking, EventRingbuf, HostBackend};
 //!
 //! fn run(wait_for_slot: bool) -> seqsync::Result<Vec<String>> {
 //!     let vb = ValidatingBackend::new(HostBackend::new());
-//!     let (copy, kernel) = (vb.new_stream("s_copy"), vb.new_stream("s_kernel"));
+//!     let (copy, kernel) = (vb.new_stream("s_copy")?, vb.new_stream("s_kernel")?);
 //!     let copied = EventRingbuf::new(&vb, "copy", 1, 1)?;
 //!     let computed = EventRingbuf::new(&vb, "kernel", u32::from(wait_for_slot), 2)?;
 //!     for s in 0..6 {
 //!         if wait_for_slot {
 //!             computed.wait(&copy, s - 2, Blocking::No)?; // in[s % 2] is free again
 //!         }
-//!         copy.inner().launch(|| { /* copy batch s into in[s % 2] */ });
+//!         vb.launch_host(&copy, Box::new(|| { /* copy batch s into in[s % 2] */ }))?;
 //!         vb.access(&copy, Access::write("copy", "in", (s % 2) as usize, s));
 //!         copied.record(&copy, s, Blocking::No)?;
 //!
 //!         copied.wait(&kernel, s, Blocking::No)?;
-//!         kernel.inner().launch(|| { /* read in[s % 2] */ });
+//!         vb.launch_host(&kernel, Box::new(|| { /* read in[s % 2] */ }))?;
 //!         vb.access(&kernel, Access::read("kernel", "in", (s % 2) as usize, s));
 //!         computed.record(&kernel, s, Blocking::No)?;
 //!     }
-//!     kernel.inner().synchronize()?;
+//!     vb.synchronize_stream(&kernel)?;
 //!     Ok(vb.checker().hazards().iter().map(|h| h.to_string()).collect())
 //! }
 //!

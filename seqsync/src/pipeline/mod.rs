@@ -57,7 +57,6 @@ pub mod deadlock;
 pub mod derive;
 pub mod error;
 pub mod runtime;
-pub mod selftest;
 pub mod spec;
 pub mod spec_toml;
 

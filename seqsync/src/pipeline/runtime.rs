@@ -12,14 +12,11 @@
 //! | `Record` | `ring.record(stage's stream, s, blocking)` |
 //!
 //! **Host stages** (`host = true`, no stream) run their closure on the thread itself, so their
-//! work is complete when the closure returns. Their ring still needs an event whose completion
-//! means "done": the runtime records it on the stream named [`HOST_STREAM`] (`"host"`), which
-//! the caller supplies and on which nothing is ever enqueued, so the event completes at once;
-//! a stream stage waiting on it is then ordered by the host thread's program order alone (its
-//! blocking `wait` returns only once the host stage has recorded). A host stage's ring that
-//! nobody consumes (`nconsumers == 0`) is a pure counter: it is recorded on any supplied stream
-//! (no event is involved), or not at all when there is none.
-//! [`required_streams`] lists every stream name a plan needs, [`HOST_STREAM`] included.
+//! work is complete when the closure returns, and their ring is published with
+//! [`EventRingbuf::record_host`]: no stream, no event. A stream stage waiting on it is ordered
+//! by the host thread's program order alone (its blocking `wait` returns only once the host
+//! stage has recorded). [`required_streams`] lists every stream name a plan needs;
+//! [`new_streams`] creates them on any backend.
 //!
 //! **Errors.** A stage without a closure, a stream the plan names but the map lacks, and a
 //! closure given for a stage the plan does not have are [`Error::Stage`] errors, reported
@@ -27,7 +24,7 @@
 //! in a closure), every ring is stopped, so every other thread wakes with
 //! [`Error::Stopped`]; all threads are joined and the *first* real error (in time) is
 //! returned, a `Stopped` only when nothing else failed. After the threads end, every stream is
-//! drained (an event recorded and synchronized on it) before the wall time is taken.
+//! drained ([`Backend::synchronize_stream`]) before the wall time is taken.
 //!
 //! # Example
 //!
@@ -51,7 +48,7 @@
 //! let plan = derive(&spec)?;
 //!
 //! let host = HostBackend::new();
-//! let streams = runtime::host_streams(&host, &plan);
+//! let streams = runtime::new_streams(&host, &plan)?;
 //! let processed = AtomicI64::new(0);
 //! let stages = runtime::Stages::<HostBackend>::new()
 //!     .stage("copy_in", |cx| {
@@ -79,13 +76,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::derive::{Op, Plan};
-use crate::backend::host::{HostBackend, HostStream};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::{Blocking, EventRingbuf};
-
-/// The stream a host stage's ring is recorded on (see the [module docs](self)).
-pub const HOST_STREAM: &str = "host";
 
 /// A stage's closure: launches the stage's work for one seq.
 type StageFn<'a, B> = Box<dyn Fn(&StageCtx<'_, B>) -> Result<()> + Sync + 'a>;
@@ -210,8 +203,7 @@ impl RunStats {
     }
 }
 
-/// Every stream name the plan's ops use, sorted, plus [`HOST_STREAM`] when a host stage's
-/// ring has consumers.
+/// Every stream name the plan's ops use, sorted.
 pub fn required_streams(plan: &Plan) -> Vec<String> {
     let mut names = BTreeSet::new();
     for t in &plan.threads {
@@ -225,11 +217,6 @@ pub fn required_streams(plan: &Plan) -> Vec<String> {
                 } => {
                     names.insert(s.clone());
                 }
-                Op::Record {
-                    stream: None, ring, ..
-                } if plan.ring(ring).is_some_and(|r| r.nconsumers > 0) => {
-                    names.insert(HOST_STREAM.to_string());
-                }
                 _ => {}
             }
         }
@@ -237,14 +224,14 @@ pub fn required_streams(plan: &Plan) -> Vec<String> {
     names.into_iter().collect()
 }
 
-/// One host-backend stream per [`required_streams`] name.
-pub fn host_streams(backend: &HostBackend, plan: &Plan) -> HashMap<String, HostStream> {
+/// One new stream of `backend` per [`required_streams`] name.
+///
+/// # Errors
+/// The backend's, when it cannot create a stream.
+pub fn new_streams<B: Backend>(backend: &B, plan: &Plan) -> Result<HashMap<String, B::Stream>> {
     required_streams(plan)
         .into_iter()
-        .map(|n| {
-            let s = backend.new_stream(&n);
-            (n, s)
-        })
+        .map(|n| backend.new_stream(&n).map(|s| (n, s)))
         .collect()
 }
 
@@ -270,7 +257,7 @@ enum Step<'r, 'a, B: Backend> {
     Record {
         ring: usize,
         blocking: Blocking,
-        /// `None`: a counter ring with no stream anywhere; nobody observes it.
+        /// `None`: a host stage's ring, published with [`EventRingbuf::record_host`].
         stream: Option<&'r B::Stream>,
     },
 }
@@ -401,14 +388,12 @@ fn compile<'r, 'a, B: Backend>(
                     blocking,
                     stream: s,
                 } => {
-                    let i = ring(stage, r)?;
                     let st = match s {
                         Some(s) => Some(stream(stage, s)?),
-                        None if plan.rings[i].nconsumers > 0 => Some(stream(stage, HOST_STREAM)?),
-                        None => streams.get(HOST_STREAM).or_else(|| streams.values().next()),
+                        None => None,
                     };
                     Step::Record {
-                        ring: i,
+                        ring: ring(stage, r)?,
                         blocking: (*blocking).into(),
                         stream: st,
                     }
@@ -522,12 +507,16 @@ fn run_thread<B: Backend>(
                     blocking,
                     stream,
                 } => {
-                    if let Some(stream) = stream {
-                        observed(observer, *blocking, call("record", *ring, seq), || {
-                            rings[*ring].record(stream, seq, *blocking)
-                        })
-                        .map_err(fail)?;
-                    }
+                    observed(
+                        observer,
+                        *blocking,
+                        call("record", *ring, seq),
+                        || match stream {
+                            Some(stream) => rings[*ring].record(stream, seq, *blocking),
+                            None => rings[*ring].record_host(seq, *blocking),
+                        },
+                    )
+                    .map_err(fail)?;
                     stats.records += 1;
                 }
             }
@@ -663,9 +652,7 @@ pub fn run<B: Backend>(
 fn drain<B: Backend>(backend: &B, streams: &HashMap<String, B::Stream>) -> Result<()> {
     let mut first = Ok(());
     for s in streams.values() {
-        let r = backend
-            .create_event(Default::default())
-            .and_then(|e| backend.record(&e, s).and_then(|()| backend.synchronize(&e)));
+        let r = backend.synchronize_stream(s);
         if first.is_ok() {
             first = r;
         }

@@ -716,7 +716,10 @@ fn check_duplicates(spec: &PipelineSpec) -> Result<(), PlanError> {
 }
 
 /// Every buffer's slot count, parameters resolved.
-pub(crate) fn buffer_slots(spec: &PipelineSpec) -> Result<HashMap<String, u64>, PlanError> {
+///
+/// # Errors
+/// [`PlanError`] for a buffer whose slot count names an unknown parameter or is out of range.
+pub fn buffer_slots(spec: &PipelineSpec) -> Result<HashMap<String, u64>, PlanError> {
     Ok(resolve_slots(spec)?
         .into_iter()
         .map(|(name, s)| (name.to_owned(), s.count))

@@ -280,6 +280,47 @@ impl<B: Backend> EventRingbuf<B> {
         seq: i64,
         blocking: impl Into<Blocking>,
     ) -> Result<()> {
+        self.publish(seq, blocking.into(), |event| {
+            self.backend.record(event, stream)
+        })
+    }
+
+    /// Producer: publish `seq` as work the calling host thread has already done, with no
+    /// stream and no event recorded: a consumer's [`wait`](Self::wait) or
+    /// [`synchronize`](Self::synchronize) of `seq` is then ordered after it by the ring alone
+    /// (a blocking consumer returns only once this call has been made).
+    ///
+    /// The slot's event is left as it is. In a ring recorded only this way it is never
+    /// recorded, so it counts as complete; where earlier seqs were recorded on a stream it may
+    /// still stand for that older work, which consumers then wait for too (more order, never
+    /// less).
+    ///
+    /// ```
+    /// use seqsync::{Blocking, Error, EventRingbuf, HostBackend};
+    ///
+    /// let host = HostBackend::new();
+    /// let ring = EventRingbuf::new(&host, "host stage", 1, 2)?;
+    /// ring.record_host(0, Blocking::No)?; // batch 0 is done: the host thread did it
+    /// ring.synchronize(0, Blocking::No)?;  // returns at once
+    /// assert!(matches!(ring.record_host(2, Blocking::No), Err(Error::OutOfOrder { .. })));
+    /// # Ok::<(), seqsync::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`record`](Self::record), without [`Error::Backend`].
+    pub fn record_host(&self, seq: i64, blocking: impl Into<Blocking>) -> Result<()> {
+        self.publish(seq, blocking.into(), |_| Ok(()))
+    }
+
+    /// The producer's side of [`record`](Self::record): claim `seq`'s slot, let `record_event`
+    /// make its event stand for `seq`, publish it.
+    #[inline]
+    fn publish(
+        &self,
+        seq: i64,
+        blocking: Blocking,
+        record_event: impl FnOnce(&B::Event) -> Result<()>,
+    ) -> Result<()> {
         self.check_stopped()?;
         let expected = self.next.load(Ordering::Relaxed);
         if seq != expected {
@@ -300,7 +341,7 @@ impl<B: Backend> EventRingbuf<B> {
         // Acquire: pairs with the consumers' release `fetch_add`, so their backend waits on
         // this slot's event happen before our re-record.
         if Word(slot.load(Ordering::Acquire)).released() < self.nconsumers {
-            match blocking.into() {
+            match blocking {
                 Blocking::No => {
                     return Err(self.fail(Error::Overflow {
                         ring: self.name.clone(),
@@ -316,7 +357,7 @@ impl<B: Backend> EventRingbuf<B> {
         // One producer: a plain store. Two threads recording the same seq at once (misuse) are
         // caught below, when the second finds the slot already published.
         self.next.store(seq + 1, Ordering::Release);
-        if let Err(e) = self.backend.record(&self.events[index], stream) {
+        if let Err(e) = record_event(&self.events[index]) {
             return Err(self.fail(e));
         }
         // Release: consumers that see the new tag also see the recorded event.

@@ -2,14 +2,37 @@
 //! and parsed from `specs/seed.toml`.
 #![allow(dead_code)]
 
-use seqsync::pipeline::{spec_toml, PipelineSpec};
+use seqsync::pipeline::{spec_toml, PipelineSpec, StageSpec};
 
 /// Path of the seed's TOML spec.
 pub const SEED_TOML: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../specs/seed.toml");
 
-/// The seed's example, built with the Rust builder (the library's own declaration of it).
+/// The seed's example, built with the Rust builder (the names of `specs/seed.toml`).
 pub fn seed_builder(nin: u64, nx: u64, ny: u64, nout: u64) -> PipelineSpec {
-    seqsync::demo::seed_spec(nin, nx, ny, nout)
+    PipelineSpec::builder()
+        .param("nin", nin)
+        .param("nx", nx)
+        .param("ny", ny)
+        .param("nout", nout)
+        .buffer("in", "nin")
+        .buffer("x", "nx")
+        .buffer("y", "ny")
+        .buffer("out", "nout")
+        .thread("h2g")
+        .stage("h2g", StageSpec::on_stream("s_h2g").writes("in"))
+        .stage("f", StageSpec::on_stream("s_f").reads("in").writes("x"))
+        .stage("g", StageSpec::on_stream("s_g").reads("in").writes("y"))
+        .stage(
+            "h",
+            StageSpec::on_stream("s_h")
+                .reads("x")
+                .reads("y")
+                .writes("out"),
+        )
+        .thread("g2h")
+        .stage("g2h", StageSpec::on_stream("s_g2h").reads("out").sync())
+        .build()
+        .expect("the seed spec is valid")
 }
 
 /// The seed's example parsed from `specs/seed.toml`, with parameters set.

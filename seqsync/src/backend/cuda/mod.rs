@@ -23,14 +23,15 @@ mod memory;
 pub use memory::{DeviceBuffer, PinnedBuffer};
 
 use std::cell::Cell;
-use std::sync::Arc;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cudarc::driver::{sys, DriverError};
 pub use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
 
 use super::{Backend, EventOptions, Interrupt, SyncOutcome};
-use crate::error::{BackendError, Error, Result};
+use crate::error::{panic_message, BackendError, Error, Result};
 
 /// How long an interruptible synchronize spins on `cuEventQuery` before it starts sleeping.
 /// Short waits finish inside it with a spinning wait's latency.
@@ -85,9 +86,31 @@ pub fn driver_present() -> bool {
 #[derive(Clone, Debug)]
 pub struct CudaBackend {
     ctx: Arc<CudaContext>,
+    /// Panics caught in host functions ([`Backend::launch_host`]), by the raw stream they ran
+    /// on, until that stream's next [`Backend::synchronize_stream`] reports them.
+    host_panics: Arc<Mutex<Vec<(usize, String)>>>,
 }
 
-pub(crate) fn driver_error(op: &'static str, e: DriverError) -> Error {
+/// A host function's closure, as `cuLaunchHostFunc` carries it: a thin pointer to a boxed
+/// fat `Box<dyn FnOnce>`.
+type HostFn = Box<dyn FnOnce() + Send + 'static>;
+
+/// The `CUhostFn` of [`Backend::launch_host`]: takes back the box leaked at launch, runs the
+/// closure once, catches its panic (unwinding into the driver is undefined behaviour) and
+/// frees the box.
+unsafe extern "C" fn host_fn_trampoline(user_data: *mut std::ffi::c_void) {
+    // SAFETY: `user_data` is the pointer `launch_host` made with `Box::into_raw` of a
+    // `Box<HostFn>`, and the driver calls this exactly once per successful launch, so the box
+    // is taken back exactly once.
+    let f: Box<HostFn> = unsafe { Box::from_raw(user_data.cast::<HostFn>()) };
+    // The closure catches its own panic (see `launch_host`); this is a last guard so that
+    // nothing unwinds out of an `extern "C"` function.
+    let _ = catch_unwind(AssertUnwindSafe(move || (*f)()));
+}
+
+/// A cudarc driver error as an [`Error::Backend`] naming the driver call `op` (for cudarc calls
+/// of your own, e.g. kernel launches).
+pub fn driver_error(op: &'static str, e: DriverError) -> Error {
     Error::Backend(BackendError {
         backend: "cuda",
         op,
@@ -127,7 +150,10 @@ impl CudaBackend {
         // SAFETY: called once, before any stream or buffer of this backend exists; seqsync
         // orders all work itself with events, which is exactly what turning tracking off asks.
         unsafe { ctx.disable_event_tracking() };
-        Ok(CudaBackend { ctx })
+        Ok(CudaBackend {
+            ctx,
+            host_panics: Arc::default(),
+        })
     }
 
     /// True when a driver and at least one GPU are present.
@@ -263,6 +289,60 @@ impl Backend for CudaBackend {
 
     fn name(&self) -> &'static str {
         "cuda"
+    }
+
+    fn new_stream(&self, _name: &str) -> Result<Arc<CudaStream>> {
+        CudaBackend::new_stream(self)
+    }
+
+    fn launch_host(&self, stream: &Arc<CudaStream>, f: HostFn) -> Result<()> {
+        self.bind()?;
+        let key = stream.cu_stream() as usize;
+        let panics = self.host_panics.clone();
+        let guarded: HostFn = Box::new(move || {
+            if let Err(p) = catch_unwind(AssertUnwindSafe(f)) {
+                let message = format!("host function panicked: {}", panic_message(&*p));
+                panics
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((key, message));
+            }
+        });
+        let user_data = Box::into_raw(Box::new(guarded));
+        // SAFETY: `stream` is a live stream of this context (the Arc keeps it alive for the
+        // call); the trampoline has the `CUhostFn` signature and makes no CUDA call; on success
+        // the driver passes `user_data` to it exactly once, and it frees the box.
+        let r = unsafe {
+            sys::cuLaunchHostFunc(
+                stream.cu_stream(),
+                Some(host_fn_trampoline),
+                user_data.cast(),
+            )
+        };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            // SAFETY: the launch failed, so the driver will never call the trampoline: the box
+            // is still ours, taken back exactly once here.
+            drop(unsafe { Box::from_raw(user_data) });
+        }
+        check("cuLaunchHostFunc", r)
+    }
+
+    fn synchronize_stream(&self, stream: &Arc<CudaStream>) -> Result<()> {
+        self.stream_synchronize(stream)?;
+        let key = stream.cu_stream() as usize;
+        let mut panics = self.host_panics.lock().unwrap_or_else(|e| e.into_inner());
+        match panics.iter().position(|(k, _)| *k == key) {
+            Some(i) => {
+                let (_, message) = panics.remove(i);
+                panics.retain(|(k, _)| *k != key);
+                Err(Error::Backend(BackendError::new(
+                    "cuda",
+                    "cuLaunchHostFunc",
+                    message,
+                )))
+            }
+            None => Ok(()),
+        }
     }
 
     fn create_event(&self, options: EventOptions) -> Result<CudaEvent> {

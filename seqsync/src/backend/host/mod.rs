@@ -111,6 +111,23 @@ impl Backend for HostBackend {
         "host"
     }
 
+    fn new_stream(&self, name: &str) -> Result<HostStream> {
+        Ok(HostBackend::new_stream(self, name))
+    }
+
+    fn launch_host(
+        &self,
+        stream: &HostStream,
+        f: Box<dyn FnOnce() + Send + 'static>,
+    ) -> Result<()> {
+        stream.shared.enqueue(Op::Run(f));
+        Ok(())
+    }
+
+    fn synchronize_stream(&self, stream: &HostStream) -> Result<()> {
+        stream.synchronize()
+    }
+
     fn create_event(&self, _options: EventOptions) -> Result<HostEvent> {
         Ok(HostEvent::new(self.inner.live_events.clone()))
     }

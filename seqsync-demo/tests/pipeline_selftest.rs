@@ -2,13 +2,14 @@
 //! schedule reads nothing wrong under chaos, and a schedule missing a wait is caught.
 
 use seqsync::backend::host::Chaos;
-use seqsync::pipeline::{derive, selftest, spec_toml, Op, Plan};
+use seqsync::pipeline::{derive, spec_toml, Op, Plan};
 use seqsync::HostBackend;
+use seqsync_demo::selftest;
 
-const FANOUT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../specs/fanout.toml");
+const FANOUT: &str = include_str!("../../specs/fanout.toml");
 
 fn fanout_plan() -> (seqsync::pipeline::PipelineSpec, Plan) {
-    let spec = spec_toml::from_path(FANOUT).unwrap();
+    let spec = spec_toml::from_str(FANOUT).unwrap();
     let plan = derive(&spec).unwrap();
     (spec, plan)
 }

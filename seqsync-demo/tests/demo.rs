@@ -1,8 +1,8 @@
 //! The seed's pipeline on the host backend: every batch verified, with and without chaos, in
 //! every variant; a dropped wait is caught; bad configs are named errors.
 
-use seqsync::demo::{run, DemoConfig, DroppedWait, Variant};
 use seqsync::{BackendKind, Error};
+use seqsync_demo::demo::{run, DemoConfig, DroppedWait, Variant};
 
 fn config() -> DemoConfig {
     DemoConfig {
@@ -201,7 +201,7 @@ fn batches_beyond_host_memory_are_an_error_not_an_abort() {
 #[test]
 fn pipeline_engine_trace_has_host_thread_tracks() {
     let r = run(&DemoConfig {
-        engine: seqsync::demo::Engine::Pipeline,
+        engine: seqsync_demo::demo::Engine::Pipeline,
         trace: true,
         batches: 8,
         ..config()
@@ -228,7 +228,7 @@ fn pipeline_engine_trace_has_host_thread_tracks() {
 #[test]
 fn pipeline_engine_refuses_other_variants_and_dropped_waits() {
     let pipeline = || DemoConfig {
-        engine: seqsync::demo::Engine::Pipeline,
+        engine: seqsync_demo::demo::Engine::Pipeline,
         ..config()
     };
     let msg = invalid(DemoConfig {

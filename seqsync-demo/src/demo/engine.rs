@@ -1,6 +1,6 @@
 //! The seed's pipeline on the pipeline runtime ([`Engine::Pipeline`]): the seed spec is
 //! declared (same stage and stream names as `specs/seed.toml`), derived, and run by
-//! [`crate::pipeline::runtime::run`] with stage closures that call the same [`Device`] methods
+//! [`seqsync::pipeline::runtime::run`] with stage closures that call the same [`Device`] methods
 //! as the hand-written pipeline (`pipeline.rs`, variant Seed): get_data's input-buffer pool
 //! events in the h2g stage, process_data after g2h's synchronize.
 
@@ -11,10 +11,10 @@ use serde::Serialize;
 
 use super::device::{Device, Stream};
 use super::pipeline::{marked, Checker, InputPool, RunOptions, Variant, Verification};
-use crate::backend::Backend;
-use crate::error::{Error, Result};
-use crate::pipeline::runtime::{self, StageCtx, Stages};
-use crate::pipeline::{derive, derive_unchecked, PipelineSpec, Plan, Slots, StageSpec};
+use seqsync::backend::Backend;
+use seqsync::pipeline::runtime::{self, StageCtx, Stages};
+use seqsync::pipeline::{derive, derive_unchecked, PipelineSpec, Plan, Slots, StageSpec};
+use seqsync::{Error, Result};
 
 /// Which code drives the demo's pipeline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -33,7 +33,7 @@ impl std::str::FromStr for Engine {
         match s {
             "handwritten" | "hand-written" => Ok(Engine::HandWritten),
             "pipeline" => Ok(Engine::Pipeline),
-            o => Err(Error::invalid(
+            o => Err(crate::invalid(
                 "demo",
                 format!("unknown engine '{o}': expected handwritten or pipeline"),
             )),
@@ -77,7 +77,7 @@ pub fn seed_spec(nin: u64, nx: u64, ny: u64, nout: u64) -> PipelineSpec {
 /// # Errors
 /// [`Error::InvalidArgument`] naming what differs, or the spec's own error.
 pub fn seed_shape(spec: &PipelineSpec) -> Result<(usize, usize, usize, usize)> {
-    let bad = |m: String| Error::invalid("spec", m);
+    let bad = |m: String| crate::invalid("spec", m);
     let count = |buffer: &str| -> Result<u64> {
         let b = spec
             .buffers
@@ -117,7 +117,7 @@ pub(crate) fn plan_for(spec: Option<&PipelineSpec>, counts: [usize; 4]) -> Resul
             &owned
         }
     };
-    derive(spec).map_err(|e| Error::invalid("spec", e.to_string()))
+    derive(spec).map_err(|e| crate::invalid("spec", e.to_string()))
 }
 
 fn stream_of<'a, B: Backend>(cx: &StageCtx<'a, B>) -> Result<&'a B::Stream> {
@@ -144,10 +144,7 @@ pub(crate) fn run<D: Device>(
         l.nout as i64,
         l.npatterns as i64,
     );
-    let streams: HashMap<String, Stream<D>> = runtime::required_streams(plan)
-        .into_iter()
-        .map(|n| dev.new_stream(&n).map(|s| (n, s)))
-        .collect::<Result<_>>()?;
+    let streams: HashMap<String, Stream<D>> = runtime::new_streams(dev.backend(), plan)?;
     let b = dev.backend();
     let pool = InputPool::new(dev)?;
     let checker = Checker::new(opt.batches);

@@ -3,13 +3,13 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use cudarc::driver::{sys, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
+use seqsync::cudarc::driver::{sys, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
 use super::device::{Device, Layout, Mark, Reference};
 use super::workload::{self, HEADER};
-use crate::backend::cuda::{CudaBackend, CudaEvent, DeviceBuffer, PinnedBuffer};
-use crate::backend::{Backend, EventOptions};
-use crate::error::{Error, Result};
+use seqsync::backend::cuda::{CudaBackend, CudaEvent, DeviceBuffer, PinnedBuffer};
+use seqsync::backend::{Backend, EventOptions};
+use seqsync::{Error, Result};
 
 pub(crate) struct CudaDevice {
     backend: CudaBackend,
@@ -30,8 +30,8 @@ pub(crate) struct CudaDevice {
     origin: Mutex<Option<(CudaEvent, Instant)>>,
 }
 
-fn launch_error(e: cudarc::driver::DriverError) -> Error {
-    crate::backend::cuda::driver_error("cuLaunchKernel", e)
+fn launch_error(e: seqsync::cudarc::driver::DriverError) -> Error {
+    seqsync::backend::cuda::driver_error("cuLaunchKernel", e)
 }
 
 impl CudaDevice {
@@ -61,7 +61,7 @@ impl CudaDevice {
         let sms = backend
             .context()
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-            .map_err(|e| crate::backend::cuda::driver_error("cuDeviceGetAttribute", e))?;
+            .map_err(|e| seqsync::backend::cuda::driver_error("cuDeviceGetAttribute", e))?;
         let blocks = n.div_ceil(256).clamp(1, sms.max(1) as usize * 8) as u32;
         Ok(CudaDevice {
             d_in: alloc(layout.nin)?,
@@ -95,9 +95,6 @@ impl Device for CudaDevice {
     }
     fn layout(&self) -> &Layout {
         &self.layout
-    }
-    fn new_stream(&self, _name: &str) -> Result<Arc<CudaStream>> {
-        self.backend.new_stream()
     }
     fn fill_input(&self, seq: i64) {
         let b = &self.hin[seq as usize % self.layout.npatterns];
@@ -162,9 +159,6 @@ impl Device for CudaDevice {
         // and the next copy into it is launched only after this check returns.
         self.reference
             .check(unsafe { self.hout[hout].as_slice() }, seq)
-    }
-    fn sync_stream(&self, s: &Arc<CudaStream>) -> Result<()> {
-        self.backend.stream_synchronize(s)
     }
     fn mark(
         &self,

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::backend::{Backend, EventOptions};
-use crate::error::Result;
-use crate::{Blocking, EventRingbuf};
+use seqsync::backend::{Backend, EventOptions};
+use seqsync::Result;
+use seqsync::{Blocking, EventRingbuf};
 
 /// One comparison: nanoseconds per operation, ring and raw, and their ratio.
 #[derive(Debug, Clone, Serialize)]
@@ -112,7 +112,6 @@ pub fn single_thread<B: Backend>(
     b: &B,
     producer: &B::Stream,
     consumer: &B::Stream,
-    sync_stream: impl Fn(&B::Stream) -> Result<()>,
     cfg: &BenchConfig,
 ) -> Result<Vec<OpRow>> {
     let n = cfg.per_round;
@@ -156,8 +155,8 @@ pub fn single_thread<B: Backend>(
         for i in 0..n as i64 {
             sync_ring.record(producer, sync_seq + i, Blocking::No)?;
         }
-        sync_stream(producer)?;
-        sync_stream(consumer)?;
+        b.synchronize_stream(producer)?;
+        b.synchronize_stream(consumer)?;
         let t = Instant::now();
         for e in &events {
             b.synchronize(e)?;
@@ -191,7 +190,6 @@ pub fn single_thread<B: Backend>(
 pub fn four_consumers<B: Backend>(
     b: &B,
     streams: &[B::Stream; 5],
-    sync_stream: impl Fn(&B::Stream) -> Result<()>,
     cfg: &BenchConfig,
 ) -> Result<OpRow> {
     let nseq = cfg.threaded_seqs;
@@ -224,7 +222,7 @@ pub fn four_consumers<B: Backend>(
         })?;
         ring_ns.push(t.elapsed().as_nanos() as f64 / nseq as f64);
         for st in streams {
-            sync_stream(st)?;
+            b.synchronize_stream(st)?;
         }
         // Raw: events indexed by seq % size, a "recorded up to" counter, and per-consumer
         // "waited up to" counters the producer checks before re-recording a slot. Spinning
@@ -268,7 +266,7 @@ pub fn four_consumers<B: Backend>(
         })?;
         raw_ns.push(t.elapsed().as_nanos() as f64 / nseq as f64);
         for st in streams {
-            sync_stream(st)?;
+            b.synchronize_stream(st)?;
         }
     }
     Ok(row(
@@ -324,22 +322,21 @@ pub fn sync_latency<B: Backend>(
 }
 
 /// Run every measurement on the backend `kind` picks.
-pub fn run(kind: crate::BackendKind, cfg: &BenchConfig) -> Result<BenchReport> {
-    match crate::AnyBackend::new(kind)? {
-        crate::AnyBackend::Host(h) => run_host(&h, cfg),
+pub fn run(kind: seqsync::BackendKind, cfg: &BenchConfig) -> Result<BenchReport> {
+    match seqsync::AnyBackend::new(kind)? {
+        seqsync::AnyBackend::Host(h) => run_host(&h, cfg),
         #[cfg(feature = "cuda")]
-        crate::AnyBackend::Cuda(c) => run_cuda(&c, cfg),
+        seqsync::AnyBackend::Cuda(c) => run_cuda(&c, cfg),
     }
 }
 
-fn run_host(h: &crate::HostBackend, cfg: &BenchConfig) -> Result<BenchReport> {
+fn run_host(h: &seqsync::HostBackend, cfg: &BenchConfig) -> Result<BenchReport> {
     let mk = |i: usize| h.new_stream(&format!("bench{i}"));
-    let sync = |s: &crate::backend::host::HostStream| s.synchronize();
     let (p, c) = (mk(0), mk(1));
-    let mut ops = single_thread(h, &p, &c, sync, cfg)?;
+    let mut ops = single_thread(h, &p, &c, cfg)?;
     let streams = [mk(2), mk(3), mk(4), mk(5), mk(6)];
-    ops.push(four_consumers(h, &streams, sync, cfg)?);
-    let busy = |s: &crate::backend::host::HostStream, d: Duration| {
+    ops.push(four_consumers(h, &streams, cfg)?);
+    let busy = |s: &seqsync::backend::host::HostStream, d: Duration| {
         s.launch(move || std::thread::sleep(d));
         Ok(())
     };
@@ -368,8 +365,8 @@ fn run_host(h: &crate::HostBackend, cfg: &BenchConfig) -> Result<BenchReport> {
 }
 
 #[cfg(feature = "cuda")]
-fn run_cuda(gpu: &crate::backend::cuda::CudaBackend, cfg: &BenchConfig) -> Result<BenchReport> {
-    use cudarc::driver::{LaunchConfig, PushKernelArg};
+fn run_cuda(gpu: &seqsync::backend::cuda::CudaBackend, cfg: &BenchConfig) -> Result<BenchReport> {
+    use seqsync::cudarc::driver::{LaunchConfig, PushKernelArg};
     const SPIN: &str = r#"
 extern "C" __global__ void spin_ns(unsigned long long ns) {
     unsigned long long start, now;
@@ -379,25 +376,25 @@ extern "C" __global__ void spin_ns(unsigned long long ns) {
 "#;
     let spin = gpu.load_kernels(SPIN, &["spin_ns"])?.remove(0);
     let mk = || gpu.new_stream();
-    let sync = |s: &std::sync::Arc<cudarc::driver::CudaStream>| gpu.stream_synchronize(s);
     let (p, c) = (mk()?, mk()?);
-    let mut ops = single_thread(gpu, &p, &c, sync, cfg)?;
+    let mut ops = single_thread(gpu, &p, &c, cfg)?;
     let streams = [mk()?, mk()?, mk()?, mk()?, mk()?];
-    ops.push(four_consumers(gpu, &streams, sync, cfg)?);
-    let busy = |s: &std::sync::Arc<cudarc::driver::CudaStream>, d: Duration| -> Result<()> {
-        let ns = d.as_nanos() as u64;
-        let mut b = s.launch_builder(&spin);
-        b.arg(&ns);
-        let cfg = LaunchConfig {
-            grid_dim: (1, 1, 1),
-            block_dim: (1, 1, 1),
-            shared_mem_bytes: 0,
+    ops.push(four_consumers(gpu, &streams, cfg)?);
+    let busy =
+        |s: &std::sync::Arc<seqsync::cudarc::driver::CudaStream>, d: Duration| -> Result<()> {
+            let ns = d.as_nanos() as u64;
+            let mut b = s.launch_builder(&spin);
+            b.arg(&ns);
+            let cfg = LaunchConfig {
+                grid_dim: (1, 1, 1),
+                block_dim: (1, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: spin_ns takes one u64 by value and touches no memory.
+            unsafe { b.launch(cfg) }
+                .map(|_| ())
+                .map_err(|e| seqsync::backend::cuda::driver_error("cuLaunchKernel", e))
         };
-        // SAFETY: spin_ns takes one u64 by value and touches no memory.
-        unsafe { b.launch(cfg) }
-            .map(|_| ())
-            .map_err(|e| crate::backend::cuda::driver_error("cuLaunchKernel", e))
-    };
     let mut rows = sync_latency(
         gpu,
         &p,

@@ -1,4 +1,4 @@
-//! Built-in stages for any declared pipeline: run it on the host backend and check every read.
+//! Built-in stages for any declared pipeline: run it and check every read.
 //!
 //! Each buffer slot holds `elems` words. The stage that writes buffer `b` for seq `s` fills its
 //! slot with a pattern of the value `v(b, s)`, a hash of the stage, the seq and the values of
@@ -6,13 +6,14 @@
 //! it reads holds exactly the pattern of `v(read, s)`, computed beforehand on the CPU in the
 //! lag-0 dataflow order. A wait missing from the schedule lets a stage read a slot too early
 //! (the previous seq's data) or too late (the next seq's), which the check counts. With
-//! [`Chaos`](crate::backend::host::Chaos) on, such a race shows up quickly.
+//! [`Chaos`](seqsync::backend::host::Chaos) on, such a race shows up quickly.
 //!
 //! `seqsync run SPEC.toml` uses this for specs that are not shaped like the seed's (those run
 //! the demo's kernels, on the GPU if there is one).
 //!
 //! ```
-//! use seqsync::pipeline::{derive, selftest, spec_toml};
+//! use seqsync::pipeline::{derive, spec_toml};
+//! use seqsync_demo::selftest;
 //! use seqsync::HostBackend;
 //!
 //! let spec = spec_toml::from_str(r#"
@@ -41,11 +42,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::runtime::{self, Stages};
-use super::spec::buffer_slots;
-use super::{PipelineSpec, Plan, PlanError};
-use crate::backend::host::HostBackend;
-use crate::error::{Error, Result};
+use seqsync::backend::Backend;
+use seqsync::pipeline::runtime::{self, Stages};
+use seqsync::pipeline::spec::buffer_slots;
+use seqsync::pipeline::{PipelineSpec, Plan, PlanError};
+use seqsync::Result;
 
 /// What a self-test run found.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -165,21 +166,22 @@ impl World {
     }
 }
 
-/// Run `plan` (derived from `spec`) for `batches` batches on `host` with built-in stages whose
-/// buffer slots hold `elems` words each, checking every read.
+/// Run `plan` (derived from `spec`) for `batches` batches on `backend` with built-in stages
+/// whose buffer slots hold `elems` words each (in host memory: a stream stage's work is host
+/// work on its stream, [`Backend::launch_host`]), checking every read.
 ///
 /// # Errors
 /// The runtime's errors (a ring error, a failed stream), or [`Error::InvalidArgument`] for a
 /// spec whose buffers cannot be resolved.
-pub fn run(
+pub fn run<B: Backend>(
     spec: &PipelineSpec,
     plan: &Plan,
-    host: &HostBackend,
+    backend: &B,
     batches: i64,
     elems: usize,
 ) -> Result<SelfTestReport> {
     let slots =
-        buffer_slots(spec).map_err(|e: PlanError| Error::invalid("selftest", e.to_string()))?;
+        buffer_slots(spec).map_err(|e: PlanError| crate::invalid("selftest", e.to_string()))?;
     let elems = elems.max(1);
     let flows: Vec<StageFlow> = spec
         .threads
@@ -208,22 +210,22 @@ pub fn run(
         first_wrong: Mutex::default(),
     });
     let flows: Vec<Arc<StageFlow>> = flows.into_iter().map(Arc::new).collect();
-    let mut stages = Stages::<HostBackend>::new();
+    let mut stages = Stages::<B>::new();
     for flow in &flows {
         let (flow, world) = (flow.clone(), world.clone());
         stages = stages.stage(flow.name.clone(), move |cx| {
             match cx.stream {
                 Some(stream) => {
                     let (flow, world, seq) = (flow.clone(), world.clone(), cx.seq);
-                    stream.launch(move || world.work(&flow, seq));
+                    backend.launch_host(stream, Box::new(move || world.work(&flow, seq)))?;
                 }
                 None => world.work(&flow, cx.seq),
             }
             Ok(())
         });
     }
-    let streams = runtime::host_streams(host, plan);
-    let stats = runtime::run(plan, host, &streams, &stages, batches)?;
+    let streams = runtime::new_streams(backend, plan)?;
+    let stats = runtime::run(plan, backend, &streams, &stages, batches)?;
     drop(streams);
     let first_wrong = world
         .first_wrong

@@ -9,8 +9,8 @@ use serde::Serialize;
 
 use super::device::Device;
 use super::pipeline::{first_error, Checker, Streams, Verification};
-use crate::backend::Backend;
-use crate::error::Result;
+use seqsync::backend::Backend;
+use seqsync::Result;
 
 /// One stage run alone, back to back on one stream.
 #[derive(Debug, Clone, Serialize)]
@@ -25,7 +25,7 @@ pub struct StageTiming {
 /// Time each stage alone for `batches` batches (after one warm-up round).
 pub(crate) fn stages<D: Device>(dev: &D, batches: i64) -> Result<Vec<StageTiming>> {
     let l = *dev.layout();
-    let s = dev.new_stream("stage")?;
+    let s = dev.backend().new_stream("stage")?;
     let (nin, nx, ny, nout, np) = (
         l.nin as i64,
         l.nx as i64,
@@ -60,30 +60,30 @@ pub(crate) fn stages<D: Device>(dev: &D, batches: i64) -> Result<Vec<StageTiming
     ];
     // The two copies together, on two streams: they share the PCIe link and host memory, so
     // running both at once is slower than either alone.
-    let s2 = dev.new_stream("stage2")?;
+    let s2 = dev.backend().new_stream("stage2")?;
     dev.copy_in(&s, 0, 0)?;
     dev.copy_out(&s2, 0, 0)?;
-    dev.sync_stream(&s)?;
-    dev.sync_stream(&s2)?;
+    dev.backend().synchronize_stream(&s)?;
+    dev.backend().synchronize_stream(&s2)?;
     let t = Instant::now();
     for i in 0..batches {
         dev.copy_in(&s, idx(i, np), idx(i, nin))?;
         dev.copy_out(&s2, idx(i, nout), 0)?;
     }
-    dev.sync_stream(&s)?;
-    dev.sync_stream(&s2)?;
+    dev.backend().synchronize_stream(&s)?;
+    dev.backend().synchronize_stream(&s2)?;
     let together = StageTiming {
         stage: "copy in + copy out together",
         seconds_per_batch: t.elapsed().as_secs_f64() / batches as f64,
     };
     for (stage, launch) in runs {
         launch(&s, 0)?;
-        dev.sync_stream(&s)?;
+        dev.backend().synchronize_stream(&s)?;
         let t = Instant::now();
         for i in 0..batches {
             launch(&s, i)?;
         }
-        dev.sync_stream(&s)?;
+        dev.backend().synchronize_stream(&s)?;
         out.push(StageTiming {
             stage,
             seconds_per_batch: t.elapsed().as_secs_f64() / batches as f64,
@@ -96,7 +96,7 @@ pub(crate) fn stages<D: Device>(dev: &D, batches: i64) -> Result<Vec<StageTiming
 /// One stream, one thread, synchronize after every batch.
 pub(crate) fn serialized<D: Device>(dev: &D, batches: i64) -> Result<(Duration, Verification)> {
     let l = *dev.layout();
-    let s = dev.new_stream("serial")?;
+    let s = dev.backend().new_stream("serial")?;
     let checker = Checker::new(batches);
     let t = Instant::now();
     for seq in 0..batches {
@@ -106,7 +106,7 @@ pub(crate) fn serialized<D: Device>(dev: &D, batches: i64) -> Result<(Duration, 
         dev.launch_g(&s, 0, 0)?;
         dev.launch_h(&s, 0, 0, 0)?;
         dev.copy_out(&s, 0, 0)?;
-        dev.sync_stream(&s)?;
+        dev.backend().synchronize_stream(&s)?;
         checker.process(dev, 0, seq);
     }
     Ok((t.elapsed(), checker.finish()))
@@ -154,7 +154,7 @@ impl Progress {
         let mut g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         while self.value.load(Ordering::SeqCst) < v {
             if self.abort.load(Ordering::SeqCst) {
-                return Err(crate::Error::invalid(
+                return Err(crate::invalid(
                     "hand-rolled baseline",
                     "the other thread failed",
                 ));
@@ -168,9 +168,9 @@ impl Progress {
 /// Run a hand-rolled thread body; if it fails or panics, abort every handshake.
 fn abort_on_failure(progress: &[&Progress], body: impl FnOnce() -> Result<()>) -> Result<()> {
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or_else(|p| {
-        Err(crate::Error::invalid(
+        Err(crate::invalid(
             "hand-rolled baseline",
-            format!("thread panicked: {}", crate::error::panic_message(&*p)),
+            format!("thread panicked: {}", crate::panic_message(&*p)),
         ))
     });
     if r.is_err() {

@@ -1,18 +1,18 @@
 //! The seed's pipeline, end to end: seqsync's main job (`cargo run --release`, `seqsync demo`).
 //!
 //! Two host threads move batches through a host→device copy, kernels f and g, kernel h and a
-//! device→host copy on five streams, ordered by five [`EventRingbuf`](crate::EventRingbuf)s
+//! device→host copy on five streams, ordered by five [`EventRingbuf`](seqsync::EventRingbuf)s
 //! whose parameters are exactly the seed's. Every batch's input is generated from its seq and
 //! `process_data` checks the output against a CPU reference. The same run measures the
 //! pipeline against each stage alone, a serialized baseline and a hand-rolled baseline.
 //!
 //! Two engines drive it: [`Engine::HandWritten`] (the rings and loops written out as in the
 //! seed) and [`Engine::Pipeline`] (the seed spec, [`seed_spec`], derived and run by
-//! [`crate::pipeline::runtime`]). With baselines on, the pipeline engine's report also carries
+//! [`seqsync::pipeline::runtime`]). With baselines on, the pipeline engine's report also carries
 //! the hand-written pipeline measured in the same run (`handwritten_gbps`).
 //!
 //! ```
-//! use seqsync::demo::{DemoConfig, run};
+//! use seqsync_demo::demo::{DemoConfig, run};
 //! use seqsync::BackendKind;
 //!
 //! let report = run(&DemoConfig {
@@ -44,12 +44,12 @@ pub use baseline::StageTiming;
 pub use engine::{seed_shape, seed_spec, Engine};
 pub use pipeline::{DroppedWait, Variant};
 
-use crate::backend::host::{Chaos, HostBackend};
-use crate::backend::BackendKind;
-use crate::error::{Error, Result};
-use crate::pipeline::PipelineSpec;
 use device::{Device, HostDevice, Layout};
 use pipeline::{RunOptions, Verification};
+use seqsync::backend::host::{Chaos, HostBackend};
+use seqsync::backend::BackendKind;
+use seqsync::pipeline::PipelineSpec;
+use seqsync::{Error, Result};
 use trace::HostSpans;
 
 /// Everything `seqsync demo` can be told.
@@ -212,7 +212,7 @@ impl DemoReport {
 }
 
 fn invalid(msg: String) -> Error {
-    Error::invalid("demo", msg)
+    crate::invalid("demo", msg)
 }
 
 impl DemoConfig {
@@ -341,7 +341,7 @@ pub fn run(config: &DemoConfig) -> Result<DemoReport> {
     };
     let kind = match config.backend {
         BackendKind::Auto if config.chaos.is_some() => BackendKind::Host,
-        BackendKind::Auto => crate::AnyBackend::auto()?.kind(),
+        BackendKind::Auto => seqsync::AnyBackend::auto()?.kind(),
         k => k,
     };
     if config.chaos.is_some() && kind != BackendKind::Host {
@@ -394,7 +394,7 @@ pub fn run(config: &DemoConfig) -> Result<DemoReport> {
 
 #[cfg(feature = "cuda")]
 fn run_cuda(config: &DemoConfig, layout: Layout, batch_bytes: usize) -> Result<DemoReport> {
-    let gpu = crate::backend::cuda::CudaBackend::new(0)?;
+    let gpu = seqsync::backend::cuda::CudaBackend::new(0)?;
     let name = gpu.device_name()?;
     run_on(
         &cuda_device::CudaDevice::new(gpu, layout)?,
@@ -601,7 +601,7 @@ fn add_baselines<D: Device>(
 
 fn check_baseline(name: &str, v: &Verification, batches: i64) -> Result<()> {
     if v.matched != batches {
-        return Err(Error::invalid(
+        return Err(crate::invalid(
             "demo",
             format!(
                 "the {name} baseline verified only {} of {batches} batches",

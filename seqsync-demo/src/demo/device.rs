@@ -1,4 +1,4 @@
-//! What the demo pipeline needs of a backend: its buffers, copies and kernels.
+//! What the demo pipeline needs beyond a [`Backend`]: its buffers, copies and kernels.
 //!
 //! The pipeline code (`pipeline.rs`, `baseline.rs`) is written once against [`Device`]; the
 //! host and CUDA implementations differ only in how a copy or a kernel is launched.
@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::workload::{self, HEADER};
-use crate::backend::Backend;
-use crate::error::Result;
+use seqsync::backend::Backend;
+use seqsync::Result;
 
 /// A stream of device `D`.
 pub(crate) type Stream<D> = <<D as Device>::B as Backend>::Stream;
@@ -103,7 +103,6 @@ pub(crate) trait Device: Send + Sync + 'static {
 
     fn backend(&self) -> &Self::B;
     fn layout(&self) -> &Layout;
-    fn new_stream(&self, name: &str) -> Result<Stream<Self>>;
 
     /// get_data: write seq's header into host input buffer `seq % npatterns` (its body
     /// pattern is already there). The caller guarantees no copy from it is in flight.
@@ -127,8 +126,6 @@ pub(crate) trait Device: Send + Sync + 'static {
     /// process_data: does host output buffer `hout` hold seq's result? The caller guarantees
     /// the copy into it has completed.
     fn check_output(&self, hout: usize, seq: i64) -> bool;
-    /// Block until everything enqueued on `s` has run.
-    fn sync_stream(&self, s: &Stream<Self>) -> Result<()>;
 
     /// With chaos on (host), sleep a random time.
     fn chaos_pause(&self) {}
@@ -148,7 +145,7 @@ pub(crate) trait Device: Send + Sync + 'static {
 
 // ---- host ---------------------------------------------------------------------------------
 
-use crate::backend::host::{HostBackend, HostStream};
+use seqsync::backend::host::{HostBackend, HostStream};
 
 type Buf = Mutex<Vec<u32>>;
 
@@ -212,9 +209,6 @@ impl Device for HostDevice {
     fn layout(&self) -> &Layout {
         &self.layout
     }
-    fn new_stream(&self, name: &str) -> Result<HostStream> {
-        Ok(self.backend.new_stream(name))
-    }
     fn fill_input(&self, seq: i64) {
         let mut b = lock(&self.bufs.hin[seq as usize % self.layout.npatterns]);
         for (i, v) in b.iter_mut().take(HEADER).enumerate() {
@@ -273,9 +267,6 @@ impl Device for HostDevice {
     }
     fn check_output(&self, hout: usize, seq: i64) -> bool {
         self.reference.check(&lock(&self.bufs.hout[hout]), seq)
-    }
-    fn sync_stream(&self, s: &HostStream) -> Result<()> {
-        s.synchronize()
     }
     fn chaos_pause(&self) {
         self.backend.chaos_pause();

@@ -21,9 +21,9 @@ use serde::Serialize;
 
 use super::device::{Device, Stream};
 use super::trace::HostSpans;
-use crate::backend::Backend;
-use crate::error::{Error, Result};
-use crate::{Blocking, EventRingbuf};
+use seqsync::backend::Backend;
+use seqsync::{Blocking, EventRingbuf};
+use seqsync::{Error, Result};
 
 /// Which of the seed's designs runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -47,7 +47,7 @@ impl std::str::FromStr for Variant {
             "seed" => Ok(Variant::Seed),
             "keep-input" => Ok(Variant::KeepInput),
             "host-ring" => Ok(Variant::HostRing),
-            o => Err(Error::invalid(
+            o => Err(crate::invalid(
                 "demo",
                 format!("unknown variant '{o}': expected seed, keep-input or host-ring"),
             )),
@@ -126,7 +126,7 @@ impl std::str::FromStr for DroppedWait {
             .find(|w| w.name() == s)
             .ok_or_else(|| {
                 let names: Vec<_> = DroppedWait::ALL.iter().map(|w| w.name()).collect();
-                Error::invalid(
+                crate::invalid(
                     "demo",
                     format!("unknown wait '{s}': expected one of {}", names.join(", ")),
                 )
@@ -211,17 +211,17 @@ pub(crate) struct Streams<D: Device> {
 impl<D: Device> Streams<D> {
     pub(crate) fn new(dev: &D) -> Result<Self> {
         Ok(Streams {
-            h2g: dev.new_stream("s_h2g")?,
-            f: dev.new_stream("s_f")?,
-            g: dev.new_stream("s_g")?,
-            h: dev.new_stream("s_h")?,
-            g2h: dev.new_stream("s_g2h")?,
+            h2g: dev.backend().new_stream("s_h2g")?,
+            f: dev.backend().new_stream("s_f")?,
+            g: dev.backend().new_stream("s_g")?,
+            h: dev.backend().new_stream("s_h")?,
+            g2h: dev.backend().new_stream("s_g2h")?,
         })
     }
 
     pub(crate) fn sync_all(&self, dev: &D) -> Result<()> {
         for s in [&self.h2g, &self.f, &self.g, &self.h, &self.g2h] {
-            dev.sync_stream(s)?;
+            dev.backend().synchronize_stream(s)?;
         }
         Ok(())
     }
@@ -425,12 +425,9 @@ pub(crate) fn run<D: Device>(dev: &D, opt: &RunOptions<'_>) -> Result<(Duration,
                 // A panic is an error too: the other threads must be stopped, not left blocked.
                 let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body))
                     .unwrap_or_else(|p| {
-                        Err(Error::invalid(
+                        Err(crate::invalid(
                             "demo",
-                            format!(
-                                "thread {name} panicked: {}",
-                                crate::error::panic_message(&*p)
-                            ),
+                            format!("thread {name} panicked: {}", crate::panic_message(&*p)),
                         ))
                     });
                 if let Err(e) = &r {
