@@ -171,7 +171,7 @@ impl World {
 /// work on its stream, [`Backend::launch_host`]), checking every read.
 ///
 /// # Errors
-/// The runtime's errors (a ring error, a failed stream), or [`Error::InvalidArgument`] for a
+/// The runtime's errors (a ring error, a failed stream), or [`seqsync::Error::InvalidArgument`] for a
 /// spec whose buffers cannot be resolved.
 pub fn run<B: Backend>(
     spec: &PipelineSpec,

@@ -119,8 +119,9 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// make no CUDA calls, nor drop the last handle of a CUDA object).
     ///
     /// A panic in `f` is caught: the host backend fails the stream (see
-    /// [`HostStream`](host::HostStream)); on CUDA the next [`synchronize_stream`]
-    /// (Self::synchronize_stream) of that stream returns the panic as an error.
+    /// [`HostStream`](host::HostStream)); on CUDA the next
+    /// [`synchronize_stream`](Self::synchronize_stream) of that stream returns the panic as an
+    /// error.
     ///
     /// # Errors
     /// [`Error::Backend`](crate::Error::Backend) when the work cannot be enqueued (then `f` is
