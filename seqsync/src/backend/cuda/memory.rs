@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{result, sys, CudaContext, CudaStream};
 
-use super::{driver_error, CudaBackend};
+use super::{bind_for, driver_error, make_current, CudaBackend, Deferred};
 use crate::error::Result;
 
 /// Device memory of `len` `u32`s (`cuMemAlloc`), freed on drop.
@@ -14,6 +14,7 @@ pub struct DeviceBuffer {
     ptr: sys::CUdeviceptr,
     len: usize,
     ctx: Arc<CudaContext>,
+    deferred: Arc<Deferred>,
 }
 
 /// Page-locked host memory of `len` `u32`s (`cuMemHostAlloc`, not write-combined, so host
@@ -23,6 +24,7 @@ pub struct PinnedBuffer {
     ptr: *mut u32,
     len: usize,
     ctx: Arc<CudaContext>,
+    deferred: Arc<Deferred>,
 }
 
 // SAFETY: the buffer is plain page-locked memory owned by this value; moving the owner to
@@ -36,9 +38,7 @@ unsafe impl Sync for PinnedBuffer {}
 impl CudaBackend {
     /// Allocate `len` `u32`s of device memory (contents undefined).
     pub fn alloc_device(&self, len: usize) -> Result<DeviceBuffer> {
-        self.ctx
-            .bind_to_thread()
-            .map_err(|e| driver_error("cuCtxSetCurrent", e))?;
+        self.bind()?;
         // SAFETY: the context is current; the size is non-zero (at least one element).
         let ptr = unsafe { result::malloc_sync(len.max(1) * 4) }
             .map_err(|e| driver_error("cuMemAlloc", e))?;
@@ -46,14 +46,13 @@ impl CudaBackend {
             ptr,
             len,
             ctx: self.ctx.clone(),
+            deferred: self.deferred().clone(),
         })
     }
 
     /// Allocate `len` `u32`s of pinned host memory, zeroed.
     pub fn alloc_pinned(&self, len: usize) -> Result<PinnedBuffer> {
-        self.ctx
-            .bind_to_thread()
-            .map_err(|e| driver_error("cuCtxSetCurrent", e))?;
+        self.bind()?;
         // SAFETY: the context is current; flags 0 asks for plain cached page-locked memory.
         let ptr = unsafe { result::malloc_host(len.max(1) * 4, 0) }
             .map_err(|e| driver_error("cuMemHostAlloc", e))? as *mut u32;
@@ -63,6 +62,7 @@ impl CudaBackend {
             ptr,
             len,
             ctx: self.ctx.clone(),
+            deferred: self.deferred().clone(),
         })
     }
 }
@@ -98,6 +98,7 @@ impl DeviceBuffer {
             src.len, self.len,
             "copy between buffers of different lengths"
         );
+        bind_for(stream)?;
         // SAFETY: both ranges are live allocations of `len * 4` bytes (kept alive by their
         // owners, which the caller keeps until the copy completes), and the caller orders all
         // other access to them against the copy.
@@ -128,6 +129,7 @@ impl DeviceBuffer {
             dst.len, self.len,
             "copy between buffers of different lengths"
         );
+        bind_for(stream)?;
         // SAFETY: as in `copy_from_pinned_async`.
         unsafe {
             sys::cuMemcpyDtoHAsync_v2(
@@ -144,13 +146,16 @@ impl DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
-        // Freeing needs the context current on this thread.
-        self.ctx.record_err(self.ctx.bind_to_thread());
+        // Freeing needs the context current on this thread. Errors are kept apart (see
+        // `CudaBackend::take_deferred_errors`), never reported by another call.
+        if let Err(e) = make_current(&self.ctx) {
+            self.deferred.push_error(e);
+        }
         // SAFETY: `ptr` came from cuMemAlloc in `ctx` (kept alive by `self.ctx`) and is freed
         // once. cuMemFree waits for nothing: the owner must drop a buffer only after the work
         // using it has completed (the copy methods' safety contract asks for exactly that).
         let r = unsafe { result::free_sync(self.ptr) };
-        self.ctx.record_err(r);
+        self.deferred.note("cuMemFree", r);
     }
 }
 
@@ -190,10 +195,12 @@ impl PinnedBuffer {
 
 impl Drop for PinnedBuffer {
     fn drop(&mut self) {
-        self.ctx.record_err(self.ctx.bind_to_thread());
+        if let Err(e) = make_current(&self.ctx) {
+            self.deferred.push_error(e);
+        }
         // SAFETY: `ptr` came from cuMemHostAlloc in `ctx` and is freed once; the owner drops
         // it only after every copy that used it has completed (the copy methods' contract).
         let r = unsafe { result::free_host(self.ptr as *mut _) };
-        self.ctx.record_err(r);
+        self.deferred.note("cuMemFreeHost", r);
     }
 }

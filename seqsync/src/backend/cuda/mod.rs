@@ -8,6 +8,23 @@
 //! The hot calls (`record`, `wait`, `query`) go straight to the driver's `sys` functions, so a
 //! ring adds only its own bookkeeping to the raw call.
 //!
+//! # Beside other CUDA code
+//!
+//! Other code on the same thread (cudarc calls for another context, another library) may make
+//! any context current between two seqsync calls. seqsync never trusts a cached "my context is
+//! current": a call on a stream handle that names its context (every stream `cuStreamCreate`
+//! made) needs no current context, and a call on one of the handles that name none — the
+//! legacy default stream (`NULL` or `CU_STREAM_LEGACY`) and the per-thread default stream —
+//! first makes the stream's own context current (a `cuCtxGetCurrent`, and a
+//! `cuCtxSetCurrent` only when it differs). Recording an event on a stream of another context
+//! is [`Error::InvalidArgument`].
+//!
+//! Cleanup that fails in a `Drop` (destroying an event, freeing a buffer) cannot return its
+//! error. seqsync keeps such errors apart, in [`CudaBackend::take_deferred_errors`], and never
+//! reports them as the failure of a later, unrelated call: errors that cudarc's own `Drop`s
+//! (or other code) left in the context's error slot are moved there too before seqsync calls
+//! into cudarc.
+//!
 //! ```no_run
 //! use seqsync::{backend::cuda::CudaBackend, Blocking, EventRingbuf};
 //! let gpu = CudaBackend::new(0)?;
@@ -22,7 +39,6 @@ mod memory;
 
 pub use memory::{DeviceBuffer, PinnedBuffer};
 
-use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -89,6 +105,78 @@ pub struct CudaBackend {
     /// Panics caught in host functions ([`Backend::launch_host`]), by the raw stream they ran
     /// on, until that stream's next [`Backend::synchronize_stream`] reports them.
     host_panics: Arc<Mutex<Vec<(usize, String)>>>,
+    deferred: Arc<Deferred>,
+}
+
+/// Errors that cleanup in a `Drop` could not return, kept until
+/// [`CudaBackend::take_deferred_errors`] hands them out (at most [`Deferred::KEEP`]; the count of
+/// the others is kept).
+#[derive(Debug, Default)]
+pub(crate) struct Deferred {
+    errors: Mutex<(Vec<Error>, usize)>,
+}
+
+impl Deferred {
+    const KEEP: usize = 32;
+
+    /// Keep the error of `op`, if it failed.
+    pub(crate) fn note(&self, op: &'static str, r: std::result::Result<(), DriverError>) {
+        if let Err(e) = r {
+            self.push_error(driver_error(op, e));
+        }
+    }
+
+    pub(crate) fn push_error(&self, e: Error) {
+        let mut g = self.errors.lock().unwrap_or_else(|p| p.into_inner());
+        if g.0.len() < Self::KEEP {
+            g.0.push(e);
+        } else {
+            g.1 += 1;
+        }
+    }
+
+    /// Move an error that cudarc (or other code) left in `ctx`'s error slot here, so that the
+    /// next cudarc call does not report it as its own failure.
+    pub(crate) fn drain(&self, ctx: &CudaContext) {
+        self.note("a deferred cudarc cleanup", ctx.check_err());
+    }
+}
+
+/// Is `stream` one of the handles that name no context (`NULL`/`CU_STREAM_LEGACY`: the legacy
+/// default stream, `CU_STREAM_PER_THREAD`)? The driver resolves those through the calling
+/// thread's current context.
+fn names_no_context(stream: sys::CUstream) -> bool {
+    let h = stream as usize;
+    h == 0 || h == 0x1 || h == 0x2
+}
+
+/// Make `ctx` current on the calling thread unless it already is. Raw driver calls, so that
+/// an error some `Drop` left in cudarc's error slot is not reported as this call's failure.
+pub(crate) fn make_current(ctx: &CudaContext) -> Result<()> {
+    let mut current: sys::CUcontext = std::ptr::null_mut();
+    // SAFETY: `current` is a valid out-pointer; the call only reads this thread's binding.
+    check("cuCtxGetCurrent", unsafe {
+        sys::cuCtxGetCurrent(&mut current)
+    })?;
+    if current != ctx.cu_ctx() {
+        // SAFETY: `ctx.cu_ctx()` is a live context, kept alive by the `CudaContext` we borrow.
+        check("cuCtxSetCurrent", unsafe {
+            sys::cuCtxSetCurrent(ctx.cu_ctx())
+        })?;
+    }
+    Ok(())
+}
+
+/// Before enqueueing work on `stream` with a raw driver call: if its handle names no context,
+/// make the stream's own context current, so the work lands on that context's default stream
+/// whatever other code made current meanwhile. A no-op for every other stream.
+#[inline]
+pub(crate) fn bind_for(stream: &CudaStream) -> Result<()> {
+    if names_no_context(stream.cu_stream()) {
+        make_current(stream.context())
+    } else {
+        Ok(())
+    }
 }
 
 /// A host function's closure, as `cuLaunchHostFunc` carries it: a thin pointer to a boxed
@@ -153,6 +241,7 @@ impl CudaBackend {
         Ok(CudaBackend {
             ctx,
             host_panics: Arc::default(),
+            deferred: Arc::default(),
         })
     }
 
@@ -166,8 +255,33 @@ impl CudaBackend {
         &self.ctx
     }
 
+    /// Errors that cleanup in a `Drop` could not return (destroying one of seqsync's events,
+    /// freeing a [`DeviceBuffer`] or [`PinnedBuffer`], and errors cudarc's own `Drop`s left in
+    /// the context), oldest first, and forget them. No other call reports them: a failed
+    /// cleanup never shows up as a later, unrelated call's failure.
+    ///
+    /// At most 32 are kept; when more were dropped, the last entry says how many.
+    pub fn take_deferred_errors(&self) -> Vec<Error> {
+        self.deferred.drain(&self.ctx);
+        let mut g = self
+            .deferred
+            .errors
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let (mut errors, lost) = std::mem::take(&mut *g);
+        if lost > 0 {
+            errors.push(Error::Backend(BackendError::new(
+                "cuda",
+                "a deferred cleanup",
+                format!("{lost} more deferred cleanup errors were not kept"),
+            )));
+        }
+        errors
+    }
+
     /// The device's name, e.g. `"NVIDIA H200"`.
     pub fn device_name(&self) -> Result<String> {
+        self.deferred.drain(&self.ctx);
         self.ctx
             .name()
             .map_err(|e| driver_error("cuDeviceGetName", e))
@@ -175,25 +289,19 @@ impl CudaBackend {
 
     /// A new non-blocking stream.
     pub fn new_stream(&self) -> Result<Arc<CudaStream>> {
+        self.deferred.drain(&self.ctx);
         self.ctx
             .new_stream()
             .map_err(|e| driver_error("cuStreamCreate", e))
     }
 
-    /// Make this backend's context current on the calling thread, once per thread and
-    /// context. Only the hot calls use this cache; they take explicit stream and event handles,
-    /// which carry their context, so a context another library made current meanwhile is
-    /// harmless there.
-    fn bind(&self) -> Result<()> {
-        thread_local!(static CURRENT: Cell<usize> = const { Cell::new(0) });
-        let want = self.ctx.cu_ctx() as usize;
-        if CURRENT.with(|c| c.get()) != want {
-            self.ctx
-                .bind_to_thread()
-                .map_err(|e| driver_error("cuCtxSetCurrent", e))?;
-            CURRENT.with(|c| c.set(want));
-        }
-        Ok(())
+    /// Make this backend's context current on the calling thread unless it already is.
+    pub(crate) fn bind(&self) -> Result<()> {
+        make_current(&self.ctx)
+    }
+
+    pub(crate) fn deferred(&self) -> &Arc<Deferred> {
+        &self.deferred
     }
 
     /// Elapsed milliseconds between two completed events created with
@@ -229,6 +337,7 @@ impl CudaBackend {
                 format!("{e:?}"),
             ))
         })?;
+        self.deferred.drain(&self.ctx);
         let module = self
             .ctx
             .load_module(ptx)
@@ -245,6 +354,7 @@ impl CudaBackend {
 
     /// Block until everything on `stream` has run.
     pub fn stream_synchronize(&self, stream: &CudaStream) -> Result<()> {
+        self.deferred.drain(stream.context());
         stream
             .synchronize()
             .map_err(|e| driver_error("cuStreamSynchronize", e))
@@ -256,6 +366,7 @@ impl CudaBackend {
 pub struct CudaEvent {
     raw: sys::CUevent,
     ctx: Arc<CudaContext>,
+    deferred: Arc<Deferred>,
 }
 
 // SAFETY: a CUevent is an opaque driver handle that the CUDA driver API allows to be used from
@@ -278,8 +389,37 @@ impl Drop for CudaEvent {
         // is destroyed exactly once, here. Destroying an event with pending work is allowed:
         // the driver releases it once the work completes.
         let r = unsafe { sys::cuEventDestroy_v2(self.raw) };
-        // Drop never fails: keep the error for the context's next call, cudarc's way.
-        self.ctx.record_err(r.result());
+        // Drop never fails: keep the error apart (never another call's failure).
+        self.deferred.note("cuEventDestroy", r.result());
+    }
+}
+
+/// Run the raw driver call `call`; a call on handles that name their context needs no current
+/// context, but should the driver still find none usable (`CUDA_ERROR_INVALID_CONTEXT`, e.g.
+/// other code left none current on this thread), make `ctx` current and call once more.
+#[inline]
+fn with_context(
+    ctx: &CudaContext,
+    op: &'static str,
+    call: impl Fn() -> sys::CUresult,
+) -> Result<()> {
+    let r = call();
+    if r == sys::CUresult::CUDA_ERROR_INVALID_CONTEXT {
+        make_current(ctx)?;
+        return check(op, call());
+    }
+    check(op, r)
+}
+
+#[cold]
+fn foreign_stream(event: &CudaEvent, stream: &CudaStream) -> Error {
+    Error::InvalidArgument {
+        ring: "cuda backend".into(),
+        message: format!(
+            "cannot record an event of context {:p} on a stream of context {:p}",
+            event.ctx.cu_ctx(),
+            stream.context().cu_ctx()
+        ),
     }
 }
 
@@ -296,7 +436,8 @@ impl Backend for CudaBackend {
     }
 
     fn launch_host(&self, stream: &Arc<CudaStream>, f: HostFn) -> Result<()> {
-        self.bind()?;
+        // Not a hot call: make the stream's own context current, whatever other code did.
+        make_current(stream.context())?;
         let key = stream.cu_stream() as usize;
         let panics = self.host_panics.clone();
         let guarded: HostFn = Box::new(move || {
@@ -346,11 +487,9 @@ impl Backend for CudaBackend {
     }
 
     fn create_event(&self, options: EventOptions) -> Result<CudaEvent> {
-        // Not the cached `bind`: other code may have made another device's context current on
-        // this thread, and an event belongs to the context current at its creation.
-        self.ctx
-            .bind_to_thread()
-            .map_err(|e| driver_error("cuCtxSetCurrent", e))?;
+        // An event belongs to the context current at its creation: make ours current, whatever
+        // other code made current on this thread.
+        self.bind()?;
         let mut flags = 0u32;
         if !options.timing {
             flags |= sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
@@ -367,33 +506,40 @@ impl Backend for CudaBackend {
         Ok(CudaEvent {
             raw,
             ctx: self.ctx.clone(),
+            deferred: self.deferred.clone(),
         })
     }
 
     #[inline]
     fn record(&self, event: &CudaEvent, stream: &Arc<CudaStream>) -> Result<()> {
-        self.bind()?;
+        if stream.context().cu_ctx() != event.ctx.cu_ctx() {
+            return Err(foreign_stream(event, stream));
+        }
+        bind_for(stream)?;
         // SAFETY: `event.raw` is live (owned by `event`) and `stream` is a live stream handle
-        // (kept alive by the Arc) of the same context.
-        check("cuEventRecord", unsafe {
+        // (kept alive by the Arc) of the same context, checked above; a handle that names no
+        // context resolves through the current context, made the stream's own by `bind_for`.
+        with_context(stream.context(), "cuEventRecord", || unsafe {
             sys::cuEventRecord(event.raw, stream.cu_stream())
         })
     }
 
     #[inline]
     fn wait(&self, stream: &Arc<CudaStream>, event: &CudaEvent) -> Result<()> {
-        self.bind()?;
+        // A stream may wait for an event of another context; a handle that names no context
+        // must resolve to the stream's own context, not whatever is current.
+        bind_for(stream)?;
         // SAFETY: both handles are live for the duration of the call (see `record`); flags 0
         // is the only documented value.
-        check("cuStreamWaitEvent", unsafe {
+        with_context(stream.context(), "cuStreamWaitEvent", || unsafe {
             sys::cuStreamWaitEvent(stream.cu_stream(), event.raw, 0)
         })
     }
 
     fn synchronize(&self, event: &CudaEvent) -> Result<()> {
-        self.bind()?;
-        // SAFETY: `event.raw` is a live event handle of this context; the call only blocks.
-        check("cuEventSynchronize", unsafe {
+        // SAFETY: `event.raw` is a live event handle (it names its context, so none need be
+        // current); the call only blocks.
+        with_context(&event.ctx, "cuEventSynchronize", || unsafe {
             sys::cuEventSynchronize(event.raw)
         })
     }
@@ -432,7 +578,13 @@ impl Backend for CudaBackend {
     #[inline]
     fn query(&self, event: &CudaEvent) -> Result<bool> {
         // SAFETY: `event.raw` is a live event handle; cuEventQuery only reads its state.
-        match unsafe { sys::cuEventQuery(event.raw) } {
+        let mut r = unsafe { sys::cuEventQuery(event.raw) };
+        if r == sys::CUresult::CUDA_ERROR_INVALID_CONTEXT {
+            make_current(&event.ctx)?;
+            // SAFETY: as above.
+            r = unsafe { sys::cuEventQuery(event.raw) };
+        }
+        match r {
             sys::CUresult::CUDA_SUCCESS => Ok(true),
             sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
             other => check("cuEventQuery", other).map(|()| false),
