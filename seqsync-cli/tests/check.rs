@@ -1,21 +1,8 @@
 //! `seqsync check` and `seqsync run` as a user runs them: output, JSON and exit codes.
 
-use std::process::Command;
+mod common;
 
-const SEED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../specs/seed.toml");
-const FANOUT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../specs/fanout.toml");
-
-fn seqsync(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_seqsync"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::{fanout, seqsync};
 
 /// The table row of ring `name`, split on whitespace.
 fn row<'a>(out: &'a str, name: &str) -> Vec<&'a str> {
@@ -41,7 +28,7 @@ fn sizes(v: &serde_json::Value, name: &str) -> (u64, u64) {
 }
 
 fn json(args: &[&str]) -> (i32, serde_json::Value) {
-    let (code, out, err) = seqsync(&[&["check", SEED, "--json"], args].concat());
+    let (code, out, err) = seqsync(&[&["check", common::seed(), "--json"], args].concat());
     assert_eq!(
         out.lines().count(),
         1,
@@ -52,7 +39,7 @@ fn json(args: &[&str]) -> (i32, serde_json::Value) {
 
 #[test]
 fn check_seed_prints_the_seeds_numbers_and_exits_0() {
-    let (code, out, err) = seqsync(&["check", SEED]);
+    let (code, out, err) = seqsync(&["check", common::seed()]);
     assert_eq!(code, 0, "{out}{err}");
     // h2g (2, 1), f (2, nin=2), g (2, nin=2), h (3, max(max(4, 3), 2)), g2h (2, nout=2).
     for (ring, n, size) in [
@@ -78,7 +65,7 @@ fn check_seed_prints_the_seeds_numbers_and_exits_0() {
 
 #[test]
 fn set_nin_changes_fs_max_size() {
-    let (code, out, _) = seqsync(&["check", SEED, "--set", "nin=5"]);
+    let (code, out, _) = seqsync(&["check", common::seed(), "--set", "nin=5"]);
     assert_eq!(code, 0);
     assert!(row(&out, "f").windows(2).any(|w| w == ["2", "5"]), "{out}");
     let (code, v) = json(&["--set", "nin=5"]);
@@ -89,7 +76,14 @@ fn set_nin_changes_fs_max_size() {
 
 #[test]
 fn max_size_below_the_bound_exits_1_with_the_deadlock_interleaving() {
-    let (code, out, err) = seqsync(&["check", SEED, "--set", "h.max_size=1", "--set", "nx=3"]);
+    let (code, out, err) = seqsync(&[
+        "check",
+        common::seed(),
+        "--set",
+        "h.max_size=1",
+        "--set",
+        "nx=3",
+    ]);
     assert_eq!(code, 1, "{out}{err}");
     assert!(out.contains("below the bound 3"), "{out}");
     assert!(
@@ -157,7 +151,7 @@ fn a_malformed_spec_exits_2_with_one_line_naming_the_line() {
         assert!(err.contains(line), "{name}: {err}");
         assert!(!err.contains("panicked"), "{name}: {err}");
     }
-    let (code, _, err) = seqsync(&["check", SEED, "--set", "nope=3"]);
+    let (code, _, err) = seqsync(&["check", common::seed(), "--set", "nope=3"]);
     assert_eq!((code, err.lines().count()), (2, 1), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -166,7 +160,7 @@ fn a_malformed_spec_exits_2_with_one_line_naming_the_line() {
 fn run_the_seed_spec_verifies_every_batch() {
     let (code, out, err) = seqsync(&[
         "run",
-        SEED,
+        common::seed(),
         "--backend",
         "host",
         "--batches",
@@ -204,7 +198,15 @@ fn run_the_seed_spec_verifies_every_batch() {
 
 #[test]
 fn run_any_shape_checks_every_read() {
-    let out = seqsync(&["run", FANOUT, "--chaos", "2", "--batches", "100", "--json"]);
+    let out = seqsync(&[
+        "run",
+        fanout(),
+        "--chaos",
+        "2",
+        "--batches",
+        "100",
+        "--json",
+    ]);
     assert_eq!(out.0, 0, "{}", out.2);
     let v: serde_json::Value = serde_json::from_str(&out.1).unwrap();
     assert_eq!(v["reads_checked"], 400);
@@ -223,13 +225,13 @@ fn empty_spec_is_one_line() {
 
 #[test]
 fn run_any_shape_rejects_bad_sizes() {
-    let out = seqsync(&["run", FANOUT, "--batches", "0"]);
+    let out = seqsync(&["run", fanout(), "--batches", "0"]);
     assert_eq!(out.0, 2);
     assert!(out.2.contains("--batches must be at least 1"), "{}", out.2);
-    let out = seqsync(&["run", FANOUT, "--batch-bytes", "10"]);
+    let out = seqsync(&["run", fanout(), "--batch-bytes", "10"]);
     assert_eq!(out.0, 2);
     assert!(out.2.contains("whole number"), "{}", out.2);
-    let out = seqsync(&["run", FANOUT, "--backend", "cuda"]);
+    let out = seqsync(&["run", fanout(), "--backend", "cuda"]);
     assert_eq!(out.0, 2);
     assert!(out.2.contains("--backend host"), "{}", out.2);
 }

@@ -1,18 +1,8 @@
 //! The `seqsync` command as a user runs it: exit codes and one-line errors.
 
-use std::process::Command;
+mod common;
 
-fn seqsync(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_seqsync"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::seqsync;
 
 const SMALL: &[&str] = &[
     "--backend",
@@ -112,13 +102,33 @@ fn unwritable_trace_path_is_one_line() {
     );
 }
 
+/// `--backend cuda`: with a GPU the demo runs and verifies every batch; without one it is a
+/// one-line error. Either way the test asserts what happened.
 #[test]
-fn cuda_without_gpu_is_one_line() {
+fn backend_cuda_runs_or_is_one_line() {
     if seqsync::backend::cuda::CudaBackend::is_available() {
-        eprintln!("skipping: a GPU is present");
+        let (code, out, err) = seqsync(&[
+            "--backend",
+            "cuda",
+            "--batches",
+            "4",
+            "--batch-bytes",
+            "1048576",
+            "--no-baselines",
+        ]);
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(out.contains("verified 4/4 batches"), "{out}");
         return;
     }
+    assert!(
+        !common_require_gpu(),
+        "SEQSYNC_REQUIRE_GPU=1 but no usable GPU"
+    );
     one_line_error(&["--backend", "cuda", "--batches", "2"], "no CUDA device");
+}
+
+fn common_require_gpu() -> bool {
+    std::env::var("SEQSYNC_REQUIRE_GPU").is_ok_and(|v| v == "1")
 }
 
 #[test]

@@ -28,8 +28,7 @@ fn fanout_spec_reads_nothing_wrong_under_chaos() {
 
 #[test]
 fn seed_spec_reads_nothing_wrong_under_chaos() {
-    let spec =
-        spec_toml::from_path(concat!(env!("CARGO_MANIFEST_DIR"), "/../specs/seed.toml")).unwrap();
+    let spec = spec_toml::from_str(include_str!("../../specs/seed.toml")).unwrap();
     let plan = derive(&spec).unwrap();
     let r = selftest::run(
         &spec,
