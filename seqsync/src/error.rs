@@ -69,14 +69,20 @@ pub enum Error {
         nconsumers: u32,
     },
 
-    /// `wait`/`synchronize(seq, Blocking::No)` asked for a seq that is not recorded yet.
-    #[error("ring '{ring}': seq {seq} not yet produced (next seq to record is {next}) and blocking is off")]
+    /// `wait`/`synchronize(seq, Blocking::No)` asked for a seq that is not recorded yet: either
+    /// the producer has not reached it (`next <= seq`) or its record is in flight (`next > seq`:
+    /// the producer claimed it, its event is not published yet).
+    #[error(
+        "ring '{ring}': seq {seq} not yet produced ({}) and blocking is off",
+        not_yet_detail(*.seq, *.next)
+    )]
     NotYetProduced {
         /// The ring.
         ring: String,
         /// The seq asked for.
         seq: i64,
-        /// The next seq the producer will record.
+        /// The next seq the producer will claim; greater than `seq` while `seq`'s record is in
+        /// flight.
         next: i64,
     },
 
@@ -192,6 +198,14 @@ impl Error {
             ring: ring.to_owned(),
             message: message.into(),
         }
+    }
+}
+
+fn not_yet_detail(seq: i64, next: i64) -> String {
+    if next > seq {
+        format!("its record is in flight: the producer is recording seq {seq}")
+    } else {
+        format!("next seq to record is {next}")
     }
 }
 

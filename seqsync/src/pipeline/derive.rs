@@ -393,6 +393,14 @@ fn size_ring(
         }
         Some(v) => (v, override_reason(v, derived, bound, &derived_reason)),
     };
+    if max_size > crate::ring::MAX_SIZE as u64 {
+        return Err(PlanError::InvalidValue {
+            line: None,
+            name: format!("{name}.max_size"),
+            value: i128::from(max_size),
+            problem: format!("derived as {reason}; {}", super::spec::max_size_limit()),
+        });
+    }
     let consumers: Vec<Consumer> = located.iter().map(|c| c.consumer.clone()).collect();
     Ok(Ring {
         name: name.clone(),

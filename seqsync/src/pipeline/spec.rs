@@ -324,6 +324,14 @@ impl PipelineSpec {
                 problem: "a ring's max_size must be at least 1".into(),
             });
         }
+        if value > crate::ring::MAX_SIZE as u64 {
+            return Err(PlanError::InvalidValue {
+                line,
+                name: format!("{ring}.max_size"),
+                value: i128::from(value),
+                problem: max_size_limit(),
+            });
+        }
         self.max_size.retain(|o| o.ring.name != ring);
         self.max_size.push(MaxSizeOverride {
             ring: Ident::at(ring, line),
@@ -342,6 +350,14 @@ impl PipelineSpec {
 }
 
 /// Rejects values too large to be used as seq-id lags.
+/// The one max_size limit, [`crate::ring::MAX_SIZE`], in words.
+pub(crate) fn max_size_limit() -> String {
+    format!(
+        "a ring holds at most 2^30 = {} entries (seqsync::ring::MAX_SIZE)",
+        crate::ring::MAX_SIZE
+    )
+}
+
 pub(crate) fn check_range(name: &str, value: u64, line: Option<usize>) -> Result<(), PlanError> {
     if value > MAX_VALUE {
         return Err(PlanError::InvalidValue {

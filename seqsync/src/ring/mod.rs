@@ -45,8 +45,24 @@ use crate::primitive::{AtomicBool, AtomicI64, AtomicU64, Condvar, Mutex, MutexGu
 mod state;
 
 use state::{
-    Word, CONSUMER_WAITING, MAX_CONSUMERS, MAX_TAG, ONE_ACQUIRE, ONE_RELEASE, PRODUCER_WAITING,
+    slot_seq, tag_of, Word, CONSUMER_WAITING, MAX_CONSUMERS, ONE_ACQUIRE, ONE_RELEASE,
+    PRODUCER_WAITING,
 };
+
+/// The largest `max_size` a ring accepts (2^30 entries). The pipeline layer enforces the same
+/// limit when it derives or is asked for a ring's size, so `seqsync check` accepts exactly the
+/// sizes a ring can be built with.
+pub const MAX_SIZE: usize = 1 << 30;
+
+/// Where slot `index` stands for a consumer asking for `seq`.
+enum Found {
+    /// The slot holds `seq`.
+    Here,
+    /// `seq` is not recorded yet.
+    NotYet,
+    /// The slot was recycled for a later seq (the one given).
+    Recycled(i64),
+}
 
 /// Whether a call may block the calling thread.
 ///
@@ -156,9 +172,12 @@ impl<B: Backend> EventRingbuf<B> {
     /// seq and room for `max_size` unreleased seqs. Creates `max_size` events up front (none
     /// when `nconsumers == 0`).
     ///
+    /// Seqs run from 0 to `i64::MAX - 1`: the slot tags wrap safely, so a ring never runs
+    /// into a limit of its own (at one seq per nanosecond, `i64::MAX` is 292 000 years away).
+    ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when `max_size == 0`, `max_size > 2^30`, or `nconsumers >
-    /// 1023`; [`Error::Backend`] when an event cannot be created.
+    /// [`Error::InvalidArgument`] when `max_size == 0`, `max_size > `[`MAX_SIZE`] (2^30), or
+    /// `nconsumers > 1023`; [`Error::Backend`] when an event cannot be created.
     pub fn new(
         backend: &B,
         name: impl Into<String>,
@@ -166,6 +185,53 @@ impl<B: Backend> EventRingbuf<B> {
         max_size: usize,
     ) -> Result<Self> {
         Self::with_event_options(backend, name, nconsumers, max_size, EventOptions::default())
+    }
+
+    /// [`new`](Self::new), with `first_seq` as the first seq to record (for a service that
+    /// resumes its numbering): seqs `first_seq - max_size .. first_seq` count as recorded and
+    /// consumed by every consumer (a wait on one of them is [`Error::OverConsumed`], on an
+    /// older one [`Error::Stale`]).
+    ///
+    /// ```
+    /// use seqsync::{Blocking, EventRingbuf, HostBackend};
+    /// let host = HostBackend::new();
+    /// let s = host.new_stream("s");
+    /// let ring = EventRingbuf::starting_at(&host, "r", 1, 2, 1 << 42)?;
+    /// ring.record(&s, 1 << 42, Blocking::No)?;
+    /// ring.wait(&s, 1 << 42, Blocking::No)?;
+    /// assert_eq!(ring.next_seq(), (1 << 42) + 1);
+    /// # Ok::<(), seqsync::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`new`](Self::new), and [`Error::InvalidArgument`] when `first_seq` is negative.
+    pub fn starting_at(
+        backend: &B,
+        name: impl Into<String>,
+        nconsumers: u32,
+        max_size: usize,
+        first_seq: i64,
+    ) -> Result<Self> {
+        let name = name.into();
+        if first_seq < 0 {
+            return Err(Error::invalid(
+                &name,
+                format!("first_seq must be at least 0, got {first_seq}"),
+            ));
+        }
+        let ring =
+            Self::with_event_options(backend, name, nconsumers, max_size, EventOptions::default())?;
+        ring.next.store(first_seq, Ordering::Relaxed);
+        for (i, slot) in ring.slots.iter().enumerate() {
+            // The seq of slot i just below first_seq, fully consumed.
+            let below = first_seq - max_size as i64;
+            let s = below + (i as i64 - below).rem_euclid(max_size as i64);
+            slot.0.store(
+                Word::new(tag_of(s, max_size), nconsumers).0,
+                Ordering::Relaxed,
+            );
+        }
+        Ok(ring)
     }
 
     /// [`new`](Self::new), with the ring's events created with `options` (for instance
@@ -181,10 +247,10 @@ impl<B: Backend> EventRingbuf<B> {
         if max_size == 0 {
             return Err(Error::invalid(&name, "max_size must be at least 1, got 0"));
         }
-        if max_size > 1 << 30 {
+        if max_size > MAX_SIZE {
             return Err(Error::invalid(
                 &name,
-                format!("max_size={max_size} exceeds 2^30"),
+                format!("max_size={max_size} exceeds 2^30 (MAX_SIZE)"),
             ));
         }
         if nconsumers > MAX_CONSUMERS {
@@ -256,7 +322,7 @@ impl<B: Backend> EventRingbuf<B> {
         self.slots
             .iter()
             .map(|s| Word(s.0.load(Ordering::Acquire)))
-            .filter(|w| w.tag() >= self.max_size as u64 && w.released() < n)
+            .filter(|w| w.released() < n)
             .count()
     }
 
@@ -272,7 +338,8 @@ impl<B: Backend> EventRingbuf<B> {
     ///
     /// # Errors
     /// [`Error::OutOfOrder`], [`Error::Overflow`] (with `Blocking::No`), [`Error::Stopped`],
-    /// [`Error::Backend`]. Every error but `Stopped` also stops the ring.
+    /// [`Error::Backend`], [`Error::InvalidArgument`] for seq `i64::MAX` (the one seq that
+    /// cannot be recorded). Every error but `Stopped` also stops the ring.
     #[inline]
     pub fn record(
         &self,
@@ -329,13 +396,13 @@ impl<B: Backend> EventRingbuf<B> {
         if self.nconsumers == 0 {
             return self.advance_counter(seq);
         }
-        let tag = seq as u64 + self.max_size as u64;
-        if tag > MAX_TAG {
+        if seq == i64::MAX {
             return Err(self.fail(Error::invalid(
                 &self.name,
-                format!("seq {seq} exceeds the largest recordable seq"),
+                format!("seq {seq} (i64::MAX) cannot be recorded: the last seq is i64::MAX - 1"),
             )));
         }
+        let tag = tag_of(seq, self.max_size);
         let index = self.index(seq);
         let slot = &self.slots[index].0;
         // Acquire: pairs with the consumers' release `fetch_add`, so their backend waits on
@@ -362,7 +429,8 @@ impl<B: Backend> EventRingbuf<B> {
         }
         // Release: consumers that see the new tag also see the recorded event.
         let old = Word(slot.swap(Word::new(tag, 0).0, Ordering::AcqRel));
-        if old.tag() != seq as u64 {
+        // The slot held seq - max_size, whose tag is seq's own (mod 2^42).
+        if old.tag() != tag_of(seq - self.max_size as i64, self.max_size) {
             return Err(self.out_of_order(seq + 1, seq));
         }
         if old.has(CONSUMER_WAITING) {
@@ -450,7 +518,8 @@ impl<B: Backend> EventRingbuf<B> {
     /// seq < 0.
     ///
     /// # Errors
-    /// [`Error::Stopped`].
+    /// [`Error::Stopped`] only: when the ring is or gets stopped (by [`stop`](Self::stop) or by
+    /// another call's error) before `seq` is recorded.
     pub fn synchronize_with_producer(&self, seq: i64) -> Result<()> {
         self.check_stopped()?;
         if seq < 0 {
@@ -459,8 +528,7 @@ impl<B: Backend> EventRingbuf<B> {
         if self.nconsumers == 0 {
             return self.sleep_until_next_passes(seq);
         }
-        let want = self.tag_of(seq)?;
-        self.sleep_until_tag(self.index(seq), want).map(|_| ())
+        self.sleep_until_recorded(self.index(seq), seq).map(|_| ())
     }
 
     /// Keep a moving average of how long host synchronizes waited (a hint for polling
@@ -492,16 +560,20 @@ impl<B: Backend> EventRingbuf<B> {
         }
     }
 
-    fn tag_of(&self, seq: i64) -> Result<u64> {
-        let tag = seq as u64 + self.max_size as u64;
-        if tag > MAX_TAG {
-            return Err(self.fail(Error::NotYetProduced {
-                ring: self.name.clone(),
-                seq,
-                next: self.next_seq(),
-            }));
+    /// Where a slot holding `word` stands for a consumer of `seq` (`seq >= 0`). `word` must
+    /// have been loaded (Acquire) before this reads `next`: a published seq's `next` store is
+    /// then visible.
+    #[inline]
+    fn locate(&self, seq: i64, word: Word) -> Found {
+        let next = self.next.load(Ordering::Relaxed);
+        let held = slot_seq(word.tag(), self.max_size, next);
+        match held.cmp(&seq) {
+            std::cmp::Ordering::Equal => Found::Here,
+            // The slot still holds an older seq: seq is not claimed yet, or its record is in
+            // flight.
+            std::cmp::Ordering::Less => Found::NotYet,
+            std::cmp::Ordering::Greater => Found::Recycled(held),
         }
-        Ok(tag)
     }
 
     #[inline]
@@ -516,6 +588,7 @@ impl<B: Backend> EventRingbuf<B> {
     /// left, without taking it.
     #[inline]
     fn find_produced(&self, seq: i64, blocking: Blocking) -> Result<(usize, u64)> {
+        let want = tag_of(seq, self.max_size);
         if self.nconsumers == 0 {
             return Err(self.fail(Error::OverConsumed {
                 ring: self.name.clone(),
@@ -523,36 +596,35 @@ impl<B: Backend> EventRingbuf<B> {
                 nconsumers: 0,
             }));
         }
-        let want = self.tag_of(seq)?;
         let index = self.index(seq);
         // Acquire: pairs with the producer's publishing swap, so the event record happened
         // before our backend call on it.
         let mut word = Word(self.slots[index].0.load(Ordering::Acquire));
         loop {
-            if word.tag() == want {
-                if word.acquired() >= self.nconsumers {
-                    return Err(self.fail(Error::OverConsumed {
-                        ring: self.name.clone(),
-                        seq,
-                        nconsumers: self.nconsumers,
-                    }));
+            match self.locate(seq, word) {
+                Found::Here => {
+                    if word.acquired() >= self.nconsumers {
+                        return Err(self.fail(Error::OverConsumed {
+                            ring: self.name.clone(),
+                            seq,
+                            nconsumers: self.nconsumers,
+                        }));
+                    }
+                    return Ok((index, want));
                 }
-                return Ok((index, want));
-            } else if word.tag() > want {
-                return Err(self.stale(seq, word));
-            } else if blocking == Blocking::No {
-                return Err(self.not_yet_produced(seq));
+                Found::Recycled(current) => return Err(self.stale(seq, current)),
+                Found::NotYet if blocking == Blocking::No => return Err(self.not_yet_produced(seq)),
+                Found::NotYet => word = self.sleep_until_recorded(index, seq)?,
             }
-            word = self.sleep_until_tag(index, want)?;
         }
     }
 
     #[cold]
-    fn stale(&self, seq: i64, word: Word) -> Error {
+    fn stale(&self, seq: i64, current: i64) -> Error {
         self.fail(Error::Stale {
             ring: self.name.clone(),
             seq,
-            current: word.tag() as i64 - self.max_size as i64,
+            current,
             max_size: self.max_size,
             nconsumers: self.nconsumers,
         })
@@ -643,10 +715,12 @@ impl<B: Backend> EventRingbuf<B> {
             .map(|_| ())
     }
 
-    /// Consumer: sleep until slot `index` holds a seq with tag `want` or later.
+    /// Consumer: sleep until slot `index` holds `seq` or a later seq.
     #[cold]
-    fn sleep_until_tag(&self, index: usize, want: u64) -> Result<Word> {
-        self.sleep_until(index, CONSUMER_WAITING, |w| w.tag() >= want)
+    fn sleep_until_recorded(&self, index: usize, seq: i64) -> Result<Word> {
+        self.sleep_until(index, CONSUMER_WAITING, |w| {
+            !matches!(self.locate(seq, w), Found::NotYet)
+        })
     }
 
     /// Sleep until slot `index`'s word satisfies `done`, with `flag` set in it meanwhile.

@@ -9,16 +9,22 @@
 //! | 10..20 | `released` | consumers that finished with it (0..=acquired) |
 //! | 20 | `CONSUMER_WAITING` | some thread sleeps until this slot holds a later seq |
 //! | 21 | `PRODUCER_WAITING` | the producer sleeps until `released == nconsumers` |
-//! | 22..64 | `tag` | `seq + max_size` of the seq the slot holds (initially the slot index, i.e. seq `index - max_size`, fully released) |
+//! | 22..64 | `tag` | `seq + max_size` of the seq the slot holds, modulo 2^42 (initially the slot index, i.e. seq `index - max_size`, fully released) |
 //!
-//! Invariants: `released <= acquired <= nconsumers`; a slot's tag only grows, by `max_size` at
-//! a time, and only when `released == nconsumers` (every consumer has enqueued its wait or
-//! finished its synchronize); only the producer changes the tag.
+//! Invariants: `released <= acquired <= nconsumers`; a slot's tag only moves forward, by
+//! `max_size` at a time (modulo 2^42), and only when `released == nconsumers` (every consumer
+//! has enqueued its wait or finished its synchronize); only the producer changes the tag.
+//!
+//! Tags wrap: a tag alone names a seq only modulo 2^42. The ring reads the full seq back with
+//! [`slot_seq`], relative to the producer's full 64-bit `next` counter: a slot always holds a
+//! seq within `2 * max_size` (≤ 2^31) below `next`, far inside the ±2^41 that 42 bits tell
+//! apart. So seqs run to `i64::MAX - 1` (292 000 years at one seq per nanosecond).
 
 /// Most consumers a ring can have (10 bits).
 pub(crate) const MAX_CONSUMERS: u32 = (1 << 10) - 1;
-/// Largest `seq + max_size` a tag can hold (42 bits).
-pub(crate) const MAX_TAG: u64 = (1 << 42) - 1;
+/// Tags are `seq + max_size` modulo 2^42.
+const TAG_BITS: u32 = 42;
+pub(crate) const TAG_MASK: u64 = (1 << TAG_BITS) - 1;
 
 const COUNT_MASK: u64 = (1 << 10) - 1;
 const RELEASED_SHIFT: u32 = 10;
@@ -34,10 +40,11 @@ pub(crate) struct Word(pub(crate) u64);
 
 impl Word {
     /// A slot holding the seq whose tag is `tag`, taken and released `count` times each.
+    /// `tag` is taken modulo 2^42.
     pub(crate) fn new(tag: u64, count: u32) -> Word {
-        debug_assert!(tag <= MAX_TAG && count <= MAX_CONSUMERS);
+        debug_assert!(count <= MAX_CONSUMERS);
         let c = count as u64;
-        Word((tag << TAG_SHIFT) | (c << RELEASED_SHIFT) | c)
+        Word(((tag & TAG_MASK) << TAG_SHIFT) | (c << RELEASED_SHIFT) | c)
     }
 
     pub(crate) fn tag(self) -> u64 {
@@ -57,14 +64,31 @@ impl Word {
     }
 }
 
+/// The tag of `seq` in a ring of `max_size`: `seq + max_size` modulo 2^42.
+#[inline]
+pub(crate) fn tag_of(seq: i64, max_size: usize) -> u64 {
+    (seq as u64).wrapping_add(max_size as u64) & TAG_MASK
+}
+
+/// The full seq a slot with `tag` holds, given the producer's `next` counter: the seq congruent
+/// to `tag - max_size` modulo 2^42 nearest to `next`. Exact while the slot's seq is within
+/// ±2^41 of `next` (a slot holds a seq at most `2 * max_size` below it).
+#[inline]
+pub(crate) fn slot_seq(tag: u64, max_size: usize, next: i64) -> i64 {
+    let d = tag.wrapping_sub(max_size as u64).wrapping_sub(next as u64) & TAG_MASK;
+    // Sign-extend the 42-bit difference.
+    let d = ((d << (64 - TAG_BITS)) as i64) >> (64 - TAG_BITS);
+    next.wrapping_add(d)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn fields_round_trip() {
-        let w = Word::new(MAX_TAG, MAX_CONSUMERS);
-        assert_eq!(w.tag(), MAX_TAG);
+        let w = Word::new(TAG_MASK, MAX_CONSUMERS);
+        assert_eq!(w.tag(), TAG_MASK);
         assert_eq!(w.acquired(), MAX_CONSUMERS);
         assert_eq!(w.released(), MAX_CONSUMERS);
         assert!(!w.has(CONSUMER_WAITING) && !w.has(PRODUCER_WAITING));
@@ -77,5 +101,35 @@ mod tests {
         let w = Word(w.0 | CONSUMER_WAITING | PRODUCER_WAITING);
         assert_eq!((w.tag(), w.acquired(), w.released()), (5, 2, 1));
         assert!(w.has(CONSUMER_WAITING) && w.has(PRODUCER_WAITING));
+    }
+
+    #[test]
+    fn slot_seq_reads_tags_back_across_the_wrap() {
+        for next in [
+            0i64,
+            5,
+            (1 << 42) - 3,
+            1 << 42,
+            (1 << 42) + 7,
+            1 << 62,
+            i64::MAX,
+        ] {
+            for max_size in [1usize, 3, 4, 1 << 30] {
+                for back in 1..=(2 * max_size as i64).min(9) {
+                    let seq = next - back;
+                    let tag = tag_of(seq, max_size);
+                    assert_eq!(
+                        slot_seq(tag, max_size, next),
+                        seq,
+                        "next {next} max {max_size}"
+                    );
+                }
+                let far = (2 * max_size as i64).max(1 << 31);
+                assert_eq!(
+                    slot_seq(tag_of(next - far, max_size), max_size, next),
+                    next - far
+                );
+            }
+        }
     }
 }
