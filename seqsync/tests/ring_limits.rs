@@ -28,6 +28,15 @@ impl Backend for Gated {
     fn name(&self) -> &'static str {
         "gated"
     }
+    fn new_stream(&self, name: &str) -> Result<HostStream> {
+        Backend::new_stream(&self.host, name)
+    }
+    fn launch_host(&self, s: &HostStream, f: Box<dyn FnOnce() + Send + 'static>) -> Result<()> {
+        self.host.launch_host(s, f)
+    }
+    fn synchronize_stream(&self, s: &HostStream) -> Result<()> {
+        self.host.synchronize_stream(s)
+    }
     fn create_event(&self, o: EventOptions) -> Result<HostEvent> {
         self.host.create_event(o)
     }
