@@ -12,6 +12,7 @@
 //! | backend | [`backend`] | streams and events: [`HostBackend`] (worker threads), `CudaBackend` (cudarc), [`AnyBackend`] (picked at run time) |
 //! | ring | [`EventRingbuf`] | one producer records an event per seq; consumers wait on it from streams or host threads |
 //! | pipeline | [`pipeline`] | declare threads, streams, buffers and stages; seqsync derives every ring, proves the schedule deadlock-free |
+//! | memory | [`memory`] | buffer handoff by epochs: moving a buffer between streams waits only for what no event or synchronize ordered |
 //! | hazard | [`hazard`] | validation mode: a backend wrapper that tracks happens-before with vector clocks and reports unordered buffer accesses |
 //!
 //! ```
@@ -35,6 +36,7 @@
 pub mod backend;
 mod error;
 pub mod hazard;
+pub mod memory;
 pub mod pipeline;
 mod primitive;
 pub mod ring;

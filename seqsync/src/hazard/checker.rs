@@ -241,6 +241,19 @@ impl HazardChecker {
         self.join_thread(by, snapshot.as_ref());
     }
 
+    /// Host thread `by` is ordered after everything host thread `other` did so far: `by`
+    /// joined `other`'s OS thread, or received a message it sent.
+    ///
+    /// # Panics
+    /// If either is not a host thread.
+    pub fn join_actor(&self, by: ActorId, other: ActorId) {
+        let mut state = self.lock();
+        state.expect_thread(by, "join");
+        state.expect_thread(other, "join");
+        let clock = state.actor(other).clock.clone();
+        state.actor_mut(by).clock.join(&clock);
+    }
+
     /// The event's snapshot now (`None`: never recorded).
     pub(crate) fn snapshot(&self, event: EventId) -> Option<VectorClock> {
         self.lock().event_mut(event).clone()

@@ -81,6 +81,16 @@ impl VectorClock {
         }
     }
 
+    /// Raise `actor`'s entry to at least `tick`: afterwards the clock covers `actor`'s history
+    /// up to `tick`.
+    pub fn advance(&mut self, actor: ActorId, tick: u64) {
+        let i = actor.index();
+        if self.ticks.len() <= i {
+            self.ticks.resize(i + 1, 0);
+        }
+        self.ticks[i] = self.ticks[i].max(tick);
+    }
+
     /// Does the point `epoch` happen before (or at) this clock?
     pub fn covers(&self, epoch: Epoch) -> bool {
         epoch.tick <= self.get(epoch.actor)

@@ -1,0 +1,832 @@
+//! Buffer handoff by epochs (seed 003): every case of the seed's test paragraph, on the host
+//! backend, on CUDA, and on the host under the hazard checker (`mod hazard`: the same bodies on
+//! `ValidatingBackend<HostBackend>`, which must report no hazard).
+//!
+//! Each case counts the stream waits the tracker inserts, checks the buffer's value (the
+//! orders are chosen so that a missing wait gives a wrong value), and times the work on the
+//! new stream against work queued on the old one: a case that needs no wait finishes long
+//! before that work, a case that waits finishes after it.
+#![allow(clippy::type_complexity)]
+
+mod common;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use common::Harness;
+use seqsync::backend::Backend;
+use seqsync::hazard::{Access, ActorId, ValidatingBackend};
+use seqsync::memory::handoff::{HandoffStats, Tracked, TrackedStream, TrackingBackend};
+use seqsync::HostBackend;
+
+/// Work queued on the old stream that a move must not wait for (or must, when it waits).
+const BUSY: Duration = Duration::from_millis(100);
+
+/// What the handoff tests need of a backend beyond [`Harness`]: memory and three kernels.
+trait Mem: Harness + Backend {
+    /// Device memory of `u32`s (or its host stand-in).
+    type Buf: Send + Sync + 'static;
+    /// The seed's `more_work` for the motivating example.
+    const MORE_WORK: Duration;
+    /// Zeroed memory of `n` elements named `name` (for hazard reports).
+    fn alloc(&self, name: &'static str, n: usize) -> Self::Buf;
+    /// Enqueue: after `delay`, set every element to `value`.
+    fn fill(&self, s: &Self::Stream, b: &Self::Buf, value: u32, delay: Duration);
+    /// Enqueue: after `delay`, add `x` to every element.
+    fn add(&self, s: &Self::Stream, b: &Self::Buf, x: u32, delay: Duration);
+    /// Enqueue: after `delay`, copy `src` into `dst`.
+    fn copy(&self, s: &Self::Stream, src: &Self::Buf, dst: &Self::Buf, delay: Duration);
+    /// Every element (all work on it must be synchronized).
+    fn read_all(&self, b: &Self::Buf) -> Vec<u32>;
+    /// The calling thread, for [`joined`](Self::joined) (the hazard checker's actor).
+    fn task_token(&self) -> Option<ActorId> {
+        None
+    }
+    /// The calling thread joined the thread `token` came from (tell the hazard checker).
+    fn joined(&self, _token: Option<ActorId>) {}
+}
+
+// ---- host memory --------------------------------------------------------------------------
+
+#[derive(Debug)]
+struct HostBuf {
+    name: &'static str,
+    data: Arc<Vec<AtomicU32>>,
+}
+
+fn host_alloc(name: &'static str, n: usize) -> HostBuf {
+    HostBuf {
+        name,
+        data: Arc::new((0..n).map(|_| AtomicU32::new(0)).collect()),
+    }
+}
+
+fn host_op(
+    s: &seqsync::backend::host::HostStream,
+    delay: Duration,
+    f: impl FnOnce() + Send + 'static,
+) {
+    s.launch(move || {
+        std::thread::sleep(delay);
+        f()
+    });
+}
+
+fn host_fill(s: &seqsync::backend::host::HostStream, b: &HostBuf, v: u32, delay: Duration) {
+    let d = b.data.clone();
+    host_op(s, delay, move || d.iter().for_each(|x| x.store(v, Ordering::Relaxed)));
+}
+
+fn host_add(s: &seqsync::backend::host::HostStream, b: &HostBuf, v: u32, delay: Duration) {
+    let d = b.data.clone();
+    // load + store, not fetch_add: an unordered add loses updates like device memory does.
+    host_op(s, delay, move || {
+        d.iter()
+            .for_each(|x| x.store(x.load(Ordering::Relaxed) + v, Ordering::Relaxed))
+    });
+}
+
+fn host_copy(
+    s: &seqsync::backend::host::HostStream,
+    src: &HostBuf,
+    dst: &HostBuf,
+    delay: Duration,
+) {
+    let (a, b) = (src.data.clone(), dst.data.clone());
+    host_op(s, delay, move || {
+        a.iter()
+            .zip(b.iter())
+            .for_each(|(x, y)| y.store(x.load(Ordering::Relaxed), Ordering::Relaxed))
+    });
+}
+
+fn host_read(b: &HostBuf) -> Vec<u32> {
+    b.data.iter().map(|x| x.load(Ordering::Relaxed)).collect()
+}
+
+impl Mem for HostBackend {
+    type Buf = HostBuf;
+    const MORE_WORK: Duration = Duration::from_millis(100);
+    fn alloc(&self, name: &'static str, n: usize) -> HostBuf {
+        host_alloc(name, n)
+    }
+    fn fill(&self, s: &Self::Stream, b: &HostBuf, v: u32, delay: Duration) {
+        host_fill(s, b, v, delay)
+    }
+    fn add(&self, s: &Self::Stream, b: &HostBuf, x: u32, delay: Duration) {
+        host_add(s, b, x, delay)
+    }
+    fn copy(&self, s: &Self::Stream, src: &HostBuf, dst: &HostBuf, delay: Duration) {
+        host_copy(s, src, dst, delay)
+    }
+    fn read_all(&self, b: &HostBuf) -> Vec<u32> {
+        host_read(b)
+    }
+}
+
+// ---- the host backend under the hazard checker ----------------------------------------------
+
+type Vb = ValidatingBackend<HostBackend>;
+
+impl Harness for Vb {
+    fn stream(&self) -> Self::Stream {
+        Backend::new_stream(self, "test").unwrap()
+    }
+    fn busy(&self, stream: &Self::Stream, d: Duration) {
+        stream.inner().launch(move || std::thread::sleep(d));
+    }
+    fn sync_stream(&self, stream: &Self::Stream) {
+        stream.inner().synchronize().unwrap();
+    }
+}
+
+/// Every kernel declares its accesses to the checker (one slot per buffer).
+impl Mem for Vb {
+    type Buf = HostBuf;
+    const MORE_WORK: Duration = Duration::from_millis(100);
+    fn alloc(&self, name: &'static str, n: usize) -> HostBuf {
+        host_alloc(name, n)
+    }
+    fn fill(&self, s: &Self::Stream, b: &HostBuf, v: u32, delay: Duration) {
+        host_fill(s.inner(), b, v, delay);
+        self.access(s, Access::write("fill", b.name, 0, 0));
+    }
+    fn add(&self, s: &Self::Stream, b: &HostBuf, x: u32, delay: Duration) {
+        host_add(s.inner(), b, x, delay);
+        self.access(s, Access::read("add", b.name, 0, 0));
+        self.access(s, Access::write("add", b.name, 0, 0));
+    }
+    fn copy(&self, s: &Self::Stream, src: &HostBuf, dst: &HostBuf, delay: Duration) {
+        host_copy(s.inner(), src, dst, delay);
+        self.access(s, Access::read("copy", src.name, 0, 0));
+        self.access(s, Access::write("copy", dst.name, 0, 0));
+    }
+    fn read_all(&self, b: &HostBuf) -> Vec<u32> {
+        host_read(b)
+    }
+    fn task_token(&self) -> Option<ActorId> {
+        Some(self.checker().current_thread())
+    }
+    fn joined(&self, token: Option<ActorId>) {
+        let me = self.checker().current_thread();
+        self.checker().join_actor(me, token.expect("a token of this backend"));
+    }
+}
+
+// ---- CUDA memory ----------------------------------------------------------------------------
+
+#[cfg(feature = "cuda")]
+mod gpu_mem {
+    use super::*;
+    use seqsync::backend::cuda::{CudaBackend, CudaFunction, CudaStream, DeviceBuffer};
+    use seqsync::cudarc::driver::{LaunchConfig, PushKernelArg};
+    use std::sync::OnceLock;
+
+    const KERNELS: &str = r#"
+__device__ void wait_ns(unsigned long long ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < ns);
+}
+extern "C" __global__ void fill_u32(unsigned int *out, int n, unsigned int v, unsigned long long ns) {
+    wait_ns(ns);
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        out[i] = v;
+}
+extern "C" __global__ void add_u32(unsigned int *out, int n, unsigned int x, unsigned long long ns) {
+    wait_ns(ns);
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        out[i] += x;
+}
+extern "C" __global__ void copy_u32(unsigned int *dst, const unsigned int *src, int n, unsigned long long ns) {
+    wait_ns(ns);
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        dst[i] = src[i];
+}
+"#;
+
+    fn kernels(b: &CudaBackend) -> &'static [CudaFunction] {
+        static K: OnceLock<Vec<CudaFunction>> = OnceLock::new();
+        K.get_or_init(|| {
+            b.load_kernels(KERNELS, &["fill_u32", "add_u32", "copy_u32"])
+                .expect("compile the handoff kernels")
+        })
+    }
+
+    const CFG: LaunchConfig = LaunchConfig {
+        grid_dim: (256, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+
+    fn launch(
+        b: &CudaBackend,
+        s: &Arc<CudaStream>,
+        k: usize,
+        ptrs: &[u64],
+        n: usize,
+        scalar: Option<u32>,
+        delay: Duration,
+    ) {
+        let f = &kernels(b)[k];
+        let (n, ns) = (n as i32, delay.as_nanos() as u64);
+        let mut l = s.launch_builder(f);
+        for p in ptrs {
+            l.arg(p);
+        }
+        l.arg(&n);
+        if let Some(v) = scalar.as_ref() {
+            l.arg(v);
+        }
+        l.arg(&ns);
+        // SAFETY: the kernels take (u32* ..., int n, [u32], u64 ns) exactly as pushed; every
+        // pointer is a live DeviceBuffer of at least n u32s, kept alive by the test until its
+        // streams are synchronized.
+        unsafe { l.launch(CFG) }.expect("launch a handoff kernel");
+    }
+
+    impl Mem for CudaBackend {
+        type Buf = DeviceBuffer;
+        const MORE_WORK: Duration = Duration::from_millis(20);
+        fn alloc(&self, _name: &'static str, n: usize) -> DeviceBuffer {
+            let b = self.alloc_device(n).unwrap();
+            let s = self.new_stream().unwrap();
+            self.fill(&s, &b, 0, Duration::ZERO);
+            self.stream_synchronize(&s).unwrap();
+            b
+        }
+        fn fill(&self, s: &Arc<CudaStream>, b: &DeviceBuffer, v: u32, delay: Duration) {
+            launch(self, s, 0, &[b.device_ptr()], b.len(), Some(v), delay);
+        }
+        fn add(&self, s: &Arc<CudaStream>, b: &DeviceBuffer, x: u32, delay: Duration) {
+            launch(self, s, 1, &[b.device_ptr()], b.len(), Some(x), delay);
+        }
+        fn copy(&self, s: &Arc<CudaStream>, src: &DeviceBuffer, dst: &DeviceBuffer, d: Duration) {
+            let ptrs = [dst.device_ptr(), src.device_ptr()];
+            launch(self, s, 2, &ptrs, dst.len(), None, d);
+        }
+        fn read_all(&self, b: &DeviceBuffer) -> Vec<u32> {
+            let host = self.alloc_pinned(b.len()).unwrap();
+            let s = self.new_stream().unwrap();
+            // SAFETY: both buffers live until the synchronize below; the caller synchronized
+            // every stream that wrote `b`, and nothing else touches `host`.
+            unsafe { b.copy_to_pinned_async(&host, &s) }.unwrap();
+            self.stream_synchronize(&s).unwrap();
+            // SAFETY: the copy into `host` has completed (synchronized above).
+            unsafe { host.as_slice() }.to_vec()
+        }
+    }
+}
+
+// ---- helpers --------------------------------------------------------------------------------
+
+const N_HOST: usize = 1024;
+const N_GPU: usize = 1 << 20;
+
+fn n_of<G: Mem>(g: &G) -> usize {
+    if g.name() == "cuda" {
+        N_GPU
+    } else {
+        N_HOST
+    }
+}
+
+struct Setup<G: Mem> {
+    g: G,
+    tb: TrackingBackend<G>,
+}
+
+impl<G: Mem> Setup<G> {
+    fn new(g: &G) -> Self {
+        Setup {
+            g: g.clone(),
+            tb: TrackingBackend::new(g.clone()),
+        }
+    }
+    fn stream(&self, name: &str) -> TrackedStream<G> {
+        self.tb.wrap_stream(self.g.stream(), name)
+    }
+    fn buf(&self, name: &'static str) -> Tracked<G::Buf> {
+        self.tb.track(self.g.alloc(name, n_of(&self.g)))
+    }
+    /// `fill` through the tracker; the waits it inserted.
+    fn fill(&self, s: &TrackedStream<G>, a: &Tracked<G::Buf>, v: u32, delay: Duration) -> usize {
+        let g = &self.g;
+        self.tb
+            .submit(s, &[a.write()], |s, cx| g.fill(s, a.get(cx), v, delay))
+            .unwrap()
+            .waits
+    }
+    fn add(&self, s: &TrackedStream<G>, a: &Tracked<G::Buf>, x: u32, delay: Duration) -> usize {
+        let g = &self.g;
+        self.tb
+            .submit(s, &[a.write()], |s, cx| g.add(s, a.get(cx), x, delay))
+            .unwrap()
+            .waits
+    }
+    fn copy(
+        &self,
+        s: &TrackedStream<G>,
+        src: &Tracked<G::Buf>,
+        dst: &Tracked<G::Buf>,
+        delay: Duration,
+    ) -> usize {
+        let g = &self.g;
+        self.tb
+            .submit(s, &[src.read(), dst.write()], |s, cx| {
+                g.copy(s, src.get(cx), dst.get(cx), delay)
+            })
+            .unwrap()
+            .waits
+    }
+    fn event(&self) -> <TrackingBackend<G> as Backend>::Event {
+        self.tb.create_event(Default::default()).unwrap()
+    }
+    fn sync(&self, s: &TrackedStream<G>) {
+        self.tb.synchronize_stream(s).unwrap();
+    }
+    /// The value of every element, read on the host the seed's way: a raw reference for a
+    /// scratch stream (which waits for whatever the buffer's uses need), then a synchronize.
+    fn value(&self, a: &Tracked<G::Buf>) -> u32 {
+        let scratch = self.stream("read-back");
+        let p = self.tb.raw(a, &scratch).unwrap();
+        self.sync(&scratch);
+        let v = self.g.read_all(p);
+        let first = v[0];
+        let differ = v.iter().filter(|&&x| x != first).count();
+        assert_eq!(differ, 0, "{differ} elements differ from the first ({first})");
+        first
+    }
+    fn stats(&self) -> HandoffStats {
+        self.tb.stats()
+    }
+}
+
+/// How long `f` and then a synchronize of `s` take.
+fn timed<G: Mem>(st: &Setup<G>, s: &TrackedStream<G>, f: impl FnOnce() -> usize) -> (usize, Duration) {
+    let t0 = Instant::now();
+    let waits = f();
+    st.sync(s);
+    (waits, t0.elapsed())
+}
+
+fn assert_overlaps(what: &str, took: Duration, busy: Duration) {
+    eprintln!("{what}: the new stream's work took {took:?} while {busy:?} of work was queued on the old one");
+    assert!(
+        took < busy / 2,
+        "{what}: took {took:?}, so it waited for the {busy:?} queued on the old stream"
+    );
+}
+
+fn assert_waited(what: &str, took: Duration, busy: Duration) {
+    eprintln!("{what}: the new stream's work took {took:?}, after {busy:?} of work on the old one");
+    assert!(
+        took >= busy * 9 / 10,
+        "{what}: took only {took:?}: it did not wait for the {busy:?} on the old stream"
+    );
+}
+
+// ---- the seed's cases -----------------------------------------------------------------------
+
+/// Events synchronized on the host avoid waiting: `a` was written before `e`, the host
+/// synchronized `e`, so `a` moves to `t` with no wait although `s` is busy.
+fn host_synchronized_event_avoids_the_wait<G: Mem>(g: &G) {
+    let st = Setup::new(g);
+    let (s, t) = (st.stream("s"), st.stream("t"));
+    let a = st.buf("a");
+    st.fill(&s, &a, 1, Duration::ZERO);
+    let e = st.event();
+    st.tb.record(&e, &s).unwrap();
+    st.tb.synchronize(&e).unwrap();
+    g.busy(s.inner(), BUSY);
+    let (waits, took) = timed(&st, &t, || st.add(&t, &a, 1, Duration::ZERO));
+    assert_eq!(waits, 0);
+    assert_eq!(st.stats().completed, 1, "{:?}", st.stats());
+    assert_overlaps("after an event synchronize", took, BUSY);
+    st.sync(&s);
+    assert_eq!(st.value(&a), 2);
+}
+
+/// A query that returned `true` counts as the host seeing the event complete.
+fn queried_event_avoids_the_wait<G: Mem>(g: &G) {
+    let st = Setup::new(g);
+    let (s, t) = (st.stream("s"), st.stream("t"));
+    let a = st.buf("a");
+    st.fill(&s, &a, 1, Duration::ZERO);
+    let e = st.event();
+    st.tb.record(&e, &s).unwrap();
+    while !st.tb.query(&e).unwrap() {
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    g.busy(s.inner(), BUSY);
+    let (waits, took) = timed(&st, &t, || st.add(&t, &a, 1, Duration::ZERO));
+    assert_eq!(waits, 0);
+    assert_eq!(st.stats().completed, 1, "{:?}", st.stats());
+    assert_overlaps("after a query that returned true", took, BUSY);
+    st.sync(&s);
+    assert_eq!(st.value(&a), 2);
+}
+
+/// A stream synchronize through the tracker is the completed fact too.
+fn synchronized_stream_avoids_the_wait<G: Mem>(g: &G) {
+    let st = Setup::new(g);
+    let (s, t) = (st.stream("s"), st.stream("t"));
+    let a = st.buf("a");
+    st.fill(&s, &a, 1, Duration::ZERO);
+    st.sync(&s);
+    g.busy(s.inner(), BUSY);
+    let (waits, took) = timed(&st, &t, || st.add(&t, &a, 1, Duration::ZERO));
+    assert_eq!(waits, 0);
+    assert_eq!(st.stats().completed, 1, "{:?}", st.stats());
+    assert_overlaps("after a stream synchronize", took, BUSY);
+    st.sync(&s);
+    assert_eq!(st.value(&a), 2);
+}
+
+/// Events waited for by a stream avoid waiting: `t` waited for `e`, which covers the write,
+/// so the move inserts nothing and does not wait for the work queued after `e`.
+fn stream_waited_event_avoids_the_wait<G: Mem>(g: &G) {
+    let st = Setup::new(g);
+    let (s, t) = (st.stream("s"), st.stream("t"));
+    let a = st.buf("a");
+    st.fill(&s, &a, 1, Duration::from_millis(10));
+    let e = st.event();
+    st.tb.record(&e, &s).unwrap();
+    g.busy(s.inner(), BUSY);
+    let (waits, took) = timed(&st, &t, || {
+        st.tb.wait(&t, &e).unwrap();
+        st.add(&t, &a, 1, Duration::ZERO)
+    });
+    assert_eq!(waits, 0);
+    assert_eq!(st.stats().ordered, 1, "{:?}", st.stats());
+    assert_overlaps("after a stream wait", took, BUSY);
+    st.sync(&s);
+    assert_eq!(st.value(&a), 2, "the add ran before the fill it was ordered after");
+}
+
+/// The ordered fact is transitive: `u` waited for `t`, which had waited for `s`.
+fn ordered_fact_is_transitive<G: Mem>(g: &G) {
+    let st = Setup::new(g);
+    let (s, t, u) = (st.stream("s"), st.stream("t"), st.stream("u"));
+    let a = st.buf("a");
+    st.fill(&s, &a, 1, Duration::from_millis(10));
+    let (e1, e2) = (st.event(), st.event());
+    st.tb.record(&e1, &s).unwrap();
+    g.busy(s.inner(), BUSY);
+    st.tb.wait(&t, &e1).unwrap();
+    st.tb.record(&e2, &t).unwrap();
+    st.tb.wait(&u, &e2).unwrap();
+    let (waits, took) = timed(&st, &u, || st.add(&u, &a, 1, Duration::ZERO));
+    assert_eq!(waits, 0);
+    assert_overlaps("ordered through a second stream", took, BUSY);
+    st.sync(&s);
+    assert_eq!(st.value(&a), 2);
+}
+
+/// Streams taken over from finished owners avoid waiting: a thread wrote `a` on `s` and
+/// exited; this thread takes `s` over, so its event on `s` covers the write.
+fn taken_over_stream_avoids_the_wait<G: Mem>(g: &G) {
+    let st = Setup::new(g);
+    let (s, t) = (Arc::new(st.stream("s")), st.stream("t"));
+    let a = Arc::new(st.buf("a"));
+    let (g2, tb2, s2, a2) = (g.clone(), st.tb.clone(), s.clone(), a.clone());
+    std::thread::spawn(move || {
+        tb2.submit(&s2, &[a2.write()], |s, cx| {
+            g2.fill(s, a2.get(cx), 1, Duration::from_millis(10))
+        })
+        .unwrap();
+    })
+    .join()
+    .unwrap();
+    let e = st.event();
+    st.tb.record(&e, &s).unwrap(); // the owner finished: this thread took `s` over
+    g.busy(s.inner(), BUSY);
+    let (waits, took) = timed(&st, &t, || {
+        st.tb.wait(&t, &e).unwrap();
+        st.add(&t, &a, 1, Duration::ZERO)
+    });
+    assert_eq!(waits, 0);
+    assert_overlaps("on a taken-over stream", took, BUSY);
+    st.sync(&s);
+    assert_eq!(st.value(&a), 2);
+}
+
+/// Memory used after the event still waits: `e` was recorded before the write, so it does
+/// not cover it; the move waits for `s` (including the write, which is slow).
+fn memory_used_after_the_event_still_waits<G: Mem>(g: &G) {
+    let st = Setup::new(g);
+    let (s, t) = (st.stream("s"), st.stream("t"));
+    let a = st.buf("a");
+    let e = st.event();
+    st.tb.record(&e, &s).unwrap();
+    st.fill(&s, &a, 1, BUSY);
+    let (waits, took) = timed(&st, &t, || {
+        st.tb.wait(&t, &e).unwrap();
+        st.add(&t, &a, 1, Duration::ZERO)
+    });
+    assert_eq!(waits, 1);
+    assert_waited("memory used after the event", took, BUSY);
+    st.sync(&s);
+    assert_eq!(st.value(&a), 2, "the add ran before the fill");
+}
+
+/// Events recorded by another owner still wait: a live thread owns `s`; an event this
+/// thread records on `s` covers nothing, so the move waits for all of `s`.
+fn event_recorded_by_another_owner_still_waits<G: Mem>(g: &G) {
+    let st = Setup::new(g);
+    let (s, t) = (Arc::new(st.stream("s")), st.stream("t"));
+    let a = Arc::new(st.buf("a"));
+    let (g2, tb2, s2, a2) = (g.clone(), st.tb.clone(), s.clone(), a.clone());
+    let (filled, filled_rx) = mpsc::channel();
+    let (done, done_rx) = mpsc::channel::<()>();
+    let owner = std::thread::spawn(move || {
+        tb2.submit(&s2, &[a2.write()], |s, cx| g2.fill(s, a2.get(cx), 1, Duration::ZERO))
+            .unwrap();
+        filled.send(()).unwrap();
+        done_rx.recv().unwrap(); // stay alive: `s` keeps a live owner
+    });
+    filled_rx.recv().unwrap();
+    let e = st.event();
+    st.tb.record(&e, &s).unwrap();
+    g.busy(s.inner(), BUSY);
+    let (waits, took) = timed(&st, &t, || {
+        st.tb.wait(&t, &e).unwrap();
+        st.add(&t, &a, 1, Duration::ZERO)
+    });
+    done.send(()).unwrap();
+    owner.join().unwrap();
+    assert_eq!(waits, 1);
+    assert_eq!(st.stats().ordered, 0, "{:?}", st.stats());
+    assert_waited("event recorded by another owner", took, BUSY);
+    st.sync(&s);
+    assert_eq!(st.value(&a), 2);
+}
+
+/// Events re-recorded elsewhere still wait: `e` covered the write on `s`, then was recorded
+/// again on `u`; waiting for it now orders nothing of `s`.
+fn event_rerecorded_elsewhere_still_waits<G: Mem>(g: &G) {
+    let st = Setup::new(g);
+    let (s, t, u) = (st.stream("s"), st.stream("t"), st.stream("u"));
+    let a = st.buf("a");
+    st.fill(&s, &a, 1, Duration::ZERO);
+    let e = st.event();
+    st.tb.record(&e, &s).unwrap();
+    g.busy(s.inner(), BUSY);
+    st.tb.record(&e, &u).unwrap();
+    let (waits, took) = timed(&st, &t, || {
+        st.tb.wait(&t, &e).unwrap();
+        st.add(&t, &a, 1, Duration::ZERO)
+    });
+    assert_eq!(waits, 1);
+    assert_waited("event re-recorded elsewhere", took, BUSY);
+    st.sync(&s);
+    assert_eq!(st.value(&a), 2);
+}
+
+/// Events re-recorded while another thread waits for them still wait: a thread blocks in a
+/// host synchronize of `e` (covering the write on `s`, behind `BUSY` of work); meanwhile `e`
+/// is recorded again on `u`. The synchronize returns, but counts for nothing. Without the
+/// re-record (first half) the same synchronize makes the move free.
+fn event_rerecorded_while_another_task_waits_still_waits<G: Mem>(g: &G) {
+    for rerecord in [false, true] {
+        let st = Setup::new(g);
+        let (s, t, u) = (st.stream("s"), st.stream("t"), st.stream("u"));
+        let a = Arc::new(st.buf("a"));
+        st.fill(&s, &a, 1, BUSY / 2);
+        let e = Arc::new(st.event());
+        st.tb.record(&e, &s).unwrap();
+        let (g2, tb2, e2) = (g.clone(), st.tb.clone(), e.clone());
+        let (started, started_rx) = mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            started.send(()).unwrap();
+            tb2.synchronize(&e2).unwrap();
+            g2.task_token()
+        });
+        started_rx.recv().unwrap();
+        std::thread::sleep(Duration::from_millis(10)); // the waiter is in its synchronize
+        if rerecord {
+            st.tb.record(&e, &u).unwrap();
+        }
+        g.joined(waiter.join().unwrap());
+        g.busy(s.inner(), BUSY);
+        let (waits, took) = timed(&st, &t, || st.add(&t, &a, 1, Duration::ZERO));
+        if rerecord {
+            assert_eq!(waits, 1, "re-recorded during the synchronize: {:?}", st.stats());
+            assert_waited("re-recorded while another thread waited", took, BUSY);
+        } else {
+            assert_eq!(waits, 0, "{:?}", st.stats());
+            assert_overlaps("synchronized by another thread", took, BUSY);
+        }
+        st.sync(&s);
+        assert_eq!(st.value(&a), 2);
+    }
+}
+
+/// Launches through a pointer taken before the synchronize still wait: `p = raw(a)`,
+/// synchronize, then work through `p` that the tracker never saw; the move waits for it.
+fn launch_through_pointer_taken_before_the_synchronize_still_waits<G: Mem>(g: &G) {
+    let st = Setup::new(g);
+    let (s, t) = (st.stream("s"), st.stream("t"));
+    let a = st.buf("a");
+    st.fill(&s, &a, 1, Duration::ZERO);
+    let p = st.tb.raw(&a, &s).unwrap();
+    st.sync(&s);
+    g.add(s.inner(), p, 1, BUSY); // through the raw pointer: 1 + 1, slowly
+    let (waits, took) = timed(&st, &t, || st.fill(&t, &a, 10, Duration::ZERO));
+    assert_eq!(waits, 1);
+    assert_eq!(st.stats().raw, 1, "{:?}", st.stats());
+    assert_waited("pointer taken before a synchronize", took, BUSY);
+    st.sync(&s);
+    assert_eq!(st.value(&a), 10, "the fill ran before the add through the raw pointer");
+}
+
+/// Launches through a pointer taken before the event still wait, though the new stream
+/// waited for the event.
+fn launch_through_pointer_taken_before_the_event_still_waits<G: Mem>(g: &G) {
+    let st = Setup::new(g);
+    let (s, t) = (st.stream("s"), st.stream("t"));
+    let a = st.buf("a");
+    st.fill(&s, &a, 1, Duration::ZERO);
+    let p = st.tb.raw(&a, &s).unwrap();
+    let e = st.event();
+    st.tb.record(&e, &s).unwrap();
+    g.add(s.inner(), p, 1, BUSY);
+    let (waits, took) = timed(&st, &t, || {
+        st.tb.wait(&t, &e).unwrap();
+        st.fill(&t, &a, 10, Duration::ZERO)
+    });
+    assert_eq!(waits, 1);
+    assert_waited("pointer taken before an event", took, BUSY);
+    st.sync(&s);
+    // The move ended the raw state: with `t` synchronized, the shortcut applies again.
+    st.sync(&t);
+    assert_eq!(st.add(&s, &a, 1, Duration::ZERO), 0);
+    st.sync(&s);
+    assert_eq!(st.value(&a), 11, "the fill ran before the add through the raw pointer");
+}
+
+/// Read after read needs no wait; the write after both reads waits for the slow one.
+fn read_after_read_needs_no_wait<G: Mem>(g: &G) {
+    let st = Setup::new(g);
+    let (s, t, u) = (st.stream("s"), st.stream("t"), st.stream("u"));
+    let (a, b, c) = (st.buf("a"), st.buf("b"), st.buf("c"));
+    st.fill(&s, &a, 1, Duration::ZERO);
+    st.sync(&s);
+    // Two unordered readers of `a`: the second needs nothing of the first.
+    assert_eq!(st.copy(&u, &a, &b, BUSY), 0);
+    assert_eq!(st.copy(&t, &a, &c, Duration::ZERO), 0);
+    assert_eq!(st.stats().waits, 0);
+    // A write of `a` on `t` must wait for `u`'s slow read (and only that).
+    let (waits, took) = timed(&st, &t, || st.fill(&t, &a, 7, Duration::ZERO));
+    assert_eq!(waits, 1);
+    assert_waited("write after a slow read elsewhere", took, BUSY);
+    st.sync(&u);
+    assert_eq!(st.value(&b), 1, "the write overtook the read");
+    assert_eq!(st.value(&c), 1);
+    assert_eq!(st.value(&a), 7);
+}
+
+/// Write after write on another stream waits; on the same stream, never.
+fn write_after_write_waits_except_on_the_same_stream<G: Mem>(g: &G) {
+    let st = Setup::new(g);
+    let (s, t) = (st.stream("s"), st.stream("t"));
+    let a = st.buf("a");
+    st.fill(&s, &a, 1, BUSY);
+    assert_eq!(st.add(&s, &a, 1, Duration::ZERO), 0);
+    let (waits, took) = timed(&st, &t, || st.add(&t, &a, 1, Duration::ZERO));
+    assert_eq!(waits, 1);
+    assert_waited("write after write elsewhere", took, BUSY);
+    assert_eq!(st.value(&a), 3);
+}
+
+/// The seed's motivating example: the parent writes `a`, records `e`, and queues
+/// `MORE_WORK` of `more_work` on `b`; a child thread waits for `e` on its own stream and
+/// updates `a`. The child's update finishes long before `more_work`, and `a` is right. The
+/// baseline without shortcuts (every move waits for the old stream) finishes after it.
+fn motivating_example<G: Mem>(g: &G) {
+    let more = G::MORE_WORK;
+    let mut finished = Vec::new();
+    for shortcuts in [true, false] {
+        let tb = if shortcuts {
+            TrackingBackend::new(g.clone())
+        } else {
+            TrackingBackend::without_shortcuts(g.clone())
+        };
+        let st = Setup { g: g.clone(), tb };
+        let parent = st.stream("parent");
+        let child = st.stream("child");
+        // (names differ per run: the hazard checker keys buffers by name)
+        let names = if shortcuts { ("a", "b") } else { ("a0", "b0") };
+        let (a, b) = (Arc::new(st.buf(names.0)), st.buf(names.1));
+        st.fill(&parent, &a, 1, Duration::ZERO); // a .= 1
+        let e = st.event();
+        st.tb.record(&e, &parent).unwrap(); // record(e)
+        let t0 = Instant::now();
+        st.fill(&parent, &b, 5, more); // more_work!(b)
+        let (g2, tb2, a2) = (g.clone(), st.tb.clone(), a.clone());
+        let (waits, child_done) = std::thread::spawn(move || {
+            tb2.wait(&child, &e).unwrap(); // CUDA.wait(e) on the child's stream
+            let r = tb2
+                .submit(&child, &[a2.write()], |s, cx| g2.add(s, a2.get(cx), 1, Duration::ZERO))
+                .unwrap(); // a .+= 1
+            tb2.synchronize_stream(&child).unwrap();
+            (r.waits, t0.elapsed())
+        })
+        .join()
+        .unwrap();
+        st.sync(&parent);
+        let all_done = t0.elapsed();
+        eprintln!(
+            "motivating example on {} ({}): child finished at {:.3} ms, more_work at {:.3} ms",
+            g.name(),
+            if shortcuts { "epochs" } else { "no shortcuts" },
+            child_done.as_secs_f64() * 1e3,
+            all_done.as_secs_f64() * 1e3
+        );
+        assert_eq!(st.value(&a), 2);
+        assert_eq!(st.value(&b), 5);
+        if shortcuts {
+            assert_eq!(waits, 0);
+            assert!(
+                child_done < more / 2,
+                "the child's update took {child_done:?}: it waited for more_work ({more:?})"
+            );
+        } else {
+            assert_eq!(waits, 1);
+            assert!(child_done >= more * 9 / 10, "{child_done:?}");
+        }
+        finished.push(child_done);
+    }
+    eprintln!(
+        "motivating example on {}: child finishes at {:.3} ms with epochs vs {:.3} ms without",
+        g.name(),
+        finished[0].as_secs_f64() * 1e3,
+        finished[1].as_secs_f64() * 1e3
+    );
+}
+
+/// A tracked stream of another tracker, or a buffer of another tracker, is an error.
+fn other_trackers_objects_are_errors<G: Mem>(g: &G) {
+    let (one, two) = (Setup::new(g), Setup::new(g));
+    let s1 = one.stream("s1");
+    let a2 = two.buf("a2");
+    let err = one.tb.submit(&s1, &[a2.write()], |_, _| ()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "ring 'handoff': invalid argument: use #0 is of a buffer of another tracker"
+    );
+    let s2 = two.stream("s2");
+    let err = one.tb.synchronize_stream(&s2).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "ring 'handoff': invalid argument: stream 's2' belongs to another tracker"
+    );
+}
+
+macro_rules! handoff_cases {
+    ($($name:ident),* $(,)?) => {
+        on_both_backends!($($name),*);
+        /// The same bodies on the host backend under the hazard checker: no hazard allowed.
+        mod hazard {
+            $( #[test] fn $name() {
+                let vb = super::Vb::new(seqsync::HostBackend::new());
+                super::$name(&vb);
+                assert!(vb.checker().is_clean(), "{}", vb.checker().report());
+            } )*
+        }
+    };
+}
+
+handoff_cases!(
+    host_synchronized_event_avoids_the_wait,
+    queried_event_avoids_the_wait,
+    synchronized_stream_avoids_the_wait,
+    stream_waited_event_avoids_the_wait,
+    ordered_fact_is_transitive,
+    taken_over_stream_avoids_the_wait,
+    memory_used_after_the_event_still_waits,
+    event_recorded_by_another_owner_still_waits,
+    event_rerecorded_elsewhere_still_waits,
+    event_rerecorded_while_another_task_waits_still_waits,
+    launch_through_pointer_taken_before_the_synchronize_still_waits,
+    launch_through_pointer_taken_before_the_event_still_waits,
+    read_after_read_needs_no_wait,
+    write_after_write_waits_except_on_the_same_stream,
+    motivating_example,
+    other_trackers_objects_are_errors,
+);
+
+/// The hazard checker does see a missing wait in these bodies: the move of the motivating
+/// example with the child's wait left out (and the tracker bypassed) is reported.
+#[test]
+fn hazard_checker_sees_an_unordered_move() {
+    let vb = Vb::new(HostBackend::new());
+    let (s, t) = (vb.stream(), vb.stream());
+    let a = vb.alloc("a", 4);
+    vb.fill(&s, &a, 1, Duration::ZERO);
+    vb.add(&t, &a, 1, Duration::ZERO);
+    vb.sync_stream(&s);
+    vb.sync_stream(&t);
+    assert!(!vb.checker().is_clean());
+}
