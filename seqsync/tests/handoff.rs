@@ -75,7 +75,9 @@ fn host_op(
 
 fn host_fill(s: &seqsync::backend::host::HostStream, b: &HostBuf, v: u32, delay: Duration) {
     let d = b.data.clone();
-    host_op(s, delay, move || d.iter().for_each(|x| x.store(v, Ordering::Relaxed)));
+    host_op(s, delay, move || {
+        d.iter().for_each(|x| x.store(v, Ordering::Relaxed))
+    });
 }
 
 fn host_add(s: &seqsync::backend::host::HostStream, b: &HostBuf, v: u32, delay: Duration) {
@@ -170,7 +172,8 @@ impl Mem for Vb {
     }
     fn joined(&self, token: Option<ActorId>) {
         let me = self.checker().current_thread();
-        self.checker().join_actor(me, token.expect("a token of this backend"));
+        self.checker()
+            .join_actor(me, token.expect("a token of this backend"));
     }
 }
 
@@ -355,7 +358,10 @@ impl<G: Mem> Setup<G> {
         let v = self.g.read_all(p);
         let first = v[0];
         let differ = v.iter().filter(|&&x| x != first).count();
-        assert_eq!(differ, 0, "{differ} elements differ from the first ({first})");
+        assert_eq!(
+            differ, 0,
+            "{differ} elements differ from the first ({first})"
+        );
         first
     }
     fn stats(&self) -> HandoffStats {
@@ -364,7 +370,11 @@ impl<G: Mem> Setup<G> {
 }
 
 /// How long `f` and then a synchronize of `s` take.
-fn timed<G: Mem>(st: &Setup<G>, s: &TrackedStream<G>, f: impl FnOnce() -> usize) -> (usize, Duration) {
+fn timed<G: Mem>(
+    st: &Setup<G>,
+    s: &TrackedStream<G>,
+    f: impl FnOnce() -> usize,
+) -> (usize, Duration) {
     let t0 = Instant::now();
     let waits = f();
     st.sync(s);
@@ -462,7 +472,11 @@ fn stream_waited_event_avoids_the_wait<G: Mem>(g: &G) {
     assert_eq!(st.stats().ordered, 1, "{:?}", st.stats());
     assert_overlaps("after a stream wait", took, BUSY);
     st.sync(&s);
-    assert_eq!(st.value(&a), 2, "the add ran before the fill it was ordered after");
+    assert_eq!(
+        st.value(&a),
+        2,
+        "the add ran before the fill it was ordered after"
+    );
 }
 
 /// The ordered fact is transitive: `u` waited for `t`, which had waited for `s`.
@@ -541,8 +555,10 @@ fn event_recorded_by_another_owner_still_waits<G: Mem>(g: &G) {
     let (filled, filled_rx) = mpsc::channel();
     let (done, done_rx) = mpsc::channel::<()>();
     let owner = std::thread::spawn(move || {
-        tb2.submit(&s2, &[a2.write()], |s, cx| g2.fill(s, a2.get(cx), 1, Duration::ZERO))
-            .unwrap();
+        tb2.submit(&s2, &[a2.write()], |s, cx| {
+            g2.fill(s, a2.get(cx), 1, Duration::ZERO)
+        })
+        .unwrap();
         filled.send(()).unwrap();
         done_rx.recv().unwrap(); // stay alive: `s` keeps a live owner
     });
@@ -612,7 +628,12 @@ fn event_rerecorded_while_another_task_waits_still_waits<G: Mem>(g: &G) {
         g.busy(s.inner(), BUSY);
         let (waits, took) = timed(&st, &t, || st.add(&t, &a, 1, Duration::ZERO));
         if rerecord {
-            assert_eq!(waits, 1, "re-recorded during the synchronize: {:?}", st.stats());
+            assert_eq!(
+                waits,
+                1,
+                "re-recorded during the synchronize: {:?}",
+                st.stats()
+            );
             assert_waited("re-recorded while another thread waited", took, BUSY);
         } else {
             assert_eq!(waits, 0, "{:?}", st.stats());
@@ -638,7 +659,11 @@ fn launch_through_pointer_taken_before_the_synchronize_still_waits<G: Mem>(g: &G
     assert_eq!(st.stats().raw, 1, "{:?}", st.stats());
     assert_waited("pointer taken before a synchronize", took, BUSY);
     st.sync(&s);
-    assert_eq!(st.value(&a), 10, "the fill ran before the add through the raw pointer");
+    assert_eq!(
+        st.value(&a),
+        10,
+        "the fill ran before the add through the raw pointer"
+    );
 }
 
 /// Launches through a pointer taken before the event still wait, though the new stream
@@ -663,7 +688,11 @@ fn launch_through_pointer_taken_before_the_event_still_waits<G: Mem>(g: &G) {
     st.sync(&t);
     assert_eq!(st.add(&s, &a, 1, Duration::ZERO), 0);
     st.sync(&s);
-    assert_eq!(st.value(&a), 11, "the fill ran before the add through the raw pointer");
+    assert_eq!(
+        st.value(&a),
+        11,
+        "the fill ran before the add through the raw pointer"
+    );
 }
 
 /// Read after read needs no wait; the write after both reads waits for the slow one.
@@ -728,7 +757,9 @@ fn motivating_example<G: Mem>(g: &G) {
         let (waits, child_done) = std::thread::spawn(move || {
             tb2.wait(&child, &e).unwrap(); // CUDA.wait(e) on the child's stream
             let r = tb2
-                .submit(&child, &[a2.write()], |s, cx| g2.add(s, a2.get(cx), 1, Duration::ZERO))
+                .submit(&child, &[a2.write()], |s, cx| {
+                    g2.add(s, a2.get(cx), 1, Duration::ZERO)
+                })
                 .unwrap(); // a .+= 1
             tb2.synchronize_stream(&child).unwrap();
             (r.waits, t0.elapsed())

@@ -212,8 +212,11 @@ impl<B: Backend> TrackingBackend<B> {
     ) -> Result<usize> {
         let plan = state.plan(stream.id, uses, task);
         for &old in &plan.waits {
-            let handle = self.shared.streams.lock().unwrap_or_else(|e| e.into_inner())
-                [old.index()]
+            let handle = self
+                .shared
+                .streams
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())[old.index()]
             .upgrade();
             // A dropped stream was synchronized first: nothing of it is left to wait for.
             let Some(old_stream) = handle else { continue };

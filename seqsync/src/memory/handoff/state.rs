@@ -146,7 +146,9 @@ impl<T> Slab<T> {
     }
 
     fn get_mut(&mut self, i: usize) -> &mut T {
-        self.items[i].as_mut().expect("tracked object used after removal")
+        self.items[i]
+            .as_mut()
+            .expect("tracked object used after removal")
     }
 }
 
