@@ -98,7 +98,8 @@ fn json_of(plan: &Plan, verdict: &Verdict, bound_error: Option<&PlanError>) -> s
         .collect();
     serde_json::json!({
         "rings": rings,
-        "threads": plan.threads,
+        // The plan's own JSON names every stage, ring and stream.
+        "threads": serde_json::to_value(plan).expect("a plan serializes")["threads"],
         "deadlock_free": verdict.is_deadlock_free() && bound_error.is_none(),
         "verdict": verdict,
         "error": bound_error.map(|e| e.to_string()),

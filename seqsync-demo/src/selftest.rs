@@ -43,7 +43,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use seqsync::backend::Backend;
-use seqsync::pipeline::runtime::{self, Stages};
+use seqsync::pipeline::runtime::{self, RunConfig, Stages};
 use seqsync::pipeline::spec::buffer_slots;
 use seqsync::pipeline::{PipelineSpec, Plan, PlanError};
 use seqsync::Result;
@@ -225,7 +225,13 @@ pub fn run<B: Backend>(
         });
     }
     let streams = runtime::new_streams(backend, plan)?;
-    let stats = runtime::run(plan, backend, &streams, &stages, batches)?;
+    let stats = runtime::run(RunConfig {
+        plan,
+        backend,
+        streams: &streams,
+        stages: &stages,
+        batches,
+    })?;
     drop(streams);
     let first_wrong = world
         .first_wrong

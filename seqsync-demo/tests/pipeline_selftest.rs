@@ -44,10 +44,14 @@ fn seed_spec_reads_nothing_wrong_under_chaos() {
 /// Take the wait of `stage` on `ring` out of the plan (and one consumer off the ring).
 fn without_wait(mut plan: Plan, stage: &str, ring: &str) -> Plan {
     let mut removed = false;
+    let (g, ri) = (
+        plan.stage_index(stage).unwrap(),
+        plan.ring_index(ring).unwrap(),
+    );
     for t in &mut plan.threads {
         t.ops.retain(|op| {
-            let hit = matches!(op, Op::Wait { stage: s, ring: r, .. } | Op::Synchronize { stage: s, ring: r, .. }
-                if s == stage && r == ring);
+            let hit = matches!(*op, Op::Wait { stage: s, ring: r, .. } | Op::Synchronize { stage: s, ring: r, .. }
+                if s == g && r == ri);
             removed |= hit;
             !hit
         });

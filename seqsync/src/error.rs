@@ -144,6 +144,12 @@ pub enum Error {
     /// A backend call failed (a CUDA driver error, or a host stream whose closure panicked).
     #[error(transparent)]
     Backend(#[from] BackendError),
+
+    /// A pipeline spec or plan that cannot be parsed, derived, checked or run: the pipeline
+    /// layer's [`PlanError`](crate::pipeline::PlanError), so that `derive`, `check_deadlock`
+    /// and `runtime::run` compose with `?`.
+    #[error(transparent)]
+    Plan(#[from] crate::pipeline::PlanError),
 }
 
 /// A failed backend call: which backend, which operation, and what it said.

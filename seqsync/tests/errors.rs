@@ -113,3 +113,22 @@ fn stopped_by_an_error_carries_it_as_source() {
     let src = std::error::Error::source(&e).expect("a source");
     assert!(src.to_string().contains("expected seq 0"));
 }
+
+/// The pipeline layer's errors are seqsync errors: `derive(..)?` and `runtime::run(..)?`
+/// compose in one function, and the message is the plan error's own.
+#[test]
+fn plan_errors_are_seqsync_errors() {
+    fn derive_empty() -> seqsync::Result<seqsync::pipeline::Plan> {
+        let spec = seqsync::pipeline::spec_toml::from_str("[buffers]\n")?;
+        Ok(seqsync::pipeline::derive(&spec)?)
+    }
+    let err = derive_empty().unwrap_err();
+    assert!(
+        matches!(err, Error::Plan(seqsync::pipeline::PlanError::NoStages)),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().starts_with("the spec declares no stages"),
+        "{err}"
+    );
+}

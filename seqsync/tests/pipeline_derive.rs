@@ -5,12 +5,12 @@ mod seed_spec;
 
 use seed_spec::{grid, line_of, seed_builder, seed_toml};
 use seqsync::pipeline::{
-    derive, derive_unchecked, spec_toml, ConsumerKind, Op, PipelineSpec, Place, Plan, PlanError,
-    StageSpec,
+    derive, derive_unchecked, spec_toml, ConsumerKind, NamedOp, Op, PipelineSpec, Place, Plan,
+    PlanError, StageSpec,
 };
 
 /// (nconsumers, max_size) of ring `name`.
-fn params(plan: &Plan, name: &str) -> (usize, u64) {
+fn params(plan: &Plan, name: &str) -> (u32, u64) {
     let r = plan.ring(name).expect("ring exists");
     (r.nconsumers, r.max_size)
 }
@@ -72,7 +72,7 @@ fn seed_blocking_flags() {
 #[test]
 fn seed_consumer_lags() {
     let plan = derive(&seed_builder(2, 4, 3, 5)).unwrap();
-    let lags = |ring: &str| -> Vec<(String, u64, ConsumerKind)> {
+    let lags = |ring: &str| -> Vec<(String, i64, ConsumerKind)> {
         plan.ring(ring)
             .unwrap()
             .consumers
@@ -92,28 +92,42 @@ fn seed_consumer_lags() {
     assert_eq!(lags("g2h"), [(s("h"), 5, Wait), (s("g2h"), 0, Synchronize)]);
 }
 
-fn wait(stage: &str, ring: &str, lag: u64, blocking: bool, stream: &str) -> Op {
-    Op::Wait {
-        stage: stage.into(),
-        ring: ring.into(),
-        lag,
+fn wait<'a>(
+    stage: &'a str,
+    ring: &'a str,
+    lag: u64,
+    blocking: bool,
+    stream: &'a str,
+) -> NamedOp<'a> {
+    NamedOp::Wait {
+        stage,
+        ring,
+        lag: lag as i64,
         blocking,
-        stream: stream.into(),
+        stream,
     }
 }
 
-fn launch_record(stage: &str, blocking: bool, stream: &str) -> [Op; 2] {
+fn launch_record<'a>(stage: &'a str, blocking: bool, stream: &'a str) -> [NamedOp<'a>; 2] {
     [
-        Op::Launch {
-            stage: stage.into(),
-        },
-        Op::Record {
-            stage: stage.into(),
-            ring: stage.into(),
+        NamedOp::Launch { stage },
+        NamedOp::Record {
+            stage,
+            ring: stage,
             blocking,
-            stream: Some(stream.into()),
+            stream: Some(stream),
         },
     ]
+}
+
+/// Thread `name`'s ops, with names.
+fn named_ops<'p>(plan: &'p Plan, name: &str) -> Vec<NamedOp<'p>> {
+    plan.thread(name)
+        .unwrap()
+        .ops
+        .iter()
+        .map(|op| plan.named(op))
+        .collect()
 }
 
 #[test]
@@ -135,17 +149,45 @@ fn seed_op_sequence_matches_the_seed_code() {
     h2g.push(wait("h", "g", 0, false, "s_h"));
     h2g.push(wait("h", "g2h", nout, true, "s_h"));
     h2g.extend(launch_record("h", true, "s_h"));
-    assert_eq!(plan.thread("h2g").unwrap().ops, h2g);
+    assert_eq!(named_ops(&plan, "h2g"), h2g);
 
     let mut g2h = vec![wait("g2h", "h", 0, true, "s_g2h")];
     g2h.extend(launch_record("g2h", true, "s_g2h"));
-    g2h.push(Op::Synchronize {
-        stage: "g2h".into(),
-        ring: "g2h".into(),
+    g2h.push(NamedOp::Synchronize {
+        stage: "g2h",
+        ring: "g2h",
         lag: 0,
         blocking: false,
     });
-    assert_eq!(plan.thread("g2h").unwrap().ops, g2h);
+    assert_eq!(named_ops(&plan, "g2h"), g2h);
+}
+
+/// The ops carry resolved indices: stage `i` produces ring `i`, every stream index names a
+/// stream of the plan, and each stage's stream is the one its ops use.
+#[test]
+fn plan_ops_carry_resolved_indices() {
+    let plan = derive(&seed_builder(2, 4, 3, 5)).unwrap();
+    assert_eq!(plan.streams, ["s_h2g", "s_f", "s_g", "s_h", "s_g2h"]);
+    for (i, (stage, ring)) in plan.stages.iter().zip(&plan.rings).enumerate() {
+        assert_eq!(stage.name, ring.name, "stage {i} produces ring {i}");
+        assert_eq!(plan.threads[stage.thread].name, ring.thread);
+    }
+    let h = plan.stage_index("h").unwrap();
+    assert_eq!(plan.stages[h].stream, Some(3));
+    let ops = &plan.thread("h2g").unwrap().ops;
+    assert!(ops.contains(&Op::Wait {
+        stage: h,
+        ring: plan.ring_index("g2h").unwrap(),
+        lag: 5,
+        blocking: true,
+        stream: 3,
+    }));
+    assert!(ops.contains(&Op::Record {
+        stage: h,
+        ring: h,
+        blocking: true,
+        stream: Some(3),
+    }));
 }
 
 #[test]
@@ -279,16 +321,16 @@ fn host_stage_synchronizes_instead_of_waiting() {
         .build()
         .unwrap();
     let plan = derive(&spec).unwrap();
-    let ops = &plan.thread("t").unwrap().ops;
-    assert!(ops.contains(&Op::Synchronize {
-        stage: "c".into(),
-        ring: "p".into(),
+    let ops = named_ops(&plan, "t");
+    assert!(ops.contains(&NamedOp::Synchronize {
+        stage: "c",
+        ring: "p",
         lag: 0,
         blocking: false
     }));
-    assert!(ops.contains(&Op::Record {
-        stage: "c".into(),
-        ring: "c".into(),
+    assert!(ops.contains(&NamedOp::Record {
+        stage: "c",
+        ring: "c",
         blocking: false,
         stream: None
     }));

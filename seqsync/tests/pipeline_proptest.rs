@@ -94,7 +94,7 @@ proptest! {
         let plan = derive(&spec).expect("derives");
         for r in &plan.rings {
             prop_assert!(r.max_size >= r.bound);
-            prop_assert_eq!(r.nconsumers, r.consumers.len());
+            prop_assert_eq!(r.nconsumers as usize, r.consumers.len());
         }
         let verdict = check_deadlock_with(&plan, CheckOptions { max_states: 200_000 }).unwrap();
         prop_assert!(

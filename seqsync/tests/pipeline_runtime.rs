@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use seqsync::backend::host::{Chaos, HostStream};
 use seqsync::pipeline::runtime::{self, Stages};
-use seqsync::pipeline::{derive, Op, PipelineSpec, Plan, StageSpec};
+use seqsync::pipeline::{derive, Op, PipelineSpec, Plan, PlanError, StageSpec};
 use seqsync::{Error, HostBackend};
 
 type Buf = Arc<Vec<AtomicU64>>;
@@ -92,7 +92,14 @@ fn run_plan_values(host: &HostBackend, plan: &Plan, n: [u64; 4], batches: i64) -
             }
             Ok(())
         });
-    let stats = runtime::run(plan, host, &streams, &stages, batches).unwrap();
+    let stats = runtime::run(runtime::RunConfig {
+        plan: plan,
+        backend: host,
+        streams: &streams,
+        stages: &stages,
+        batches: batches,
+    })
+    .unwrap();
     assert_eq!(stats.thread("h2g").unwrap().iterations, batches);
     assert_eq!(stats.thread("h2g").unwrap().launches, 4 * batches as u64);
     assert_eq!(stats.thread("g2h").unwrap().synchronizes, batches as u64);
@@ -113,10 +120,14 @@ fn seed_spec_runs_with_chaos_and_every_value_checks() {
 fn the_value_check_catches_a_wait_taken_out_of_the_plan() {
     // Drop h's wait on f (h reads x before f wrote it) and one consumer of ring f.
     let mut plan = derive(&seed_spec::seed_toml(2, 4, 3, 2)).unwrap();
+    let (h, f) = (
+        plan.stage_index("h").unwrap(),
+        plan.ring_index("f").unwrap(),
+    );
     let ops = &mut plan.threads[0].ops;
     let at = ops
         .iter()
-        .position(|op| matches!(op, Op::Wait { stage, ring, .. } if stage == "h" && ring == "f"))
+        .position(|op| matches!(*op, Op::Wait { stage, ring, .. } if (stage, ring) == (h, f)))
         .unwrap();
     ops.remove(at);
     plan.rings
@@ -185,7 +196,14 @@ fn a_failing_stage_stops_every_ring_and_its_error_is_returned() {
                 processed.fetch_add(1, Ordering::Relaxed);
                 Ok(())
             });
-        let err = runtime::run(&plan, &host, &streams, &stages, 1000).unwrap_err();
+        let err = runtime::run(runtime::RunConfig {
+            plan: &plan,
+            backend: &host,
+            streams: &streams,
+            stages: &stages,
+            batches: 1000,
+        })
+        .unwrap_err();
         assert_eq!(err.to_string(), boom(failing, 7).to_string(), "{err}");
         assert!(processed.load(Ordering::Relaxed) < 1000);
     }
@@ -203,14 +221,28 @@ fn a_failing_after_sync_and_a_panicking_stage_are_reported() {
             Ok(())
         }
     });
-    let err = runtime::run(&plan, &host, &streams, &stages, 100).unwrap_err();
+    let err = runtime::run(runtime::RunConfig {
+        plan: &plan,
+        backend: &host,
+        streams: &streams,
+        stages: &stages,
+        batches: 100,
+    })
+    .unwrap_err();
     assert_eq!(err.to_string(), boom("copy_out", 3).to_string());
 
     let stages = noop_stages().stage("kernel", |cx| {
         assert!(cx.seq < 5, "kernel gave up");
         Ok(())
     });
-    let err = runtime::run(&plan, &host, &streams, &stages, 100).unwrap_err();
+    let err = runtime::run(runtime::RunConfig {
+        plan: &plan,
+        backend: &host,
+        streams: &streams,
+        stages: &stages,
+        batches: 100,
+    })
+    .unwrap_err();
     assert!(
         matches!(&err, Error::Stage { stage, message } if stage == "t0" && message.contains("kernel gave up")),
         "{err}"
@@ -229,7 +261,14 @@ fn missing_closures_and_streams_are_named_errors_before_anything_runs() {
             Ok(())
         })
         .stage("copy_out", |_| Ok(()));
-    let err = runtime::run(&plan, &host, &streams, &stages, 10).unwrap_err();
+    let err = runtime::run(runtime::RunConfig {
+        plan: &plan,
+        backend: &host,
+        streams: &streams,
+        stages: &stages,
+        batches: 10,
+    })
+    .unwrap_err();
     assert!(
         matches!(&err, Error::Stage { stage, .. } if stage == "kernel"),
         "{err}"
@@ -239,33 +278,40 @@ fn missing_closures_and_streams_are_named_errors_before_anything_runs() {
 
     let mut fewer: HashMap<String, HostStream> = runtime::new_streams(&host, &plan).unwrap();
     fewer.remove("s1");
-    let err = runtime::run(&plan, &host, &fewer, &noop_stages(), 10).unwrap_err();
+    let err = runtime::run(runtime::RunConfig {
+        plan: &plan,
+        backend: &host,
+        streams: &fewer,
+        stages: &noop_stages(),
+        batches: 10,
+    })
+    .unwrap_err();
     assert!(
         matches!(&err, Error::Stage { stage, .. } if stage == "kernel"),
         "{err}"
     );
     assert!(err.to_string().contains("no stream `s1`"), "{err}");
 
-    let err = runtime::run(
-        &plan,
-        &host,
-        &streams,
-        &noop_stages().stage("kernal", |_| Ok(())),
-        10,
-    )
+    let err = runtime::run(runtime::RunConfig {
+        plan: &plan,
+        backend: &host,
+        streams: &streams,
+        stages: &noop_stages().stage("kernal", |_| Ok(())),
+        batches: 10,
+    })
     .unwrap_err();
     assert!(
         matches!(&err, Error::Stage { stage, .. } if stage == "kernal"),
         "{err}"
     );
 
-    let err = runtime::run(
-        &plan,
-        &host,
-        &streams,
-        &noop_stages().after_sync("kernel", |_| Ok(())),
-        10,
-    )
+    let err = runtime::run(runtime::RunConfig {
+        plan: &plan,
+        backend: &host,
+        streams: &streams,
+        stages: &noop_stages().after_sync("kernel", |_| Ok(())),
+        batches: 10,
+    })
     .unwrap_err();
     assert!(err.to_string().contains("no `sync`"), "{err}");
 }
@@ -315,6 +361,42 @@ fn a_host_stage_records_without_a_stream_and_orders_its_consumers() {
             ok.fetch_add(1, Ordering::Relaxed);
             Ok(())
         });
-    runtime::run(&plan, &host, &streams, &stages, 80).unwrap();
+    runtime::run(runtime::RunConfig {
+        plan: &plan,
+        backend: &host,
+        streams: &streams,
+        stages: &stages,
+        batches: 80,
+    })
+    .unwrap();
     assert_eq!(ok.load(Ordering::Relaxed), 80);
+}
+
+/// A hand-edited plan whose op names a ring the plan does not have is a plan error before
+/// anything runs, not a panic.
+#[test]
+fn an_out_of_range_index_is_a_plan_error() {
+    let mut plan = small_plan();
+    let host = HostBackend::new();
+    let streams = runtime::new_streams(&host, &plan).unwrap();
+    if let Some(Op::Wait { ring, .. }) = plan.threads[1]
+        .ops
+        .iter_mut()
+        .find(|op| matches!(op, Op::Wait { .. }))
+    {
+        *ring = 99;
+    }
+    let stages = noop_stages();
+    let err = runtime::run(runtime::RunConfig {
+        plan: &plan,
+        backend: &host,
+        streams: &streams,
+        stages: &stages,
+        batches: 10,
+    })
+    .unwrap_err();
+    assert!(
+        matches!(&err, Error::Plan(PlanError::InvalidPlan { message }) if message.contains("ring #99")),
+        "{err}"
+    );
 }

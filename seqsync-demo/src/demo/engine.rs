@@ -12,7 +12,7 @@ use serde::Serialize;
 use super::device::{Device, Stream};
 use super::pipeline::{marked, Checker, InputPool, RunOptions, Variant, Verification};
 use seqsync::backend::Backend;
-use seqsync::pipeline::runtime::{self, StageCtx, Stages};
+use seqsync::pipeline::runtime::{self, RunConfig, StageCtx, Stages};
 use seqsync::pipeline::{derive, derive_unchecked, PipelineSpec, Plan, Slots, StageSpec};
 use seqsync::{Error, Result};
 
@@ -94,7 +94,8 @@ pub fn seed_shape(spec: &PipelineSpec) -> Result<(usize, usize, usize, usize)> {
     let (nin, nx, ny, nout) = (count("in")?, count("x")?, count("y")?, count("out")?);
     let mine = derive_unchecked(spec).map_err(|e| bad(e.to_string()))?;
     let seed = derive_unchecked(&seed_spec(nin, nx, ny, nout)).map_err(|e| bad(e.to_string()))?;
-    if mine.threads != seed.threads {
+    // Indices alike and names alike: the same loop bodies over the same stages and streams.
+    if mine.threads != seed.threads || mine.stages != seed.stages || mine.streams != seed.streams {
         return Err(bad(
             "not shaped like the seed (threads h2g: h2g, f, g, h and g2h: g2h with sync, on \
              streams s_h2g, s_f, s_g, s_h, s_g2h, reading and writing in, x, y, out)"
@@ -213,7 +214,13 @@ pub(crate) fn run<D: Device>(
             }),
             None => stages,
         };
-        runtime::run(plan, b, &streams, &stages, opt.batches)?
+        runtime::run(RunConfig {
+            plan,
+            backend: b,
+            streams: &streams,
+            stages: &stages,
+            batches: opt.batches,
+        })?
     };
     Ok((stats.wall, checker.finish()))
 }

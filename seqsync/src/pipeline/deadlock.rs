@@ -21,7 +21,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::derive::{ring_index, Op, Plan};
+use super::derive::{Op, Plan};
 use super::error::PlanError;
 use super::spec::MAX_VALUE;
 
@@ -256,7 +256,6 @@ fn to_i64(what: &str, v: u64) -> Result<i64, PlanError> {
 
 impl Model {
     fn new(plan: &Plan) -> Result<Self, PlanError> {
-        let index = ring_index(plan);
         let mut rings = Vec::with_capacity(plan.rings.len());
         for r in &plan.rings {
             if r.max_size == 0 {
@@ -269,18 +268,12 @@ impl Model {
                 consumers: Vec::new(),
             });
         }
-        let find = |name: &str| {
-            index
-                .get(name)
-                .copied()
-                .ok_or_else(|| invalid(format!("op names unknown ring `{name}`")))
-        };
         let mut threads = Vec::new();
         let mut max_lag = 0;
         for (t, tp) in plan.threads.iter().enumerate() {
             let mut ops = Vec::with_capacity(tp.ops.len());
             for (k, op) in tp.ops.iter().enumerate() {
-                let m = lower_op(op, &find)?;
+                let m = lower_op(plan, op)?;
                 match &m {
                     MOp::Consume {
                         ring, lag, stage, ..
@@ -354,52 +347,76 @@ fn union(parent: &mut [usize], a: usize, b: usize) {
     parent[ra.max(rb)] = ra.min(rb);
 }
 
-fn lower_op(op: &Op, find: &impl Fn(&str) -> Result<usize, PlanError>) -> Result<MOp, PlanError> {
-    Ok(match op {
+/// `op` for the model: its ring checked against the plan, its stage as a name, its lag in range.
+fn lower_op(plan: &Plan, op: &Op) -> Result<MOp, PlanError> {
+    let ring = |r: usize| {
+        if r < plan.rings.len() {
+            Ok(r)
+        } else {
+            Err(invalid(format!(
+                "op names ring #{r}, but the plan has {} rings",
+                plan.rings.len()
+            )))
+        }
+    };
+    let stage = |g: usize| {
+        plan.stages.get(g).map(|s| s.name.clone()).ok_or_else(|| {
+            invalid(format!(
+                "op names stage #{g}, but the plan has {} stages",
+                plan.stages.len()
+            ))
+        })
+    };
+    let lag = |lag: i64| {
+        if (0..=MAX_VALUE as i64).contains(&lag) {
+            Ok(lag)
+        } else {
+            Err(invalid(format!("lag = {lag} is not in 0..={MAX_VALUE}")))
+        }
+    };
+    Ok(match *op {
         Op::Wait {
-            stage,
-            ring,
-            lag,
+            stage: g,
+            ring: r,
+            lag: l,
             blocking,
             ..
         } => MOp::Consume {
-            ring: find(ring)?,
-            lag: to_i64("lag", *lag)?,
-            blocking: *blocking,
-            stage: stage.clone(),
+            ring: ring(r)?,
+            lag: lag(l)?,
+            blocking,
+            stage: stage(g)?,
             sync: false,
         },
         Op::Synchronize {
-            stage,
-            ring,
-            lag,
+            stage: g,
+            ring: r,
+            lag: l,
             blocking,
         } => MOp::Consume {
-            ring: find(ring)?,
-            lag: to_i64("lag", *lag)?,
-            blocking: *blocking,
-            stage: stage.clone(),
+            ring: ring(r)?,
+            lag: lag(l)?,
+            blocking,
+            stage: stage(g)?,
             sync: true,
         },
-        Op::Launch { stage } => MOp::Launch {
-            stage: stage.clone(),
-        },
+        Op::Launch { stage: g } => MOp::Launch { stage: stage(g)? },
         Op::Record {
-            stage,
-            ring,
+            stage: g,
+            ring: r,
             blocking,
             ..
         } => MOp::Record {
-            ring: find(ring)?,
-            blocking: *blocking,
-            stage: stage.clone(),
+            ring: ring(r)?,
+            blocking,
+            stage: stage(g)?,
         },
     })
 }
 
 fn check_counts(plan: &Plan, rings: &[MRing]) -> Result<(), PlanError> {
     for (r, m) in plan.rings.iter().zip(rings) {
-        if r.nconsumers != m.consumers.len() {
+        if r.nconsumers as usize != m.consumers.len() {
             return Err(invalid(format!(
                 "ring `{}` has nconsumers {} but {} ops consume it",
                 r.name,

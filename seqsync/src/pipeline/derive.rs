@@ -12,7 +12,6 @@
 //! instead of stream-waiting. When one stage would wait twice on the same ring,
 //! only the wait with the smallest lag is kept (it implies the other).
 
-use std::collections::HashMap;
 use std::fmt;
 
 use serde::Serialize;
@@ -36,8 +35,8 @@ pub struct Consumer {
     pub stage: String,
     /// The host thread making the call.
     pub thread: String,
-    /// It consumes seq `s - lag` while handling batch `s`.
-    pub lag: u64,
+    /// It consumes seq `s - lag` while handling batch `s` (never negative).
+    pub lag: i64,
     /// Whether the call blocks until the seq is recorded.
     pub blocking: bool,
     /// Stream wait or host synchronize.
@@ -58,7 +57,7 @@ pub struct Ring {
     /// Where the producer runs.
     pub place: Place,
     /// Number of waits and synchronizes that name this ring.
-    pub nconsumers: usize,
+    pub nconsumers: u32,
     /// The ring's capacity.
     pub max_size: u64,
     /// Smallest max_size that keeps the producer's thread from blocking on itself.
@@ -73,53 +72,56 @@ pub struct Ring {
 
 /// One operation of a thread's loop body, executed for batch `s` = the
 /// iteration number. This is what a runtime executes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "op")]
+///
+/// Stages, rings and streams are indices into [`Plan::stages`], [`Plan::rings`] and
+/// [`Plan::streams`]; ring `i` is the ring of stage `i`. Lags are `i64`, the type of a seq.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
     /// `ring.wait(stream, s - lag, blocking)` on behalf of `stage`.
     Wait {
         /// The stage about to launch.
-        stage: String,
+        stage: usize,
         /// The ring waited on.
-        ring: String,
-        /// Lag subtracted from the batch number.
-        lag: u64,
+        ring: usize,
+        /// Lag subtracted from the batch number (never negative).
+        lag: i64,
         /// Blocking flag of the call.
         blocking: bool,
         /// The stream made to wait (the stage's stream).
-        stream: String,
+        stream: usize,
     },
     /// `ring.synchronize(s - lag, blocking)`: the host thread waits.
     Synchronize {
         /// The stage on whose behalf the thread waits.
-        stage: String,
+        stage: usize,
         /// The ring waited on.
-        ring: String,
-        /// Lag subtracted from the batch number.
-        lag: u64,
+        ring: usize,
+        /// Lag subtracted from the batch number (never negative).
+        lag: i64,
         /// Blocking flag of the call.
         blocking: bool,
     },
     /// Launch the stage's work for batch `s`.
     Launch {
         /// The stage.
-        stage: String,
+        stage: usize,
     },
-    /// `ring.record(stream, s, blocking)`.
+    /// `ring.record(stream, s, blocking)`, or for a host stage
+    /// `ring.record_host(s, blocking)`.
     Record {
         /// The stage that just launched.
-        stage: String,
+        stage: usize,
         /// Its ring.
-        ring: String,
+        ring: usize,
         /// Blocking flag of the call.
         blocking: bool,
         /// The stream recorded on (`None` for a host stage).
-        stream: Option<String>,
+        stream: Option<usize>,
     },
 }
 
 /// The operations of one host thread's loop body, in order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ThreadPlan {
     /// Thread name.
     pub name: String,
@@ -127,9 +129,27 @@ pub struct ThreadPlan {
     pub ops: Vec<Op>,
 }
 
-/// Everything a runtime needs: the rings and each thread's loop body.
+/// One stage, as the plan's ops refer to it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StagePlan {
+    /// Stage name (= its ring's name).
+    pub name: String,
+    /// Index of its thread in [`Plan::threads`].
+    pub thread: usize,
+    /// Index of its stream in [`Plan::streams`]; `None` for a host stage.
+    pub stream: Option<usize>,
+}
+
+/// Everything a runtime needs: the stages, streams and rings, and each thread's loop body,
+/// with every name resolved to an index.
+///
+/// Serialized (and displayed) with names, as the spec wrote them.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
+    /// Every stage, in thread and program order; stage `i` produces ring `i`.
+    pub stages: Vec<StagePlan>,
+    /// Every stream name, in order of first use.
+    pub streams: Vec<String>,
     /// One ring per stage, in thread and program order.
     pub rings: Vec<Ring>,
     /// One entry per host thread, in declaration order.
@@ -142,6 +162,16 @@ impl Plan {
         self.rings.iter().find(|r| r.name == name)
     }
 
+    /// The index of the ring named `name`.
+    pub fn ring_index(&self, name: &str) -> Option<usize> {
+        self.rings.iter().position(|r| r.name == name)
+    }
+
+    /// The index of the stage named `name`.
+    pub fn stage_index(&self, name: &str) -> Option<usize> {
+        self.stages.iter().position(|s| s.name == name)
+    }
+
     /// The loop body of thread `name`.
     pub fn thread(&self, name: &str) -> Option<&ThreadPlan> {
         self.threads.iter().find(|t| t.name == name)
@@ -151,6 +181,112 @@ impl Plan {
     pub fn to_json(&self) -> String {
         // Serializing plain structs of strings and integers cannot fail.
         serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// `op` with names instead of indices (`?` for an index out of range).
+    pub fn named(&self, op: &Op) -> NamedOp<'_> {
+        let stage = |i: usize| self.stages.get(i).map_or("?", |s| s.name.as_str());
+        let ring = |i: usize| self.rings.get(i).map_or("?", |r| r.name.as_str());
+        let stream = |i: usize| self.streams.get(i).map_or("?", String::as_str);
+        match *op {
+            Op::Wait {
+                stage: g,
+                ring: r,
+                lag,
+                blocking,
+                stream: st,
+            } => NamedOp::Wait {
+                stage: stage(g),
+                ring: ring(r),
+                lag,
+                blocking,
+                stream: stream(st),
+            },
+            Op::Synchronize {
+                stage: g,
+                ring: r,
+                lag,
+                blocking,
+            } => NamedOp::Synchronize {
+                stage: stage(g),
+                ring: ring(r),
+                lag,
+                blocking,
+            },
+            Op::Launch { stage: g } => NamedOp::Launch { stage: stage(g) },
+            Op::Record {
+                stage: g,
+                ring: r,
+                blocking,
+                stream: st,
+            } => NamedOp::Record {
+                stage: stage(g),
+                ring: ring(r),
+                blocking,
+                stream: st.map(stream),
+            },
+        }
+    }
+}
+
+/// An [`Op`] with names instead of indices ([`Plan::named`]): what the plan's JSON and text
+/// show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "op")]
+#[allow(missing_docs)] // the fields are those of `Op`, named
+pub enum NamedOp<'a> {
+    /// See [`Op::Wait`].
+    Wait {
+        stage: &'a str,
+        ring: &'a str,
+        lag: i64,
+        blocking: bool,
+        stream: &'a str,
+    },
+    /// See [`Op::Synchronize`].
+    Synchronize {
+        stage: &'a str,
+        ring: &'a str,
+        lag: i64,
+        blocking: bool,
+    },
+    /// See [`Op::Launch`].
+    Launch { stage: &'a str },
+    /// See [`Op::Record`].
+    Record {
+        stage: &'a str,
+        ring: &'a str,
+        blocking: bool,
+        stream: Option<&'a str>,
+    },
+}
+
+impl Serialize for Plan {
+    /// `{"rings": [...], "threads": [{"name", "ops": [{"op": "Wait", "stage", "ring", ...}]}]}`,
+    /// every index replaced by its name.
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct NamedThread<'a> {
+            name: &'a str,
+            ops: Vec<NamedOp<'a>>,
+        }
+        #[derive(Serialize)]
+        struct NamedPlan<'a> {
+            rings: &'a [Ring],
+            threads: Vec<NamedThread<'a>>,
+        }
+        NamedPlan {
+            rings: &self.rings,
+            threads: self
+                .threads
+                .iter()
+                .map(|t| NamedThread {
+                    name: &t.name,
+                    ops: t.ops.iter().map(|op| self.named(op)).collect(),
+                })
+                .collect(),
+        }
+        .serialize(serializer)
     }
 }
 
@@ -200,8 +336,43 @@ fn derive_with(spec: &PipelineSpec, check_bounds: bool) -> Result<Plan, PlanErro
     for (g, located) in consumers.iter().enumerate() {
         rings.push(size_ring(&topo, g, located, check_bounds)?);
     }
-    let threads = emit_threads(&topo, &waits, &rings);
-    Ok(Plan { rings, threads })
+    let (stages, streams) = stages_and_streams(&topo);
+    let threads = emit_threads(&topo, &waits, &rings, &stages);
+    Ok(Plan {
+        stages,
+        streams,
+        rings,
+        threads,
+    })
+}
+
+/// A lag or slot count as the `i64` of a seq. Spec values are at most
+/// [`MAX_VALUE`](super::spec::MAX_VALUE), so this never saturates for a validated spec.
+fn as_lag(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Every stage (global order) with its thread and stream index, and the stream names in order
+/// of first use.
+fn stages_and_streams(topo: &Topology<'_>) -> (Vec<StagePlan>, Vec<String>) {
+    let mut streams: Vec<String> = Vec::new();
+    let stages = (0..topo.stages.len())
+        .map(|g| {
+            let stage = topo.stage(g);
+            let stream = stage.place.stream().map(|name| {
+                streams.iter().position(|s| s == name).unwrap_or_else(|| {
+                    streams.push(name.to_string());
+                    streams.len() - 1
+                })
+            });
+            StagePlan {
+                name: stage.name.name.clone(),
+                thread: topo.stages[g].thread,
+                stream,
+            }
+        })
+        .collect();
+    (stages, streams)
 }
 
 /// The waits stage `g` makes, deduplicated per ring (smallest lag wins).
@@ -259,7 +430,7 @@ fn collect_consumers(topo: &Topology<'_>, waits: &[Vec<PendingWait>]) -> Vec<Vec
                 consumer: Consumer {
                     stage: stage.name.name.clone(),
                     thread: topo.thread_name(g).to_string(),
-                    lag: w.lag,
+                    lag: as_lag(w.lag),
                     blocking,
                     kind,
                     via: Some(w.via.clone()),
@@ -311,7 +482,7 @@ fn need_of(topo: &Topology<'_>, producer: usize, c: &Located) -> Need {
     let p = topo.stages[producer];
     let slots = c.consumer.via.as_deref().and_then(|b| topo.slots.get(b));
     let name = &c.consumer.stage;
-    let lag = c.consumer.lag;
+    let lag = c.consumer.lag.unsigned_abs();
     if c.thread != p.thread {
         let count = slots.map_or(1, |s| s.count);
         let via = c.consumer.via.as_deref().unwrap_or("?");
@@ -407,7 +578,7 @@ fn size_ring(
         producer: name,
         thread: topo.thread_name(g).to_string(),
         place: stage.place.clone(),
-        nconsumers: consumers.len(),
+        nconsumers: u32::try_from(consumers.len()).unwrap_or(u32::MAX),
         max_size,
         bound,
         record_blocking: consumers.iter().any(|c| c.blocking),
@@ -438,6 +609,7 @@ fn emit_threads(
     topo: &Topology<'_>,
     waits: &[Vec<PendingWait>],
     rings: &[Ring],
+    stages: &[StagePlan],
 ) -> Vec<ThreadPlan> {
     let mut threads: Vec<ThreadPlan> = topo
         .spec
@@ -449,9 +621,8 @@ fn emit_threads(
         })
         .collect();
     for (g, stage_waits) in waits.iter().enumerate() {
-        let at = topo.stages[g];
-        let ops = &mut threads[at.thread].ops;
-        emit_stage(topo, g, stage_waits, &rings[g], ops);
+        let ops = &mut threads[stages[g].thread].ops;
+        emit_stage(topo, g, stage_waits, &rings[g], &stages[g], ops);
     }
     threads
 }
@@ -461,43 +632,39 @@ fn emit_stage(
     g: usize,
     stage_waits: &[PendingWait],
     ring: &Ring,
+    plan: &StagePlan,
     ops: &mut Vec<Op>,
 ) {
-    let stage = topo.stage(g);
-    let name = &stage.name.name;
-    let my_thread = topo.stages[g].thread;
     for w in stage_waits {
-        let ring = topo.stage(w.producer).name.name.clone();
-        let blocking = topo.stages[w.producer].thread != my_thread;
-        ops.push(match &stage.place {
-            Place::Stream(s) => Op::Wait {
-                stage: name.clone(),
-                ring,
-                lag: w.lag,
+        let blocking = topo.stages[w.producer].thread != plan.thread;
+        let lag = as_lag(w.lag);
+        ops.push(match plan.stream {
+            Some(stream) => Op::Wait {
+                stage: g,
+                ring: w.producer,
+                lag,
                 blocking,
-                stream: s.clone(),
+                stream,
             },
-            Place::Host => Op::Synchronize {
-                stage: name.clone(),
-                ring,
-                lag: w.lag,
+            None => Op::Synchronize {
+                stage: g,
+                ring: w.producer,
+                lag,
                 blocking,
             },
         });
     }
-    ops.push(Op::Launch {
-        stage: name.clone(),
-    });
+    ops.push(Op::Launch { stage: g });
     ops.push(Op::Record {
-        stage: name.clone(),
-        ring: name.clone(),
+        stage: g,
+        ring: g,
         blocking: ring.record_blocking,
-        stream: stage.place.stream().map(str::to_string),
+        stream: plan.stream,
     });
-    if stage.sync {
+    if topo.stage(g).sync {
         ops.push(Op::Synchronize {
-            stage: name.clone(),
-            ring: name.clone(),
+            stage: g,
+            ring: g,
             lag: 0,
             blocking: false,
         });
@@ -505,7 +672,7 @@ fn emit_stage(
 }
 
 /// `s` or `s-3`.
-fn seq(lag: u64) -> String {
+fn seq(lag: i64) -> String {
     if lag == 0 {
         "s".to_string()
     } else {
@@ -513,7 +680,7 @@ fn seq(lag: u64) -> String {
     }
 }
 
-impl fmt::Display for Op {
+impl fmt::Display for NamedOp<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let b = |blocking: &bool| {
             if *blocking {
@@ -523,27 +690,27 @@ impl fmt::Display for Op {
             }
         };
         match self {
-            Op::Wait {
+            NamedOp::Wait {
                 ring,
                 lag,
                 blocking,
                 stream,
                 ..
             } => write!(f, "{ring}.wait({stream}, {}, {})", seq(*lag), b(blocking)),
-            Op::Synchronize {
+            NamedOp::Synchronize {
                 ring,
                 lag,
                 blocking,
                 ..
             } => write!(f, "{ring}.synchronize({}, {})", seq(*lag), b(blocking)),
-            Op::Launch { stage } => write!(f, "launch {stage}(s)"),
-            Op::Record {
+            NamedOp::Launch { stage } => write!(f, "launch {stage}(s)"),
+            NamedOp::Record {
                 ring,
                 blocking,
                 stream,
                 ..
             } => {
-                let place = stream.as_deref().unwrap_or("host");
+                let place = stream.unwrap_or("host");
                 write!(f, "{ring}.record({place}, s, {})", b(blocking))
             }
         }
@@ -622,19 +789,10 @@ impl fmt::Display for Plan {
         for t in &self.threads {
             writeln!(f, "\nthread {}: for s in 0.. {{", t.name)?;
             for op in &t.ops {
-                writeln!(f, "    {op}")?;
+                writeln!(f, "    {}", self.named(op))?;
             }
             writeln!(f, "}}")?;
         }
         Ok(())
     }
-}
-
-/// Index of ring names, shared with the deadlock checker.
-pub(crate) fn ring_index(plan: &Plan) -> HashMap<&str, usize> {
-    plan.rings
-        .iter()
-        .enumerate()
-        .map(|(i, r)| (r.name.as_str(), i))
-        .collect()
 }

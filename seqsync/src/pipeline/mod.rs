@@ -61,7 +61,10 @@ pub mod spec;
 pub mod spec_toml;
 
 pub use deadlock::{check_deadlock, check_deadlock_with, CheckOptions, Step, Trace, Verdict};
-pub use derive::{derive, derive_unchecked, Consumer, ConsumerKind, Op, Plan, Ring, ThreadPlan};
+pub use derive::{
+    derive, derive_unchecked, Consumer, ConsumerKind, NamedOp, Op, Plan, Ring, StagePlan,
+    ThreadPlan,
+};
 pub use error::PlanError;
 pub use spec::{
     BufferSpec, Ident, MaxSizeOverride, ParamSpec, PipelineBuilder, PipelineSpec, Place, Slots,

@@ -36,7 +36,7 @@
 //! use seqsync::pipeline::{derive, runtime, PipelineSpec, StageSpec};
 //! use seqsync::HostBackend;
 //!
-//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # fn main() -> seqsync::Result<()> { // derive's PlanError and run's Error: one family
 //! let spec = PipelineSpec::builder()
 //!     .buffer("in", 2).buffer("out", 2)
 //!     .thread("t0")
@@ -61,7 +61,13 @@
 //!         processed.fetch_add(1, Ordering::Relaxed); // process_data
 //!         Ok(())
 //!     });
-//! let stats = runtime::run(&plan, &host, &streams, &stages, 10)?;
+//! let stats = runtime::run(runtime::RunConfig {
+//!     plan: &plan,
+//!     backend: &host,
+//!     streams: &streams,
+//!     stages: &stages,
+//!     batches: 10,
+//! })?;
 //! assert_eq!(processed.load(Ordering::Relaxed), 10);
 //! assert_eq!(stats.thread("t0").unwrap().launches, 20);
 //! # Ok(())
@@ -76,6 +82,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::derive::{Op, Plan};
+use super::PlanError;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::{Blocking, EventRingbuf};
@@ -203,25 +210,10 @@ impl RunStats {
     }
 }
 
-/// Every stream name the plan's ops use, sorted.
+/// Every stream name the plan uses ([`Plan::streams`]), sorted.
 pub fn required_streams(plan: &Plan) -> Vec<String> {
-    let mut names = BTreeSet::new();
-    for t in &plan.threads {
-        for op in &t.ops {
-            match op {
-                Op::Wait { stream, .. } => {
-                    names.insert(stream.clone());
-                }
-                Op::Record {
-                    stream: Some(s), ..
-                } => {
-                    names.insert(s.clone());
-                }
-                _ => {}
-            }
-        }
-    }
-    names.into_iter().collect()
+    let names: BTreeSet<&String> = plan.streams.iter().collect();
+    names.into_iter().cloned().collect()
 }
 
 /// One new stream of `backend` per [`required_streams`] name.
@@ -269,29 +261,39 @@ fn stage_err(stage: &str, message: impl Into<String>) -> Error {
     }
 }
 
-fn lag_of(stage: &str, lag: u64) -> Result<i64> {
-    i64::try_from(lag).map_err(|_| stage_err(stage, format!("lag {lag} exceeds i64")))
-}
-
-/// Resolves every op of every thread; every missing piece is an error here.
+/// Resolves every op of every thread to rings, streams and closures; every missing piece is
+/// an error here.
 fn compile<'r, 'a, B: Backend>(
     plan: &'r Plan,
     streams: &'r HashMap<String, B::Stream>,
     stages: &'r Stages<'a, B>,
 ) -> Result<Vec<Vec<Step<'r, 'a, B>>>> {
-    let index: HashMap<&str, usize> = plan
-        .rings
-        .iter()
-        .enumerate()
-        .map(|(i, r)| (r.name.as_str(), i))
-        .collect();
-    let ring = |stage: &str, name: &str| {
-        index
-            .get(name)
-            .copied()
-            .ok_or_else(|| stage_err(stage, format!("the plan has no ring `{name}`")))
+    let inconsistent = |message: String| Error::Plan(PlanError::InvalidPlan { message });
+    let stage_name = |g: usize| -> Result<&'r str> {
+        plan.stages.get(g).map(|s| s.name.as_str()).ok_or_else(|| {
+            inconsistent(format!(
+                "an op names stage #{g}, but the plan has {} stages",
+                plan.stages.len()
+            ))
+        })
     };
-    let stream = |stage: &str, name: &str| {
+    let ring = |stage: &str, r: usize| {
+        if r < plan.rings.len() {
+            Ok(r)
+        } else {
+            Err(inconsistent(format!(
+                "stage `{stage}` names ring #{r}, but the plan has {} rings",
+                plan.rings.len()
+            )))
+        }
+    };
+    let stream = |stage: &str, i: usize| -> Result<&'r B::Stream> {
+        let name = plan.streams.get(i).ok_or_else(|| {
+            inconsistent(format!(
+                "stage `{stage}` names stream #{i}, but the plan has {} streams",
+                plan.streams.len()
+            ))
+        })?;
         streams.get(name).ok_or_else(|| {
             stage_err(
                 stage,
@@ -302,13 +304,22 @@ fn compile<'r, 'a, B: Backend>(
             )
         })
     };
+    let lag_of = |stage: &str, lag: i64| {
+        if lag >= 0 {
+            Ok(lag)
+        } else {
+            Err(inconsistent(format!(
+                "stage `{stage}` waits at negative lag {lag}"
+            )))
+        }
+    };
     // Names given for stages the plan lacks are typos: say so.
     let launched: BTreeSet<&str> = plan
         .threads
         .iter()
         .flat_map(|t| &t.ops)
         .filter_map(|op| match op {
-            Op::Launch { stage } => Some(stage.as_str()),
+            Op::Launch { stage } => plan.stages.get(*stage).map(|s| s.name.as_str()),
             _ => None,
         })
         .collect();
@@ -326,76 +337,72 @@ fn compile<'r, 'a, B: Backend>(
     let mut out = Vec::with_capacity(plan.threads.len());
     for t in &plan.threads {
         let mut steps = Vec::with_capacity(t.ops.len());
-        // The stream of the stage whose ops come next (its Wait ops name it; its Record too).
-        let mut stage_stream: HashMap<&str, Option<&B::Stream>> = HashMap::new();
         for op in &t.ops {
-            if let Op::Record {
-                stage, stream: s, ..
-            } = op
-            {
-                let st = match s {
-                    Some(s) => Some(stream(stage, s)?),
-                    None => None,
-                };
-                stage_stream.insert(stage.as_str(), st);
-            }
-        }
-        for op in &t.ops {
-            steps.push(match op {
+            steps.push(match *op {
                 Op::Wait {
                     stage,
                     ring: r,
                     lag,
                     blocking,
                     stream: s,
-                } => Step::Wait {
-                    ring: ring(stage, r)?,
-                    lag: lag_of(stage, *lag)?,
-                    blocking: (*blocking).into(),
-                    stream: stream(stage, s)?,
-                },
+                } => {
+                    let name = stage_name(stage)?;
+                    Step::Wait {
+                        ring: ring(name, r)?,
+                        lag: lag_of(name, lag)?,
+                        blocking: blocking.into(),
+                        stream: stream(name, s)?,
+                    }
+                }
                 Op::Synchronize {
                     stage,
                     ring: r,
                     lag,
                     blocking,
                 } => {
+                    let name = stage_name(stage)?;
                     let own = stage == r;
                     if own {
-                        synced.insert(stage.as_str());
+                        synced.insert(name);
                     }
                     Step::Sync {
-                        ring: ring(stage, r)?,
-                        lag: lag_of(stage, *lag)?,
-                        blocking: (*blocking).into(),
+                        ring: ring(name, r)?,
+                        lag: lag_of(name, lag)?,
+                        blocking: blocking.into(),
                         after: if own {
-                            stages.after_sync.get(stage)
+                            stages.after_sync.get(name)
                         } else {
                             None
                         },
                     }
                 }
-                Op::Launch { stage } => Step::Launch {
-                    stage,
-                    stream: stage_stream.get(stage.as_str()).copied().flatten(),
-                    f: stages.launch.get(stage).ok_or_else(|| {
-                        stage_err(stage, "no closure was given for this stage (Stages::stage)")
-                    })?,
-                },
+                Op::Launch { stage } => {
+                    let name = stage_name(stage)?;
+                    Step::Launch {
+                        stage: name,
+                        stream: match plan.stages[stage].stream {
+                            Some(s) => Some(stream(name, s)?),
+                            None => None,
+                        },
+                        f: stages.launch.get(name).ok_or_else(|| {
+                            stage_err(name, "no closure was given for this stage (Stages::stage)")
+                        })?,
+                    }
+                }
                 Op::Record {
                     stage,
                     ring: r,
                     blocking,
                     stream: s,
                 } => {
-                    let st = match s {
-                        Some(s) => Some(stream(stage, s)?),
-                        None => None,
-                    };
+                    let name = stage_name(stage)?;
                     Step::Record {
-                        ring: ring(stage, r)?,
-                        blocking: (*blocking).into(),
-                        stream: st,
+                        ring: ring(name, r)?,
+                        blocking: blocking.into(),
+                        stream: match s {
+                            Some(s) => Some(stream(name, s)?),
+                            None => None,
+                        },
                     }
                 }
             });
@@ -526,22 +533,39 @@ fn run_thread<B: Backend>(
     Ok(())
 }
 
-/// Runs `plan` for seqs `0..batches`: one [`EventRingbuf`] per ring, one OS thread per plan
+/// What [`run`] runs, by name: `runtime::run(RunConfig { plan: &plan, backend: &host,
+/// streams: &streams, stages: &stages, batches: 10 })`.
+pub struct RunConfig<'r, 'a, B: Backend> {
+    /// The derived plan.
+    pub plan: &'r Plan,
+    /// The backend the rings are made on.
+    pub backend: &'r B,
+    /// A stream of `backend` for every name of [`required_streams`] ([`new_streams`] makes
+    /// them).
+    pub streams: &'r HashMap<String, B::Stream>,
+    /// The work: one closure per stage.
+    pub stages: &'r Stages<'a, B>,
+    /// Seqs `0..batches` run.
+    pub batches: i64,
+}
+
+/// Runs the plan for seqs `0..batches`: one [`EventRingbuf`] per ring, one OS thread per plan
 /// thread, each executing its ops in order (see the [module docs](self)).
-///
-/// `streams` maps every name of [`required_streams`] to a stream of `backend`.
 ///
 /// # Errors
 /// [`Error::Stage`] before anything runs, for a stage without a closure, a missing stream, or
-/// a closure naming no stage; [`Error::InvalidArgument`] for `batches < 0`; otherwise the first
+/// a closure naming no stage; [`Error::Plan`] for a plan whose ops name a stage, ring or
+/// stream it does not have (a hand-edited plan); [`Error::InvalidArgument`] for
+/// `batches < 0`; otherwise the first
 /// error any thread hit (a ring's, a closure's, or [`Error::Stage`] for a panicking closure).
-pub fn run<B: Backend>(
-    plan: &Plan,
-    backend: &B,
-    streams: &HashMap<String, B::Stream>,
-    stages: &Stages<'_, B>,
-    batches: i64,
-) -> Result<RunStats> {
+pub fn run<B: Backend>(config: RunConfig<'_, '_, B>) -> Result<RunStats> {
+    let RunConfig {
+        plan,
+        backend,
+        streams,
+        stages,
+        batches,
+    } = config;
     if batches < 0 {
         return Err(Error::InvalidArgument {
             ring: "pipeline runtime".into(),
@@ -553,9 +577,8 @@ pub fn run<B: Backend>(
         .rings
         .iter()
         .map(|r| {
-            let n = u32::try_from(r.nconsumers).unwrap_or(u32::MAX);
             let size = usize::try_from(r.max_size).unwrap_or(usize::MAX);
-            EventRingbuf::new(backend, r.name.clone(), n, size)
+            EventRingbuf::new(backend, r.name.clone(), r.nconsumers, size)
         })
         .collect::<Result<Vec<_>>>()?;
     let first: Mutex<Option<Error>> = Mutex::new(None);
