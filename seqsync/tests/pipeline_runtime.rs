@@ -93,11 +93,11 @@ fn run_plan_values(host: &HostBackend, plan: &Plan, n: [u64; 4], batches: i64) -
             Ok(())
         });
     let stats = runtime::run(runtime::RunConfig {
-        plan: plan,
+        plan,
         backend: host,
         streams: &streams,
         stages: &stages,
-        batches: batches,
+        batches,
     })
     .unwrap();
     assert_eq!(stats.thread("h2g").unwrap().iterations, batches);
