@@ -1,0 +1,388 @@
+//! Validation of a [`PipelineSpec`]: names, ranges, dataflow; and the indexed view of a valid
+//! spec ([`Topology`]) that `derive` works from.
+
+use std::collections::HashMap;
+
+use super::{Ident, PipelineSpec, Place, Slots, StageSpec, MAX_VALUE};
+use crate::pipeline::error::PlanError;
+
+/// Rejects values too large to be used as seq-id lags.
+/// The one max_size limit, [`crate::ring::MAX_SIZE`], in words.
+pub(crate) fn max_size_limit() -> String {
+    format!(
+        "a ring holds at most 2^30 = {} entries (seqsync::ring::MAX_SIZE)",
+        crate::ring::MAX_SIZE
+    )
+}
+
+pub(crate) fn check_range(name: &str, value: u64, line: Option<usize>) -> Result<(), PlanError> {
+    if value > MAX_VALUE {
+        return Err(PlanError::InvalidValue {
+            line,
+            name: name.to_string(),
+            value: i128::from(value),
+            problem: format!("at most {MAX_VALUE}"),
+        });
+    }
+    Ok(())
+}
+
+/// Where a stage sits: its thread and its index in that thread's program.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StageAt {
+    pub thread: usize,
+    pub index: usize,
+}
+
+/// A buffer's resolved slot count and the parameter it came from.
+#[derive(Debug, Clone)]
+pub(crate) struct ResolvedSlots {
+    pub count: u64,
+    pub param: Option<String>,
+}
+
+/// The validated, indexed view of a spec that `derive` works from.
+#[derive(Debug)]
+pub(crate) struct Topology<'a> {
+    pub spec: &'a PipelineSpec,
+    /// Stages in global order (threads, then program order).
+    pub stages: Vec<StageAt>,
+    /// Buffer name -> its writer (global stage index).
+    pub writer: HashMap<&'a str, usize>,
+    /// Buffer name -> its readers (global stage indices, in global order).
+    pub readers: HashMap<&'a str, Vec<usize>>,
+    /// Buffer name -> slots.
+    pub slots: HashMap<&'a str, ResolvedSlots>,
+}
+
+impl<'a> Topology<'a> {
+    /// Validates `spec` and indexes it.
+    pub fn new(spec: &'a PipelineSpec) -> Result<Self, PlanError> {
+        check_duplicates(spec)?;
+        if spec.threads.iter().all(|t| t.stages.is_empty()) {
+            return Err(PlanError::NoStages);
+        }
+        let slots = resolve_slots(spec)?;
+        check_overrides(spec)?;
+        check_streams(spec)?;
+        let stages: Vec<StageAt> = spec
+            .threads
+            .iter()
+            .enumerate()
+            .flat_map(|(t, th)| {
+                (0..th.stages.len()).map(move |i| StageAt {
+                    thread: t,
+                    index: i,
+                })
+            })
+            .collect();
+        let mut topo = Topology {
+            spec,
+            stages,
+            writer: HashMap::new(),
+            readers: HashMap::new(),
+            slots,
+        };
+        topo.link_buffers()?;
+        topo.check_cycles()?;
+        Ok(topo)
+    }
+
+    /// The stage at global index `g`.
+    pub fn stage(&self, g: usize) -> &'a StageSpec {
+        let at = self.stages[g];
+        &self.spec.threads[at.thread].stages[at.index]
+    }
+
+    /// The name of the thread running global stage `g`.
+    pub fn thread_name(&self, g: usize) -> &'a str {
+        &self.spec.threads[self.stages[g].thread].name.name
+    }
+
+    fn link_buffers(&mut self) -> Result<(), PlanError> {
+        for g in 0..self.stages.len() {
+            let stage = self.stage(g);
+            for w in &stage.writes {
+                let buf = self.known_buffer(stage, w)?;
+                if let Some(&first) = self.writer.get(buf) {
+                    return Err(PlanError::MultipleWriters {
+                        line: w.line,
+                        buffer: buf.to_string(),
+                        first: self.stage(first).name.name.clone(),
+                        second: stage.name.name.clone(),
+                    });
+                }
+                self.writer.insert(buf, g);
+            }
+            for r in &stage.reads {
+                let buf = self.known_buffer(stage, r)?;
+                self.readers.entry(buf).or_default().push(g);
+            }
+        }
+        for g in 0..self.stages.len() {
+            let stage = self.stage(g);
+            if let Some(r) = stage
+                .reads
+                .iter()
+                .find(|r| !self.writer.contains_key(r.name.as_str()))
+            {
+                return Err(PlanError::NeverWritten {
+                    line: r.line,
+                    buffer: r.name.clone(),
+                    reader: stage.name.name.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Resolves a buffer reference to the declared name (borrowed from the spec).
+    fn known_buffer(&self, stage: &StageSpec, r: &Ident) -> Result<&'a str, PlanError> {
+        self.spec
+            .buffers
+            .iter()
+            .find(|b| b.name.name == r.name)
+            .map(|b| b.name.name.as_str())
+            .ok_or_else(|| PlanError::UnknownBuffer {
+                line: r.line,
+                stage: stage.name.name.clone(),
+                buffer: r.name.clone(),
+            })
+    }
+
+    /// Lag-0 dependency edges: program order, and writer -> reader.
+    fn lag0_edges(&self) -> Vec<Vec<Edge>> {
+        let mut adj: Vec<Vec<Edge>> = vec![Vec::new(); self.stages.len()];
+        for g in 1..self.stages.len() {
+            if self.stages[g].thread == self.stages[g - 1].thread {
+                adj[g - 1].push(Edge {
+                    to: g,
+                    via: None,
+                    line: None,
+                });
+            }
+        }
+        for g in 0..self.stages.len() {
+            for r in &self.stage(g).reads {
+                let w = self.writer[r.name.as_str()];
+                adj[w].push(Edge {
+                    to: g,
+                    via: Some(r.name.clone()),
+                    line: r.line,
+                });
+            }
+        }
+        adj
+    }
+
+    fn check_cycles(&self) -> Result<(), PlanError> {
+        let adj = self.lag0_edges();
+        let mut color = vec![Color::White; adj.len()];
+        let mut path: Vec<(usize, Edge)> = Vec::new();
+        for start in 0..adj.len() {
+            if color[start] == Color::White {
+                if let Some(cycle) = dfs(start, &adj, &mut color, &mut path) {
+                    return Err(self.cycle_error(&cycle));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Describes a cycle given as (from, edge) pairs.
+    fn cycle_error(&self, cycle: &[(usize, Edge)]) -> PlanError {
+        let name = |g: usize| self.stage(g).name.name.clone();
+        let mut parts = Vec::new();
+        for (from, e) in cycle {
+            match &e.via {
+                Some(buf) => parts.push(format!(
+                    "`{}` reads `{buf}` from `{}` at lag 0",
+                    name(e.to),
+                    name(*from)
+                )),
+                None => parts.push(format!(
+                    "`{}` runs after `{}` on thread `{}`",
+                    name(e.to),
+                    name(*from),
+                    self.thread_name(e.to)
+                )),
+            }
+        }
+        let line = cycle
+            .iter()
+            .rev()
+            .find(|(_, e)| e.via.is_some())
+            .and_then(|(_, e)| e.line);
+        PlanError::LagZeroCycle {
+            line,
+            cycle: cycle.iter().map(|(from, _)| name(*from)).collect(),
+            description: parts.join("; "),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Edge {
+    to: usize,
+    via: Option<String>,
+    line: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Color {
+    White,
+    Grey,
+    Black,
+}
+
+/// Depth-first search; returns the cycle (as (from, edge) pairs) if one is found.
+fn dfs(
+    node: usize,
+    adj: &[Vec<Edge>],
+    color: &mut [Color],
+    path: &mut Vec<(usize, Edge)>,
+) -> Option<Vec<(usize, Edge)>> {
+    color[node] = Color::Grey;
+    for e in &adj[node] {
+        match color[e.to] {
+            Color::Grey => {
+                let start = path
+                    .iter()
+                    .position(|(from, _)| *from == e.to)
+                    .unwrap_or(path.len());
+                let mut cycle: Vec<(usize, Edge)> = path[start..].to_vec();
+                cycle.push((node, e.clone()));
+                return Some(cycle);
+            }
+            Color::White => {
+                path.push((node, e.clone()));
+                if let Some(c) = dfs(e.to, adj, color, path) {
+                    return Some(c);
+                }
+                path.pop();
+            }
+            Color::Black => {}
+        }
+    }
+    color[node] = Color::Black;
+    None
+}
+
+/// Reports the second of two equal names.
+fn first_duplicate<'a>(
+    kind: &'static str,
+    names: impl Iterator<Item = &'a Ident>,
+) -> Result<(), PlanError> {
+    let mut seen: HashMap<&str, Option<usize>> = HashMap::new();
+    for id in names {
+        if let Some(first) = seen.get(id.name.as_str()) {
+            return Err(PlanError::DuplicateName {
+                line: id.line,
+                kind,
+                name: id.name.clone(),
+                first_line: *first,
+            });
+        }
+        seen.insert(&id.name, id.line);
+    }
+    Ok(())
+}
+
+fn check_duplicates(spec: &PipelineSpec) -> Result<(), PlanError> {
+    first_duplicate("parameter", spec.params.iter().map(|p| &p.name))?;
+    first_duplicate("buffer", spec.buffers.iter().map(|b| &b.name))?;
+    if let Some(streams) = &spec.streams {
+        first_duplicate("stream", streams.iter())?;
+    }
+    first_duplicate("thread", spec.threads.iter().map(|t| &t.name))?;
+    let stages = spec.threads.iter().flat_map(|t| t.stages.iter());
+    first_duplicate("stage", stages.clone().map(|s| &s.name))?;
+    for s in stages {
+        first_duplicate("read of a buffer in one stage", s.reads.iter())?;
+        first_duplicate("write of a buffer in one stage", s.writes.iter())?;
+    }
+    first_duplicate("max_size request", spec.max_size.iter().map(|o| &o.ring))
+}
+
+/// Every buffer's slot count, parameters resolved.
+///
+/// # Errors
+/// [`PlanError`] for a buffer whose slot count names an unknown parameter or is out of range.
+pub fn buffer_slots(spec: &PipelineSpec) -> Result<HashMap<String, u64>, PlanError> {
+    Ok(resolve_slots(spec)?
+        .into_iter()
+        .map(|(name, s)| (name.to_owned(), s.count))
+        .collect())
+}
+
+fn resolve_slots(spec: &PipelineSpec) -> Result<HashMap<&str, ResolvedSlots>, PlanError> {
+    let mut out = HashMap::new();
+    for p in &spec.params {
+        check_range(&p.name.name, p.value, p.name.line)?;
+    }
+    for b in &spec.buffers {
+        let line = b.name.line;
+        let (count, param) = match &b.slots {
+            Slots::Count(n) => (*n, None),
+            Slots::Param(p) => {
+                let value = spec.param(p).ok_or_else(|| PlanError::UnknownParam {
+                    line,
+                    buffer: b.name.name.clone(),
+                    param: p.clone(),
+                })?;
+                (value, Some(p.clone()))
+            }
+        };
+        check_range(&b.name.name, count, line)?;
+        if count == 0 {
+            return Err(PlanError::ZeroSlots {
+                line,
+                buffer: b.name.name.clone(),
+                param,
+            });
+        }
+        out.insert(b.name.name.as_str(), ResolvedSlots { count, param });
+    }
+    Ok(out)
+}
+
+fn check_overrides(spec: &PipelineSpec) -> Result<(), PlanError> {
+    for o in &spec.max_size {
+        let name = format!("{}.max_size", o.ring.name);
+        if spec.stage(&o.ring.name).is_none() {
+            return Err(PlanError::UnknownOverride {
+                line: o.ring.line,
+                name,
+                problem: format!("no stage (ring) named `{}`", o.ring.name),
+            });
+        }
+        check_range(&name, o.value, o.ring.line)?;
+        if o.value == 0 {
+            return Err(PlanError::InvalidValue {
+                line: o.ring.line,
+                name,
+                value: 0,
+                problem: "a ring's max_size must be at least 1".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn check_streams(spec: &PipelineSpec) -> Result<(), PlanError> {
+    let Some(declared) = &spec.streams else {
+        return Ok(());
+    };
+    for s in spec.threads.iter().flat_map(|t| t.stages.iter()) {
+        if let Place::Stream(name) = &s.place {
+            if !declared.iter().any(|d| &d.name == name) {
+                return Err(PlanError::UnknownStream {
+                    line: s.place_line.or(s.name.line),
+                    stage: s.name.name.clone(),
+                    stream: name.clone(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
