@@ -11,6 +11,7 @@ use seqsync_demo::demo::{self, DemoConfig, DemoReport, DroppedWait, Engine, Vari
 
 mod bench;
 mod check;
+mod graph;
 
 /// seqsync: order GPU work across CUDA streams and host threads by sequence id.
 ///
@@ -35,6 +36,8 @@ enum Command {
     Check(check::CheckArgs),
     /// Run a declared pipeline (seed-shaped specs) with the demo's kernels and verify it.
     Run(check::RunArgs),
+    /// Lower a command graph to streams + events (or fork-join levels) and report it.
+    Graph(graph::GraphArgs),
 }
 
 #[derive(Args, Clone)]
@@ -132,6 +135,7 @@ fn main() -> ExitCode {
         Some(Command::Bench(a)) => bench::run(a),
         Some(Command::Check(a)) => check::run(a),
         Some(Command::Run(a)) => check::run_spec(a),
+        Some(Command::Graph(a)) => graph::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

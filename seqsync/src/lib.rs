@@ -13,6 +13,7 @@
 //! | ring | [`EventRingbuf`] | one producer records an event per seq; consumers wait on it from streams or host threads |
 //! | pipeline | [`pipeline`] | declare threads, streams, buffers and stages; seqsync derives every ring, proves the schedule deadlock-free |
 //! | memory | [`memory`] | buffer handoff by epochs: moving a buffer between streams waits only for what no event or synchronize ordered |
+//! | graph | [`graph`] | command buffers lowered to streams + events with no false dependency, or to fork-join levels |
 //! | hazard | [`hazard`] | validation mode: a backend wrapper that tracks happens-before with vector clocks and reports unordered buffer accesses |
 //!
 //! ```
@@ -35,6 +36,7 @@
 
 pub mod backend;
 mod error;
+pub mod graph;
 pub mod hazard;
 pub mod memory;
 pub mod pipeline;

@@ -39,11 +39,13 @@ use std::time::Duration;
 use crate::error::Result;
 
 mod any;
+pub mod command;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod host;
 
 pub use any::{AnyBackend, AnyEvent, AnyStream, BackendKind};
+pub use command::{CommandBackend, CopyOp, FillOp, HostFn};
 
 /// How an event is created.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

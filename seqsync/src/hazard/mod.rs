@@ -14,6 +14,7 @@
 //! | `clock` | [`VectorClock`], [`ActorId`], [`Epoch`] |
 //! | `checker` | [`HazardChecker`], the tracker; [`Access`] |
 //! | `backend` | [`ValidatingBackend`], a [`Backend`](crate::backend::Backend) wrapper feeding the checker |
+//! | `command` | [`ValidatingKernel`]: command graphs on a validating backend, kernels declaring their accesses |
 //! | `report` | [`Hazard`], naming both accesses |
 //!
 //! The model is CUDA's ordering (the host backend follows it too): every stream and host thread
@@ -72,9 +73,11 @@
 mod backend;
 mod checker;
 mod clock;
+mod command;
 mod report;
 
 pub use backend::{ValidatingBackend, ValidatingEvent, ValidatingStream};
 pub use checker::{Access, AccessKind, EventId, HazardChecker};
 pub use clock::{ActorId, Epoch, VectorClock};
+pub use command::ValidatingKernel;
 pub use report::{AccessSite, ActorKind, Hazard, HazardKind};

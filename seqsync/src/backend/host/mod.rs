@@ -28,10 +28,12 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 mod chaos;
+mod command;
 mod event;
 mod stream;
 
 pub use chaos::Chaos;
+pub use command::{HostKernel, HostMemory};
 pub use event::HostEvent;
 pub use stream::HostStream;
 

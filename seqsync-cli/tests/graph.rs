@@ -1,0 +1,112 @@
+//! `seqsync graph`: the report's JSON keys, both lowerings, --run, and one-line errors.
+
+use std::process::Command;
+
+const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../specs/graph-example.toml");
+
+fn seqsync(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_seqsync"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn json(args: &[&str]) -> serde_json::Value {
+    let (code, out, err) = seqsync(args);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out.lines().count(),
+        1,
+        "stdout must hold the JSON alone: {out}"
+    );
+    serde_json::from_str(&out).unwrap()
+}
+
+#[test]
+fn graph_json_has_the_keys_and_no_false_dependencies() {
+    let v = json(&["graph", EXAMPLE, "--json"]);
+    let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    let mut want = [
+        "commands",
+        "width",
+        "streams",
+        "events",
+        "events_lower_bound",
+        "false_dependencies",
+        "assignment",
+        "waits",
+    ];
+    want.sort();
+    assert_eq!(keys, want);
+    assert_eq!(v["commands"], 11);
+    assert_eq!(v["width"], 3);
+    assert_eq!(v["false_dependencies"], 0);
+    assert_eq!(v["events"], v["events_lower_bound"]);
+    let a = &v["assignment"][0];
+    assert_eq!(
+        (
+            a["name"].as_str(),
+            a["stream"].as_u64(),
+            a["index"].as_u64()
+        ),
+        (Some("upload_a"), Some(0), Some(0))
+    );
+    assert!(v["waits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|w| w["from"] == "upload_b" && w["to"] == "c1"));
+}
+
+#[test]
+fn levels_lowering_reports_false_dependencies() {
+    let v = json(&["graph", EXAMPLE, "--lower", "levels", "--json"]);
+    assert!(v["false_dependencies"].as_u64().unwrap() > 0, "{v}");
+}
+
+#[test]
+fn graph_run_on_host_reports_a_makespan_above_the_critical_path() {
+    let v = json(&[
+        "graph",
+        EXAMPLE,
+        "--run",
+        "--runs",
+        "1",
+        "--backend",
+        "host",
+        "--json",
+    ]);
+    assert_eq!(v["backend"], "host");
+    assert_eq!(v["critical_path_us"], 10500);
+    assert!(v["makespan_us"].as_f64().unwrap() >= 10500.0, "{v}");
+    assert!(
+        v["makespan_us"].as_f64().unwrap() < v["serial_us"].as_f64().unwrap(),
+        "{v}"
+    );
+}
+
+#[test]
+fn malformed_graph_files_are_one_line_naming_the_entry() {
+    let dir = std::env::temp_dir().join(format!("seqsync-graph-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases = [
+        ("unknown", "[[command]]\nname='a'\nkind='kernel'\nafter=['zz']\n", "entry 1 ('a'): after names unknown command 'zz'"),
+        ("cycle", "[[command]]\nname='a'\nkind='kernel'\nafter=['b']\n[[command]]\nname='b'\nkind='host'\nafter=['a']\n", "entry 1 ('a'): dependency cycle a -> b -> a"),
+        ("dup", "[[command]]\nname='a'\nkind='kernel'\n[[command]]\nname='a'\nkind='fill'\n", "entry 2 ('a'): duplicate name, first used by entry 1"),
+    ];
+    for (name, text, want) in cases {
+        let path = dir.join(format!("{name}.toml"));
+        std::fs::write(&path, text).unwrap();
+        let (code, out, err) = seqsync(&["graph", path.to_str().unwrap()]);
+        assert_eq!(code, 2, "{name}");
+        assert!(out.is_empty(), "{name}: {out}");
+        assert_eq!(err.lines().count(), 1, "{name}: {err}");
+        assert!(err.trim_end().ends_with(want), "{name}: {err}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,92 @@
+//! [`CommandBackend`]: what a command graph needs of a backend beyond streams and events —
+//! running a kernel, a copy, a fill or a host function in stream order, and memory to copy and
+//! fill.
+//!
+//! | backend | kernel | memory | copy / fill | host function |
+//! |---|---|---|---|---|
+//! | host | [`HostKernel`](super::host::HostKernel): a closure | [`HostMemory`](super::host::HostMemory): words behind a lock | on the stream's worker | on the stream's worker |
+//! | cuda | `CudaKernel`: a function, launch shape, parameters | `DeviceBuffer` | `cuMemcpyDtoDAsync`, `cuMemsetD32Async` | `cuLaunchHostFunc` |
+//!
+//! Memory is counted in 32-bit words. Streams and host functions are the [`Backend`]'s own
+//! (`new_stream`, `launch_host`).
+
+use super::Backend;
+use crate::error::Result;
+
+/// Copy `words` words from `src[src_offset..]` to `dst[dst_offset..]`.
+#[derive(Debug, Clone)]
+pub struct CopyOp<M> {
+    /// Where from.
+    pub src: M,
+    /// First word read.
+    pub src_offset: usize,
+    /// Where to.
+    pub dst: M,
+    /// First word written.
+    pub dst_offset: usize,
+    /// How many words.
+    pub words: usize,
+}
+
+/// Set `words` words of `dst` from `offset` on to `value`.
+#[derive(Debug, Clone)]
+pub struct FillOp<M> {
+    /// The memory.
+    pub dst: M,
+    /// First word written.
+    pub offset: usize,
+    /// How many words.
+    pub words: usize,
+    /// The pattern.
+    pub value: u32,
+}
+
+/// A host function run in stream order; it may run many times (once per submission).
+pub type HostFn = std::sync::Arc<dyn Fn() + Send + Sync + 'static>;
+
+/// A backend that can run a command graph's commands.
+pub trait CommandBackend: Backend {
+    /// A kernel launch: the code and its parameters. Cheap to clone.
+    type Kernel: Clone + Send + Sync + 'static;
+    /// Memory that copies and fills act on. Cheap to clone (shared).
+    type Memory: Clone + Send + Sync + 'static;
+
+    /// Enqueue `kernel` on `stream`.
+    fn launch_kernel(&self, stream: &Self::Stream, kernel: &Self::Kernel) -> Result<()>;
+
+    /// Enqueue a copy on `stream`.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidArgument`] when a range is out of bounds.
+    fn copy(&self, stream: &Self::Stream, op: &CopyOp<Self::Memory>) -> Result<()>;
+
+    /// Enqueue a fill on `stream`.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidArgument`] when the range is out of bounds.
+    fn fill(&self, stream: &Self::Stream, op: &FillOp<Self::Memory>) -> Result<()>;
+
+    /// `words` zeroed words of memory.
+    fn alloc_words(&self, words: usize) -> Result<Self::Memory>;
+
+    /// The contents of `memory` (synchronous: order it after the work that writes it).
+    fn read_words(&self, memory: &Self::Memory) -> Result<Vec<u32>>;
+
+    /// Overwrite the start of `memory` with `data` (synchronous).
+    fn write_words(&self, memory: &Self::Memory, data: &[u32]) -> Result<()>;
+
+    /// A kernel that runs for about `us` microseconds and does nothing else (host: a sleep;
+    /// CUDA: one thread spinning on the global timer).
+    fn spin_kernel(&self, us: u64) -> Result<Self::Kernel>;
+}
+
+/// `Err` unless `offset + words <= len`.
+pub(crate) fn check_range(what: &str, offset: usize, words: usize, len: usize) -> Result<()> {
+    match offset.checked_add(words) {
+        Some(end) if end <= len => Ok(()),
+        _ => Err(crate::Error::invalid(
+            "command",
+            format!("{what} range {offset}..{offset}+{words} is outside memory of {len} words"),
+        )),
+    }
+}

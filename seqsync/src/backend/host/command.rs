@@ -1,0 +1,101 @@
+//! The host backend's commands: kernels are closures, memory is words behind a lock, and
+//! copies, fills and host functions run on the stream's worker thread.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use super::{HostBackend, HostStream};
+use crate::backend::command::{check_range, CommandBackend, CopyOp, FillOp};
+use crate::error::Result;
+
+/// A host "kernel": a closure run on the stream's worker, once per launch.
+#[derive(Clone)]
+pub struct HostKernel(pub Arc<dyn Fn() + Send + Sync + 'static>);
+
+impl HostKernel {
+    /// A kernel running `f`.
+    pub fn new(f: impl Fn() + Send + Sync + 'static) -> Self {
+        HostKernel(Arc::new(f))
+    }
+}
+
+impl std::fmt::Debug for HostKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HostKernel")
+    }
+}
+
+/// Host memory of 32-bit words (shared: clones are the same memory).
+#[derive(Clone, Debug, Default)]
+pub struct HostMemory(Arc<Mutex<Vec<u32>>>);
+
+impl HostMemory {
+    /// `words` zeroed words.
+    pub fn zeroed(words: usize) -> Self {
+        HostMemory(Arc::new(Mutex::new(vec![0; words])))
+    }
+
+    /// Lock the words (a closure of a host kernel may read and write them).
+    pub fn lock(&self) -> MutexGuard<'_, Vec<u32>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn len(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+impl CommandBackend for HostBackend {
+    type Kernel = HostKernel;
+    type Memory = HostMemory;
+
+    fn launch_kernel(&self, stream: &HostStream, kernel: &HostKernel) -> Result<()> {
+        let k = kernel.0.clone();
+        stream.launch(move || k());
+        Ok(())
+    }
+
+    fn copy(&self, stream: &HostStream, op: &CopyOp<HostMemory>) -> Result<()> {
+        check_range("copy source", op.src_offset, op.words, op.src.len())?;
+        check_range("copy destination", op.dst_offset, op.words, op.dst.len())?;
+        let op = op.clone();
+        stream.launch(move || {
+            if Arc::ptr_eq(&op.src.0, &op.dst.0) {
+                let mut m = op.src.lock();
+                m.copy_within(op.src_offset..op.src_offset + op.words, op.dst_offset);
+            } else {
+                let src = op.src.lock()[op.src_offset..op.src_offset + op.words].to_vec();
+                op.dst.lock()[op.dst_offset..op.dst_offset + op.words].copy_from_slice(&src);
+            }
+        });
+        Ok(())
+    }
+
+    fn fill(&self, stream: &HostStream, op: &FillOp<HostMemory>) -> Result<()> {
+        check_range("fill", op.offset, op.words, op.dst.len())?;
+        let op = op.clone();
+        stream.launch(move || op.dst.lock()[op.offset..op.offset + op.words].fill(op.value));
+        Ok(())
+    }
+
+    fn alloc_words(&self, words: usize) -> Result<HostMemory> {
+        Ok(HostMemory::zeroed(words))
+    }
+
+    fn read_words(&self, memory: &HostMemory) -> Result<Vec<u32>> {
+        Ok(memory.lock().clone())
+    }
+
+    fn write_words(&self, memory: &HostMemory, data: &[u32]) -> Result<()> {
+        let mut m = memory.lock();
+        check_range("write", 0, data.len(), m.len())?;
+        m[..data.len()].copy_from_slice(data);
+        Ok(())
+    }
+
+    fn spin_kernel(&self, us: u64) -> Result<HostKernel> {
+        Ok(HostKernel::new(move || {
+            std::thread::sleep(Duration::from_micros(us))
+        }))
+    }
+}

@@ -1,0 +1,344 @@
+//! Running a lowered graph: an [`Executable`] (a graph plus its [`Schedule`]) is submitted to a
+//! [`StreamPool`], whose streams span submissions.
+//!
+//! The schedule's streams are virtual. At each submission every virtual stream is mapped onto a
+//! pool stream that is free for it: one never used, one whose last work belongs to an earlier
+//! submission on the same logical queue (so it is ordered before this one anyway), or one whose
+//! last work has completed. Otherwise the pool grows. A submission thus adds no ordering between
+//! submissions beyond the one its queue affinity asks for.
+//!
+//! Queue affinity (the seed's `hal.device.queue` mask): a single bit `q` orders the submission
+//! after every earlier submission with the single bit `q` (each of its first commands waits for
+//! the end of the previous one on every stream that one used); several bits order it with
+//! nothing.
+
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
+
+use super::record::Graph;
+use super::reduce::Analysis;
+use super::schedule::{Report, Schedule};
+use super::{lower, Lowering};
+use crate::backend::command::CommandBackend;
+use crate::backend::{Backend, EventOptions};
+use crate::error::Result;
+
+/// A bit set of logical queues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Affinity(pub u64);
+
+impl Affinity {
+    /// Queue `q` alone: in order with that queue's other submissions.
+    pub fn queue(q: u32) -> Self {
+        Affinity(1 << q)
+    }
+
+    /// Any queue: in order with nothing.
+    pub const ANY: Affinity = Affinity(u64::MAX);
+
+    /// The queue, when exactly one bit is set.
+    pub fn single(self) -> Option<u32> {
+        (self.0.count_ones() == 1).then(|| self.0.trailing_zeros())
+    }
+}
+
+impl Default for Affinity {
+    /// Queue 0.
+    fn default() -> Self {
+        Affinity::queue(0)
+    }
+}
+
+/// A graph lowered to streams, ready to submit any number of times.
+pub struct Executable<B: CommandBackend> {
+    graph: Graph<B>,
+    schedule: Schedule,
+    report: Report,
+    waits_into: Vec<Vec<usize>>,
+    recorded: Vec<bool>,
+    /// One event per command that other streams wait for (created at the first submission).
+    events: Vec<Option<B::Event>>,
+}
+
+impl<B: CommandBackend> Graph<B> {
+    /// Lower to streams (+ events): [`Lowering::Streams`] or [`Lowering::Levels`].
+    pub fn lower(self, lowering: Lowering) -> Executable<B> {
+        let schedule = lower(&self.dag, &self.analysis, lowering);
+        self.with_schedule(schedule)
+    }
+
+    /// Run on a schedule made elsewhere (its report tells whether it honours the graph:
+    /// `missing_dependencies` must be 0).
+    ///
+    /// # Panics
+    /// If the schedule is for a different number of commands.
+    pub fn with_schedule(self, schedule: Schedule) -> Executable<B> {
+        assert_eq!(
+            schedule.stream_of.len(),
+            self.dag.len(),
+            "one stream per command"
+        );
+        let report = schedule.report(&self.dag, &self.analysis);
+        let waits_into = schedule.waits_into();
+        let recorded = schedule.recorded();
+        let n = self.dag.len();
+        Executable {
+            graph: self,
+            schedule,
+            report,
+            waits_into,
+            recorded,
+            events: (0..n).map(|_| None).collect(),
+        }
+    }
+}
+
+impl<B: CommandBackend> Executable<B> {
+    /// The graph.
+    pub fn graph(&self) -> &Graph<B> {
+        &self.graph
+    }
+
+    /// The graph, to change kernels (parameters) between submissions.
+    pub fn graph_mut(&mut self) -> &mut Graph<B> {
+        &mut self.graph
+    }
+
+    /// The schedule (virtual streams and waits).
+    pub fn schedule(&self) -> &Schedule {
+        &self.schedule
+    }
+
+    /// Width, streams, events, false dependencies, assignment, waits.
+    pub fn report(&self) -> &Report {
+        &self.report
+    }
+
+    /// The analysis of the graph.
+    pub fn analysis(&self) -> &Analysis {
+        &self.graph.analysis
+    }
+}
+
+/// Which submission last used a pool stream, and on which queue.
+#[derive(Debug, Clone, Copy)]
+struct Stamp {
+    queue: Option<u32>,
+}
+
+struct PoolStream<B: Backend> {
+    stream: B::Stream,
+    /// Recorded at the end of every submission that uses the stream.
+    end: B::Event,
+    last: Option<Stamp>,
+    /// A submission failed half-way on it: its end event does not cover its work.
+    broken: bool,
+}
+
+/// The end of a queue's last submission: an event per pool stream it used.
+struct QueueEnd<B: Backend> {
+    events: HashMap<usize, B::Event>,
+    used: Vec<usize>,
+}
+
+/// What one submission did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Submitted {
+    /// The pool stream each virtual stream ran on.
+    pub streams: Vec<usize>,
+    /// Waits made for the queue's previous submission.
+    pub queue_waits: usize,
+    /// Pool streams created for this submission.
+    pub new_streams: usize,
+}
+
+/// Streams shared by every submission made through it (see the module docs).
+pub struct StreamPool<B: CommandBackend> {
+    backend: B,
+    streams: Vec<PoolStream<B>>,
+    queues: HashMap<u32, QueueEnd<B>>,
+}
+
+impl<B: CommandBackend> StreamPool<B> {
+    /// An empty pool on `backend`.
+    pub fn new(backend: B) -> Self {
+        StreamPool {
+            backend,
+            streams: Vec::new(),
+            queues: HashMap::new(),
+        }
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// How many streams the pool holds.
+    pub fn len(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// No streams yet?
+    pub fn is_empty(&self) -> bool {
+        self.streams.is_empty()
+    }
+
+    /// Pool stream `i`.
+    pub fn stream(&self, i: usize) -> &B::Stream {
+        &self.streams[i].stream
+    }
+
+    /// Is pool stream `i` free for a submission on `queue` (see the module docs)?
+    fn is_free(&self, i: usize, queue: Option<u32>) -> Result<bool> {
+        let s = &self.streams[i];
+        if s.broken {
+            return Ok(false);
+        }
+        match s.last {
+            None => Ok(true),
+            Some(st) if st.queue.is_some() && st.queue == queue => Ok(true),
+            Some(_) => self.backend.query(&s.end),
+        }
+    }
+
+    /// Map `n` virtual streams onto free pool streams, growing the pool as needed.
+    fn map_streams(&mut self, n: usize, queue: Option<u32>) -> Result<(Vec<usize>, usize)> {
+        let mut taken = vec![false; self.streams.len()];
+        let mut map = Vec::with_capacity(n);
+        // Streams of the queue's previous submission first: their own stream order replaces a
+        // wait.
+        let mut candidates: Vec<usize> = queue
+            .and_then(|q| self.queues.get(&q))
+            .map(|e| e.used.clone())
+            .unwrap_or_default();
+        candidates.extend(0..self.streams.len());
+        for i in candidates {
+            if map.len() == n {
+                break;
+            }
+            if !taken[i] && self.is_free(i, queue)? {
+                taken[i] = true;
+                map.push(i);
+            }
+        }
+        let mut created = 0;
+        while map.len() < n {
+            let stream = self
+                .backend
+                .new_stream(&format!("graph-{}", self.streams.len()))?;
+            let end = self.backend.create_event(EventOptions::default())?;
+            self.streams.push(PoolStream {
+                stream,
+                end,
+                last: None,
+                broken: false,
+            });
+            map.push(self.streams.len() - 1);
+            created += 1;
+        }
+        Ok((map, created))
+    }
+
+    /// Enqueue every command of `exe` on the pool's streams, with `affinity`.
+    ///
+    /// # Errors
+    /// A failing backend call, or an out-of-bounds copy or fill. Streams that got part of the
+    /// submission are not reused by later ones.
+    pub fn submit(&mut self, exe: &mut Executable<B>, affinity: Affinity) -> Result<Submitted> {
+        let queue = affinity.single();
+        let (map, new_streams) = self.map_streams(exe.schedule.streams.len(), queue)?;
+        let result = self.enqueue(exe, &map, queue);
+        match result {
+            Ok(queue_waits) => Ok(Submitted {
+                streams: map,
+                queue_waits,
+                new_streams,
+            }),
+            Err(e) => {
+                for &p in &map {
+                    self.streams[p].broken = true;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn enqueue(
+        &mut self,
+        exe: &mut Executable<B>,
+        map: &[usize],
+        queue: Option<u32>,
+    ) -> Result<usize> {
+        let b = &self.backend;
+        for (c, r) in exe.recorded.iter().enumerate() {
+            if *r && exe.events[c].is_none() {
+                exe.events[c] = Some(b.create_event(EventOptions::default())?);
+            }
+        }
+        let prev = queue.and_then(|q| self.queues.get(&q));
+        let mut queue_waits = 0;
+        let sched = &exe.schedule;
+        for &c in &sched.order {
+            let p = map[sched.stream_of[c]];
+            let stream = &self.streams[p].stream;
+            if exe.graph.dag.preds(c).is_empty() {
+                if let Some(prev) = prev {
+                    for &u in &prev.used {
+                        if u != p {
+                            b.wait(stream, &prev.events[&u])?;
+                            queue_waits += 1;
+                        }
+                    }
+                }
+            }
+            for &from in &exe.waits_into[c] {
+                b.wait(stream, exe.events[from].as_ref().expect("created above"))?;
+            }
+            exe.graph.ops[c].enqueue(b, stream)?;
+            if exe.recorded[c] {
+                b.record(exe.events[c].as_ref().expect("created above"), stream)?;
+            }
+        }
+        let used: Vec<usize> = sched
+            .streams
+            .iter()
+            .enumerate()
+            .filter(|(_, cmds)| !cmds.is_empty())
+            .map(|(v, _)| map[v])
+            .collect();
+        for &p in &used {
+            let s = &mut self.streams[p];
+            self.backend.record(&s.end, &s.stream)?;
+            s.last = Some(Stamp { queue });
+        }
+        if let Some(q) = queue {
+            let end = self.queues.entry(q).or_insert_with(|| QueueEnd {
+                events: HashMap::new(),
+                used: Vec::new(),
+            });
+            for &p in &used {
+                let ev = match end.events.entry(p) {
+                    Entry::Occupied(o) => o.into_mut(),
+                    Entry::Vacant(v) => {
+                        v.insert(self.backend.create_event(EventOptions::default())?)
+                    }
+                };
+                self.backend.record(ev, &self.streams[p].stream)?;
+            }
+            end.used = used;
+        }
+        Ok(queue_waits)
+    }
+
+    /// Block until everything submitted so far has run.
+    ///
+    /// # Errors
+    /// A failed backend call, or work that failed (a panicking host closure).
+    pub fn synchronize(&self) -> Result<()> {
+        for s in &self.streams {
+            self.backend.synchronize(&s.end)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,91 @@
+//! Running a [`GraphSpec`] (a `seqsync graph` file) for its makespan: kernels spin for their
+//! `us`, host functions sleep for theirs, copies and fills move [`MOVE_WORDS`] words.
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::exec::{Affinity, StreamPool};
+use super::record::{Graph, Op};
+use super::spec_toml::GraphSpec;
+use super::Lowering;
+use crate::backend::command::{CommandBackend, CopyOp, FillOp};
+use crate::error::Result;
+
+/// Words each copy or fill of a graph file moves.
+pub const MOVE_WORDS: usize = 1 << 14;
+
+/// The makespan of a run, against the two bounds a schedule lies between.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    /// Submissions timed.
+    pub runs: usize,
+    /// Median wall time from the first enqueue to the end of the work, in microseconds.
+    pub makespan_us: f64,
+    /// The longest dependency path's total `us`: no schedule is faster.
+    pub critical_path_us: u64,
+    /// Every command's `us`, summed: one stream running everything in order.
+    pub serial_us: u64,
+}
+
+/// Build the graph a spec describes, for `backend`.
+pub fn build<B: CommandBackend>(backend: &B, spec: &GraphSpec) -> Result<Graph<B>> {
+    let dag = &spec.dag;
+    let mut ops = Vec::with_capacity(dag.len());
+    for c in 0..dag.len() {
+        let us = spec.us[c];
+        ops.push(match dag.kind(c) {
+            super::CommandKind::Kernel => Op::Kernel(backend.spin_kernel(us)?),
+            super::CommandKind::Host => Op::Host(std::sync::Arc::new(move || {
+                std::thread::sleep(Duration::from_micros(us))
+            })),
+            super::CommandKind::Copy => Op::Copy(CopyOp {
+                src: backend.alloc_words(MOVE_WORDS)?,
+                src_offset: 0,
+                dst: backend.alloc_words(MOVE_WORDS)?,
+                dst_offset: 0,
+                words: MOVE_WORDS,
+            }),
+            super::CommandKind::Fill => Op::Fill(FillOp {
+                dst: backend.alloc_words(MOVE_WORDS)?,
+                offset: 0,
+                words: MOVE_WORDS,
+                value: c as u32,
+            }),
+        });
+    }
+    Ok(Graph::new(dag.clone(), ops))
+}
+
+/// Run `spec` lowered with `lowering` on `backend`: one warm-up submission, then `runs` timed
+/// ones, each synchronized before the next.
+pub fn run<B: CommandBackend>(
+    backend: &B,
+    spec: &GraphSpec,
+    lowering: Lowering,
+    runs: usize,
+) -> Result<RunReport> {
+    let mut exe = build(backend, spec)?.lower(lowering);
+    let mut pool = StreamPool::new(backend.clone());
+    pool.submit(&mut exe, Affinity::queue(0))?;
+    pool.synchronize()?;
+    let mut times = Vec::with_capacity(runs);
+    for _ in 0..runs.max(1) {
+        let t = Instant::now();
+        pool.submit(&mut exe, Affinity::queue(0))?;
+        pool.synchronize()?;
+        times.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    times.sort_by(f64::total_cmp);
+    let dag = &spec.dag;
+    let mut finish = vec![0u64; dag.len()];
+    for &c in dag.topo() {
+        finish[c] = spec.us[c] + dag.preds(c).iter().map(|&p| finish[p]).max().unwrap_or(0);
+    }
+    Ok(RunReport {
+        runs: times.len(),
+        makespan_us: times[times.len() / 2],
+        critical_path_us: finish.iter().copied().max().unwrap_or(0),
+        serial_us: spec.us.iter().sum(),
+    })
+}
