@@ -137,6 +137,57 @@ pub enum Error {
         message: String,
     },
 
+    /// A stream-ordered pool has no block for the request that the requester is already
+    /// ordered after, cannot grow (`reserved + needed > max`), and the caller did not allow an
+    /// inserted stream wait (or no freed block of the size exists to wait for).
+    #[error(
+        "pool '{pool}': exhausted allocating {requested} bytes: {reserved} of max {max} bytes \
+         reserved, {stale} freed block(s) of the size not yet ordered before the request{hint}"
+    )]
+    Exhausted {
+        /// The pool.
+        pool: String,
+        /// The bytes asked for.
+        requested: usize,
+        /// Bytes the pool holds.
+        reserved: usize,
+        /// The most bytes it may hold.
+        max: usize,
+        /// Freed blocks of the request's size class that would need a stream wait.
+        stale: usize,
+        /// What would help.
+        hint: &'static str,
+    },
+
+    /// A block was freed that is not live: it was freed already.
+    #[error("pool '{pool}': double free of block {addr:#x}")]
+    DoubleFree {
+        /// The pool.
+        pool: String,
+        /// The block's address.
+        addr: u64,
+    },
+
+    /// A block was freed that this pool never handed out.
+    #[error("pool '{pool}': {addr:#x} is not a block of this pool")]
+    ForeignMemory {
+        /// The pool.
+        pool: String,
+        /// The address given.
+        addr: u64,
+    },
+
+    /// An allocation of 0 bytes, or of more than the pool's largest allocation.
+    #[error("pool '{pool}': cannot allocate {size} bytes: sizes must be 1..={max}")]
+    AllocSize {
+        /// The pool.
+        pool: String,
+        /// The size asked for.
+        size: usize,
+        /// The pool's largest allocation.
+        max: usize,
+    },
+
     /// No CUDA driver or no GPU: the CUDA backend cannot be used here.
     #[error("no CUDA device: {0}")]
     NoDevice(String),

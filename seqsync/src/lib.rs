@@ -12,7 +12,7 @@
 //! | backend | [`backend`] | streams and events: [`HostBackend`] (worker threads), `CudaBackend` (cudarc), [`AnyBackend`] (picked at run time) |
 //! | ring | [`EventRingbuf`] | one producer records an event per seq; consumers wait on it from streams or host threads |
 //! | pipeline | [`pipeline`] | declare threads, streams, buffers and stages; seqsync derives every ring, proves the schedule deadlock-free |
-//! | memory | [`memory`] | buffer handoff by epochs: moving a buffer between streams waits only for what no event or synchronize ordered |
+//! | memory | [`memory`] | buffer handoff by epochs (moving a buffer between streams waits only for what no event or synchronize ordered), and stream-ordered allocation (pools whose alloc/free are enqueued on streams with wait lists, reusing memory with no hidden synchronization) |
 //! | graph | [`graph`] | command buffers lowered to streams + events with no false dependency, or to fork-join levels |
 //! | hazard | [`hazard`] | validation mode: a backend wrapper that tracks happens-before with vector clocks and reports unordered buffer accesses |
 //!

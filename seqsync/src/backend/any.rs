@@ -1,11 +1,11 @@
 //! A backend chosen at run time: CUDA when a driver and a GPU are present, else host.
 
-use super::host::{HostBackend, HostEvent, HostStream};
-use super::{Backend, EventOptions, Interrupt, SyncOutcome};
+use super::host::{HostAsyncPool, HostBackend, HostEvent, HostMemory, HostStream};
+use super::{Backend, EventOptions, Interrupt, MemoryBackend, MemoryUsage, SyncOutcome};
 use crate::error::{Error, Result};
 
 #[cfg(feature = "cuda")]
-use super::cuda::{CudaBackend, CudaEvent, CudaStream};
+use super::cuda::{CudaAsyncPool, CudaBackend, CudaEvent, CudaStream, DeviceBuffer};
 #[cfg(feature = "cuda")]
 use std::sync::Arc;
 
@@ -223,6 +223,117 @@ impl Backend for AnyBackend {
             (AnyBackend::Cuda(b), AnyEvent::Cuda(e)) => b.query(e),
             #[allow(unreachable_patterns)]
             _ => Err(mismatch("the event")),
+        }
+    }
+}
+
+/// Device memory of an [`AnyBackend`].
+#[derive(Debug)]
+pub enum AnyMemory {
+    /// Host memory.
+    Host(HostMemory),
+    /// CUDA device memory.
+    #[cfg(feature = "cuda")]
+    Cuda(DeviceBuffer),
+}
+
+/// The stream-ordered pool of an [`AnyBackend`].
+#[derive(Debug)]
+pub enum AnyAsyncPool {
+    /// The host backend's pool.
+    Host(HostAsyncPool),
+    /// A CUDA driver pool.
+    #[cfg(feature = "cuda")]
+    Cuda(CudaAsyncPool),
+}
+
+impl MemoryBackend for AnyBackend {
+    type Memory = AnyMemory;
+    type AsyncPool = AnyAsyncPool;
+
+    fn stream_id(&self, stream: &AnyStream) -> u64 {
+        // The id depends on the stream only, so a stream of the other backend still gets its
+        // own (the call that uses it then fails on the mismatch).
+        match stream {
+            AnyStream::Host(s) => s.shared.id,
+            #[cfg(feature = "cuda")]
+            AnyStream::Cuda(s) => super::cuda::stream_id(s),
+        }
+    }
+
+    fn alloc_memory(&self, bytes: usize) -> Result<AnyMemory> {
+        match self {
+            AnyBackend::Host(b) => b.alloc_memory(bytes).map(AnyMemory::Host),
+            #[cfg(feature = "cuda")]
+            AnyBackend::Cuda(b) => b.alloc_memory(bytes).map(AnyMemory::Cuda),
+        }
+    }
+
+    fn memory_addr(&self, memory: &AnyMemory) -> u64 {
+        match memory {
+            AnyMemory::Host(m) => m.addr(),
+            #[cfg(feature = "cuda")]
+            AnyMemory::Cuda(m) => m.device_ptr(),
+        }
+    }
+
+    fn create_async_pool(&self, release_threshold: u64) -> Result<AnyAsyncPool> {
+        match self {
+            AnyBackend::Host(b) => b
+                .create_async_pool(release_threshold)
+                .map(AnyAsyncPool::Host),
+            #[cfg(feature = "cuda")]
+            AnyBackend::Cuda(b) => b
+                .create_async_pool(release_threshold)
+                .map(AnyAsyncPool::Cuda),
+        }
+    }
+
+    fn alloc_async(&self, pool: &AnyAsyncPool, stream: &AnyStream, bytes: usize) -> Result<u64> {
+        match (self, pool, stream) {
+            (AnyBackend::Host(b), AnyAsyncPool::Host(p), AnyStream::Host(s)) => {
+                b.alloc_async(p, s, bytes)
+            }
+            #[cfg(feature = "cuda")]
+            (AnyBackend::Cuda(b), AnyAsyncPool::Cuda(p), AnyStream::Cuda(s)) => {
+                b.alloc_async(p, s, bytes)
+            }
+            #[allow(unreachable_patterns)]
+            _ => Err(mismatch("the pool or stream")),
+        }
+    }
+
+    fn free_async(&self, pool: &AnyAsyncPool, stream: &AnyStream, addr: u64) -> Result<()> {
+        match (self, pool, stream) {
+            (AnyBackend::Host(b), AnyAsyncPool::Host(p), AnyStream::Host(s)) => {
+                b.free_async(p, s, addr)
+            }
+            #[cfg(feature = "cuda")]
+            (AnyBackend::Cuda(b), AnyAsyncPool::Cuda(p), AnyStream::Cuda(s)) => {
+                b.free_async(p, s, addr)
+            }
+            #[allow(unreachable_patterns)]
+            _ => Err(mismatch("the pool or stream")),
+        }
+    }
+
+    fn trim_async_pool(&self, pool: &AnyAsyncPool, keep: usize) -> Result<()> {
+        match (self, pool) {
+            (AnyBackend::Host(b), AnyAsyncPool::Host(p)) => b.trim_async_pool(p, keep),
+            #[cfg(feature = "cuda")]
+            (AnyBackend::Cuda(b), AnyAsyncPool::Cuda(p)) => b.trim_async_pool(p, keep),
+            #[allow(unreachable_patterns)]
+            _ => Err(mismatch("the pool")),
+        }
+    }
+
+    fn async_pool_usage(&self, pool: &AnyAsyncPool) -> Result<MemoryUsage> {
+        match (self, pool) {
+            (AnyBackend::Host(b), AnyAsyncPool::Host(p)) => b.async_pool_usage(p),
+            #[cfg(feature = "cuda")]
+            (AnyBackend::Cuda(b), AnyAsyncPool::Cuda(p)) => b.async_pool_usage(p),
+            #[allow(unreachable_patterns)]
+            _ => Err(mismatch("the pool")),
         }
     }
 }

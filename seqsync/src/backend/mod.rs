@@ -43,9 +43,12 @@ pub mod command;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod host;
+mod memory;
 
-pub use any::{AnyBackend, AnyEvent, AnyStream, BackendKind};
+pub use any::{AnyAsyncPool, AnyBackend, AnyEvent, AnyMemory, AnyStream, BackendKind};
 pub use command::{CommandBackend, CopyOp, FillOp, HostFn};
+pub(crate) use memory::next_stream_id;
+pub use memory::{MemoryBackend, MemoryUsage};
 
 /// How an event is created.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

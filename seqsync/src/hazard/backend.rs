@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::checker::{Access, EventId, HazardChecker};
 use super::clock::ActorId;
-use crate::backend::{Backend, EventOptions, Interrupt, SyncOutcome};
+use crate::backend::{Backend, EventOptions, Interrupt, MemoryBackend, MemoryUsage, SyncOutcome};
 use crate::error::Result;
 
 /// A backend that checks for hazards: every record, stream wait, host synchronize (and query
@@ -201,5 +201,44 @@ impl<B: Backend> Backend for ValidatingBackend<B> {
             self.checker.join_thread(by, snapshot.as_ref());
         }
         Ok(done)
+    }
+}
+
+/// Memory calls go to the inner backend unchanged; the checker sees the pools' ordering
+/// through their records and waits.
+impl<B: MemoryBackend> MemoryBackend for ValidatingBackend<B> {
+    type Memory = B::Memory;
+    type AsyncPool = B::AsyncPool;
+
+    fn stream_id(&self, stream: &Self::Stream) -> u64 {
+        self.inner.stream_id(&stream.inner)
+    }
+
+    fn alloc_memory(&self, bytes: usize) -> Result<B::Memory> {
+        self.inner.alloc_memory(bytes)
+    }
+
+    fn memory_addr(&self, memory: &B::Memory) -> u64 {
+        self.inner.memory_addr(memory)
+    }
+
+    fn create_async_pool(&self, release_threshold: u64) -> Result<B::AsyncPool> {
+        self.inner.create_async_pool(release_threshold)
+    }
+
+    fn alloc_async(&self, pool: &B::AsyncPool, stream: &Self::Stream, bytes: usize) -> Result<u64> {
+        self.inner.alloc_async(pool, &stream.inner, bytes)
+    }
+
+    fn free_async(&self, pool: &B::AsyncPool, stream: &Self::Stream, addr: u64) -> Result<()> {
+        self.inner.free_async(pool, &stream.inner, addr)
+    }
+
+    fn trim_async_pool(&self, pool: &B::AsyncPool, keep: usize) -> Result<()> {
+        self.inner.trim_async_pool(pool, keep)
+    }
+
+    fn async_pool_usage(&self, pool: &B::AsyncPool) -> Result<MemoryUsage> {
+        self.inner.async_pool_usage(pool)
     }
 }

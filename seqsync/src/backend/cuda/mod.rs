@@ -36,8 +36,10 @@
 //! ```
 
 mod memory;
+mod mempool;
 
 pub use memory::{DeviceBuffer, PinnedBuffer};
+pub use mempool::{stream_id, CudaAsyncPool};
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};

@@ -30,11 +30,13 @@ use std::sync::Arc;
 mod chaos;
 mod command;
 mod event;
+mod memory;
 mod stream;
 
 pub use chaos::Chaos;
 pub use command::{HostKernel, HostMemory};
 pub use event::HostEvent;
+pub use memory::{HostAsyncPool, HostMemory, HOST_MEMORY_ALIGN};
 pub use stream::HostStream;
 
 use super::{Backend, EventOptions, Interrupt, NeverInterrupt, SyncOutcome};

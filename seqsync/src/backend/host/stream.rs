@@ -37,6 +37,8 @@ pub(crate) struct State {
 /// The part of a stream that events and other streams' gates hold on to.
 pub(crate) struct StreamShared {
     pub(crate) name: String,
+    /// Unique among all streams ever made ([`crate::backend::MemoryBackend::stream_id`]).
+    pub(crate) id: u64,
     pub(crate) state: Mutex<State>,
     /// Operations completed (run, skipped after a failure, or passed gates). Written under
     /// `state`'s lock, readable without it.
@@ -156,6 +158,7 @@ impl HostStream {
     pub(crate) fn spawn(name: &str, chaos: Option<(Chaos, SplitMix64)>) -> HostStream {
         let shared = Arc::new(StreamShared {
             name: name.to_owned(),
+            id: crate::backend::next_stream_id(),
             state: Mutex::new(State {
                 queue: VecDeque::new(),
                 enqueued: 0,

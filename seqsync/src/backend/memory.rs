@@ -1,0 +1,76 @@
+//! What the stream-ordered allocator ([`crate::memory`]) needs of a backend: a stable identity
+//! per stream, plain device memory, and the backend's own stream-ordered pool (the baseline the
+//! allocator is compared with).
+
+use super::Backend;
+use crate::error::Result;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Reserved and used bytes of a backend's own stream-ordered pool, current and high water (the
+/// high marks since the pool was created).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemoryUsage {
+    /// Bytes the pool holds from the device (or the host allocator).
+    pub reserved_current: u64,
+    /// The most bytes it held at once.
+    pub reserved_high: u64,
+    /// Bytes handed out and not yet freed.
+    pub used_current: u64,
+    /// The most bytes handed out at once.
+    pub used_high: u64,
+}
+
+/// Device memory and stream identity, for [`crate::memory`]'s pools.
+///
+/// | | host | cuda |
+/// |---|---|---|
+/// | [`stream_id`](Self::stream_id) | a number given at stream creation | a number given on first sight of the stream (kept while the stream lives) |
+/// | [`Memory`](Self::Memory) | zeroed host memory, 256-byte aligned | `cuMemAlloc` (`cuMemFree` on drop) |
+/// | [`AsyncPool`](Self::AsyncPool) | host memory allocated at once, freed by the stream when it reaches the free | a `cuMemPoolCreate` pool: `cuMemAllocFromPoolAsync` / `cuMemFreeAsync` |
+pub trait MemoryBackend: Backend {
+    /// A block of device memory, released on drop. Release may wait for the device (CUDA's
+    /// `cuMemFree` does), so a pool drops memory only off its hot path.
+    type Memory: Send + Sync;
+    /// The backend's own stream-ordered pool.
+    type AsyncPool: Send + Sync;
+
+    /// A number that identifies `stream` among all streams of all backends for as long as the
+    /// process runs: never reused by another stream, even after `stream` is dropped.
+    fn stream_id(&self, stream: &Self::Stream) -> u64;
+
+    /// Allocate `bytes` (> 0) of device memory, at least 256-byte aligned. Synchronous.
+    fn alloc_memory(&self, bytes: usize) -> Result<Self::Memory>;
+
+    /// The device address of `memory` (on the host backend, a host pointer).
+    fn memory_addr(&self, memory: &Self::Memory) -> u64;
+
+    /// A new stream-ordered pool that keeps up to `release_threshold` bytes reserved. On CUDA
+    /// its reuse follows event dependencies only (`CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES`
+    /// on; `ALLOW_OPPORTUNISTIC` and `ALLOW_INTERNAL_DEPENDENCIES` off): no hidden waits.
+    fn create_async_pool(&self, release_threshold: u64) -> Result<Self::AsyncPool>;
+
+    /// Allocate `bytes` from `pool`, usable by work enqueued on `stream` from now on.
+    fn alloc_async(
+        &self,
+        pool: &Self::AsyncPool,
+        stream: &Self::Stream,
+        bytes: usize,
+    ) -> Result<u64>;
+
+    /// Free `addr` (from [`alloc_async`](Self::alloc_async) of the same pool) once `stream`
+    /// reaches this point.
+    fn free_async(&self, pool: &Self::AsyncPool, stream: &Self::Stream, addr: u64) -> Result<()>;
+
+    /// Release reserved memory of `pool` that no allocation needs, down to `keep` bytes where
+    /// possible.
+    fn trim_async_pool(&self, pool: &Self::AsyncPool, keep: usize) -> Result<()>;
+
+    /// The pool's reserved and used bytes.
+    fn async_pool_usage(&self, pool: &Self::AsyncPool) -> Result<MemoryUsage>;
+}
+
+/// A fresh stream id: one counter for every backend, so ids never collide.
+pub(crate) fn next_stream_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}

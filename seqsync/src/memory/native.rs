@@ -1,0 +1,249 @@
+//! [`NativePool`]: the backend's own stream-ordered allocator behind the [`Pool`] API.
+//!
+//! [`Pool`]: super::Pool
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Mutex, MutexGuard};
+
+use super::point::Clocks;
+use super::{AllocFlags, Allocation, Block, Point, PoolStats, StreamAllocator, Wait};
+use crate::backend::MemoryBackend;
+use crate::error::{Error, Result};
+
+/// The backend's stream-ordered pool (on CUDA `cuMemAllocFromPoolAsync` / `cuMemFreeAsync` on
+/// a pool created with only event-dependency reuse enabled: peer-suites §5) behind the same
+/// interface as [`Pool`](super::Pool): wait lists, ready and free points, checked frees. The
+/// baseline seqsync's own pool is measured against.
+///
+/// Reuse is the driver's business here, so [`PoolStats::reuse`], `fresh`, `waits` and
+/// `exhausted` stay 0; the byte counts come from the driver.
+///
+/// ```
+/// use seqsync::memory::{NativePool, Wait};
+/// use seqsync::HostBackend;
+///
+/// let host = HostBackend::new();
+/// let s = host.new_stream("s");
+/// let pool = NativePool::new(&host, "native", u64::MAX)?;
+/// let a = pool.alloc(&s, 1024, &[])?;
+/// let freed = pool.free(&s, a.block, &[])?;
+/// assert!(matches!(pool.free(&s, a.block, &[]), Err(seqsync::Error::DoubleFree { .. })));
+/// s.synchronize()?;
+/// assert_eq!(pool.stats().used_current, 0);
+/// # Ok::<(), seqsync::Error>(())
+/// ```
+pub struct NativePool<B: MemoryBackend> {
+    backend: B,
+    name: String,
+    pool: B::AsyncPool,
+    state: Mutex<State<B>>,
+}
+
+struct State<B: MemoryBackend> {
+    clocks: Clocks<B>,
+    /// Live allocations: address → size.
+    live: HashMap<u64, usize>,
+    /// Freed addresses not handed out again since (for [`Error::DoubleFree`]).
+    freed: HashSet<u64>,
+    allocs: u64,
+    frees: u64,
+}
+
+impl<B: MemoryBackend> std::fmt::Debug for NativePool<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NativePool")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+impl<B: MemoryBackend> NativePool<B> {
+    /// A native pool that keeps up to `release_threshold` bytes reserved across
+    /// synchronizations (`u64::MAX`: keep everything).
+    pub fn new(backend: &B, name: &str, release_threshold: u64) -> Result<Self> {
+        Ok(NativePool {
+            backend: backend.clone(),
+            name: name.to_owned(),
+            pool: backend.create_async_pool(release_threshold)?,
+            state: Mutex::new(State {
+                clocks: Clocks::new(),
+                live: HashMap::new(),
+                freed: HashSet::new(),
+                allocs: 0,
+                frees: 0,
+            }),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<B>> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The backend's pool, for calls of your own.
+    pub fn raw(&self) -> &B::AsyncPool {
+        &self.pool
+    }
+
+    /// [`alloc_with`](Self::alloc_with) with default flags.
+    pub fn alloc(
+        &self,
+        stream: &B::Stream,
+        size: usize,
+        waits: &[Wait<'_, B>],
+    ) -> Result<Allocation<B>> {
+        self.alloc_with(stream, size, waits, AllocFlags::default())
+    }
+
+    /// Enqueue `waits` on `stream`, then the driver's allocation. `flags.allow_wait` has no
+    /// effect (the driver's pool was created without internal dependencies).
+    ///
+    /// # Errors
+    /// [`Error::AllocSize`] for 0 bytes; a wait's error; the backend's (e.g. out of memory).
+    pub fn alloc_with(
+        &self,
+        stream: &B::Stream,
+        size: usize,
+        waits: &[Wait<'_, B>],
+        flags: AllocFlags,
+    ) -> Result<Allocation<B>> {
+        if size == 0 {
+            return Err(Error::AllocSize {
+                pool: self.name.clone(),
+                size,
+                max: usize::MAX,
+            });
+        }
+        Clocks::check_waits(&self.backend, waits)?;
+        let sid = self.backend.stream_id(stream);
+        let mut st = self.lock();
+        st.clocks.enqueue_waits(&self.backend, stream, sid, waits)?;
+        let addr = self.backend.alloc_async(&self.pool, stream, size)?;
+        let ready = if flags.signal {
+            match st.clocks.record(&self.backend, stream, sid) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    // Give the memory back in stream order; nothing is handed out.
+                    self.backend.free_async(&self.pool, stream, addr)?;
+                    return Err(e);
+                }
+            }
+        } else {
+            None
+        };
+        st.live.insert(addr, size);
+        st.freed.remove(&addr);
+        st.allocs += 1;
+        Ok(Allocation {
+            block: Block {
+                addr,
+                size,
+                capacity: size,
+            },
+            ready,
+        })
+    }
+
+    /// Enqueue `waits` on `stream`, then the driver's free; returns the point after which the
+    /// memory is free.
+    ///
+    /// # Errors
+    /// [`Error::DoubleFree`], [`Error::ForeignMemory`]; a wait's error (the block stays
+    /// allocated).
+    pub fn free(
+        &self,
+        stream: &B::Stream,
+        block: Block,
+        waits: &[Wait<'_, B>],
+    ) -> Result<Point<B>> {
+        let sid = self.backend.stream_id(stream);
+        let mut st = self.lock();
+        if !st.live.contains_key(&block.addr) {
+            return Err(if st.freed.contains(&block.addr) {
+                Error::DoubleFree {
+                    pool: self.name.clone(),
+                    addr: block.addr,
+                }
+            } else {
+                Error::ForeignMemory {
+                    pool: self.name.clone(),
+                    addr: block.addr,
+                }
+            });
+        }
+        Clocks::check_waits(&self.backend, waits)?;
+        st.clocks.enqueue_waits(&self.backend, stream, sid, waits)?;
+        self.backend.free_async(&self.pool, stream, block.addr)?;
+        st.live.remove(&block.addr);
+        st.freed.insert(block.addr);
+        st.frees += 1;
+        // The memory is already freed in stream order; a failing record only loses the point.
+        st.clocks.record(&self.backend, stream, sid)
+    }
+
+    /// Record a point at the current end of `stream`.
+    pub fn record(&self, stream: &B::Stream) -> Result<Point<B>> {
+        let sid = self.backend.stream_id(stream);
+        self.lock().clocks.record(&self.backend, stream, sid)
+    }
+
+    /// Make `stream`'s later work wait for `point`.
+    pub fn wait(&self, stream: &B::Stream, point: &Point<B>) -> Result<()> {
+        let sid = self.backend.stream_id(stream);
+        self.lock()
+            .clocks
+            .enqueue_waits(&self.backend, stream, sid, &[Wait::Point(point)])
+    }
+
+    /// Byte counts from the driver (zeros if it cannot say), and the call counts.
+    pub fn stats(&self) -> PoolStats {
+        let usage = self
+            .backend
+            .async_pool_usage(&self.pool)
+            .unwrap_or_default();
+        let st = self.lock();
+        PoolStats {
+            reserved_current: usage.reserved_current as usize,
+            reserved_high: usage.reserved_high as usize,
+            used_current: usage.used_current as usize,
+            used_high: usage.used_high as usize,
+            allocs: st.allocs,
+            frees: st.frees,
+            ..PoolStats::default()
+        }
+    }
+
+    /// Ask the driver to release memory down to `keep` bytes; returns the bytes released.
+    pub fn trim_to(&self, keep: usize) -> Result<usize> {
+        let before = self.backend.async_pool_usage(&self.pool)?.reserved_current;
+        self.backend.trim_async_pool(&self.pool, keep)?;
+        let after = self.backend.async_pool_usage(&self.pool)?.reserved_current;
+        Ok(before.saturating_sub(after) as usize)
+    }
+}
+
+impl<B: MemoryBackend> StreamAllocator<B> for NativePool<B> {
+    fn alloc_with(
+        &self,
+        stream: &B::Stream,
+        size: usize,
+        waits: &[Wait<'_, B>],
+        flags: AllocFlags,
+    ) -> Result<Allocation<B>> {
+        NativePool::alloc_with(self, stream, size, waits, flags)
+    }
+    fn free(&self, stream: &B::Stream, block: Block, waits: &[Wait<'_, B>]) -> Result<Point<B>> {
+        NativePool::free(self, stream, block, waits)
+    }
+    fn record(&self, stream: &B::Stream) -> Result<Point<B>> {
+        NativePool::record(self, stream)
+    }
+    fn wait(&self, stream: &B::Stream, point: &Point<B>) -> Result<()> {
+        NativePool::wait(self, stream, point)
+    }
+    fn stats(&self) -> PoolStats {
+        NativePool::stats(self)
+    }
+    fn trim_to(&self, keep: usize) -> Result<usize> {
+        NativePool::trim_to(self, keep)
+    }
+}

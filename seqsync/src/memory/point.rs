@@ -1,0 +1,286 @@
+//! Points (events a pool recorded, with what they are ordered after), wait lists, and the
+//! per-stream clocks that let a pool prove a requester is already ordered after a free.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use crate::backend::{Backend, EventOptions};
+use crate::error::Result;
+
+/// What a stream (or a point) is ordered after: for each stream id, the highest point seq of
+/// that stream it follows. A vector clock over the streams a pool has seen, sorted by id.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Frontier(Vec<(u64, u64)>);
+
+impl Frontier {
+    /// The highest seq of `stream` this frontier follows (0: none).
+    pub(crate) fn get(&self, stream: u64) -> u64 {
+        match self.0.binary_search_by_key(&stream, |&(s, _)| s) {
+            Ok(i) => self.0[i].1,
+            Err(_) => 0,
+        }
+    }
+
+    /// Follow `stream` up to `seq` as well.
+    pub(crate) fn advance(&mut self, stream: u64, seq: u64) {
+        match self.0.binary_search_by_key(&stream, |&(s, _)| s) {
+            Ok(i) => self.0[i].1 = self.0[i].1.max(seq),
+            Err(i) => self.0.insert(i, (stream, seq)),
+        }
+    }
+
+    /// Follow everything `other` follows.
+    pub(crate) fn join(&mut self, other: &Frontier) {
+        for &(s, q) in &other.0 {
+            self.advance(s, q);
+        }
+    }
+}
+
+/// Events kept for reuse once no point holds them (creating an event costs more than
+/// re-recording one; a re-record never changes a wait enqueued before it).
+pub(crate) struct EventCache<B: Backend> {
+    events: Mutex<Vec<B::Event>>,
+}
+
+/// At most this many idle events are kept.
+const EVENT_CACHE_MAX: usize = 1024;
+
+impl<B: Backend> EventCache<B> {
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(EventCache {
+            events: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn take(&self, backend: &B) -> Result<B::Event> {
+        let cached = self.events.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        match cached {
+            Some(e) => Ok(e),
+            None => backend.create_event(EventOptions::default()),
+        }
+    }
+
+    fn put(&self, event: B::Event) {
+        let mut events = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        if events.len() < EVENT_CACHE_MAX {
+            events.push(event);
+        }
+    }
+}
+
+/// A point in a stream, recorded by a pool: the end of an allocation's waits, or the point
+/// after which a freed block is free. Cheap to clone.
+///
+/// Pass it in a later call's wait list ([`Wait::Point`]), or to
+/// [`Pool::wait`](super::Pool::wait): the pool then knows the waiting stream is ordered after
+/// it, and can hand that stream blocks freed before it with no synchronization at all. Its
+/// [`event`](Self::event) is a plain backend event, for calls of your own.
+pub struct Point<B: Backend> {
+    inner: Arc<PointInner<B>>,
+}
+
+struct PointInner<B: Backend> {
+    /// The clock domain (the pool) whose seqs `stream`, `seq` and `clock` are.
+    domain: u64,
+    stream: u64,
+    seq: u64,
+    /// Everything the point is ordered after, itself included.
+    clock: Frontier,
+    /// Always `Some` until drop, which hands it back to the cache.
+    event: Option<B::Event>,
+    cache: Weak<EventCache<B>>,
+}
+
+impl<B: Backend> Clone for Point<B> {
+    fn clone(&self) -> Self {
+        Point {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<B: Backend> std::fmt::Debug for Point<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Point")
+            .field("stream", &self.inner.stream)
+            .field("seq", &self.inner.seq)
+            .finish()
+    }
+}
+
+impl<B: Backend> Point<B> {
+    /// The event recorded at this point.
+    pub fn event(&self) -> &B::Event {
+        self.inner
+            .event
+            .as_ref()
+            .expect("a point holds its event until dropped")
+    }
+
+    /// The id of the stream it was recorded on ([`crate::backend::MemoryBackend::stream_id`]).
+    pub fn stream_id(&self) -> u64 {
+        self.inner.stream
+    }
+
+    /// Its place among the points its pool recorded on that stream (1, 2, …).
+    pub fn seq(&self) -> u64 {
+        self.inner.seq
+    }
+
+    pub(crate) fn domain(&self) -> u64 {
+        self.inner.domain
+    }
+
+    pub(crate) fn clock(&self) -> &Frontier {
+        &self.inner.clock
+    }
+}
+
+impl<B: Backend> Drop for PointInner<B> {
+    fn drop(&mut self) {
+        if let (Some(event), Some(cache)) = (self.event.take(), self.cache.upgrade()) {
+            cache.put(event);
+        }
+    }
+}
+
+/// One entry of a wait list: what an allocation or free must wait for.
+pub enum Wait<'a, B: Backend> {
+    /// A point of a pool. The pool that recorded it also learns that the waiting stream is now
+    /// ordered after it.
+    Point(&'a Point<B>),
+    /// A plain event of the backend: enqueued, but a pool learns nothing from it.
+    Event(&'a B::Event),
+}
+
+impl<B: Backend> Clone for Wait<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B: Backend> Copy for Wait<'_, B> {}
+
+impl<B: Backend> Wait<'_, B> {
+    fn event(&self) -> &B::Event {
+        match self {
+            Wait::Point(p) => p.event(),
+            Wait::Event(e) => e,
+        }
+    }
+}
+
+/// What a pool knows of one stream: the seq of its last point, and what it is ordered after.
+#[derive(Debug, Default)]
+struct StreamClock {
+    seq: u64,
+    frontier: Frontier,
+}
+
+/// One pool's clock domain: the streams it has seen, and its idle events. Every method is
+/// called under the pool's lock, so the points of a stream get their seqs in the order they
+/// are recorded on it.
+pub(crate) struct Clocks<B: Backend> {
+    domain: u64,
+    streams: HashMap<u64, StreamClock>,
+    events: Arc<EventCache<B>>,
+}
+
+impl<B: Backend> Clocks<B> {
+    pub(crate) fn new() -> Self {
+        static NEXT_DOMAIN: AtomicU64 = AtomicU64::new(1);
+        Clocks {
+            domain: NEXT_DOMAIN.fetch_add(1, Ordering::Relaxed),
+            streams: HashMap::new(),
+            events: EventCache::new(),
+        }
+    }
+
+    /// Fail if a wait's producer has already failed (a non-blocking query of each event), so
+    /// that a call with a failing wait list changes nothing.
+    pub(crate) fn check_waits(backend: &B, waits: &[Wait<'_, B>]) -> Result<()> {
+        for w in waits {
+            backend.query(w.event())?;
+        }
+        Ok(())
+    }
+
+    /// Enqueue `waits` on `stream` (id `sid`), learning from this domain's points.
+    pub(crate) fn enqueue_waits(
+        &mut self,
+        backend: &B,
+        stream: &B::Stream,
+        sid: u64,
+        waits: &[Wait<'_, B>],
+    ) -> Result<()> {
+        for w in waits {
+            backend.wait(stream, w.event())?;
+            if let Wait::Point(p) = w {
+                self.learn(sid, p);
+            }
+        }
+        Ok(())
+    }
+
+    /// `sid`'s later work is ordered after `point` (a wait on it was just enqueued).
+    pub(crate) fn learn(&mut self, sid: u64, point: &Point<B>) {
+        if point.domain() == self.domain && point.stream_id() != sid {
+            self.streams
+                .entry(sid)
+                .or_default()
+                .frontier
+                .join(point.clock());
+        }
+    }
+
+    /// Record a new point at the current end of `stream`.
+    pub(crate) fn record(&mut self, backend: &B, stream: &B::Stream, sid: u64) -> Result<Point<B>> {
+        let event = self.events.take(backend)?;
+        backend.record(&event, stream)?;
+        let clock = self.streams.entry(sid).or_default();
+        clock.seq += 1;
+        let mut snapshot = clock.frontier.clone();
+        snapshot.advance(sid, clock.seq);
+        Ok(Point {
+            inner: Arc::new(PointInner {
+                domain: self.domain,
+                stream: sid,
+                seq: clock.seq,
+                clock: snapshot,
+                event: Some(event),
+                cache: Arc::downgrade(&self.events),
+            }),
+        })
+    }
+
+    /// Is work enqueued on stream `sid` from now on already ordered after `point`? True on
+    /// the point's own stream (stream order), or when the stream waited, directly or through
+    /// other points, on a later point of the same stream.
+    pub(crate) fn ordered_after(&self, sid: u64, point: &Point<B>) -> bool {
+        point.stream_id() == sid
+            || (point.domain() == self.domain
+                && self
+                    .streams
+                    .get(&sid)
+                    .is_some_and(|c| c.frontier.get(point.stream_id()) >= point.seq()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frontier_join_takes_the_max_per_stream() {
+        let mut a = Frontier::default();
+        a.advance(3, 5);
+        a.advance(1, 2);
+        let mut b = Frontier::default();
+        b.advance(3, 4);
+        b.advance(2, 7);
+        a.join(&b);
+        assert_eq!((a.get(1), a.get(2), a.get(3), a.get(9)), (2, 7, 5, 0));
+    }
+}

@@ -1,0 +1,603 @@
+//! [`Pool`]: seqsync's stream-ordered allocator.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Mutex, MutexGuard};
+
+use super::point::Clocks;
+use super::size_class::class_size;
+use super::{AllocFlags, Allocation, Block, Point, PoolStats, StreamAllocator, Wait};
+use crate::backend::MemoryBackend;
+use crate::error::{Error, Result};
+
+/// How a [`Pool`] is sized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolConfig {
+    /// Bytes of one slab: blocks of a size class are carved from slabs of this size (a larger
+    /// block gets a slab of its own).
+    pub slab_bytes: usize,
+    /// The most bytes the pool may hold; beyond it, a request is served by reuse, an allowed
+    /// wait, or not at all.
+    pub max_bytes: usize,
+    /// The largest single allocation (at most `max_bytes`).
+    pub max_alloc: usize,
+    /// Every block's address is a multiple of this (a power of two).
+    pub alignment: usize,
+    /// After a free, while the pool holds more than this, it gives back slabs that are wholly
+    /// free and whose frees have completed (checked without waiting). `usize::MAX` (the
+    /// default): keep everything until [`Pool::trim_to`].
+    pub release_threshold: usize,
+}
+
+impl Default for PoolConfig {
+    fn default() -> Self {
+        PoolConfig {
+            slab_bytes: 2 << 20,
+            max_bytes: usize::MAX,
+            max_alloc: usize::MAX,
+            alignment: 256,
+            release_threshold: usize::MAX,
+        }
+    }
+}
+
+impl PoolConfig {
+    /// A pool of exactly `count` blocks of `block_bytes` each (IREE's "fixed-block pool"):
+    /// slabs of one block, `max_bytes = count * block_bytes`.
+    pub fn fixed_blocks(block_bytes: usize, count: usize) -> Self {
+        PoolConfig {
+            slab_bytes: block_bytes,
+            max_bytes: block_bytes.saturating_mul(count),
+            max_alloc: block_bytes,
+            ..PoolConfig::default()
+        }
+    }
+}
+
+/// A stream-ordered pool: [`alloc`](Self::alloc) and [`free`](Self::free) are enqueued on
+/// streams with wait lists, return at once, and never block the host.
+///
+/// An allocation of size class `c` requested on stream `S` is served, in this order:
+///
+/// 1. **reuse**: a freed block of class `c` whose free `S` is already ordered after: freed on
+///    `S` itself (stream order; no event, no wait), or freed on a stream whose later point `S`
+///    waited on through this pool (a wait list entry, [`Pool::wait`], or transitively through
+///    other points). Zero synchronization.
+/// 2. **fresh**: never-used space, from the class's slab or a new slab, while the pool holds
+///    at most [`PoolConfig::max_bytes`].
+/// 3. **wait**, only with [`AllocFlags::allow_wait`]: the oldest freed block of class `c`,
+///    after a stream wait on its free enqueued on `S`.
+/// 4. otherwise [`Error::Exhausted`].
+///
+/// It never synchronizes the host while it lives ([`PoolStats::host_syncs`] stays 0): a
+/// pool dropped with frees still pending waits for them, then gives its memory back. Blocks
+/// still allocated when it drops are leaked, never freed under their users.
+///
+/// ```
+/// use seqsync::memory::{Pool, PoolConfig, Wait};
+/// use seqsync::HostBackend;
+///
+/// let host = HostBackend::new();
+/// let (copy, compute) = (host.new_stream("copy"), host.new_stream("compute"));
+/// let pool = Pool::new(&host, "batches", PoolConfig::default())?;
+///
+/// let a = pool.alloc(&copy, 4096, &[])?; // usable by `copy`'s later work at once
+/// pool.free(&copy, a.block, &[])?;
+/// let b = pool.alloc(&copy, 4096, &[])?; // same stream: the same block, no wait
+/// assert_eq!(b.block.addr(), a.block.addr());
+///
+/// // Another stream gets the block only once it is ordered after the free:
+/// pool.free(&copy, b.block, &[])?;
+/// let c = pool.alloc(&compute, 4096, &[])?;
+/// assert_ne!(c.block.addr(), a.block.addr()); // not ordered: fresh memory
+/// let freed = pool.free(&copy, c.block, &[])?;
+/// let d = pool.alloc(&compute, 4096, &[Wait::Point(&freed)])?; // waits on the last free...
+/// assert_eq!(d.block.addr(), c.block.addr()); // ...so the block freed there is reused
+/// let s = pool.stats();
+/// assert_eq!((s.reuse, s.fresh, s.waits, s.host_syncs), (2, 2, 0, 0));
+/// # Ok::<(), seqsync::Error>(())
+/// ```
+pub struct Pool<B: MemoryBackend> {
+    backend: B,
+    name: String,
+    config: PoolConfig,
+    state: Mutex<State<B>>,
+}
+
+struct State<B: MemoryBackend> {
+    clocks: Clocks<B>,
+    slabs: Vec<Option<Slab<B>>>,
+    classes: HashMap<usize, Class<B>>,
+    live: HashMap<u64, Live>,
+    stats: PoolStats,
+    release_threshold: usize,
+}
+
+struct Slab<B: MemoryBackend> {
+    memory: B::Memory,
+    /// The first block's address (aligned).
+    base: u64,
+    bytes: usize,
+    class: usize,
+    /// Bytes handed out at least once, from `base`.
+    carved: usize,
+    /// Blocks of this slab allocated now.
+    live: usize,
+}
+
+/// A size class: its freed blocks (oldest first) and the slab it carves from.
+struct Class<B: MemoryBackend> {
+    free: VecDeque<Freed<B>>,
+    carving: Option<usize>,
+}
+
+struct Freed<B: MemoryBackend> {
+    addr: u64,
+    slab: usize,
+    /// The point after which the block is free.
+    death: Point<B>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Live {
+    slab: usize,
+    class: usize,
+}
+
+impl<B: MemoryBackend> std::fmt::Debug for Pool<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("name", &self.name)
+            .field("config", &self.config)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl<B: MemoryBackend> Pool<B> {
+    /// A pool named `name` (errors name it) on `backend`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the alignment is not a power of two, or a size is 0.
+    pub fn new(backend: &B, name: &str, config: PoolConfig) -> Result<Self> {
+        let bad = |m: String| Err(Error::invalid(name, m));
+        if !config.alignment.is_power_of_two() {
+            return bad(format!(
+                "alignment {} is not a power of two",
+                config.alignment
+            ));
+        }
+        if config.slab_bytes == 0 || config.max_bytes == 0 || config.max_alloc == 0 {
+            return bad(format!(
+                "slab_bytes {}, max_bytes {} and max_alloc {} must be > 0",
+                config.slab_bytes, config.max_bytes, config.max_alloc
+            ));
+        }
+        Ok(Pool {
+            backend: backend.clone(),
+            name: name.to_owned(),
+            config,
+            state: Mutex::new(State {
+                clocks: Clocks::new(),
+                slabs: Vec::new(),
+                classes: HashMap::new(),
+                live: HashMap::new(),
+                stats: PoolStats::default(),
+                release_threshold: config.release_threshold,
+            }),
+        })
+    }
+
+    /// The pool's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The configuration it was made with.
+    pub fn config(&self) -> PoolConfig {
+        self.config
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<B>> {
+        // Every critical section leaves the state consistent before any call that can panic.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The largest allocation this pool serves.
+    pub fn max_alloc(&self) -> usize {
+        self.config.max_alloc.min(self.config.max_bytes)
+    }
+
+    /// Allocate `size` bytes for work on `stream`, after `waits`, with no inserted wait and
+    /// no ready event: [`alloc_with`](Self::alloc_with) with default [`AllocFlags`].
+    pub fn alloc(
+        &self,
+        stream: &B::Stream,
+        size: usize,
+        waits: &[Wait<'_, B>],
+    ) -> Result<Allocation<B>> {
+        self.alloc_with(stream, size, waits, AllocFlags::default())
+    }
+
+    /// Allocate `size` bytes for work on `stream`: enqueue `waits` on it, then pick a block by
+    /// the rules above. Returns at once.
+    ///
+    /// # Errors
+    /// - [`Error::AllocSize`]: `size` is 0 or above [`max_alloc`](Self::max_alloc).
+    /// - [`Error::Exhausted`]: nothing can serve it (see the type's docs); nothing changed
+    ///   but the waits enqueued.
+    /// - a wait's error: its producer failed (checked before anything is enqueued), or the
+    ///   backend refused the wait.
+    pub fn alloc_with(
+        &self,
+        stream: &B::Stream,
+        size: usize,
+        waits: &[Wait<'_, B>],
+        flags: AllocFlags,
+    ) -> Result<Allocation<B>> {
+        if size == 0 || size > self.max_alloc() {
+            return Err(Error::AllocSize {
+                pool: self.name.clone(),
+                size,
+                max: self.max_alloc(),
+            });
+        }
+        Clocks::check_waits(&self.backend, waits)?;
+        let class = class_size(size, self.config.alignment);
+        let sid = self.backend.stream_id(stream);
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        st.clocks.enqueue_waits(&self.backend, stream, sid, waits)?;
+        let entry = st.classes.entry(class).or_insert_with(|| Class {
+            free: VecDeque::new(),
+            carving: None,
+        });
+        // 1. Reuse: the most recently freed block the requester is ordered after.
+        let dominated = entry
+            .free
+            .iter()
+            .rposition(|f| st.clocks.ordered_after(sid, &f.death));
+        // `old`: the freed entry a reused block came from, to put back if the call fails.
+        let (addr, slab, old) = if let Some(i) = dominated {
+            let f = entry.free.remove(i).expect("index from rposition");
+            st.stats.reuse += 1;
+            (f.addr, f.slab, Some(f))
+        } else {
+            let stale = entry.free.len();
+            if stale > 0 {
+                st.stats.reuse_miss += 1;
+            }
+            // 2. Fresh space.
+            if let Some((addr, slab)) = self.carve(st, class)? {
+                st.stats.fresh += 1;
+                (addr, slab, None)
+            } else if flags.allow_wait && stale > 0 {
+                // 3. An inserted wait on the oldest free of the class.
+                let entry = st.classes.get_mut(&class).expect("class entry made above");
+                let f = entry.free.front().expect("stale > 0");
+                self.backend.wait(stream, f.death.event())?;
+                let f = entry.free.pop_front().expect("stale > 0");
+                st.clocks.learn(sid, &f.death);
+                st.stats.waits += 1;
+                (f.addr, f.slab, Some(f))
+            } else {
+                st.stats.exhausted += 1;
+                return Err(Error::Exhausted {
+                    pool: self.name.clone(),
+                    requested: size,
+                    reserved: st.stats.reserved_current,
+                    max: self.config.max_bytes,
+                    stale,
+                    hint: if stale > 0 {
+                        "; wait on a free's point first, or allow an inserted wait"
+                    } else {
+                        "; free blocks, or raise max_bytes"
+                    },
+                });
+            }
+        };
+        let ready = if flags.signal {
+            match st.clocks.record(&self.backend, stream, sid) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    // Nothing handed out: the block goes back where it came from.
+                    match old {
+                        Some(f) => st
+                            .classes
+                            .get_mut(&class)
+                            .expect("class entry made above")
+                            .free
+                            .push_back(f),
+                        None => {
+                            if let Some(s) = st.slabs[slab].as_mut() {
+                                // It was the last block carved, under this same lock.
+                                s.carved -= class;
+                            }
+                        }
+                    }
+                    return Err(e);
+                }
+            }
+        } else {
+            None
+        };
+        st.live.insert(addr, Live { slab, class });
+        if let Some(s) = st.slabs[slab].as_mut() {
+            s.live += 1;
+        }
+        let stats = &mut st.stats;
+        stats.allocs += 1;
+        stats.used_current += class;
+        stats.used_high = stats.used_high.max(stats.used_current);
+        let block = Block {
+            addr,
+            size,
+            capacity: class,
+        };
+        Ok(Allocation { block, ready })
+    }
+
+    /// Never-used space of `class`: from the class's slab, or from a new slab if the pool may
+    /// grow. `Ok(None)`: the pool is at its maximum.
+    fn carve(&self, st: &mut State<B>, class: usize) -> Result<Option<(u64, usize)>> {
+        let entry = st
+            .classes
+            .get_mut(&class)
+            .expect("class entry made by alloc");
+        if let Some(i) = entry.carving {
+            if let Some(s) = st.slabs[i].as_mut() {
+                if s.carved + class <= s.bytes {
+                    let addr = s.base + s.carved as u64;
+                    s.carved += class;
+                    return Ok(Some((addr, i)));
+                }
+            }
+        }
+        // A new slab: a whole slab of blocks, or one block if that is all that fits.
+        let room = self.config.max_bytes - st.stats.reserved_current;
+        let want = if class >= self.config.slab_bytes {
+            class
+        } else {
+            self.config.slab_bytes / class * class
+        };
+        let bytes = if want <= room {
+            want
+        } else if class <= room {
+            class
+        } else {
+            return Ok(None);
+        };
+        let extra = if self.config.alignment > 256 {
+            self.config.alignment
+        } else {
+            0
+        };
+        let memory = self.backend.alloc_memory(bytes + extra)?;
+        let base = self
+            .backend
+            .memory_addr(&memory)
+            .next_multiple_of(self.config.alignment as u64);
+        let slab = Slab {
+            memory,
+            base,
+            bytes,
+            class,
+            carved: class,
+            live: 0,
+        };
+        let i = match st.slabs.iter().position(Option::is_none) {
+            Some(i) => {
+                st.slabs[i] = Some(slab);
+                i
+            }
+            None => {
+                st.slabs.push(Some(slab));
+                st.slabs.len() - 1
+            }
+        };
+        st.classes
+            .get_mut(&class)
+            .expect("class entry made by alloc")
+            .carving = Some(i);
+        let stats = &mut st.stats;
+        stats.slab_allocs += 1;
+        stats.slabs += 1;
+        stats.reserved_current += bytes;
+        stats.reserved_high = stats.reserved_high.max(stats.reserved_current);
+        Ok(Some((base, i)))
+    }
+
+    /// Free `block` once `stream` gets here, after `waits`. Returns the point after which it
+    /// is free: a later allocation on `stream` may reuse it at once; one on another stream
+    /// once that stream is ordered after this point.
+    ///
+    /// # Errors
+    /// - [`Error::DoubleFree`]: the block was freed already.
+    /// - [`Error::ForeignMemory`]: this pool never handed it out.
+    /// - a wait's error (its producer failed, or the backend refused it): the block stays
+    ///   allocated and usable, and can be freed again.
+    pub fn free(
+        &self,
+        stream: &B::Stream,
+        block: Block,
+        waits: &[Wait<'_, B>],
+    ) -> Result<Point<B>> {
+        let sid = self.backend.stream_id(stream);
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let Some(&live) = st.live.get(&block.addr) else {
+            return Err(self.not_live(st, block.addr));
+        };
+        Clocks::check_waits(&self.backend, waits)?;
+        st.clocks.enqueue_waits(&self.backend, stream, sid, waits)?;
+        let death = st.clocks.record(&self.backend, stream, sid)?;
+        st.live.remove(&block.addr);
+        if let Some(s) = st.slabs[live.slab].as_mut() {
+            s.live -= 1;
+        }
+        st.classes
+            .get_mut(&live.class)
+            .expect("a live block's class exists")
+            .free
+            .push_back(Freed {
+                addr: block.addr,
+                slab: live.slab,
+                death: death.clone(),
+            });
+        st.stats.frees += 1;
+        st.stats.used_current -= live.class;
+        if st.stats.reserved_current > st.release_threshold {
+            let target = st.release_threshold;
+            self.release_idle(st, target)?;
+        }
+        Ok(death)
+    }
+
+    fn not_live(&self, st: &State<B>, addr: u64) -> Error {
+        let freed = st
+            .classes
+            .values()
+            .any(|c| c.free.iter().any(|f| f.addr == addr));
+        if freed {
+            Error::DoubleFree {
+                pool: self.name.clone(),
+                addr,
+            }
+        } else {
+            Error::ForeignMemory {
+                pool: self.name.clone(),
+                addr,
+            }
+        }
+    }
+
+    /// Give back wholly free slabs whose frees have all completed (asked without waiting),
+    /// until the pool holds at most `target` bytes. Returns the bytes given back.
+    fn release_idle(&self, st: &mut State<B>, target: usize) -> Result<usize> {
+        let mut released = 0;
+        for i in 0..st.slabs.len() {
+            if st.stats.reserved_current <= target {
+                break;
+            }
+            let Some(slab) = st.slabs[i].as_ref() else {
+                continue;
+            };
+            if slab.live > 0 {
+                continue;
+            }
+            let class = st.classes.get(&slab.class).expect("a slab's class exists");
+            let mut done = true;
+            for f in class.free.iter().filter(|f| f.slab == i) {
+                if !self.backend.query(f.death.event())? {
+                    done = false;
+                    break;
+                }
+            }
+            if !done {
+                continue;
+            }
+            let slab = st.slabs[i].take().expect("checked above");
+            let class = st.classes.get_mut(&slab.class).expect("checked above");
+            class.free.retain(|f| f.slab != i);
+            if class.carving == Some(i) {
+                class.carving = None;
+            }
+            st.stats.reserved_current -= slab.bytes;
+            st.stats.slabs -= 1;
+            st.stats.slab_releases += 1;
+            released += slab.bytes;
+            drop(slab.memory);
+        }
+        Ok(released)
+    }
+
+    /// Give back wholly free slabs whose frees have completed, until the pool holds at most
+    /// `keep` bytes or nothing more can go without waiting. Never blocks. Returns the bytes
+    /// given back.
+    pub fn trim_to(&self, keep: usize) -> Result<usize> {
+        let mut st = self.lock();
+        self.release_idle(&mut st, keep)
+    }
+
+    /// From now on, release wholly free, completed slabs after a free while the pool holds
+    /// more than `bytes`.
+    pub fn set_release_threshold(&self, bytes: usize) {
+        self.lock().release_threshold = bytes;
+    }
+
+    /// Make `stream`'s later work wait for `point`; the pool learns that `stream` is ordered
+    /// after it (and after everything it is ordered after).
+    pub fn wait(&self, stream: &B::Stream, point: &Point<B>) -> Result<()> {
+        let sid = self.backend.stream_id(stream);
+        let mut st = self.lock();
+        st.clocks
+            .enqueue_waits(&self.backend, stream, sid, &[Wait::Point(point)])
+    }
+
+    /// Record a point at the current end of `stream`, for other calls' wait lists (e.g. the
+    /// last reader of a block records one, and the block's free waits on it).
+    pub fn record(&self, stream: &B::Stream) -> Result<Point<B>> {
+        let sid = self.backend.stream_id(stream);
+        self.lock().clocks.record(&self.backend, stream, sid)
+    }
+
+    /// The statistics.
+    pub fn stats(&self) -> PoolStats {
+        self.lock().stats
+    }
+
+    /// Reset the high-water marks to the current values.
+    pub fn reset_high(&self) {
+        let mut st = self.lock();
+        st.stats.reserved_high = st.stats.reserved_current;
+        st.stats.used_high = st.stats.used_current;
+    }
+}
+
+impl<B: MemoryBackend> StreamAllocator<B> for Pool<B> {
+    fn alloc_with(
+        &self,
+        stream: &B::Stream,
+        size: usize,
+        waits: &[Wait<'_, B>],
+        flags: AllocFlags,
+    ) -> Result<Allocation<B>> {
+        Pool::alloc_with(self, stream, size, waits, flags)
+    }
+    fn free(&self, stream: &B::Stream, block: Block, waits: &[Wait<'_, B>]) -> Result<Point<B>> {
+        Pool::free(self, stream, block, waits)
+    }
+    fn record(&self, stream: &B::Stream) -> Result<Point<B>> {
+        Pool::record(self, stream)
+    }
+    fn wait(&self, stream: &B::Stream, point: &Point<B>) -> Result<()> {
+        Pool::wait(self, stream, point)
+    }
+    fn stats(&self) -> PoolStats {
+        Pool::stats(self)
+    }
+    fn trim_to(&self, keep: usize) -> Result<usize> {
+        Pool::trim_to(self, keep)
+    }
+}
+
+impl<B: MemoryBackend> Drop for Pool<B> {
+    fn drop(&mut self) {
+        let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        // Frees still pending on some stream: wait for them before the memory goes.
+        for class in st.classes.values() {
+            for f in &class.free {
+                if !matches!(self.backend.query(f.death.event()), Ok(true)) {
+                    st.stats.host_syncs += 1;
+                    // A failed stream never runs its later work: nothing left to wait for.
+                    let _ = self.backend.synchronize(f.death.event());
+                }
+            }
+        }
+        for slab in st.slabs.iter_mut().filter_map(Option::take) {
+            if slab.live > 0 {
+                // Still in use by someone who never freed it: leak rather than free under them.
+                std::mem::forget(slab.memory);
+            }
+        }
+    }
+}

@@ -1,0 +1,43 @@
+//! Size classes: a request is rounded up to its class, and blocks of one class are carved from
+//! the same slabs, so a freed block fits every later request of its class.
+//!
+//! Classes are multiples of the pool's alignment; above four alignments, each power of two is
+//! split into four classes (the second level of a TLSF-like scheme), so rounding wastes at most
+//! a quarter of the request.
+
+/// The class of a `size`-byte request, for a power-of-two `align`.
+pub(crate) fn class_size(size: usize, align: usize) -> usize {
+    debug_assert!(align.is_power_of_two());
+    let s = size.max(1).next_multiple_of(align);
+    if s <= 4 * align {
+        return s;
+    }
+    let top = 1usize << (usize::BITS - 1 - s.leading_zeros());
+    s.next_multiple_of(top / 4)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::class_size;
+
+    #[test]
+    fn classes_are_aligned_and_waste_at_most_a_quarter() {
+        for align in [1usize, 8, 256, 4096] {
+            for size in (1..20_000).step_by(7) {
+                let c = class_size(size, align);
+                assert!(
+                    c >= size && c.is_multiple_of(align),
+                    "size {size} align {align}: {c}"
+                );
+                if size > 4 * align {
+                    assert!(c - size <= size / 4, "size {size} align {align}: {c}");
+                }
+                // Monotone: a larger request never gets a smaller class.
+                assert!(class_size(size + 1, align) >= c);
+            }
+        }
+        assert_eq!(class_size(64 << 20, 256), 64 << 20);
+        assert_eq!(class_size(1, 256), 256);
+        assert_eq!(class_size(1025, 256), 1280);
+    }
+}

@@ -1,0 +1,41 @@
+//! What a pool reports.
+
+/// A pool's statistics: bytes (current and high water since creation or
+/// [`reset_high`](super::Pool::reset_high)) and event counts since creation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Bytes held from the backend (slabs).
+    pub reserved_current: usize,
+    /// The most bytes held at once.
+    pub reserved_high: usize,
+    /// Bytes of blocks handed out and not yet freed (whole size classes).
+    pub used_current: usize,
+    /// The most bytes handed out at once.
+    pub used_high: usize,
+    /// Slabs held now.
+    pub slabs: usize,
+    /// Allocations served.
+    pub allocs: u64,
+    /// Frees done.
+    pub frees: u64,
+    /// Allocations served with a freed block the requester was already ordered after: no
+    /// event, no wait.
+    pub reuse: u64,
+    /// Allocations that found freed blocks of their class but none ordered before them.
+    pub reuse_miss: u64,
+    /// Allocations served with never-used space (carved from a slab, or a new slab).
+    pub fresh: u64,
+    /// Allocations served with a freed block by inserting a stream wait on its free (only
+    /// when the caller allowed it).
+    pub waits: u64,
+    /// Allocations refused with [`Error::Exhausted`](crate::Error::Exhausted).
+    pub exhausted: u64,
+    /// Slabs taken from the backend (a synchronous device allocation each).
+    pub slab_allocs: u64,
+    /// Slabs given back to the backend (a synchronous device free each; on CUDA `cuMemFree`
+    /// may wait for the device).
+    pub slab_releases: u64,
+    /// Times the pool blocked the host on the device. It never does while it lives; only a
+    /// pool dropped with frees still pending waits for them.
+    pub host_syncs: u64,
+}
