@@ -17,7 +17,7 @@ mod common;
 use std::time::Duration;
 
 use common::Harness;
-use seqsync::backend::MemoryBackend;
+use seqsync::backend::{Backend, MemoryBackend};
 use seqsync::memory::{
     AllocFlags, Block, NativePool, Pool, PoolConfig, PoolStats, StreamAllocator, Wait,
 };
@@ -1006,7 +1006,10 @@ fn failed_wait_list_does_not_free() {
 fn pool_ordering_is_real_ordering_for_the_hazard_checker() {
     use seqsync::hazard::{Access, ValidatingBackend};
     let v = ValidatingBackend::new(HostBackend::new());
-    let (s1, s2) = (v.new_stream("s1"), v.new_stream("s2"));
+    let (s1, s2) = (
+        Backend::new_stream(&v, "s1").unwrap(),
+        Backend::new_stream(&v, "s2").unwrap(),
+    );
     let p = Pool::new(&v, "checked", PoolConfig::default()).unwrap();
     let a = p.alloc(&s1, 4096, &[]).unwrap();
     v.access(&s1, Access::write("first", "block", 0, 0));
@@ -1016,7 +1019,7 @@ fn pool_ordering_is_real_ordering_for_the_hazard_checker() {
     v.access(&s2, Access::write("second", "block", 0, 1));
     assert!(v.checker().is_clean(), "{}", v.checker().report());
     // Control: a third stream writing the block with no wait is reported.
-    let s3 = v.new_stream("s3");
+    let s3 = Backend::new_stream(&v, "s3").unwrap();
     v.access(&s3, Access::write("third", "block", 0, 2));
     assert!(!v.checker().is_clean());
 }
