@@ -1,6 +1,6 @@
 //! A backend chosen at run time: CUDA when a driver and a GPU are present, else host.
 
-use super::host::{HostAsyncPool, HostBackend, HostEvent, HostMemory, HostStream};
+use super::host::{HostAsyncPool, HostBackend, HostEvent, HostRawMemory, HostStream};
 use super::{Backend, EventOptions, Interrupt, MemoryBackend, MemoryUsage, SyncOutcome};
 use crate::error::{Error, Result};
 
@@ -229,9 +229,9 @@ impl Backend for AnyBackend {
 
 /// Device memory of an [`AnyBackend`].
 #[derive(Debug)]
-pub enum AnyMemory {
+pub enum AnyRawMemory {
     /// Host memory.
-    Host(HostMemory),
+    Host(HostRawMemory),
     /// CUDA device memory.
     #[cfg(feature = "cuda")]
     Cuda(DeviceBuffer),
@@ -248,7 +248,7 @@ pub enum AnyAsyncPool {
 }
 
 impl MemoryBackend for AnyBackend {
-    type Memory = AnyMemory;
+    type RawMemory = AnyRawMemory;
     type AsyncPool = AnyAsyncPool;
 
     fn stream_id(&self, stream: &AnyStream) -> u64 {
@@ -261,19 +261,19 @@ impl MemoryBackend for AnyBackend {
         }
     }
 
-    fn alloc_memory(&self, bytes: usize) -> Result<AnyMemory> {
+    fn alloc_memory(&self, bytes: usize) -> Result<AnyRawMemory> {
         match self {
-            AnyBackend::Host(b) => b.alloc_memory(bytes).map(AnyMemory::Host),
+            AnyBackend::Host(b) => b.alloc_memory(bytes).map(AnyRawMemory::Host),
             #[cfg(feature = "cuda")]
-            AnyBackend::Cuda(b) => b.alloc_memory(bytes).map(AnyMemory::Cuda),
+            AnyBackend::Cuda(b) => b.alloc_memory(bytes).map(AnyRawMemory::Cuda),
         }
     }
 
-    fn memory_addr(&self, memory: &AnyMemory) -> u64 {
+    fn memory_addr(&self, memory: &AnyRawMemory) -> u64 {
         match memory {
-            AnyMemory::Host(m) => m.addr(),
+            AnyRawMemory::Host(m) => m.addr(),
             #[cfg(feature = "cuda")]
-            AnyMemory::Cuda(m) => m.device_ptr(),
+            AnyRawMemory::Cuda(m) => m.device_ptr(),
         }
     }
 

@@ -25,12 +25,12 @@ pub struct MemoryUsage {
 /// | | host | cuda |
 /// |---|---|---|
 /// | [`stream_id`](Self::stream_id) | a number given at stream creation | a number given on first sight of the stream (kept while the stream lives) |
-/// | [`Memory`](Self::Memory) | zeroed host memory, 256-byte aligned | `cuMemAlloc` (`cuMemFree` on drop) |
+/// | [`Memory`](Self::RawMemory) | zeroed host memory, 256-byte aligned | `cuMemAlloc` (`cuMemFree` on drop) |
 /// | [`AsyncPool`](Self::AsyncPool) | host memory allocated at once, freed by the stream when it reaches the free | a `cuMemPoolCreate` pool: `cuMemAllocFromPoolAsync` / `cuMemFreeAsync` |
 pub trait MemoryBackend: Backend {
     /// A block of device memory, released on drop. Release may wait for the device (CUDA's
     /// `cuMemFree` does), so a pool drops memory only off its hot path.
-    type Memory: Send + Sync;
+    type RawMemory: Send + Sync;
     /// The backend's own stream-ordered pool.
     type AsyncPool: Send + Sync;
 
@@ -39,10 +39,10 @@ pub trait MemoryBackend: Backend {
     fn stream_id(&self, stream: &Self::Stream) -> u64;
 
     /// Allocate `bytes` (> 0) of device memory, at least 256-byte aligned. Synchronous.
-    fn alloc_memory(&self, bytes: usize) -> Result<Self::Memory>;
+    fn alloc_memory(&self, bytes: usize) -> Result<Self::RawMemory>;
 
     /// The device address of `memory` (on the host backend, a host pointer).
-    fn memory_addr(&self, memory: &Self::Memory) -> u64;
+    fn memory_addr(&self, memory: &Self::RawMemory) -> u64;
 
     /// A new stream-ordered pool that keeps up to `release_threshold` bytes reserved. On CUDA
     /// its reuse follows event dependencies only (`CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES`

@@ -45,7 +45,7 @@ pub mod cuda;
 pub mod host;
 mod memory;
 
-pub use any::{AnyAsyncPool, AnyBackend, AnyEvent, AnyMemory, AnyStream, BackendKind};
+pub use any::{AnyAsyncPool, AnyBackend, AnyEvent, AnyRawMemory, AnyStream, BackendKind};
 pub use command::{CommandBackend, CopyOp, FillOp, HostFn};
 pub(crate) use memory::next_stream_id;
 pub use memory::{MemoryBackend, MemoryUsage};

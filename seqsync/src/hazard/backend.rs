@@ -207,18 +207,18 @@ impl<B: Backend> Backend for ValidatingBackend<B> {
 /// Memory calls go to the inner backend unchanged; the checker sees the pools' ordering
 /// through their records and waits.
 impl<B: MemoryBackend> MemoryBackend for ValidatingBackend<B> {
-    type Memory = B::Memory;
+    type RawMemory = B::RawMemory;
     type AsyncPool = B::AsyncPool;
 
     fn stream_id(&self, stream: &Self::Stream) -> u64 {
         self.inner.stream_id(&stream.inner)
     }
 
-    fn alloc_memory(&self, bytes: usize) -> Result<B::Memory> {
+    fn alloc_memory(&self, bytes: usize) -> Result<B::RawMemory> {
         self.inner.alloc_memory(bytes)
     }
 
-    fn memory_addr(&self, memory: &B::Memory) -> u64 {
+    fn memory_addr(&self, memory: &B::RawMemory) -> u64 {
         self.inner.memory_addr(memory)
     }
 

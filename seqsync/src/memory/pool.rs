@@ -113,7 +113,7 @@ struct State<B: MemoryBackend> {
 }
 
 struct Slab<B: MemoryBackend> {
-    memory: B::Memory,
+    memory: B::RawMemory,
     /// The first block's address (aligned).
     base: u64,
     bytes: usize,

@@ -106,7 +106,7 @@ impl Drop for CudaAsyncPool {
 }
 
 impl MemoryBackend for CudaBackend {
-    type Memory = DeviceBuffer;
+    type RawMemory = DeviceBuffer;
     type AsyncPool = CudaAsyncPool;
 
     fn stream_id(&self, stream: &Arc<CudaStream>) -> u64 {

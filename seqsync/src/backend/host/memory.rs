@@ -15,18 +15,18 @@ pub const HOST_MEMORY_ALIGN: usize = 256;
 
 /// Zeroed host memory standing in for device memory; freed on drop.
 #[derive(Debug)]
-pub struct HostMemory {
+pub struct HostRawMemory {
     ptr: NonNull<u8>,
     layout: Layout,
 }
 
 // SAFETY: the memory is a plain heap allocation owned by this value; who reads or writes it
 // (stream closures through its address) is ordered by the caller, as for device memory.
-unsafe impl Send for HostMemory {}
+unsafe impl Send for HostRawMemory {}
 // SAFETY: a shared reference only exposes the address and the length.
-unsafe impl Sync for HostMemory {}
+unsafe impl Sync for HostRawMemory {}
 
-impl HostMemory {
+impl HostRawMemory {
     /// Allocate `bytes` (> 0) zeroed bytes, [`HOST_MEMORY_ALIGN`]-aligned.
     pub fn new(bytes: usize) -> Result<Self> {
         let layout = Layout::from_size_align(bytes.max(1), HOST_MEMORY_ALIGN).map_err(|e| {
@@ -40,7 +40,7 @@ impl HostMemory {
                 format!("out of host memory allocating {bytes} bytes"),
             )
         })?;
-        Ok(HostMemory { ptr, layout })
+        Ok(HostRawMemory { ptr, layout })
     }
 
     /// The address.
@@ -59,7 +59,7 @@ impl HostMemory {
     }
 }
 
-impl Drop for HostMemory {
+impl Drop for HostRawMemory {
     fn drop(&mut self) {
         // SAFETY: `ptr` came from `alloc_zeroed` with exactly this layout and is freed once.
         unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
@@ -71,7 +71,7 @@ impl Drop for HostMemory {
 /// (the system allocator's is what it has), which makes it the plain stream-ordered baseline.
 #[derive(Debug, Default)]
 pub struct HostAsyncPool {
-    live: Mutex<HashMap<u64, HostMemory>>,
+    live: Mutex<HashMap<u64, HostRawMemory>>,
     usage: Arc<Usage>,
 }
 
@@ -93,18 +93,18 @@ impl Usage {
 }
 
 impl MemoryBackend for HostBackend {
-    type Memory = HostMemory;
+    type RawMemory = HostRawMemory;
     type AsyncPool = HostAsyncPool;
 
     fn stream_id(&self, stream: &HostStream) -> u64 {
         stream.shared.id
     }
 
-    fn alloc_memory(&self, bytes: usize) -> Result<HostMemory> {
-        HostMemory::new(bytes)
+    fn alloc_memory(&self, bytes: usize) -> Result<HostRawMemory> {
+        HostRawMemory::new(bytes)
     }
 
-    fn memory_addr(&self, memory: &HostMemory) -> u64 {
+    fn memory_addr(&self, memory: &HostRawMemory) -> u64 {
         memory.addr()
     }
 
@@ -113,7 +113,7 @@ impl MemoryBackend for HostBackend {
     }
 
     fn alloc_async(&self, pool: &HostAsyncPool, _stream: &HostStream, bytes: usize) -> Result<u64> {
-        let memory = HostMemory::new(bytes)?;
+        let memory = HostRawMemory::new(bytes)?;
         let addr = memory.addr();
         pool.usage.add(memory.len() as u64);
         pool.live

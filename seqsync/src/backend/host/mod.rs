@@ -36,7 +36,7 @@ mod stream;
 pub use chaos::Chaos;
 pub use command::{HostKernel, HostMemory};
 pub use event::HostEvent;
-pub use memory::{HostAsyncPool, HostMemory, HOST_MEMORY_ALIGN};
+pub use memory::{HostAsyncPool, HostRawMemory, HOST_MEMORY_ALIGN};
 pub use stream::HostStream;
 
 use super::{Backend, EventOptions, Interrupt, NeverInterrupt, SyncOutcome};
