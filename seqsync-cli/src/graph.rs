@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use seqsync::backend::{Backend, CommandBackend};
-use seqsync::graph::{lower, run, spec_toml, Analysis, Lowering, Report};
+use seqsync::backend::{Backend, GraphBackend};
+use seqsync::graph::{report, run, spec_toml, Analysis, Lowering, Report};
 use seqsync::{AnyBackend, BackendKind};
 
 use crate::Failure;
@@ -13,7 +13,8 @@ use crate::Failure;
 pub(crate) struct GraphArgs {
     /// The graph file: `[[command]]` entries with name, kind, after, us, or barrier = true.
     file: PathBuf,
-    /// streams (exact, no false dependency) or levels (fork-join baseline).
+    /// streams (exact, no false dependency), cuda-graph (one graph, replayed) or levels
+    /// (fork-join baseline).
     #[arg(long, default_value = "streams", value_parser = crate::parse::<Lowering>)]
     lower: Lowering,
     /// auto (CUDA if a GPU is present), host or cuda (for --run).
@@ -40,21 +41,12 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), Failure> {
         code: 2,
     })?;
     let analysis = Analysis::of(&spec.dag);
-    let report = lower(&spec.dag, &analysis, a.lower).report(&spec.dag, &analysis);
+    let report = report(&spec.dag, &analysis, a.lower);
     let ran = if a.run {
         let backend = AnyBackend::new(a.backend)?;
         let r = match &backend {
             AnyBackend::Host(h) => run_on(h, &spec, a.lower, a.runs)?,
-            #[allow(unreachable_patterns)]
-            _ => {
-                return Err(Failure {
-                    message: format!(
-                        "graph --run on the {} backend is not supported yet; use --backend host",
-                        backend.name()
-                    ),
-                    code: 2,
-                })
-            }
+            AnyBackend::Cuda(c) => run_on(c, &spec, a.lower, a.runs)?,
         };
         Some((backend.name(), r))
     } else {
@@ -85,7 +77,7 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-fn run_on<B: CommandBackend>(
+fn run_on<B: GraphBackend>(
     backend: &B,
     spec: &spec_toml::GraphSpec,
     lowering: Lowering,

@@ -13,6 +13,8 @@
 use super::Backend;
 use crate::error::Result;
 
+use std::sync::Arc;
+
 /// Copy `words` words from `src[src_offset..]` to `dst[dst_offset..]`.
 #[derive(Debug, Clone)]
 pub struct CopyOp<M> {
@@ -42,7 +44,7 @@ pub struct FillOp<M> {
 }
 
 /// A host function run in stream order; it may run many times (once per submission).
-pub type HostFn = std::sync::Arc<dyn Fn() + Send + Sync + 'static>;
+pub type HostFn = Arc<dyn Fn() + Send + Sync + 'static>;
 
 /// A backend that can run a command graph's commands.
 pub trait CommandBackend: Backend {
@@ -78,6 +80,54 @@ pub trait CommandBackend: Backend {
     /// A kernel that runs for about `us` microseconds and does nothing else (host: a sleep;
     /// CUDA: one thread spinning on the global timer).
     fn spin_kernel(&self, us: u64) -> Result<Self::Kernel>;
+}
+
+/// What a command runs.
+pub enum Op<B: CommandBackend> {
+    /// A kernel launch.
+    Kernel(B::Kernel),
+    /// A copy.
+    Copy(CopyOp<B::Memory>),
+    /// A fill.
+    Fill(FillOp<B::Memory>),
+    /// A host function.
+    Host(HostFn),
+}
+
+impl<B: CommandBackend> Clone for Op<B> {
+    fn clone(&self) -> Self {
+        match self {
+            Op::Kernel(k) => Op::Kernel(k.clone()),
+            Op::Copy(c) => Op::Copy(c.clone()),
+            Op::Fill(f) => Op::Fill(f.clone()),
+            Op::Host(h) => Op::Host(h.clone()),
+        }
+    }
+}
+
+impl<B: CommandBackend> Op<B> {
+    /// `"kernel"`, `"copy"`, `"fill"` or `"host"`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Op::Kernel(_) => "kernel",
+            Op::Copy(_) => "copy",
+            Op::Fill(_) => "fill",
+            Op::Host(_) => "host",
+        }
+    }
+
+    /// Enqueue it on `stream`.
+    pub fn enqueue(&self, backend: &B, stream: &B::Stream) -> crate::Result<()> {
+        match self {
+            Op::Kernel(k) => backend.launch_kernel(stream, k),
+            Op::Copy(c) => backend.copy(stream, c),
+            Op::Fill(f) => backend.fill(stream, f),
+            Op::Host(h) => {
+                let h = h.clone();
+                backend.launch_host(stream, Box::new(move || h()))
+            }
+        }
+    }
 }
 
 /// `Err` unless `offset + words <= len`.

@@ -44,11 +44,13 @@ pub mod command;
 pub mod cuda;
 pub mod host;
 mod memory;
+pub mod replay;
 
 pub use any::{AnyAsyncPool, AnyBackend, AnyEvent, AnyRawMemory, AnyStream, BackendKind};
-pub use command::{CommandBackend, CopyOp, FillOp, HostFn};
+pub use command::{CommandBackend, CopyOp, FillOp, HostFn, Op};
 pub(crate) use memory::next_stream_id;
 pub use memory::{MemoryBackend, MemoryUsage};
+pub use replay::GraphBackend;
 
 /// How an event is created.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -15,11 +15,13 @@
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 
+use super::lower_cuda_graph::GraphExecutable;
 use super::record::Graph;
 use super::reduce::Analysis;
 use super::schedule::{Report, Schedule};
 use super::{lower, Lowering};
 use crate::backend::command::CommandBackend;
+use crate::backend::replay::GraphBackend;
 use crate::backend::{Backend, EventOptions};
 use crate::error::Result;
 
@@ -276,21 +278,13 @@ impl<B: CommandBackend> StreamPool<B> {
                 exe.events[c] = Some(b.create_event(EventOptions::default())?);
             }
         }
-        let prev = queue.and_then(|q| self.queues.get(&q));
         let mut queue_waits = 0;
         let sched = &exe.schedule;
         for &c in &sched.order {
             let p = map[sched.stream_of[c]];
             let stream = &self.streams[p].stream;
             if exe.graph.dag.preds(c).is_empty() {
-                if let Some(prev) = prev {
-                    for &u in &prev.used {
-                        if u != p {
-                            b.wait(stream, &prev.events[&u])?;
-                            queue_waits += 1;
-                        }
-                    }
-                }
+                queue_waits += self.queue_waits(p, queue)?;
             }
             for &from in &exe.waits_into[c] {
                 b.wait(stream, exe.events[from].as_ref().expect("created above"))?;
@@ -307,27 +301,7 @@ impl<B: CommandBackend> StreamPool<B> {
             .filter(|(_, cmds)| !cmds.is_empty())
             .map(|(v, _)| map[v])
             .collect();
-        for &p in &used {
-            let s = &mut self.streams[p];
-            self.backend.record(&s.end, &s.stream)?;
-            s.last = Some(Stamp { queue });
-        }
-        if let Some(q) = queue {
-            let end = self.queues.entry(q).or_insert_with(|| QueueEnd {
-                events: HashMap::new(),
-                used: Vec::new(),
-            });
-            for &p in &used {
-                let ev = match end.events.entry(p) {
-                    Entry::Occupied(o) => o.into_mut(),
-                    Entry::Vacant(v) => {
-                        v.insert(self.backend.create_event(EventOptions::default())?)
-                    }
-                };
-                self.backend.record(ev, &self.streams[p].stream)?;
-            }
-            end.used = used;
-        }
+        self.finish_submission(&used, queue)?;
         Ok(queue_waits)
     }
 
@@ -337,7 +311,84 @@ impl<B: CommandBackend> StreamPool<B> {
     /// A failed backend call, or work that failed (a panicking host closure).
     pub fn synchronize(&self) -> Result<()> {
         for s in &self.streams {
-            self.backend.synchronize(&s.end)?;
+            self.backend.synchronize_stream(&s.stream)?;
+        }
+        Ok(())
+    }
+
+    /// Enqueue one replay of an instantiated graph on a pool stream, with `affinity`.
+    ///
+    /// # Errors
+    /// A failing backend call.
+    pub fn submit_graph(
+        &mut self,
+        exe: &GraphExecutable<B>,
+        affinity: Affinity,
+    ) -> Result<Submitted>
+    where
+        B: GraphBackend,
+    {
+        let queue = affinity.single();
+        let (map, new_streams) = self.map_streams(1, queue)?;
+        let p = map[0];
+        let result = (|| {
+            let waits = self.queue_waits(p, queue)?;
+            self.backend
+                .launch_graph(&exe.exec, &self.streams[p].stream)?;
+            self.finish_submission(&map, queue)?;
+            Ok(waits)
+        })();
+        match result {
+            Ok(queue_waits) => Ok(Submitted {
+                streams: map,
+                queue_waits,
+                new_streams,
+            }),
+            Err(e) => {
+                self.streams[p].broken = true;
+                Err(e)
+            }
+        }
+    }
+
+    /// Make pool stream `p` wait for the end of `queue`'s previous submission on every other
+    /// stream it used; returns how many waits.
+    fn queue_waits(&self, p: usize, queue: Option<u32>) -> Result<usize> {
+        let mut n = 0;
+        if let Some(prev) = queue.and_then(|q| self.queues.get(&q)) {
+            for &u in &prev.used {
+                if u != p {
+                    self.backend
+                        .wait(&self.streams[p].stream, &prev.events[&u])?;
+                    n += 1;
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    /// Record the end of a submission that used pool streams `used`.
+    fn finish_submission(&mut self, used: &[usize], queue: Option<u32>) -> Result<()> {
+        for &p in used {
+            let s = &mut self.streams[p];
+            self.backend.record(&s.end, &s.stream)?;
+            s.last = Some(Stamp { queue });
+        }
+        if let Some(q) = queue {
+            let end = self.queues.entry(q).or_insert_with(|| QueueEnd {
+                events: HashMap::new(),
+                used: Vec::new(),
+            });
+            for &p in used {
+                let ev = match end.events.entry(p) {
+                    Entry::Occupied(o) => o.into_mut(),
+                    Entry::Vacant(v) => {
+                        v.insert(self.backend.create_event(EventOptions::default())?)
+                    }
+                };
+                self.backend.record(ev, &self.streams[p].stream)?;
+            }
+            end.used = used.to_vec();
         }
         Ok(())
     }

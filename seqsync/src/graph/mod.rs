@@ -9,6 +9,7 @@
 //! | [`record`] | [`CommandBuffer`], [`Op`], [`Graph`]: commands and what they run |
 //! | [`reduce`] | [`Analysis`]: transitive closure, transitive reduction, width |
 //! | [`lower_streams`](mod@lower_streams) | the exact lowering to streams + events |
+//! | [`lower_cuda_graph`] | one CUDA graph: nodes and reduction edges, instantiated once, replayed with new kernel parameters |
 //! | [`lower_levels`](mod@lower_levels) | the fork-join-levels baseline (IREE's) |
 //! | [`schedule`] | [`Schedule`] and its [`Report`] (false dependencies counted, not assumed) |
 //! | [`exec`] | [`Executable`], [`StreamPool`] (streams spanning submissions), [`Affinity`] |
@@ -24,6 +25,7 @@ pub mod bitset;
 pub mod dag;
 pub mod error;
 pub mod exec;
+pub mod lower_cuda_graph;
 pub mod lower_levels;
 pub mod lower_streams;
 pub mod record;
@@ -35,6 +37,7 @@ pub mod spec_toml;
 pub use dag::{CommandKind, Dag, DagBuilder};
 pub use error::GraphError;
 pub use exec::{Affinity, Executable, StreamPool, Submitted};
+pub use lower_cuda_graph::{graph_report, GraphExecutable};
 pub use lower_levels::lower_levels;
 pub use lower_streams::lower_streams;
 pub use record::{CommandBuffer, Graph, Op};
@@ -48,6 +51,8 @@ pub enum Lowering {
     Streams,
     /// Fork-join levels ([`lower_levels()`]), the baseline.
     Levels,
+    /// One graph of nodes and reduction edges ([`lower_cuda_graph`]): a CUDA graph on CUDA.
+    CudaGraph,
 }
 
 impl std::str::FromStr for Lowering {
@@ -56,6 +61,7 @@ impl std::str::FromStr for Lowering {
         match s {
             "streams" => Ok(Lowering::Streams),
             "levels" => Ok(Lowering::Levels),
+            "cuda-graph" => Ok(Lowering::CudaGraph),
             other => Err(crate::Error::invalid(
                 "graph",
                 format!("unknown lowering '{other}': expected streams, levels or cuda-graph"),
@@ -64,10 +70,21 @@ impl std::str::FromStr for Lowering {
     }
 }
 
-/// Lower `dag` to a stream schedule.
+/// Lower `dag` to a stream schedule. For [`Lowering::CudaGraph`] this is the order the graph's
+/// edges make, each command on a stream of its own ([`lower_cuda_graph::graph_schedule`]); the
+/// graph itself is built by [`Graph::instantiate`].
 pub fn lower(dag: &Dag, analysis: &Analysis, lowering: Lowering) -> Schedule {
     match lowering {
         Lowering::Streams => lower_streams(dag, analysis),
         Lowering::Levels => lower_levels(dag, analysis),
+        Lowering::CudaGraph => lower_cuda_graph::graph_schedule(dag, analysis),
+    }
+}
+
+/// What `lowering` makes of `dag` (`seqsync graph` prints it).
+pub fn report(dag: &Dag, analysis: &Analysis, lowering: Lowering) -> Report {
+    match lowering {
+        Lowering::CudaGraph => graph_report(dag, analysis),
+        _ => lower(dag, analysis, lowering).report(dag, analysis),
     }
 }

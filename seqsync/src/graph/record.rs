@@ -7,55 +7,8 @@ use std::sync::Arc;
 use super::dag::{CommandKind, Dag, DagBuilder};
 use super::error::GraphError;
 use super::reduce::Analysis;
-use crate::backend::command::{CommandBackend, CopyOp, FillOp, HostFn};
-
-/// What a command runs.
-pub enum Op<B: CommandBackend> {
-    /// A kernel launch.
-    Kernel(B::Kernel),
-    /// A copy.
-    Copy(CopyOp<B::Memory>),
-    /// A fill.
-    Fill(FillOp<B::Memory>),
-    /// A host function.
-    Host(HostFn),
-}
-
-impl<B: CommandBackend> Clone for Op<B> {
-    fn clone(&self) -> Self {
-        match self {
-            Op::Kernel(k) => Op::Kernel(k.clone()),
-            Op::Copy(c) => Op::Copy(c.clone()),
-            Op::Fill(f) => Op::Fill(f.clone()),
-            Op::Host(h) => Op::Host(h.clone()),
-        }
-    }
-}
-
-impl<B: CommandBackend> Op<B> {
-    /// The kind of command.
-    pub fn kind(&self) -> CommandKind {
-        match self {
-            Op::Kernel(_) => CommandKind::Kernel,
-            Op::Copy(_) => CommandKind::Copy,
-            Op::Fill(_) => CommandKind::Fill,
-            Op::Host(_) => CommandKind::Host,
-        }
-    }
-
-    /// Enqueue it on `stream`.
-    pub fn enqueue(&self, backend: &B, stream: &B::Stream) -> crate::Result<()> {
-        match self {
-            Op::Kernel(k) => backend.launch_kernel(stream, k),
-            Op::Copy(c) => backend.copy(stream, c),
-            Op::Fill(f) => backend.fill(stream, f),
-            Op::Host(h) => {
-                let h = h.clone();
-                backend.launch_host(stream, Box::new(move || h()))
-            }
-        }
-    }
-}
+pub use crate::backend::command::Op;
+use crate::backend::command::{CommandBackend, CopyOp, FillOp};
 
 /// A command buffer being recorded. Commands not ordered by a barrier or a dependency may run
 /// concurrently.
@@ -109,7 +62,7 @@ impl<B: CommandBackend> CommandBuffer<B> {
     pub fn push(&mut self, name: &str, op: Op<B>, after: &[&str]) -> usize {
         self.ops.push(op);
         self.dag
-            .command(name, self.ops.last().expect("pushed").kind(), after)
+            .command(name, kind_of(self.ops.last().expect("pushed")), after)
     }
 
     /// Record a kernel launch.
@@ -207,8 +160,18 @@ impl<B: CommandBackend> Graph<B> {
             }
             Some(other) => Err(GraphError::NotAKernel {
                 name: self.dag.name(i).to_owned(),
-                kind: other.kind().as_str(),
+                kind: other.kind(),
             }),
         }
+    }
+}
+
+/// The structural kind of an op.
+pub fn kind_of<B: CommandBackend>(op: &Op<B>) -> CommandKind {
+    match op {
+        Op::Kernel(_) => CommandKind::Kernel,
+        Op::Copy(_) => CommandKind::Copy,
+        Op::Fill(_) => CommandKind::Fill,
+        Op::Host(_) => CommandKind::Host,
     }
 }

@@ -10,6 +10,7 @@ use super::record::{Graph, Op};
 use super::spec_toml::GraphSpec;
 use super::Lowering;
 use crate::backend::command::{CommandBackend, CopyOp, FillOp};
+use crate::backend::replay::GraphBackend;
 use crate::error::Result;
 
 /// Words each copy or fill of a graph file moves.
@@ -57,24 +58,35 @@ pub fn build<B: CommandBackend>(backend: &B, spec: &GraphSpec) -> Result<Graph<B
     Ok(Graph::new(dag.clone(), ops))
 }
 
-/// Run `spec` lowered with `lowering` on `backend`: one warm-up submission, then `runs` timed
-/// ones, each synchronized before the next.
-pub fn run<B: CommandBackend>(
+/// Run `spec` lowered with `lowering` on `backend` (a CUDA graph is instantiated once and
+/// replayed): one warm-up submission, then `runs` timed ones, each synchronized before the
+/// next.
+pub fn run<B: GraphBackend>(
     backend: &B,
     spec: &GraphSpec,
     lowering: Lowering,
     runs: usize,
 ) -> Result<RunReport> {
-    let mut exe = build(backend, spec)?.lower(lowering);
+    let graph = build(backend, spec)?;
     let mut pool = StreamPool::new(backend.clone());
-    pool.submit(&mut exe, Affinity::queue(0))?;
-    pool.synchronize()?;
     let mut times = Vec::with_capacity(runs);
-    for _ in 0..runs.max(1) {
-        let t = Instant::now();
-        pool.submit(&mut exe, Affinity::queue(0))?;
+    let mut time = |submit: &mut dyn FnMut(&mut StreamPool<B>) -> Result<()>| -> Result<()> {
+        submit(&mut pool)?; // warm-up
         pool.synchronize()?;
-        times.push(t.elapsed().as_secs_f64() * 1e6);
+        for _ in 0..runs.max(1) {
+            let t = Instant::now();
+            submit(&mut pool)?;
+            pool.synchronize()?;
+            times.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        Ok(())
+    };
+    if lowering == Lowering::CudaGraph {
+        let exe = graph.instantiate(backend)?;
+        time(&mut |pool| pool.submit_graph(&exe, Affinity::queue(0)).map(drop))?;
+    } else {
+        let mut exe = graph.lower(lowering);
+        time(&mut |pool| pool.submit(&mut exe, Affinity::queue(0)).map(drop))?;
     }
     times.sort_by(f64::total_cmp);
     let dag = &spec.dag;

@@ -35,9 +35,13 @@
 //! # Ok::<(), seqsync::Error>(())
 //! ```
 
+mod command;
+mod graph_exec;
 mod memory;
 mod mempool;
 
+pub use command::{CudaKernel, KernelParam};
+pub use graph_exec::CudaGraphExec;
 pub use memory::{DeviceBuffer, PinnedBuffer};
 pub use mempool::{stream_id, CudaAsyncPool};
 

@@ -5,7 +5,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::{HostBackend, HostStream};
-use crate::backend::command::{check_range, CommandBackend, CopyOp, FillOp};
+use crate::backend::command::{check_range, CommandBackend, CopyOp, FillOp, Op};
+use crate::backend::replay::GraphBackend;
 use crate::error::Result;
 
 /// A host "kernel": a closure run on the stream's worker, once per launch.
@@ -45,6 +46,107 @@ impl HostMemory {
     }
 }
 
+fn check_copy(op: &CopyOp<HostMemory>) -> Result<()> {
+    check_range("copy source", op.src_offset, op.words, op.src.len())?;
+    check_range("copy destination", op.dst_offset, op.words, op.dst.len())
+}
+
+fn check_fill(op: &FillOp<HostMemory>) -> Result<()> {
+    check_range("fill", op.offset, op.words, op.dst.len())
+}
+
+fn run_copy(op: &CopyOp<HostMemory>) {
+    if Arc::ptr_eq(&op.src.0, &op.dst.0) {
+        let mut m = op.src.lock();
+        m.copy_within(op.src_offset..op.src_offset + op.words, op.dst_offset);
+    } else {
+        let src = op.src.lock()[op.src_offset..op.src_offset + op.words].to_vec();
+        op.dst.lock()[op.dst_offset..op.dst_offset + op.words].copy_from_slice(&src);
+    }
+}
+
+fn run_fill(op: &FillOp<HostMemory>) {
+    op.dst.lock()[op.offset..op.offset + op.words].fill(op.value);
+}
+
+/// A host "graph": the nodes' ops in a topological order, run one after another by a single
+/// closure on the launching stream.
+pub struct HostGraphExec {
+    ops: Arc<Vec<Op<HostBackend>>>,
+    /// Where each node's op is in `ops`.
+    position: Vec<usize>,
+}
+
+impl std::fmt::Debug for HostGraphExec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostGraphExec")
+            .field("nodes", &self.ops.len())
+            .finish()
+    }
+}
+
+impl GraphBackend for HostBackend {
+    type GraphExec = HostGraphExec;
+
+    fn instantiate_graph(
+        &self,
+        ops: &[Op<HostBackend>],
+        _deps: &[Vec<usize>],
+        order: &[usize],
+    ) -> Result<HostGraphExec> {
+        for op in ops {
+            match op {
+                Op::Copy(c) => check_copy(c)?,
+                Op::Fill(f) => check_fill(f)?,
+                _ => {}
+            }
+        }
+        // One topological order honours every dependency.
+        let mut position = vec![0; ops.len()];
+        for (k, &i) in order.iter().enumerate() {
+            position[i] = k;
+        }
+        Ok(HostGraphExec {
+            ops: Arc::new(order.iter().map(|&i| ops[i].clone()).collect()),
+            position,
+        })
+    }
+
+    fn launch_graph(&self, exec: &HostGraphExec, stream: &HostStream) -> Result<()> {
+        let ops = exec.ops.clone();
+        stream.launch(move || {
+            for op in ops.iter() {
+                match op {
+                    Op::Kernel(k) => (k.0)(),
+                    Op::Copy(c) => run_copy(c),
+                    Op::Fill(f) => run_fill(f),
+                    Op::Host(h) => h(),
+                }
+            }
+        });
+        Ok(())
+    }
+
+    fn update_graph_kernel(
+        &self,
+        exec: &mut HostGraphExec,
+        node: usize,
+        kernel: &HostKernel,
+    ) -> Result<()> {
+        let pos = exec.position[node];
+        match Arc::make_mut(&mut exec.ops).get_mut(pos) {
+            Some(Op::Kernel(k)) => {
+                *k = kernel.clone();
+                Ok(())
+            }
+            _ => Err(crate::Error::invalid(
+                "graph",
+                format!("node {node} is not a kernel node"),
+            )),
+        }
+    }
+}
+
 impl CommandBackend for HostBackend {
     type Kernel = HostKernel;
     type Memory = HostMemory;
@@ -56,25 +158,16 @@ impl CommandBackend for HostBackend {
     }
 
     fn copy(&self, stream: &HostStream, op: &CopyOp<HostMemory>) -> Result<()> {
-        check_range("copy source", op.src_offset, op.words, op.src.len())?;
-        check_range("copy destination", op.dst_offset, op.words, op.dst.len())?;
+        check_copy(op)?;
         let op = op.clone();
-        stream.launch(move || {
-            if Arc::ptr_eq(&op.src.0, &op.dst.0) {
-                let mut m = op.src.lock();
-                m.copy_within(op.src_offset..op.src_offset + op.words, op.dst_offset);
-            } else {
-                let src = op.src.lock()[op.src_offset..op.src_offset + op.words].to_vec();
-                op.dst.lock()[op.dst_offset..op.dst_offset + op.words].copy_from_slice(&src);
-            }
-        });
+        stream.launch(move || run_copy(&op));
         Ok(())
     }
 
     fn fill(&self, stream: &HostStream, op: &FillOp<HostMemory>) -> Result<()> {
-        check_range("fill", op.offset, op.words, op.dst.len())?;
+        check_fill(op)?;
         let op = op.clone();
-        stream.launch(move || op.dst.lock()[op.offset..op.offset + op.words].fill(op.value));
+        stream.launch(move || run_fill(&op));
         Ok(())
     }
 

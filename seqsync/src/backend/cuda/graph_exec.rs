@@ -1,0 +1,220 @@
+//! CUDA graphs: a command graph built once with `cuGraphAdd*Node` (kernel, memcpy, memset and
+//! host nodes; the edges given), instantiated once, and replayed with `cuGraphLaunch`; kernel
+//! parameters change between replays with `cuGraphExecKernelNodeSetParams`.
+
+use std::ffi::c_void;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use cudarc::driver::sys;
+
+use super::command::{param_pointers, CudaKernel};
+use super::{bind_for, check, make_current, with_context, CudaBackend, CudaContext};
+use crate::backend::command::{check_range, HostFn, Op};
+use crate::backend::replay::GraphBackend;
+use crate::error::{panic_message, Error, Result};
+
+/// An instantiated CUDA graph (and the graph it came from), destroyed on drop.
+pub struct CudaGraphExec {
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+    /// The node of each command.
+    nodes: Vec<sys::CUgraphNode>,
+    /// Host nodes' closures: the driver holds pointers to them, so each is boxed (its address
+    /// must not move when the vector grows).
+    #[allow(clippy::vec_box)]
+    host_fns: Vec<Box<HostFn>>,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: the graph and its instantiation are driver handles usable from any thread (launch and
+// update are serialized by `&mut`/`&` through this owner); the host closures are `Send + Sync`.
+unsafe impl Send for CudaGraphExec {}
+
+impl std::fmt::Debug for CudaGraphExec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaGraphExec")
+            .field("nodes", &self.nodes.len())
+            .finish()
+    }
+}
+
+impl Drop for CudaGraphExec {
+    fn drop(&mut self) {
+        // SAFETY: both handles were created by this value and are destroyed once, here. A
+        // launched graph still running is allowed to be destroyed: the driver finishes it first
+        // (its host closures stay alive until then only if the caller synchronized; the owner
+        // documents that).
+        unsafe {
+            let _ = make_current(&self.ctx);
+            if !self.exec.is_null() {
+                sys::cuGraphExecDestroy(self.exec);
+            }
+            if !self.graph.is_null() {
+                sys::cuGraphDestroy(self.graph);
+            }
+        }
+    }
+}
+
+/// The `CUhostFn` of host nodes: runs the closure `user_data` points to, every replay, and
+/// never lets a panic unwind into the driver.
+unsafe extern "C" fn graph_host_trampoline(user_data: *mut c_void) {
+    // SAFETY: `user_data` points to a `HostFn` in a `Box` owned by the `CudaGraphExec` whose
+    // graph holds this node; the exec outlives its launches (the caller synchronizes before
+    // dropping it).
+    let f: &HostFn = unsafe { &*user_data.cast::<HostFn>() };
+    if let Err(p) = catch_unwind(AssertUnwindSafe(|| f())) {
+        eprintln!(
+            "seqsync: a CUDA graph host node panicked: {}",
+            panic_message(&*p)
+        );
+    }
+}
+
+fn kernel_params(k: &CudaKernel, params: *mut *mut c_void) -> sys::CUDA_KERNEL_NODE_PARAMS {
+    sys::CUDA_KERNEL_NODE_PARAMS {
+        func: k.function.cu_function(),
+        gridDimX: k.grid.0,
+        gridDimY: k.grid.1,
+        gridDimZ: k.grid.2,
+        blockDimX: k.block.0,
+        blockDimY: k.block.1,
+        blockDimZ: k.block.2,
+        sharedMemBytes: k.shared_mem_bytes,
+        kernelParams: params,
+        extra: std::ptr::null_mut(),
+        kern: std::ptr::null_mut(),
+        ctx: std::ptr::null_mut(),
+    }
+}
+
+impl GraphBackend for CudaBackend {
+    type GraphExec = CudaGraphExec;
+
+    fn instantiate_graph(
+        &self,
+        ops: &[Op<Self>],
+        deps: &[Vec<usize>],
+        order: &[usize],
+    ) -> Result<CudaGraphExec> {
+        make_current(&self.ctx)?;
+        let mut g = CudaGraphExec {
+            graph: std::ptr::null_mut(),
+            exec: std::ptr::null_mut(),
+            nodes: vec![std::ptr::null_mut(); ops.len()],
+            host_fns: Vec::new(),
+            ctx: self.ctx.clone(),
+        };
+        // SAFETY: a valid out-pointer; flags must be 0.
+        check("cuGraphCreate", unsafe {
+            sys::cuGraphCreate(&mut g.graph, 0)
+        })?;
+        let ctx = self.ctx.cu_ctx();
+        for &i in order {
+            let d: Vec<sys::CUgraphNode> = deps[i].iter().map(|&p| g.nodes[p]).collect();
+            let mut node: sys::CUgraphNode = std::ptr::null_mut();
+            match &ops[i] {
+                Op::Kernel(k) => {
+                    let mut slots = k.slots();
+                    let mut ptrs = param_pointers(&mut slots);
+                    let p = kernel_params(k, ptrs.as_mut_ptr());
+                    // SAFETY: `g.graph` is live; `d` holds nodes of it added earlier (`order`
+                    // lists dependencies first); the parameter pointers point to slots alive
+                    // for the call (the driver copies the values into the node).
+                    check("cuGraphAddKernelNode", unsafe {
+                        sys::cuGraphAddKernelNode_v2(&mut node, g.graph, d.as_ptr(), d.len(), &p)
+                    })?;
+                }
+                Op::Copy(c) => {
+                    check_range("copy source", c.src_offset, c.words, c.src.len())?;
+                    check_range("copy destination", c.dst_offset, c.words, c.dst.len())?;
+                    // SAFETY: CUDA_MEMCPY3D is a plain C struct; all-zero is its documented
+                    // "unused field" value.
+                    let mut m: sys::CUDA_MEMCPY3D = unsafe { std::mem::zeroed() };
+                    m.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+                    m.srcDevice = c.src.device_ptr() + c.src_offset as u64 * 4;
+                    m.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+                    m.dstDevice = c.dst.device_ptr() + c.dst_offset as u64 * 4;
+                    m.WidthInBytes = c.words * 4;
+                    m.Height = 1;
+                    m.Depth = 1;
+                    // SAFETY: as for kernel nodes; the ranges lie inside live allocations
+                    // (checked above), which the graph's ops keep alive.
+                    check("cuGraphAddMemcpyNode", unsafe {
+                        sys::cuGraphAddMemcpyNode(&mut node, g.graph, d.as_ptr(), d.len(), &m, ctx)
+                    })?;
+                }
+                Op::Fill(f) => {
+                    check_range("fill", f.offset, f.words, f.dst.len())?;
+                    let m = sys::CUDA_MEMSET_NODE_PARAMS {
+                        dst: f.dst.device_ptr() + f.offset as u64 * 4,
+                        pitch: 0,
+                        value: f.value,
+                        elementSize: 4,
+                        width: f.words,
+                        height: 1,
+                    };
+                    // SAFETY: as for copies.
+                    check("cuGraphAddMemsetNode", unsafe {
+                        sys::cuGraphAddMemsetNode(&mut node, g.graph, d.as_ptr(), d.len(), &m, ctx)
+                    })?;
+                }
+                Op::Host(h) => {
+                    let boxed: Box<HostFn> = Box::new(h.clone());
+                    let p = sys::CUDA_HOST_NODE_PARAMS {
+                        fn_: Some(graph_host_trampoline),
+                        userData: (&*boxed as *const HostFn).cast_mut().cast(),
+                    };
+                    g.host_fns.push(boxed);
+                    // SAFETY: as for kernel nodes; `userData` points into a box owned by `g`,
+                    // which outlives every launch of the graph.
+                    check("cuGraphAddHostNode", unsafe {
+                        sys::cuGraphAddHostNode(&mut node, g.graph, d.as_ptr(), d.len(), &p)
+                    })?;
+                }
+            }
+            g.nodes[i] = node;
+        }
+        // SAFETY: `g.graph` is a complete, live graph; a valid out-pointer; flags 0.
+        check("cuGraphInstantiate", unsafe {
+            sys::cuGraphInstantiateWithFlags(&mut g.exec, g.graph, 0)
+        })?;
+        Ok(g)
+    }
+
+    fn launch_graph(&self, exec: &CudaGraphExec, stream: &Self::Stream) -> Result<()> {
+        bind_for(stream)?;
+        // SAFETY: `exec.exec` is a live instantiated graph of this context; `stream` is live.
+        with_context(stream.context(), "cuGraphLaunch", || unsafe {
+            sys::cuGraphLaunch(exec.exec, stream.cu_stream())
+        })
+    }
+
+    fn update_graph_kernel(
+        &self,
+        exec: &mut CudaGraphExec,
+        node: usize,
+        kernel: &CudaKernel,
+    ) -> Result<()> {
+        let Some(&n) = exec.nodes.get(node) else {
+            return Err(Error::invalid(
+                "graph",
+                format!(
+                    "node {node} is not in a graph of {} nodes",
+                    exec.nodes.len()
+                ),
+            ));
+        };
+        make_current(&self.ctx)?;
+        let mut slots = kernel.slots();
+        let mut ptrs = param_pointers(&mut slots);
+        let p = kernel_params(kernel, ptrs.as_mut_ptr());
+        // SAFETY: `exec.exec` and `n` are live handles of one graph; the parameter slots live
+        // for the call (the driver copies them). A node of another kind or a different
+        // function is rejected by the driver with an error.
+        check("cuGraphExecKernelNodeSetParams", unsafe {
+            sys::cuGraphExecKernelNodeSetParams_v2(exec.exec, n, &p)
+        })
+    }
+}
