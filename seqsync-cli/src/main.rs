@@ -1,11 +1,12 @@
 //! The `seqsync` command: argument parsing and output only; the work is in the library.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
 use seqsync::BackendKind;
 use seqsync_demo::demo::{self, DemoConfig, DemoReport, DroppedWait, Engine, Variant};
 
@@ -157,20 +158,19 @@ fn run_demo(a: DemoArgs) -> Result<(), Failure> {
     };
     let show_progress = !a.json && std::io::stderr().is_terminal();
     let progress: Option<Arc<dyn Fn(i64, i64) + Send + Sync>> = show_progress.then(|| {
-        Arc::new(|done: i64, total: i64| {
-            let step = (total / 100).max(1);
-            if done % step == 0 || done == total {
-                let width = 30;
-                let filled = (done * width / total.max(1)) as usize;
-                eprint!(
-                    "\r  [{}{}] {done}/{total} batches",
-                    "#".repeat(filled),
-                    "-".repeat(width as usize - filled)
-                );
-                if done == total {
-                    eprint!("\r{}\r", " ".repeat(60));
-                }
-                let _ = std::io::stderr().flush();
+        let style = ProgressStyle::with_template("  [{bar:30}] {pos}/{len} batches")
+            .expect("the template is valid")
+            .progress_chars("#-");
+        let bar = ProgressBar::new(a.batches.max(0) as u64).with_style(style);
+        Arc::new(move |done: i64, total: i64| {
+            // The demo runs the pipeline more than once (--repeat, baselines): start over.
+            if (done as u64) < bar.position() || bar.is_finished() {
+                bar.reset();
+            }
+            bar.set_length(total.max(0) as u64);
+            bar.set_position(done.max(0) as u64);
+            if done == total {
+                bar.finish_and_clear();
             }
         }) as Arc<dyn Fn(i64, i64) + Send + Sync>
     });

@@ -7,6 +7,22 @@
 //! inputs) or batch `s - N` (the ring-buffer slot it overwrites). seqsync makes that ordering
 //! explicit and cheap.
 //!
+//! ## Layers
+//!
+//! Each layer uses only the layers below it, and only through the [`Backend`](backend::Backend)
+//! trait: nothing above `backend` names a concrete backend.
+//!
+//! ```text
+//!   pipeline (spec, derive, deadlock, runtime)   memory (handoff)   hazard (checks any of them)
+//!                      |                              |                  |
+//!                      +--------------+---------------+                  |
+//!                                     |                                  |
+//!                          ring (EventRingbuf)                           |
+//!                                     |                                  |
+//!     backend: the Backend trait (streams, host work, events) <----------+
+//!              host (worker threads, chaos) | cuda (cudarc) | any (picked at run time)
+//! ```
+//!
 //! | layer | module | what it is |
 //! |---|---|---|
 //! | backend | [`backend`] | streams and events: [`HostBackend`] (worker threads), `CudaBackend` (cudarc), [`AnyBackend`] (picked at run time) |
@@ -15,6 +31,10 @@
 //! | memory | [`memory`] | buffer handoff by epochs (moving a buffer between streams waits only for what no event or synchronize ordered), and stream-ordered allocation (pools whose alloc/free are enqueued on streams with wait lists, reusing memory with no hidden synchronization) |
 //! | graph | [`graph`] | command buffers lowered to streams + events with no false dependency, or to fork-join levels |
 //! | hazard | [`hazard`] | validation mode: a backend wrapper that tracks happens-before with vector clocks and reports unordered buffer accesses |
+//!
+//! The application code is not here: the seed pipeline demo, its baselines, the benchmarks and
+//! the built-in checking stages live in the `seqsync-demo` crate, the `seqsync` command in
+//! `seqsync-cli`.
 //!
 //! ```
 //! use seqsync::{Blocking, EventRingbuf, HostBackend};

@@ -1,6 +1,9 @@
 //! Benchmarks of the ring against the raw backend calls, measured in the same run
 //! (`seqsync bench`). These machines are noisy: every figure is a median over many rounds,
 //! and rounds of the ring and of the raw call alternate so that both see the same noise.
+//!
+//! It may use: seqsync's public API only; `run_host` and `run_cuda` are the only code that
+//! names a concrete backend.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
@@ -92,23 +95,16 @@ fn row(name: &str, ring: Vec<f64>, raw: Vec<f64>) -> OpRow {
     }
 }
 
-/// The CPU time the calling thread has used so far.
-pub fn thread_cpu_time() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out-pointer; CLOCK_THREAD_CPUTIME_ID is always supported on Linux.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return Duration::ZERO;
-    }
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+/// The CPU time the calling thread has used so far (zero where the clock is unsupported).
+pub(crate) fn thread_cpu_time() -> Duration {
+    cpu_time::ThreadTime::try_now()
+        .map(|t| t.as_duration())
+        .unwrap_or(Duration::ZERO)
 }
 
 /// Single-threaded costs: `record`, `wait`, and `synchronize` of a completed seq, ring against
 /// raw call, `per_round` calls per timed round.
-pub fn single_thread<B: Backend>(
+pub(crate) fn single_thread<B: Backend>(
     b: &B,
     producer: &B::Stream,
     consumer: &B::Stream,
@@ -187,7 +183,7 @@ pub fn single_thread<B: Backend>(
 /// One producer, four consumer threads each making its own stream wait on every seq: the ring
 /// (blocking calls) against the same handshake written by hand with raw events and a shared
 /// counter. Nanoseconds per seq.
-pub fn four_consumers<B: Backend>(
+pub(crate) fn four_consumers<B: Backend>(
     b: &B,
     streams: &[B::Stream; 5],
     cfg: &BenchConfig,
@@ -278,7 +274,7 @@ pub fn four_consumers<B: Backend>(
 
 /// Wake-up latency and CPU use of a host synchronize on work of length `wait`: spinning on
 /// `query`, the ring's `synchronize`, and (if given) another plain synchronize.
-pub fn sync_latency<B: Backend>(
+pub(crate) fn sync_latency<B: Backend>(
     b: &B,
     stream: &B::Stream,
     busy: impl Fn(&B::Stream, Duration) -> Result<()>,
@@ -327,6 +323,13 @@ pub fn run(kind: seqsync::BackendKind, cfg: &BenchConfig) -> Result<BenchReport>
         seqsync::AnyBackend::Host(h) => run_host(&h, cfg),
         #[cfg(feature = "cuda")]
         seqsync::AnyBackend::Cuda(c) => run_cuda(&c, cfg),
+        other => Err(crate::invalid(
+            "bench",
+            format!(
+                "no benchmark for the {} backend",
+                seqsync::backend::Backend::name(&other)
+            ),
+        )),
     }
 }
 

@@ -1,5 +1,8 @@
 //! The seed's pipeline, end to end: seqsync's main job (`cargo run --release`, `seqsync demo`).
 //!
+//! It may use: seqsync's public API only (the `Backend` trait, rings, the pipeline runtime);
+//! `device.rs` and `cuda_device.rs` are the only files that name a concrete backend.
+//!
 //! Two host threads move batches through a host→device copy, kernels f and g, kernel h and a
 //! device→host copy on five streams, ordered by five [`EventRingbuf`](seqsync::EventRingbuf)s
 //! whose parameters are exactly the seed's. Every batch's input is generated from its seq and
@@ -33,7 +36,7 @@ mod device;
 mod engine;
 mod pipeline;
 mod trace;
-pub mod workload;
+mod workload;
 
 use std::sync::Arc;
 use std::time::Instant;

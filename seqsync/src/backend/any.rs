@@ -46,6 +46,7 @@ impl std::str::FromStr for BackendKind {
 /// # Ok::<(), seqsync::Error>(())
 /// ```
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub enum AnyBackend {
     /// The host backend.
     Host(HostBackend),
@@ -56,6 +57,7 @@ pub enum AnyBackend {
 
 /// A stream of an [`AnyBackend`].
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum AnyStream {
     /// A host stream.
     Host(HostStream),
@@ -66,6 +68,7 @@ pub enum AnyStream {
 
 /// An event of an [`AnyBackend`].
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum AnyEvent {
     /// A host event.
     Host(HostEvent),

@@ -1,5 +1,7 @@
 //! Backends: a *stream* (an in-order queue of work) and an *event* (a point in a stream).
 //!
+//! It may use: nothing else of seqsync but the error type: it is the bottom layer.
+//!
 //! | backend | stream | event |
 //! |---|---|---|
 //! | [`host`] | a worker thread running closures in order | a position in that order |

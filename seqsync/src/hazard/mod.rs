@@ -1,6 +1,9 @@
 //! Hazard checking for hand-written pipelines: a validation mode that reports every access to
 //! a buffer slot not ordered after the previous conflicting access.
 //!
+//! It may use: `backend`, through the [`Backend`](crate::backend::Backend) trait only (it wraps
+//! any backend).
+//!
 //! A hand-written pipeline (the seed's `CudaEventRingbuf` code) is correct only if every
 //! kernel's reads come after the writes they read, and its writes after the reads (and writes)
 //! of the batch that used the slot before. A missing wait rarely shows up as a wrong result in
@@ -11,7 +14,7 @@
 //!
 //! | module | concept |
 //! |---|---|
-//! | `clock` | [`VectorClock`], [`ActorId`], [`Epoch`] |
+//! | `clock` | vector clocks and epochs (internal), [`ActorId`] |
 //! | `checker` | [`HazardChecker`], the tracker; [`Access`] |
 //! | `backend` | [`ValidatingBackend`], a [`Backend`](crate::backend::Backend) wrapper feeding the checker |
 //! | `command` | [`ValidatingKernel`]: command graphs on a validating backend, kernels declaring their accesses |
@@ -78,6 +81,7 @@ mod report;
 
 pub use backend::{ValidatingBackend, ValidatingEvent, ValidatingStream};
 pub use checker::{Access, AccessKind, EventId, HazardChecker};
-pub use clock::{ActorId, Epoch, VectorClock};
+pub use clock::ActorId;
+pub(crate) use clock::VectorClock;
 pub use command::ValidatingKernel;
 pub use report::{AccessSite, ActorKind, Hazard, HazardKind};

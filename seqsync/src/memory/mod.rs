@@ -2,6 +2,9 @@
 //! host threads) waits only for what is not already ordered; and device memory allocated and
 //! freed in stream order.
 //!
+//! It may use: `backend` through the [`Backend`](crate::backend::Backend) trait, and `hazard`'s
+//! vector clocks.
+//!
 //! | module | what it is |
 //! |---|---|
 //! | [`handoff`] | [`TrackingBackend`](handoff::TrackingBackend): epochs, the *completed* and *ordered* facts, [`Tracked`](handoff::Tracked) buffers (seed 003) |

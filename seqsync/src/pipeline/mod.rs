@@ -3,6 +3,9 @@
 //! `nconsumers`, `max_size` and blocking flags, lists the exact waits and
 //! records each thread must make, and proves the schedule deadlock-free.
 //!
+//! It may use: `ring`, and `backend` through the [`Backend`](crate::backend::Backend) trait
+//! only; it never names a concrete backend.
+//!
 //! This replaces the seed's "mental checklist": instead of filling in ring
 //! parameters by hand, write a [`PipelineSpec`] (in Rust with
 //! [`PipelineSpec::builder`], or in TOML with [`spec_toml::from_str`]), call

@@ -1,6 +1,8 @@
 //! [`EventRingbuf`]: one producer records an event per consecutive seq_id; `nconsumers`
 //! consumers each make a stream wait on it, or block a host thread on it.
 //!
+//! It may use: `backend`, through the [`Backend`](crate::backend::Backend) trait only.
+//!
 //! # The contract
 //!
 //! | case | result |
@@ -175,6 +177,20 @@ impl<B: Backend> EventRingbuf<B> {
     /// Seqs run from 0 to `i64::MAX - 1`: the slot tags wrap safely, so a ring never runs
     /// into a limit of its own (at one seq per nanosecond, `i64::MAX` is 292 000 years away).
     ///
+    /// # Examples
+    ///
+    /// ```
+    /// use seqsync::{Error, EventRingbuf, HostBackend};
+    ///
+    /// let host = HostBackend::new();
+    /// let ring = EventRingbuf::new(&host, "copy", 2, 4)?;
+    /// assert_eq!((ring.nconsumers(), ring.max_size(), ring.next_seq()), (2, 4, 0));
+    /// // A ring needs room for at least one seq.
+    /// let err = EventRingbuf::new(&host, "copy", 1, 0).unwrap_err();
+    /// assert!(matches!(err, Error::InvalidArgument { ref ring, .. } if ring == "copy"));
+    /// # Ok::<(), seqsync::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// [`Error::InvalidArgument`] when `max_size == 0`, `max_size > `[`MAX_SIZE`] (2^30), or
     /// `nconsumers > 1023`; [`Error::Backend`] when an event cannot be created.
@@ -336,6 +352,29 @@ impl<B: Backend> EventRingbuf<B> {
     /// `seq` must be the next one: 0, 1, 2, …. When `max_size` seqs are unreleased,
     /// `Blocking::Yes` waits until the oldest is released by every consumer.
     ///
+    /// # Examples
+    ///
+    /// ```
+    /// use seqsync::{Blocking, Error, EventRingbuf, HostBackend};
+    ///
+    /// let host = HostBackend::new();
+    /// let s = host.new_stream("s");
+    /// let ring = EventRingbuf::new(&host, "copy", 1, 2)?;
+    /// ring.record(&s, 0, Blocking::No)?;
+    /// ring.record(&s, 1, Blocking::No)?;
+    /// // Two seqs unreleased and room for two: seq 2 would overwrite seq 0's event.
+    /// let err = ring.record(&s, 2, Blocking::No).unwrap_err();
+    /// assert!(matches!(err, Error::Overflow { seq: 2, oldest: 0, max_size: 2, .. }));
+    /// // The error stopped the ring: every later call says so.
+    /// assert!(matches!(ring.wait(&s, 0, Blocking::No), Err(Error::Stopped { .. })));
+    ///
+    /// // Seqs come in order.
+    /// let ring = EventRingbuf::new(&host, "copy", 1, 2)?;
+    /// let err = ring.record(&s, 1, Blocking::No).unwrap_err();
+    /// assert!(matches!(err, Error::OutOfOrder { expected: 0, got: 1, .. }));
+    /// # Ok::<(), seqsync::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// [`Error::OutOfOrder`], [`Error::Overflow`] (with `Blocking::No`), [`Error::Stopped`],
     /// [`Error::Backend`], [`Error::InvalidArgument`] for seq `i64::MAX` (the one seq that
@@ -443,6 +482,38 @@ impl<B: Backend> EventRingbuf<B> {
     ///
     /// The seq is released as soon as the wait is enqueued.
     ///
+    /// # Examples
+    ///
+    /// ```
+    /// use seqsync::{Blocking, Error, EventRingbuf, HostBackend};
+    ///
+    /// let host = HostBackend::new();
+    /// let (producer, consumer) = (host.new_stream("p"), host.new_stream("c"));
+    /// let ring = EventRingbuf::new(&host, "copy", 1, 1)?;
+    /// ring.wait(&consumer, -1, Blocking::No)?; // before the first batch: nothing to wait for
+    /// ring.record(&producer, 0, Blocking::No)?;
+    /// ring.wait(&consumer, 0, Blocking::No)?;
+    /// // Seq 1 is not recorded yet, and the call may not block.
+    /// let err = ring.wait(&consumer, 1, Blocking::No).unwrap_err();
+    /// assert!(matches!(err, Error::NotYetProduced { seq: 1, next: 1, .. }));
+    ///
+    /// // One consumer declared, two waits on seq 0: the second is one too many.
+    /// let ring = EventRingbuf::new(&host, "copy", 1, 1)?;
+    /// ring.record(&producer, 0, Blocking::No)?;
+    /// ring.wait(&consumer, 0, Blocking::No)?;
+    /// let err = ring.wait(&consumer, 0, Blocking::No).unwrap_err();
+    /// assert!(matches!(err, Error::OverConsumed { seq: 0, nconsumers: 1, .. }));
+    ///
+    /// // Seq 0's slot was reused for seq 1: too late to wait for seq 0.
+    /// let ring = EventRingbuf::new(&host, "copy", 1, 1)?;
+    /// ring.record(&producer, 0, Blocking::No)?;
+    /// ring.wait(&consumer, 0, Blocking::No)?;
+    /// ring.record(&producer, 1, Blocking::No)?;
+    /// let err = ring.wait(&consumer, 0, Blocking::No).unwrap_err();
+    /// assert!(matches!(err, Error::Stale { seq: 0, current: 1, .. }));
+    /// # Ok::<(), seqsync::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// [`Error::NotYetProduced`] (with `Blocking::No`), [`Error::Stale`],
     /// [`Error::OverConsumed`], [`Error::Stopped`], [`Error::Backend`]. Every error but
@@ -484,6 +555,27 @@ impl<B: Backend> EventRingbuf<B> {
     /// (a no-op for seq < 0). [`stop`](Self::stop) from another thread wakes it even while the
     /// device event is still pending.
     ///
+    /// # Examples
+    ///
+    /// ```
+    /// use seqsync::{Blocking, Error, EventRingbuf, HostBackend};
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// use std::sync::Arc;
+    ///
+    /// let host = HostBackend::new();
+    /// let s = host.new_stream("copy out");
+    /// let ring = EventRingbuf::new(&host, "copy out", 1, 1)?;
+    /// let copied = Arc::new(AtomicBool::new(false));
+    /// let c = copied.clone();
+    /// s.launch(move || c.store(true, Ordering::SeqCst));
+    /// ring.record(&s, 0, Blocking::No)?;
+    /// ring.synchronize(0, Blocking::No)?; // returns once the copy has run
+    /// assert!(copied.load(Ordering::SeqCst));
+    /// let err = ring.synchronize(1, Blocking::No).unwrap_err();
+    /// assert!(matches!(err, Error::NotYetProduced { seq: 1, .. }));
+    /// # Ok::<(), seqsync::Error>(())
+    /// ```
+    ///
     /// # Errors
     /// As [`wait`](Self::wait); [`Error::Stopped`] when stopped while waiting.
     pub fn synchronize(&self, seq: i64, blocking: impl Into<Blocking>) -> Result<()> {
@@ -502,7 +594,7 @@ impl<B: Backend> EventRingbuf<B> {
         let start = std::time::Instant::now();
         match self
             .backend
-            .synchronize_interruptible(&self.events[index], self)
+            .synchronize_interruptible(&self.events[index], &StopInterrupt(self))
         {
             Ok(SyncOutcome::Complete) => {
                 self.note_sync_time(start.elapsed());
@@ -542,6 +634,25 @@ impl<B: Backend> EventRingbuf<B> {
 
     /// Stop the ring: every blocked call wakes, and every later call returns
     /// [`Error::Stopped`] carrying `reason`. Only the first stop (or error) counts.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use seqsync::{Blocking, Error, EventRingbuf, HostBackend};
+    ///
+    /// let host = HostBackend::new();
+    /// let ring = EventRingbuf::new(&host, "copy", 1, 1)?;
+    /// std::thread::scope(|scope| {
+    ///     // Blocks: seq 0 is never recorded. The stop wakes it.
+    ///     let waiter = scope.spawn(|| ring.synchronize(0, Blocking::Yes));
+    ///     std::thread::sleep(std::time::Duration::from_millis(10));
+    ///     ring.stop("shutting down");
+    ///     let err = waiter.join().unwrap().unwrap_err();
+    ///     assert!(matches!(err, Error::Stopped { ref reason, .. } if &**reason == "shutting down"));
+    /// });
+    /// assert!(ring.is_stopped());
+    /// # Ok::<(), seqsync::Error>(())
+    /// ```
     pub fn stop(&self, reason: impl Into<String>) {
         let reason: String = reason.into();
         self.stop_with(reason.into(), None);
@@ -806,23 +917,28 @@ impl<B: Backend> EventRingbuf<B> {
 }
 
 /// A ring is its own interrupt: a host synchronize on one of its events ends when it stops.
-impl<B: Backend> Interrupt for EventRingbuf<B> {
+/// What cuts a ring's host synchronize short: the ring being stopped. Private, so that only
+/// the ring's own synchronize waits on its condition variable.
+struct StopInterrupt<'a, B: Backend>(&'a EventRingbuf<B>);
+
+impl<B: Backend> Interrupt for StopInterrupt<'_, B> {
     fn interrupted(&self) -> bool {
-        self.is_stopped()
+        self.0.is_stopped()
     }
 
     fn expected_wait(&self) -> Option<Duration> {
-        match self.sync_ewma_ns.load(Ordering::Relaxed) {
+        match self.0.sync_ewma_ns.load(Ordering::Relaxed) {
             0 => None,
             ns => Some(Duration::from_nanos(ns)),
         }
     }
 
     fn sleep(&self, timeout: Duration) -> bool {
-        let guard = self.lock_sleepers();
-        if !self.is_stopped() {
-            let _ = self.wakeup.wait_timeout(guard, timeout);
+        let ring = self.0;
+        let guard = ring.lock_sleepers();
+        if !ring.is_stopped() {
+            let _ = ring.wakeup.wait_timeout(guard, timeout);
         }
-        self.is_stopped()
+        ring.is_stopped()
     }
 }

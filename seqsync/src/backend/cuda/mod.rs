@@ -1,6 +1,9 @@
 //! The CUDA backend, on cudarc: streams are `cudarc` streams (created here or borrowed from
 //! other code), events are raw `CUevent`s created with timing disabled.
 //!
+//! It may use: the [`Backend`](super::Backend) trait, the error type and cudarc. Every CUDA
+//! `unsafe` block of seqsync is in this folder.
+//!
 //! cudarc is loaded at run time: with no driver, or no GPU, [`CudaBackend::new`] returns
 //! [`Error::NoDevice`] instead of panicking. cudarc's own per-buffer event tracking is turned
 //! off: seqsync does the ordering.
@@ -57,18 +60,18 @@ use crate::error::{panic_message, BackendError, Error, Result};
 
 /// How long an interruptible synchronize spins on `cuEventQuery` before it starts sleeping.
 /// Short waits finish inside it with a spinning wait's latency.
-pub const SYNC_SPIN: Duration = Duration::from_micros(100);
+const SYNC_SPIN: Duration = Duration::from_micros(100);
 /// How long an interruptible synchronize sleeps between queries after the spin phase (with
 /// the thread's timer slack lowered to 1 µs meanwhile, so the sleep is that long and not the
 /// default 50 µs more). It bounds the extra wake-up latency of a long wait, and keeps its CPU
 /// use to a small fraction of a core.
-pub const SYNC_POLL: Duration = Duration::from_micros(20);
+const SYNC_POLL: Duration = Duration::from_micros(20);
 
 /// How long before the expected end of a wait (see [`Interrupt::expected_wait`]) an
 /// interruptible synchronize stops sleeping and spins. The expectation is a moving average of
 /// earlier waits, which include their own wake-up latency, so it runs late by about that much;
 /// 200 µs covers it at a cost of 0.2 % of a core during a 100 ms wait.
-pub const SYNC_SPIN_AHEAD: Duration = Duration::from_micros(200);
+const SYNC_SPIN_AHEAD: Duration = Duration::from_micros(200);
 
 /// Lowers the calling thread's timer slack while it lives (Linux), restoring it on drop.
 struct TightTimerSlack(Option<libc::c_ulong>);

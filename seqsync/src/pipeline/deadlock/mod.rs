@@ -1,5 +1,8 @@
 //! Deadlock check: explores every interleaving of the threads' loops.
 //!
+//! It may use: the derived [`Plan`](super::Plan) and the spec's limits only: it runs nothing,
+//! so no ring and no backend.
+//!
 //! A state is, per thread, its iteration (batch number) and its index into its
 //! loop body. Every ring counter follows from these: the producer's thread
 //! position says how many seqs are recorded; a consumer at lag `L` that has

@@ -1,5 +1,7 @@
 //! The declaration model of a pipeline and its Rust builder.
 //!
+//! It may use: nothing outside `pipeline` (its error type, [`PlanError`](super::PlanError)).
+//!
 //! A [`PipelineSpec`] says *what* runs where and which data buffers each stage
 //! reads and writes; [`derive`](super::derive()) turns it into the ring
 //! parameters and the exact wait/record sequence.
