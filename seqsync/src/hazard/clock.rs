@@ -27,20 +27,7 @@ pub struct Epoch {
 }
 
 /// A vector clock over actors; a missing entry is 0. The empty clock (nothing happened before)
-/// is the [`Default`].
-///
-/// ```
-/// use seqsync::hazard::VectorClock;
-/// # use seqsync::hazard::HazardChecker;
-/// # let checker = HazardChecker::new();
-/// # let (a, b) = (checker.add_stream("a"), checker.add_stream("b"));
-/// let mut ca = VectorClock::new();
-/// let e = ca.tick(a);                  // a's first access
-/// let mut cb = VectorClock::new();
-/// assert!(!cb.covers(e));              // b is not ordered after it …
-/// cb.join(&ca);                        // … until it joins a's clock (an event wait)
-/// assert!(cb.covers(e));
-/// ```
+/// is the [`Default`]. Internal to the checker (and buffer handoff).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct VectorClock {
     ticks: Vec<u64>,
@@ -102,5 +89,22 @@ impl VectorClock {
             .iter()
             .enumerate()
             .all(|(i, &t)| t <= other.ticks.get(i).copied().unwrap_or(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_join_orders_one_actor_after_another() {
+        let (a, b) = (ActorId(0), ActorId(1));
+        let mut ca = VectorClock::new();
+        let e = ca.tick(a); // a's first access
+        let mut cb = VectorClock::new();
+        cb.tick(b);
+        assert!(!cb.covers(e)); // b is not ordered after it …
+        cb.join(&ca); // … until it joins a's clock (an event wait)
+        assert!(cb.covers(e));
     }
 }
