@@ -47,6 +47,12 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), Failure> {
         let r = match &backend {
             AnyBackend::Host(h) => run_on(h, &spec, a.lower, a.runs)?,
             AnyBackend::Cuda(c) => run_on(c, &spec, a.lower, a.runs)?,
+            other => {
+                return Err(Failure {
+                    message: format!("seqsync graph cannot run on the {} backend", other.name()),
+                    code: 2,
+                })
+            }
         };
         Some((backend.name(), r))
     } else {
