@@ -31,7 +31,8 @@ struct Cli {
 enum Command {
     /// Run the seed's pipeline end to end, verify every batch, and measure it (the default).
     Demo(DemoArgs),
-    /// Measure the ring's record, wait and synchronize against the raw backend calls.
+    /// Measure the ring against the raw backend calls (`bench ring`, the default), or the
+    /// stream-ordered pool against the backend's allocators (`bench pool`).
     Bench(bench::BenchArgs),
     /// Derive a declared pipeline's rings and prove it deadlock-free.
     Check(check::CheckArgs),

@@ -66,6 +66,11 @@ pub mod ring;
 #[cfg(all(test, seqsync_loom))]
 mod tests;
 
+/// The README's examples, run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
+
 pub use backend::host::HostBackend;
 pub use backend::{AnyBackend, BackendKind};
 #[cfg(feature = "cuda")]
