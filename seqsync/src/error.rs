@@ -188,6 +188,72 @@ pub enum Error {
         max: usize,
     },
 
+    /// A timeline signal that does not grow the value.
+    #[error(
+        "timeline '{timeline}': signal of {got} is not above {current}, the highest value \
+         signalled or enqueued so far"
+    )]
+    NonMonotonic {
+        /// The timeline.
+        timeline: String,
+        /// The highest value signalled or enqueued on it so far.
+        current: u64,
+        /// The value the caller passed.
+        got: u64,
+    },
+
+    /// A timeline value at or above `2^63` (reserved for failure).
+    #[error("timeline '{timeline}': value {got} is out of range (the largest is {max})")]
+    ValueOutOfRange {
+        /// The timeline.
+        timeline: String,
+        /// The value the caller passed.
+        got: u64,
+        /// The largest allowed value, `2^63 - 1`.
+        max: u64,
+    },
+
+    /// A host wait on timelines did not end in time; nothing changed, it can be repeated.
+    #[error("timed out after {timeout:?} waiting for {waited_for}")]
+    Timeout {
+        /// What was awaited, with the values: `timeline 'a' to reach 3 (at 2)`.
+        waited_for: String,
+        /// The timeout the caller gave.
+        timeout: std::time::Duration,
+    },
+
+    /// The timeline failed: by [`crate::timeline::Timeline::fail`], by a failure of a timeline
+    /// that work signalling it waited on, by a failed stream, or by being dropped with stream
+    /// waits pending.
+    #[error("timeline '{timeline}' failed at value {value}: {cause}")]
+    TimelineFailed {
+        /// The timeline.
+        timeline: String,
+        /// The last value it reached before failing.
+        value: u64,
+        /// Why: the error given to `fail`, or the upstream timeline's failure.
+        #[source]
+        cause: Arc<Error>,
+    },
+
+    /// Work was cancelled on purpose (a reason to pass to
+    /// [`crate::timeline::Timeline::fail`]).
+    #[error("cancelled: {0}")]
+    Cancelled(String),
+
+    /// A timeline was dropped while streams still waited on it (the cause its failure carries).
+    #[error(
+        "timeline '{timeline}' dropped at value {value} with {pending} stream wait(s) pending"
+    )]
+    TimelineDropped {
+        /// The timeline.
+        timeline: String,
+        /// Its value when dropped.
+        value: u64,
+        /// Stream waits for higher values it still had.
+        pending: usize,
+    },
+
     /// No CUDA driver or no GPU: the CUDA backend cannot be used here.
     #[error("no CUDA device: {0}")]
     NoDevice(String),
@@ -245,6 +311,16 @@ impl fmt::Display for BackendError {
 impl std::error::Error for BackendError {}
 
 impl Error {
+    /// The error at the bottom of a chain of [`Error::TimelineFailed`] (the original reason a
+    /// failure spread from timeline to timeline); `self` for any other error.
+    pub fn root_cause(&self) -> &Error {
+        let mut e = self;
+        while let Error::TimelineFailed { cause, .. } = e {
+            e = cause;
+        }
+        e
+    }
+
     /// True for [`Error::Stopped`].
     pub fn is_stopped(&self) -> bool {
         matches!(self, Error::Stopped { .. })

@@ -27,6 +27,7 @@
 //! |---|---|---|
 //! | backend | [`backend`] | streams and events: [`HostBackend`] (worker threads), `CudaBackend` (cudarc), [`AnyBackend`] (picked at run time) |
 //! | ring | [`EventRingbuf`] | one producer records an event per seq; consumers wait on it from streams or host threads |
+//! | timeline | [`timeline`] | 64-bit values that streams and host threads signal and wait on; wait-before-signal; failure propagates |
 //! | pipeline | [`pipeline`] | declare threads, streams, buffers and stages; seqsync derives every ring, proves the schedule deadlock-free |
 //! | memory | [`memory`] | buffer handoff by epochs (moving a buffer between streams waits only for what no event or synchronize ordered), and stream-ordered allocation (pools whose alloc/free are enqueued on streams with wait lists, reusing memory with no hidden synchronization) |
 //! | graph | [`graph`] | command buffers lowered to streams + events with no false dependency, or to fork-join levels |
@@ -62,6 +63,7 @@ pub mod memory;
 pub mod pipeline;
 mod primitive;
 pub mod ring;
+pub mod timeline;
 
 #[cfg(all(test, seqsync_loom))]
 mod tests;
@@ -77,3 +79,4 @@ pub use backend::{AnyBackend, BackendKind};
 pub use cudarc;
 pub use error::{BackendError, Error, Result};
 pub use ring::{Blocking, EventRingbuf};
+pub use timeline::Timeline;

@@ -5,8 +5,8 @@
 use std::sync::mpsc;
 use std::sync::Mutex;
 
-use seqsync::backend::host::{HostEvent, HostStream};
-use seqsync::backend::{Backend, EventOptions, Interrupt, SyncOutcome};
+use seqsync::backend::host::{HostEvent, HostSemaphore, HostStream};
+use seqsync::backend::{Backend, EventOptions, Interrupt, SemaphoreWaker, SyncOutcome};
 use seqsync::pipeline::{derive, PipelineSpec};
 use seqsync::ring::MAX_SIZE;
 use seqsync::{Blocking, Error, EventRingbuf, HostBackend, Result};
@@ -58,6 +58,19 @@ impl Backend for Gated {
     }
     fn query(&self, e: &HostEvent) -> Result<bool> {
         self.host.query(e)
+    }
+    type Semaphore = HostSemaphore;
+    fn stream_id(&self, s: &HostStream) -> u64 {
+        self.host.stream_id(s)
+    }
+    fn create_semaphore(&self, initial: u64, waker: SemaphoreWaker) -> Result<HostSemaphore> {
+        self.host.create_semaphore(initial, waker)
+    }
+    fn signal_on(&self, s: &HostStream, m: &HostSemaphore, v: u64) -> Result<()> {
+        self.host.signal_on(s, m, v)
+    }
+    fn wait_on(&self, s: &HostStream, m: &HostSemaphore, v: u64) -> Result<()> {
+        self.host.wait_on(s, m, v)
     }
 }
 

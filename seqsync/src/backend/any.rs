@@ -1,11 +1,16 @@
 //! A backend chosen at run time: CUDA when a driver and a GPU are present, else host.
 
-use super::host::{HostAsyncPool, HostBackend, HostEvent, HostRawMemory, HostStream};
-use super::{Backend, EventOptions, Interrupt, MemoryBackend, MemoryUsage, SyncOutcome};
+use super::host::{
+    HostAsyncPool, HostBackend, HostEvent, HostRawMemory, HostSemaphore, HostStream,
+};
+use super::{
+    Backend, EventOptions, Interrupt, Mechanism, MemoryBackend, MemoryUsage, Semaphore,
+    SemaphoreWaker, SyncOutcome,
+};
 use crate::error::{Error, Result};
 
 #[cfg(feature = "cuda")]
-use super::cuda::{CudaAsyncPool, CudaBackend, CudaEvent, CudaStream, DeviceBuffer};
+use super::cuda::{CudaAsyncPool, CudaBackend, CudaEvent, CudaSemaphore, CudaStream, DeviceBuffer};
 #[cfg(feature = "cuda")]
 use std::sync::Arc;
 
@@ -75,6 +80,68 @@ pub enum AnyEvent {
     /// A CUDA event.
     #[cfg(feature = "cuda")]
     Cuda(CudaEvent),
+}
+
+/// A semaphore word of an [`AnyBackend`].
+#[derive(Debug)]
+pub enum AnySemaphore {
+    /// A host semaphore word.
+    Host(HostSemaphore),
+    /// A CUDA semaphore word.
+    #[cfg(feature = "cuda")]
+    Cuda(CudaSemaphore),
+}
+
+impl Semaphore for AnySemaphore {
+    fn load(&self) -> Result<u64> {
+        match self {
+            AnySemaphore::Host(s) => s.load(),
+            #[cfg(feature = "cuda")]
+            AnySemaphore::Cuda(s) => s.load(),
+        }
+    }
+    fn store(&self, value: u64) -> Result<()> {
+        match self {
+            AnySemaphore::Host(s) => s.store(value),
+            #[cfg(feature = "cuda")]
+            AnySemaphore::Cuda(s) => s.store(value),
+        }
+    }
+    fn fail(&self, last_value: u64) {
+        match self {
+            AnySemaphore::Host(s) => s.fail(last_value),
+            #[cfg(feature = "cuda")]
+            AnySemaphore::Cuda(s) => s.fail(last_value),
+        }
+    }
+    fn failure(&self) -> Option<Error> {
+        match self {
+            AnySemaphore::Host(s) => s.failure(),
+            #[cfg(feature = "cuda")]
+            AnySemaphore::Cuda(s) => s.failure(),
+        }
+    }
+    fn check(&self) -> Result<()> {
+        match self {
+            AnySemaphore::Host(s) => s.check(),
+            #[cfg(feature = "cuda")]
+            AnySemaphore::Cuda(s) => s.check(),
+        }
+    }
+    fn notifies(&self) -> bool {
+        match self {
+            AnySemaphore::Host(s) => s.notifies(),
+            #[cfg(feature = "cuda")]
+            AnySemaphore::Cuda(s) => s.notifies(),
+        }
+    }
+    fn mechanism(&self) -> Mechanism {
+        match self {
+            AnySemaphore::Host(s) => s.mechanism(),
+            #[cfg(feature = "cuda")]
+            AnySemaphore::Cuda(s) => s.mechanism(),
+        }
+    }
 }
 
 impl AnyBackend {
@@ -228,6 +295,54 @@ impl Backend for AnyBackend {
             _ => Err(mismatch("the event")),
         }
     }
+
+    type Semaphore = AnySemaphore;
+
+    fn stream_id(&self, stream: &AnyStream) -> u64 {
+        // The id depends on the stream only, so a stream of the other backend still gets its
+        // own (the call that uses it then fails on the mismatch).
+        match stream {
+            AnyStream::Host(s) => s.shared.id,
+            #[cfg(feature = "cuda")]
+            AnyStream::Cuda(s) => super::cuda::stream_id(s),
+        }
+    }
+
+    fn create_semaphore(&self, initial: u64, waker: SemaphoreWaker) -> Result<AnySemaphore> {
+        match self {
+            AnyBackend::Host(b) => b.create_semaphore(initial, waker).map(AnySemaphore::Host),
+            #[cfg(feature = "cuda")]
+            AnyBackend::Cuda(b) => b.create_semaphore(initial, waker).map(AnySemaphore::Cuda),
+        }
+    }
+
+    fn signal_on(&self, stream: &AnyStream, sem: &AnySemaphore, value: u64) -> Result<()> {
+        match (self, stream, sem) {
+            (AnyBackend::Host(b), AnyStream::Host(s), AnySemaphore::Host(m)) => {
+                b.signal_on(s, m, value)
+            }
+            #[cfg(feature = "cuda")]
+            (AnyBackend::Cuda(b), AnyStream::Cuda(s), AnySemaphore::Cuda(m)) => {
+                b.signal_on(s, m, value)
+            }
+            #[allow(unreachable_patterns)]
+            _ => Err(mismatch("the stream or timeline")),
+        }
+    }
+
+    fn wait_on(&self, stream: &AnyStream, sem: &AnySemaphore, value: u64) -> Result<()> {
+        match (self, stream, sem) {
+            (AnyBackend::Host(b), AnyStream::Host(s), AnySemaphore::Host(m)) => {
+                b.wait_on(s, m, value)
+            }
+            #[cfg(feature = "cuda")]
+            (AnyBackend::Cuda(b), AnyStream::Cuda(s), AnySemaphore::Cuda(m)) => {
+                b.wait_on(s, m, value)
+            }
+            #[allow(unreachable_patterns)]
+            _ => Err(mismatch("the stream or timeline")),
+        }
+    }
 }
 
 /// Device memory of an [`AnyBackend`].
@@ -253,16 +368,6 @@ pub enum AnyAsyncPool {
 impl MemoryBackend for AnyBackend {
     type RawMemory = AnyRawMemory;
     type AsyncPool = AnyAsyncPool;
-
-    fn stream_id(&self, stream: &AnyStream) -> u64 {
-        // The id depends on the stream only, so a stream of the other backend still gets its
-        // own (the call that uses it then fails on the mismatch).
-        match stream {
-            AnyStream::Host(s) => s.shared.id,
-            #[cfg(feature = "cuda")]
-            AnyStream::Cuda(s) => super::cuda::stream_id(s),
-        }
-    }
 
     fn alloc_memory(&self, bytes: usize) -> Result<AnyRawMemory> {
         match self {

@@ -24,7 +24,7 @@ pub struct MemoryUsage {
 ///
 /// | | host | cuda |
 /// |---|---|---|
-/// | [`stream_id`](Self::stream_id) | a number given at stream creation | a number given on first sight of the stream (kept while the stream lives) |
+/// | [`stream_id`](Backend::stream_id) | a number given at stream creation | a number given on first sight of the stream (kept while the stream lives) |
 /// | [`Memory`](Self::RawMemory) | zeroed host memory, 256-byte aligned | `cuMemAlloc` (`cuMemFree` on drop) |
 /// | [`AsyncPool`](Self::AsyncPool) | host memory allocated at once, freed by the stream when it reaches the free | a `cuMemPoolCreate` pool: `cuMemAllocFromPoolAsync` / `cuMemFreeAsync` |
 pub trait MemoryBackend: Backend {
@@ -33,10 +33,6 @@ pub trait MemoryBackend: Backend {
     type RawMemory: Send + Sync;
     /// The backend's own stream-ordered pool.
     type AsyncPool: Send + Sync;
-
-    /// A number that identifies `stream` among all streams of all backends for as long as the
-    /// process runs: never reused by another stream, even after `stream` is dropped.
-    fn stream_id(&self, stream: &Self::Stream) -> u64;
 
     /// Allocate `bytes` (> 0) of device memory, at least 256-byte aligned. Synchronous.
     fn alloc_memory(&self, bytes: usize) -> Result<Self::RawMemory>;

@@ -35,6 +35,9 @@
 //! assert_eq!(count_to_three(&AnyBackend::new(BackendKind::Host)?)?, 3);
 //! # Ok::<(), seqsync::Error>(())
 //! ```
+//!
+//! For [timelines](crate::timeline) a backend also offers a [`Semaphore`] word that the host
+//! and streams write and wait on ([`Backend::signal_on`], [`Backend::wait_on`]).
 
 use std::time::Duration;
 
@@ -48,11 +51,15 @@ pub mod host;
 mod memory;
 pub mod replay;
 
-pub use any::{AnyAsyncPool, AnyBackend, AnyEvent, AnyRawMemory, AnyStream, BackendKind};
+pub use any::{
+    AnyAsyncPool, AnyBackend, AnyEvent, AnyRawMemory, AnySemaphore, AnyStream, BackendKind,
+};
 pub use command::{CommandBackend, CopyOp, FillOp, HostFn, Op};
 pub(crate) use memory::next_stream_id;
 pub use memory::{MemoryBackend, MemoryUsage};
 pub use replay::GraphBackend;
+pub mod semaphore;
+pub use semaphore::{Mechanism, Semaphore, SemaphoreWaker};
 
 /// How an event is created.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -169,4 +176,25 @@ pub trait Backend: Clone + Send + Sync + 'static {
 
     /// Has `event` completed? Never blocks.
     fn query(&self, event: &Self::Event) -> Result<bool>;
+
+    /// A 64-bit semaphore word, what a [`crate::timeline::Timeline`] is made of.
+    type Semaphore: Semaphore;
+
+    /// A number that identifies `stream` among all streams of all backends for as long as the
+    /// process runs: never reused by another stream, even after `stream` is dropped (timelines
+    /// and pools keep per-stream bookkeeping under it).
+    fn stream_id(&self, stream: &Self::Stream) -> u64;
+
+    /// Create a semaphore word holding `initial` (`<= MAX_VALUE`). The backend calls `waker`
+    /// after each stream write of the word, if it [notifies](Semaphore::notifies).
+    fn create_semaphore(&self, initial: u64, waker: SemaphoreWaker) -> Result<Self::Semaphore>;
+
+    /// Enqueue on `stream`: the word becomes `value` when the stream gets there (the caller
+    /// checked that `value` exceeds everything signalled or enqueued before). If the stream
+    /// failed before that point, the backend fails the word instead.
+    fn signal_on(&self, stream: &Self::Stream, sem: &Self::Semaphore, value: u64) -> Result<()>;
+
+    /// Enqueue on `stream`: work enqueued afterwards runs only once the word is `>= value`, or
+    /// failed, even if no signal of `value` has been enqueued yet (wait-before-signal).
+    fn wait_on(&self, stream: &Self::Stream, sem: &Self::Semaphore, value: u64) -> Result<()>;
 }

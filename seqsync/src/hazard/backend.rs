@@ -1,12 +1,16 @@
 //! [`ValidatingBackend`]: wraps any [`Backend`], forwards every call to it, and feeds a
 //! [`HazardChecker`] with the ordering each call creates.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 use super::checker::{Access, EventId, HazardChecker};
 use super::clock::ActorId;
-use crate::backend::{Backend, EventOptions, Interrupt, MemoryBackend, MemoryUsage, SyncOutcome};
-use crate::error::Result;
+use crate::backend::{
+    Backend, EventOptions, Interrupt, Mechanism, MemoryBackend, MemoryUsage, Semaphore,
+    SemaphoreWaker, SyncOutcome,
+};
+use crate::error::{Error, Result};
 
 /// A backend that checks for hazards: every record, stream wait, host synchronize (and query
 /// that reports completion) goes to the inner backend and to a shared [`HazardChecker`];
@@ -66,6 +70,48 @@ impl<E> ValidatingEvent<E> {
     /// The event's id in the checker.
     pub fn id(&self) -> EventId {
         self.id
+    }
+}
+
+/// A timeline word of a [`ValidatingBackend`]: the inner word, plus a checker event per value
+/// signalled on a stream.
+///
+/// A stream wait orders the stream after the lowest signal `>=` its value that is already
+/// enqueued. A wait enqueued before its signal, and host signals and waits, add no ordering to
+/// the checker (which then errs on the side of reporting a hazard).
+pub struct ValidatingSemaphore<S> {
+    inner: S,
+    points: Mutex<BTreeMap<u64, EventId>>,
+}
+
+impl<S> std::fmt::Debug for ValidatingSemaphore<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ValidatingSemaphore")
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Semaphore> Semaphore for ValidatingSemaphore<S> {
+    fn load(&self) -> Result<u64> {
+        self.inner.load()
+    }
+    fn store(&self, value: u64) -> Result<()> {
+        self.inner.store(value)
+    }
+    fn fail(&self, last_value: u64) {
+        self.inner.fail(last_value)
+    }
+    fn failure(&self) -> Option<Error> {
+        self.inner.failure()
+    }
+    fn check(&self) -> Result<()> {
+        self.inner.check()
+    }
+    fn notifies(&self) -> bool {
+        self.inner.notifies()
+    }
+    fn mechanism(&self) -> Mechanism {
+        self.inner.mechanism()
     }
 }
 
@@ -202,6 +248,47 @@ impl<B: Backend> Backend for ValidatingBackend<B> {
         }
         Ok(done)
     }
+
+    type Semaphore = ValidatingSemaphore<B::Semaphore>;
+
+    fn stream_id(&self, stream: &Self::Stream) -> u64 {
+        self.inner.stream_id(&stream.inner)
+    }
+
+    fn create_semaphore(&self, initial: u64, waker: SemaphoreWaker) -> Result<Self::Semaphore> {
+        Ok(ValidatingSemaphore {
+            inner: self.inner.create_semaphore(initial, waker)?,
+            points: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    fn signal_on(&self, stream: &Self::Stream, sem: &Self::Semaphore, value: u64) -> Result<()> {
+        self.inner.signal_on(&stream.inner, &sem.inner, value)?;
+        let id = self.checker.new_event();
+        let by = self.checker.current_thread();
+        self.checker.record(by, id, stream.actor);
+        sem.points
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(value, id);
+        Ok(())
+    }
+
+    fn wait_on(&self, stream: &Self::Stream, sem: &Self::Semaphore, value: u64) -> Result<()> {
+        self.inner.wait_on(&stream.inner, &sem.inner, value)?;
+        let point = sem
+            .points
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .range(value..)
+            .next()
+            .map(|(_, id)| *id);
+        if let Some(id) = point {
+            let by = self.checker.current_thread();
+            self.checker.stream_wait(by, stream.actor, id);
+        }
+        Ok(())
+    }
 }
 
 /// Memory calls go to the inner backend unchanged; the checker sees the pools' ordering
@@ -209,10 +296,6 @@ impl<B: Backend> Backend for ValidatingBackend<B> {
 impl<B: MemoryBackend> MemoryBackend for ValidatingBackend<B> {
     type RawMemory = B::RawMemory;
     type AsyncPool = B::AsyncPool;
-
-    fn stream_id(&self, stream: &Self::Stream) -> u64 {
-        self.inner.stream_id(&stream.inner)
-    }
 
     fn alloc_memory(&self, bytes: usize) -> Result<B::RawMemory> {
         self.inner.alloc_memory(bytes)

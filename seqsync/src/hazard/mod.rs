@@ -79,7 +79,7 @@ mod clock;
 mod command;
 mod report;
 
-pub use backend::{ValidatingBackend, ValidatingEvent, ValidatingStream};
+pub use backend::{ValidatingBackend, ValidatingEvent, ValidatingSemaphore, ValidatingStream};
 pub use checker::{Access, AccessKind, EventId, HazardChecker};
 pub use clock::ActorId;
 pub(crate) use clock::VectorClock;

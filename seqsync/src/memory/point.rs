@@ -119,7 +119,7 @@ impl<B: Backend> Point<B> {
             .expect("a point holds its event until dropped")
     }
 
-    /// The id of the stream it was recorded on ([`crate::backend::MemoryBackend::stream_id`]).
+    /// The id of the stream it was recorded on ([`crate::backend::Backend::stream_id`]).
     pub fn stream_id(&self) -> u64 {
         self.inner.stream
     }

@@ -47,6 +47,16 @@ impl Backend for ModelBackend {
     fn name(&self) -> &'static str {
         "model"
     }
+    fn new_stream(&self, _: &str) -> Result<ModelStream> {
+        Ok(ModelStream::new())
+    }
+    fn launch_host(&self, _: &ModelStream, f: Box<dyn FnOnce() + Send + 'static>) -> Result<()> {
+        f();
+        Ok(())
+    }
+    fn synchronize_stream(&self, _: &ModelStream) -> Result<()> {
+        Ok(())
+    }
     fn create_event(&self, _: EventOptions) -> Result<ModelEvent> {
         Ok(ModelEvent(UnsafeCell::new(-1)))
     }
@@ -72,6 +82,25 @@ impl Backend for ModelBackend {
     }
     fn query(&self, _: &ModelEvent) -> Result<bool> {
         Ok(true)
+    }
+
+    // The ring does not use timelines: they are modelled in `loom_timeline.rs`.
+    type Semaphore = crate::backend::host::HostSemaphore;
+    fn stream_id(&self, _: &ModelStream) -> u64 {
+        0
+    }
+    fn create_semaphore(
+        &self,
+        _: u64,
+        _: crate::backend::SemaphoreWaker,
+    ) -> Result<Self::Semaphore> {
+        Err(Error::invalid("model", "no timelines in the ring's model"))
+    }
+    fn signal_on(&self, _: &ModelStream, _: &Self::Semaphore, _: u64) -> Result<()> {
+        Err(Error::invalid("model", "no timelines in the ring's model"))
+    }
+    fn wait_on(&self, _: &ModelStream, _: &Self::Semaphore, _: u64) -> Result<()> {
+        Err(Error::invalid("model", "no timelines in the ring's model"))
     }
 }
 

@@ -12,7 +12,7 @@ use super::{check, driver_error, CudaBackend, DeviceBuffer};
 use crate::backend::{next_stream_id, MemoryBackend, MemoryUsage};
 use crate::error::Result;
 
-/// The id of a cudarc stream ([`MemoryBackend::stream_id`]): given on first sight, kept while
+/// The id of a cudarc stream ([`crate::backend::Backend::stream_id`]): given on first sight, kept while
 /// the stream lives, never given to another stream. One registry for the process, so the id does
 /// not depend on which [`CudaBackend`] (or [`crate::AnyBackend`]) asks.
 pub fn stream_id(stream: &Arc<CudaStream>) -> u64 {
@@ -108,10 +108,6 @@ impl Drop for CudaAsyncPool {
 impl MemoryBackend for CudaBackend {
     type RawMemory = DeviceBuffer;
     type AsyncPool = CudaAsyncPool;
-
-    fn stream_id(&self, stream: &Arc<CudaStream>) -> u64 {
-        stream_id(stream)
-    }
 
     fn alloc_memory(&self, bytes: usize) -> Result<DeviceBuffer> {
         self.alloc_device(bytes.div_ceil(4))

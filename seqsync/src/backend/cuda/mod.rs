@@ -42,11 +42,13 @@ mod command;
 mod graph_exec;
 mod memory;
 mod mempool;
+mod semaphore;
 
 pub use command::{CudaKernel, KernelParam};
 pub use graph_exec::CudaGraphExec;
 pub use memory::{DeviceBuffer, PinnedBuffer};
 pub use mempool::{stream_id, CudaAsyncPool};
+pub use semaphore::{CudaSemaphore, TimelineMechanism};
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
@@ -55,7 +57,7 @@ use std::time::{Duration, Instant};
 use cudarc::driver::{sys, DriverError};
 pub use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
 
-use super::{Backend, EventOptions, Interrupt, SyncOutcome};
+use super::{Backend, EventOptions, Interrupt, SemaphoreWaker, SyncOutcome};
 use crate::error::{panic_message, BackendError, Error, Result};
 
 /// How long an interruptible synchronize spins on `cuEventQuery` before it starts sleeping.
@@ -115,6 +117,7 @@ pub struct CudaBackend {
     /// on, until that stream's next [`Backend::synchronize_stream`] reports them.
     host_panics: Arc<Mutex<Vec<(usize, String)>>>,
     deferred: Arc<Deferred>,
+    timelines: Arc<semaphore::TimelineSupport>,
 }
 
 /// Errors that cleanup in a `Drop` could not return, kept until
@@ -247,11 +250,35 @@ impl CudaBackend {
         // SAFETY: called once, before any stream or buffer of this backend exists; seqsync
         // orders all work itself with events, which is exactly what turning tracking off asks.
         unsafe { ctx.disable_event_tracking() };
+        let deferred: Arc<Deferred> = Arc::default();
         Ok(CudaBackend {
             ctx,
             host_panics: Arc::default(),
-            deferred: Arc::default(),
+            deferred: deferred.clone(),
+            timelines: Arc::new(semaphore::TimelineSupport::new(
+                TimelineMechanism::from_env(),
+                &deferred,
+            )),
         })
+    }
+
+    /// This backend with timelines made by `mechanism` (timelines made before keep theirs).
+    /// [`CudaBackend::new`] takes it from `SEQSYNC_TIMELINE_MECHANISM` (`auto` by default).
+    pub fn with_timeline_mechanism(mut self, mechanism: TimelineMechanism) -> Self {
+        self.timelines = Arc::new(semaphore::TimelineSupport::new(mechanism, &self.deferred));
+        self
+    }
+
+    /// The timeline mechanism this backend was asked for (what a timeline got:
+    /// [`crate::timeline::Timeline::mechanism`]).
+    pub fn timeline_mechanism(&self) -> TimelineMechanism {
+        self.timelines.choice()
+    }
+
+    /// Timeline operations held on the host until the signal they wait for is enqueued (the
+    /// events mechanism's deferral; always 0 with stream memory operations).
+    pub fn deferred_timeline_ops(&self) -> usize {
+        self.timelines.deferred_held()
     }
 
     /// True when a driver and at least one GPU are present.
@@ -598,5 +625,25 @@ impl Backend for CudaBackend {
             sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
             other => check("cuEventQuery", other).map(|()| false),
         }
+    }
+
+    type Semaphore = CudaSemaphore;
+
+    fn stream_id(&self, stream: &Arc<CudaStream>) -> u64 {
+        mempool::stream_id(stream)
+    }
+
+    fn create_semaphore(&self, initial: u64, _waker: SemaphoreWaker) -> Result<CudaSemaphore> {
+        self.timelines.create(&self.ctx, initial)
+    }
+
+    fn signal_on(&self, stream: &Arc<CudaStream>, sem: &CudaSemaphore, value: u64) -> Result<()> {
+        self.bind()?;
+        sem.signal_on(stream, value)
+    }
+
+    fn wait_on(&self, stream: &Arc<CudaStream>, sem: &CudaSemaphore, value: u64) -> Result<()> {
+        self.bind()?;
+        sem.wait_on(stream, value)
     }
 }

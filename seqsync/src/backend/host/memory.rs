@@ -96,10 +96,6 @@ impl MemoryBackend for HostBackend {
     type RawMemory = HostRawMemory;
     type AsyncPool = HostAsyncPool;
 
-    fn stream_id(&self, stream: &HostStream) -> u64 {
-        stream.shared.id
-    }
-
     fn alloc_memory(&self, bytes: usize) -> Result<HostRawMemory> {
         HostRawMemory::new(bytes)
     }

@@ -33,15 +33,17 @@ mod chaos;
 mod command;
 mod event;
 mod memory;
+mod semaphore;
 mod stream;
 
 pub use chaos::Chaos;
 pub use command::{HostKernel, HostMemory};
 pub use event::HostEvent;
 pub use memory::{HostAsyncPool, HostRawMemory, HOST_MEMORY_ALIGN};
+pub use semaphore::HostSemaphore;
 pub use stream::HostStream;
 
-use super::{Backend, EventOptions, Interrupt, NeverInterrupt, SyncOutcome};
+use super::{Backend, EventOptions, Interrupt, NeverInterrupt, SemaphoreWaker, SyncOutcome};
 use crate::error::Result;
 use chaos::SplitMix64;
 use stream::Op;
@@ -175,5 +177,30 @@ impl Backend for HostBackend {
             None => Ok(true),
             Some((stream, pos)) => stream.poll(pos).transpose().map(|o| o.is_some()),
         }
+    }
+
+    type Semaphore = HostSemaphore;
+
+    fn stream_id(&self, stream: &HostStream) -> u64 {
+        stream.shared.id
+    }
+
+    fn create_semaphore(&self, initial: u64, waker: SemaphoreWaker) -> Result<HostSemaphore> {
+        Ok(HostSemaphore::new(initial, waker))
+    }
+
+    fn signal_on(&self, stream: &HostStream, sem: &HostSemaphore, value: u64) -> Result<()> {
+        let word = sem.word.clone();
+        let name = stream.shared.name.clone();
+        stream.shared.enqueue(Op::Always(Box::new(move |failure| {
+            word.signal_from_stream(value, &name, failure)
+        })));
+        Ok(())
+    }
+
+    fn wait_on(&self, stream: &HostStream, sem: &HostSemaphore, value: u64) -> Result<()> {
+        let word = sem.word.clone();
+        stream.launch(move || word.wait_at_least(value));
+        Ok(())
     }
 }

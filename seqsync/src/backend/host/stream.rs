@@ -17,6 +17,9 @@ pub(crate) enum Op {
     Run(Box<dyn FnOnce() + Send + 'static>),
     /// Block the stream until `on` has completed `pos` operations.
     Gate { on: Arc<StreamShared>, pos: u64 },
+    /// Run a closure even when the stream has failed; it gets the failure's message then (a
+    /// timeline signal: it fails the timeline instead of signalling it).
+    Always(Box<dyn FnOnce(Option<Arc<str>>) + Send + 'static>),
 }
 
 /// Where a stream failed: the index of the failing operation and why.
@@ -37,7 +40,7 @@ pub(crate) struct State {
 /// The part of a stream that events and other streams' gates hold on to.
 pub(crate) struct StreamShared {
     pub(crate) name: String,
-    /// Unique among all streams ever made ([`crate::backend::MemoryBackend::stream_id`]).
+    /// Unique among all streams ever made ([`crate::backend::Backend::stream_id`]).
     pub(crate) id: u64,
     pub(crate) state: Mutex<State>,
     /// Operations completed (run, skipped after a failure, or passed gates). Written under
@@ -117,6 +120,10 @@ impl StreamShared {
 
     fn failed(&self) -> bool {
         self.lock().failure.is_some()
+    }
+
+    fn failure_message(&self) -> Option<Arc<str>> {
+        self.lock().failure.as_ref().map(|f| f.message.clone())
     }
 }
 
@@ -256,6 +263,15 @@ fn run_worker(shared: &Arc<StreamShared>, mut chaos: Option<(Chaos, SplitMix64)>
                             format!("closure panicked: {}", panic_message(&*payload)).into(),
                         );
                     }
+                }
+            }
+            Op::Always(f) => {
+                let failure = shared.failure_message();
+                if let Err(payload) = catch_unwind(AssertUnwindSafe(move || f(failure))) {
+                    shared.fail(
+                        index,
+                        format!("closure panicked: {}", panic_message(&*payload)).into(),
+                    );
                 }
             }
             Op::Gate { on, pos } => {

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, Weak};
 use super::buffer::{Ctx, Registry, Submitted, Tracked, Use};
 use super::state::{HandoffStats, State};
 use super::task::with_current;
-use crate::backend::{Backend, EventOptions, Interrupt, SyncOutcome};
+use crate::backend::{Backend, EventOptions, Interrupt, SemaphoreWaker, SyncOutcome};
 use crate::error::{Error, Result};
 use crate::hazard::{AccessKind, ActorId};
 
@@ -424,5 +424,27 @@ impl<B: Backend> Backend for TrackingBackend<B> {
             self.lock().completed(&s);
         }
         Ok(())
+    }
+
+    type Semaphore = B::Semaphore;
+
+    fn stream_id(&self, stream: &Self::Stream) -> u64 {
+        self.inner.stream_id(&stream.inner)
+    }
+
+    /// Forwards. Timeline signals and waits add no *ordered* or *completed* fact to the
+    /// tracker (it then asks for a wait it could have skipped, never the other way round).
+    fn create_semaphore(&self, initial: u64, waker: SemaphoreWaker) -> Result<Self::Semaphore> {
+        self.inner.create_semaphore(initial, waker)
+    }
+
+    fn signal_on(&self, stream: &Self::Stream, sem: &Self::Semaphore, value: u64) -> Result<()> {
+        self.check_stream(stream)?;
+        self.inner.signal_on(&stream.inner, sem, value)
+    }
+
+    fn wait_on(&self, stream: &Self::Stream, sem: &Self::Semaphore, value: u64) -> Result<()> {
+        self.check_stream(stream)?;
+        self.inner.wait_on(&stream.inner, sem, value)
     }
 }

@@ -1,0 +1,152 @@
+//! 64-bit words in pinned, device-mapped host memory: the host reads them with a load, streams
+//! write and wait on them with stream memory operations.
+//!
+//! Words are handed out from 4 KiB pages (`cuMemHostAlloc` with `DEVICEMAP | PORTABLE`), one
+//! word per 64-byte line so that two timelines never share a cache line. A word given back while
+//! streams may still touch it is quarantined until an event recorded on each of those streams
+//! completes; only then is it handed out again. Pages are never freed (a few KiB per backend).
+
+use std::sync::Arc;
+
+use cudarc::driver::{sys, CudaContext, CudaStream};
+
+use crate::backend::cuda::{driver_error, make_current, CudaEvent, Deferred};
+use crate::error::Result;
+
+const PAGE: usize = 4096;
+const LINE: usize = 64;
+
+/// One word: its host address and the device address of the same memory.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Slot {
+    pub(crate) host: *mut u64,
+    pub(crate) dev: sys::CUdeviceptr,
+}
+
+// SAFETY: a slot is the address of pinned memory owned by its pool (never freed); the pool hands
+// each slot to one owner at a time, who accesses it only through atomics.
+unsafe impl Send for Slot {}
+// SAFETY: shared references only read the two addresses; the memory behind them is accessed
+// through atomics (see `atomic`).
+unsafe impl Sync for Slot {}
+
+pub(crate) struct Pool {
+    free: Vec<Slot>,
+    quarantine: Vec<(Slot, Vec<CudaEvent>)>,
+    /// The backend's store of errors that cleanup could not return.
+    errors: Arc<Deferred>,
+}
+
+impl Pool {
+    pub(crate) fn new(errors: Arc<Deferred>) -> Self {
+        Pool {
+            free: Vec::new(),
+            quarantine: Vec::new(),
+            errors,
+        }
+    }
+
+    /// A word holding `initial`.
+    pub(crate) fn take(&mut self, ctx: &Arc<CudaContext>, initial: u64) -> Result<Slot> {
+        self.reclaim();
+        if self.free.is_empty() {
+            self.grow(ctx)?;
+        }
+        let slot = self.free.pop().expect("grow added slots");
+        // SAFETY: the slot is 8-byte aligned pinned memory that only its owner (now us) uses.
+        unsafe { atomic(&slot) }.store(initial, std::sync::atomic::Ordering::SeqCst);
+        Ok(slot)
+    }
+
+    /// Give `slot` back once the streams in `users` are past everything enqueued on them now.
+    pub(crate) fn give_back(
+        &mut self,
+        ctx: &Arc<CudaContext>,
+        slot: Slot,
+        users: &[Arc<CudaStream>],
+    ) {
+        let mut events = Vec::new();
+        for s in users {
+            match record_now(ctx, &self.errors, s) {
+                Ok(ev) => events.push(ev),
+                // Cannot tell when the stream is done with the word: never reuse it.
+                Err(_) => return,
+            }
+        }
+        self.quarantine.push((slot, events));
+    }
+
+    fn reclaim(&mut self) {
+        let mut i = 0;
+        while i < self.quarantine.len() {
+            // SAFETY: the events are live handles owned by the quarantine entry.
+            let done = self.quarantine[i]
+                .1
+                .iter()
+                .all(|e| unsafe { sys::cuEventQuery(e.raw) } == sys::CUresult::CUDA_SUCCESS);
+            if done {
+                let (slot, _events) = self.quarantine.swap_remove(i);
+                self.free.push(slot);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    fn grow(&mut self, ctx: &Arc<CudaContext>) -> Result<()> {
+        make_current(ctx)?;
+        let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
+        let mut host: *mut std::ffi::c_void = std::ptr::null_mut();
+        // SAFETY: the context is current; `host` is a valid out-pointer; on success we own a
+        // page of pinned memory, which we never free.
+        let r = unsafe { sys::cuMemHostAlloc(&mut host, PAGE, flags) };
+        r.result().map_err(|e| driver_error("cuMemHostAlloc", e))?;
+        let mut dev: sys::CUdeviceptr = 0;
+        // SAFETY: `host` was returned by cuMemHostAlloc with DEVICEMAP in the current context;
+        // `dev` is a valid out-pointer; flags must be 0.
+        let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dev, host, 0) };
+        r.result()
+            .map_err(|e| driver_error("cuMemHostGetDevicePointer", e))?;
+        for i in (0..PAGE / LINE).rev() {
+            self.free.push(Slot {
+                // SAFETY: `i * LINE < PAGE`: the pointer stays inside the page.
+                host: unsafe { (host as *mut u8).add(i * LINE) } as *mut u64,
+                dev: dev + (i * LINE) as u64,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The word as an atomic.
+///
+/// # Safety
+/// `slot` must come from a [`Pool`] (pinned memory that is never freed, 64-byte aligned).
+pub(crate) unsafe fn atomic(slot: &Slot) -> &'static std::sync::atomic::AtomicU64 {
+    // SAFETY: the caller guarantees the memory lives forever and is aligned; every host access
+    // to it goes through this atomic, and device writes are whole aligned 64-bit stores.
+    unsafe { &*(slot.host as *const std::sync::atomic::AtomicU64) }
+}
+
+/// An event recorded at the current end of `stream`.
+pub(crate) fn record_now(
+    ctx: &Arc<CudaContext>,
+    deferred: &Arc<Deferred>,
+    stream: &CudaStream,
+) -> Result<CudaEvent> {
+    make_current(ctx)?;
+    let mut raw: sys::CUevent = std::ptr::null_mut();
+    let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+    // SAFETY: the context is current and `raw` a valid out-pointer.
+    let r = unsafe { sys::cuEventCreate(&mut raw, flags) };
+    r.result().map_err(|e| driver_error("cuEventCreate", e))?;
+    let ev = CudaEvent {
+        raw,
+        ctx: ctx.clone(),
+        deferred: deferred.clone(),
+    };
+    // SAFETY: both handles are live and belong to `ctx`.
+    let r = unsafe { sys::cuEventRecord(ev.raw, stream.cu_stream()) };
+    r.result().map_err(|e| driver_error("cuEventRecord", e))?;
+    Ok(ev)
+}

@@ -1,0 +1,108 @@
+//! What a [timeline](crate::timeline) needs of a backend: a 64-bit *semaphore word* that the
+//! host and streams write and wait on.
+//!
+//! The word holds the timeline's value, `< 2^63`. A word with bit 63 set ([`FAILED_BIT`]) means
+//! the timeline failed; the low bits then keep the last value reached before the failure. Every
+//! wait for a value above that is released by the failure, so nothing waits forever on a failed
+//! timeline: on CUDA the word is compared with `cuStreamWaitValue64`'s `GEQ` (a cyclic compare,
+//! `(int64)(word - v) >= 0`), which holds for `word = 2^63 | c` and every `c < v < 2^63`.
+//!
+//! The word is only the mechanism. Which value may be signalled, who failed it and why, and how
+//! a failure spreads to other timelines is the timeline layer's business.
+
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+
+/// Bit 63 of a semaphore word: the timeline failed. Values at or above it are reserved.
+pub const FAILED_BIT: u64 = 1 << 63;
+
+/// The largest value a timeline can take (`2^63 - 1`).
+pub const MAX_VALUE: u64 = FAILED_BIT - 1;
+
+/// The word of a timeline that failed when its value was `last_value`.
+pub const fn failed_word(last_value: u64) -> u64 {
+    FAILED_BIT | (last_value & MAX_VALUE)
+}
+
+/// Called by the backend after a stream wrote the word, so that parked host waiters can look
+/// again. Backends whose streams cannot call back (CUDA: the GPU writes the word) never call it;
+/// host waiters poll them instead (see [`Semaphore::notifies`]).
+pub type SemaphoreWaker = Arc<dyn Fn() + Send + Sync>;
+
+/// How a backend implements timelines: see [`crate::timeline::Timeline::mechanism`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mechanism {
+    /// The host backend: an atomic word; stream operations on the worker threads write it and
+    /// wait on it, and wake parked host waiters.
+    HostWord,
+    /// CUDA stream memory operations: `cuStreamWriteValue64` / `cuStreamWaitValue64` on a word
+    /// in pinned, device-mapped host memory; a host query is a load of that word.
+    StreamMemOps,
+    /// CUDA events, one per signalled value; a wait whose signal is not enqueued yet is held on
+    /// the host (with every later timeline operation of its stream) until it is.
+    Events {
+        /// Why stream memory operations are not used (`None` when events were asked for).
+        fallback_reason: Option<String>,
+    },
+}
+
+impl Mechanism {
+    /// A short name: `"host-word"`, `"stream-mem-ops"` or `"events"`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Mechanism::HostWord => "host-word",
+            Mechanism::StreamMemOps => "stream-mem-ops",
+            Mechanism::Events { .. } => "events",
+        }
+    }
+}
+
+impl std::fmt::Display for Mechanism {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Mechanism::Events {
+                fallback_reason: Some(why),
+            } => write!(f, "events (stream memory operations unusable: {why})"),
+            m => f.write_str(m.name()),
+        }
+    }
+}
+
+/// A backend's semaphore word (see the [module docs](self)).
+///
+/// Every call may be made from any thread.
+pub trait Semaphore: Send + Sync + 'static {
+    /// The word as the host sees it now (a value, or a word with [`FAILED_BIT`] set). Never
+    /// blocks.
+    ///
+    /// # Errors
+    /// A backend error (for CUDA: the context failed, e.g. a kernel faulted), meaning the word
+    /// will never change again.
+    fn load(&self) -> Result<u64>;
+
+    /// Host signal: the word becomes `value` (the caller checked that it grows), and streams
+    /// waiting for any value `<= value` are released.
+    fn store(&self, value: u64) -> Result<()>;
+
+    /// Mark the word failed ([`failed_word`]): every stream wait on it is released, and writes
+    /// still pending on streams do not undo it (see the backend's docs for how).
+    fn fail(&self, last_value: u64);
+
+    /// Why the backend failed the word itself (a stream that signals it failed), if it did.
+    fn failure(&self) -> Option<Error>;
+
+    /// Called by host waits while the word is below what they wait for: an error means it will
+    /// never get there (CUDA: a stream that should write it failed). Rate-limited by the
+    /// backend; the default finds nothing.
+    fn check(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Does the backend call the [`SemaphoreWaker`] after every stream write? When false, host
+    /// waiters poll [`Semaphore::load`].
+    fn notifies(&self) -> bool;
+
+    /// How this word is implemented.
+    fn mechanism(&self) -> Mechanism;
+}

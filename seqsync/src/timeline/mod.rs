@@ -1,0 +1,432 @@
+//! Timelines: 64-bit values that only grow, which streams and host threads signal and wait on.
+//!
+//! A [`Timeline`] is the general form of the ring's "batch `s` is done" (a ring is a timeline
+//! whose values are `seq + 1`), and what IREE, Vulkan and D3D12 call a timeline semaphore or a
+//! fence. Any value may be signalled (jumps are fine), any number of waits may ask for any
+//! value, and a wait may be enqueued on a stream **before** the signal it waits for, from any
+//! stream, on CUDA too.
+//!
+//! ```
+//! use seqsync::{timeline::Timeline, HostBackend};
+//! use std::time::Duration;
+//!
+//! let host = HostBackend::new();
+//! let (a, b) = (host.new_stream("a"), host.new_stream("b"));
+//! let produced = Timeline::new(&host, "produced", 0)?;
+//! let consumed = Timeline::new(&host, "consumed", 0)?;
+//! // Stream b waits for a value nobody has signalled yet...
+//! produced.wait_on(&b, 1)?;
+//! consumed.signal_on(&b, 1)?;
+//! assert_eq!(consumed.query()?, 0);
+//! // ...and runs once stream a signals it.
+//! produced.signal_on(&a, 1)?;
+//! consumed.wait(1, Duration::from_secs(5))?;
+//! assert_eq!(produced.query()?, 1);
+//! # Ok::<(), seqsync::Error>(())
+//! ```
+//!
+//! # The contract
+//!
+//! Each row is a test in `seqsync/tests/timeline_contract.rs`, run on both backends.
+//!
+//! | case | result |
+//! |---|---|
+//! | `new(initial)` | `query() == initial` |
+//! | host `signal(v)`, `v > current` | the value becomes `v`; host waiters and stream waits for any value `≤ v` are released |
+//! | host `signal(v)`, `v ≤ current` | [`Error::NonMonotonic`] `{ current, got }`; the value is unchanged; the timeline is not failed |
+//! | `signal_on(stream, v)` | the value becomes `v` when the stream reaches that point; `v` must exceed every value signalled or enqueued before (checked when enqueued) |
+//! | host `wait(v, timeout)` with `v ≤ current` | `Ok` at once, any number of times |
+//! | host `wait(v, timeout)` not reached in time | [`Error::Timeout`]; nothing changes; the call can be repeated |
+//! | `wait_on(stream, v)` | work enqueued on the stream afterwards runs only once the value is `≥ v`, even when no signal of `v` has been enqueued yet (wait-before-signal), from any stream |
+//! | [`wait_all`] / [`wait_any`] over `(timeline, value)` lists, with a timeout | all / at least one reached; an empty list is `Ok` at once; a signal above the awaited value satisfies it |
+//! | `fail(error)` | every host waiter wakes with [`Error::TimelineFailed`] carrying the error; later query / signal / wait return it; a second `fail` is ignored (the first error stays) |
+//! | failure propagation | work that waited on a failed timeline fails every timeline it signals afterwards; a timeline that did not depend on the failed one is not affected |
+//! | values | `< 2^63` ([`MAX_VALUE`]); larger ones are [`Error::ValueOutOfRange`] (reserved for failure) |
+//! | drop with stream waits still pending | the timeline is failed first ([`Error::TimelineDropped`]), so no stream waits forever |
+//!
+//! "Current" in [`Error::NonMonotonic`] is the highest value signalled *or enqueued*: a host
+//! signal must also exceed the signals still pending on streams.
+//!
+//! # Failure
+//!
+//! A failed timeline's word holds `2^63 | last value` (see [`crate::backend::semaphore`]), which
+//! releases every stream wait on it. Propagation is eager and happens on the host
+//! (`timeline/propagate.rs`): at the failure, every stream that has a wait on it for a
+//! value it never reached is poisoned from that wait on, and every timeline signalled on such a
+//! stream after the wait (already enqueued, or enqueued later) fails too, with an
+//! [`Error::TimelineFailed`] whose cause is the upstream failure ([`Error::root_cause`] gives
+//! the original error). The work after such a wait still runs (the device is not told), but
+//! nothing downstream reports success. A host stream whose closure panicked fails the
+//! timelines it signals afterwards, with the panic's message.
+//!
+//! # Host waits
+//!
+//! [`Timeline::wait`], [`wait_all`] and [`wait_any`] spin for [`SPIN`] and then park; on the
+//! host backend a signal wakes them, so a long wait costs no CPU. See `timeline/wait.rs` for
+//! the CUDA case and for how periodic waits keep a spinning wait's latency.
+
+mod propagate;
+mod shared;
+mod wait;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use crate::backend::semaphore::{Mechanism, MAX_VALUE};
+use crate::backend::{Backend, Semaphore};
+use crate::error::{Error, Result};
+use propagate::Ledger;
+use shared::{out_of_range, Shared, StreamWait};
+use wait::{block_until, WaitOn};
+pub use wait::{POLL_MAX, POLL_MIN, SPIN, SPIN_AHEAD};
+
+/// A 64-bit timeline (see the [module docs](self)). Cheap to clone: clones are the same
+/// timeline. When the last clone is dropped while streams still wait on it for values it has
+/// not reached, it fails first, so those streams go on.
+pub struct Timeline<B: Backend> {
+    shared: Arc<Shared<B>>,
+}
+
+impl<B: Backend> Clone for Timeline<B> {
+    fn clone(&self) -> Self {
+        Timeline {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<B: Backend> std::fmt::Debug for Timeline<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Timeline")
+            .field("name", &self.shared.name)
+            .field("value", &self.query())
+            .finish()
+    }
+}
+
+impl<B: Backend> Timeline<B> {
+    /// A timeline named `name` (errors name it) at value `initial`.
+    ///
+    /// # Errors
+    /// [`Error::ValueOutOfRange`] for `initial > MAX_VALUE`; a backend error if the word cannot
+    /// be made (CUDA: pinned memory).
+    pub fn new(backend: &B, name: &str, initial: u64) -> Result<Self> {
+        Ok(Timeline {
+            shared: Shared::new(backend, name, initial)?,
+        })
+    }
+
+    /// The timeline's name.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// How the backend implements this timeline (on CUDA: stream memory operations, or events
+    /// with the reason memory operations are not used).
+    pub fn mechanism(&self) -> Mechanism {
+        self.shared.sem.mechanism()
+    }
+
+    /// The value now. Never blocks (a load of the word).
+    ///
+    /// # Errors
+    /// [`Error::TimelineFailed`] once the timeline failed.
+    ///
+    /// ```
+    /// # use seqsync::{timeline::Timeline, HostBackend};
+    /// let t = Timeline::new(&HostBackend::new(), "t", 123)?;
+    /// assert_eq!(t.query()?, 123);
+    /// # Ok::<(), seqsync::Error>(())
+    /// ```
+    pub fn query(&self) -> Result<u64> {
+        self.shared.observe()
+    }
+
+    fn check_value(&self, v: u64) -> Result<()> {
+        if v > MAX_VALUE {
+            return Err(out_of_range(&self.shared.name, v));
+        }
+        Ok(())
+    }
+
+    /// Host signal: the value becomes `v` now.
+    ///
+    /// # Errors
+    /// [`Error::NonMonotonic`] if `v` does not exceed every value signalled or enqueued so far
+    /// (nothing changes); [`Error::ValueOutOfRange`]; [`Error::TimelineFailed`].
+    ///
+    /// ```
+    /// # use seqsync::{timeline::Timeline, Error, HostBackend};
+    /// let t = Timeline::new(&HostBackend::new(), "t", 10)?;
+    /// t.signal(40)?;
+    /// let err = t.signal(40).unwrap_err();
+    /// assert!(matches!(err, Error::NonMonotonic { current: 40, got: 40, .. }));
+    /// assert_eq!(t.query()?, 40);
+    /// # Ok::<(), seqsync::Error>(())
+    /// ```
+    pub fn signal(&self, v: u64) -> Result<()> {
+        self.check_value(v)?;
+        let s = &self.shared;
+        let mut st = s.lock();
+        if let Some(f) = &st.failure {
+            return Err(s.failed_error(f));
+        }
+        if v <= st.last_enqueued {
+            return Err(Error::NonMonotonic {
+                timeline: s.name.clone(),
+                current: st.last_enqueued,
+                got: v,
+            });
+        }
+        st.last_enqueued = v;
+        let r = s.sem.store(v);
+        drop(st);
+        if let Err(e) = r {
+            s.fail(e, None);
+            return Err(self.query().expect_err("failed just now"));
+        }
+        s.floor.fetch_max(v, crate::primitive::Ordering::AcqRel);
+        s.waiters.wake_all();
+        Ok(())
+    }
+
+    /// Enqueue a signal of `v` on `stream`: the value becomes `v` when the stream gets there.
+    ///
+    /// If the stream waited on a timeline that failed before reaching what it waited for, this
+    /// timeline fails instead (see [Failure](self#failure)); `Ok` is returned then.
+    ///
+    /// # Errors
+    /// [`Error::NonMonotonic`] if `v` does not exceed every value signalled or enqueued so far;
+    /// [`Error::ValueOutOfRange`]; [`Error::TimelineFailed`]; a backend error.
+    pub fn signal_on(&self, stream: &B::Stream, v: u64) -> Result<()> {
+        self.check_value(v)?;
+        let s = &self.shared;
+        let ledger = Ledger::find(s.backend.stream_id(stream));
+        let mut st = s.lock();
+        if let Some(f) = &st.failure {
+            return Err(s.failed_error(f));
+        }
+        if v <= st.last_enqueued {
+            return Err(Error::NonMonotonic {
+                timeline: s.name.clone(),
+                current: st.last_enqueued,
+                got: v,
+            });
+        }
+        if let Some(ledger) = &ledger {
+            if let Err(cause) = ledger.add_signal(shared::target(s)) {
+                drop(st);
+                s.fail(Error::clone(&cause), None);
+                return Ok(());
+            }
+        }
+        st.last_enqueued = v;
+        let r = s.backend.signal_on(stream, &s.sem, v);
+        drop(st);
+        if let Some(ledger) = ledger {
+            ledger.release_if_idle();
+        }
+        r
+    }
+
+    /// Enqueue a wait on `stream`: work enqueued on it afterwards runs once the value is `≥ v`,
+    /// even if no signal of `v` is enqueued yet. Nothing is enqueued if `v` is reached already.
+    ///
+    /// If the timeline fails before reaching `v`, the wait is released and the stream is
+    /// poisoned: the timelines it signals from then on fail (see [Failure](self#failure)).
+    ///
+    /// # Errors
+    /// [`Error::ValueOutOfRange`]; a backend error. A wait on a timeline that has failed
+    /// already is not an error: it poisons the stream.
+    pub fn wait_on(&self, stream: &B::Stream, v: u64) -> Result<()> {
+        self.check_value(v)?;
+        let s = &self.shared;
+        let current = match s.observe() {
+            Ok(c) if c >= v => return Ok(()),
+            Ok(c) => Some(c),
+            Err(_) => None,
+        };
+        let ledger = Ledger::get(s.backend.stream_id(stream));
+        let mut st = s.lock();
+        if let Some(f) = &st.failure {
+            let (value, err) = (f.value, Arc::new(s.failed_error(f)));
+            drop(st);
+            if v > value {
+                let seq = ledger.add_wait(shared::target(s), v);
+                propagate::apply(ledger.poison_from(seq, err));
+            }
+            return Ok(());
+        }
+        let seq = ledger.add_wait(shared::target(s), v);
+        Shared::<B>::add_stream_wait(
+            &mut st,
+            current.unwrap_or(0),
+            StreamWait {
+                ledger,
+                value: v,
+                seq,
+            },
+        );
+        s.backend.wait_on(stream, &s.sem, v)
+    }
+
+    /// Block the calling thread until the value is `≥ v`, or `timeout` passes
+    /// (`Duration::MAX`: no limit).
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] (nothing changes; call again); [`Error::TimelineFailed`];
+    /// [`Error::ValueOutOfRange`].
+    ///
+    /// ```
+    /// # use seqsync::{timeline::Timeline, Error, HostBackend};
+    /// # use std::time::Duration;
+    /// let t = Timeline::new(&HostBackend::new(), "t", 2)?;
+    /// t.wait(2, Duration::ZERO)?;
+    /// let err = t.wait(3, Duration::from_millis(1)).unwrap_err();
+    /// assert!(matches!(err, Error::Timeout { .. }));
+    /// # Ok::<(), seqsync::Error>(())
+    /// ```
+    pub fn wait(&self, v: u64, timeout: Duration) -> Result<()> {
+        wait_all(&[(self, v)], timeout)
+    }
+
+    /// Fail the timeline with `error`: host waiters wake with [`Error::TimelineFailed`]
+    /// carrying it, stream waits are released, the failure spreads to the timelines signalled
+    /// after waits on it, and every later call returns it. A second `fail` is ignored.
+    ///
+    /// ```
+    /// # use seqsync::{timeline::Timeline, Error, HostBackend};
+    /// # use std::time::Duration;
+    /// let t = Timeline::new(&HostBackend::new(), "t", 0)?;
+    /// t.fail(Error::Cancelled("shutting down".into()));
+    /// let err = t.wait(1, Duration::MAX).unwrap_err();
+    /// assert!(matches!(err.root_cause(), Error::Cancelled(why) if why == "shutting down"));
+    /// assert!(t.query().is_err() && t.signal(1).is_err());
+    /// # Ok::<(), seqsync::Error>(())
+    /// ```
+    pub fn fail(&self, error: Error) {
+        self.shared.fail(error, None);
+    }
+
+    /// Has the timeline failed?
+    pub fn is_failed(&self) -> bool {
+        self.query().is_err()
+    }
+
+    /// For host waits: `Some` once reached or failed (a backend that finds the word will never
+    /// get there fails the timeline).
+    fn poll(&self, v: u64) -> Option<Result<()>> {
+        match self.shared.observe() {
+            Ok(c) if c >= v => Some(Ok(())),
+            Ok(_) => match self.shared.sem.check() {
+                Ok(()) => None,
+                Err(e) => {
+                    self.shared.fail(e, None);
+                    Some(self.query().map(drop))
+                }
+            },
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    fn describe(&self, v: u64) -> String {
+        let now = match self.shared.observe() {
+            Ok(c) => c.to_string(),
+            Err(_) => "failed".into(),
+        };
+        format!("timeline '{}' to reach {v} (at {now})", self.shared.name)
+    }
+}
+
+fn wait_on_of<'a, B: Backend>(list: &'a [(&'a Timeline<B>, u64)]) -> WaitOn<'a> {
+    WaitOn {
+        waiters: list.iter().map(|(t, _)| &*t.shared.waiters).collect(),
+        all_notify: list.iter().all(|(t, _)| t.shared.sem.notifies()),
+    }
+}
+
+fn timeout_error<B: Backend>(list: &[(&Timeline<B>, u64)], timeout: Duration, all: bool) -> Error {
+    let parts: Vec<String> = list.iter().map(|(t, v)| t.describe(*v)).collect();
+    let joiner = if all { " and " } else { " or " };
+    Error::Timeout {
+        waited_for: parts.join(joiner),
+        timeout,
+    }
+}
+
+/// Block until every `(timeline, value)` of `list` is reached, or `timeout` passes. An empty
+/// list is `Ok` at once.
+///
+/// # Errors
+/// [`Error::Timeout`]; [`Error::TimelineFailed`] as soon as one of them fails;
+/// [`Error::ValueOutOfRange`].
+///
+/// ```
+/// # use seqsync::{timeline::{wait_all, Timeline}, Error, HostBackend};
+/// # use std::time::Duration;
+/// let host = HostBackend::new();
+/// let (a, b) = (Timeline::new(&host, "a", 0)?, Timeline::new(&host, "b", 1)?);
+/// let err = wait_all(&[(&a, 1), (&b, 1)], Duration::ZERO).unwrap_err();
+/// assert!(matches!(err, Error::Timeout { .. }));
+/// a.signal(1)?;
+/// wait_all(&[(&a, 1), (&b, 1)], Duration::MAX)?;
+/// # Ok::<(), seqsync::Error>(())
+/// ```
+pub fn wait_all<B: Backend>(list: &[(&Timeline<B>, u64)], timeout: Duration) -> Result<()> {
+    for (t, v) in list {
+        t.check_value(*v)?;
+    }
+    let on = wait_on_of(list);
+    let r = block_until(&on, timeout, || {
+        let mut done = true;
+        for (t, v) in list {
+            match t.poll(*v) {
+                Some(Ok(())) => {}
+                Some(Err(e)) => return Some(Err(e)),
+                None => done = false,
+            }
+        }
+        done.then_some(Ok(()))
+    });
+    r.unwrap_or_else(|| Err(timeout_error(list, timeout, true)))
+}
+
+/// Block until at least one `(timeline, value)` of `list` is reached, or `timeout` passes;
+/// returns the index of one that is. An empty list is `Ok(None)` at once.
+///
+/// # Errors
+/// [`Error::Timeout`]; [`Error::TimelineFailed`] when none is reached and one failed;
+/// [`Error::ValueOutOfRange`].
+///
+/// ```
+/// # use seqsync::{timeline::{wait_any, Timeline}, HostBackend};
+/// # use std::time::Duration;
+/// let host = HostBackend::new();
+/// let (a, b) = (Timeline::new(&host, "a", 0)?, Timeline::new(&host, "b", 1)?);
+/// assert_eq!(wait_any(&[(&a, 1), (&b, 1)], Duration::MAX)?, Some(1));
+/// # Ok::<(), seqsync::Error>(())
+/// ```
+pub fn wait_any<B: Backend>(
+    list: &[(&Timeline<B>, u64)],
+    timeout: Duration,
+) -> Result<Option<usize>> {
+    if list.is_empty() {
+        return Ok(None);
+    }
+    for (t, v) in list {
+        t.check_value(*v)?;
+    }
+    let on = wait_on_of(list);
+    let r = block_until(&on, timeout, || {
+        let mut failure = None;
+        for (i, (t, v)) in list.iter().enumerate() {
+            match t.poll(*v) {
+                Some(Ok(())) => return Some(Ok(Some(i))),
+                Some(Err(e)) => failure = failure.or(Some(e)),
+                None => {}
+            }
+        }
+        failure.map(Err)
+    });
+    r.unwrap_or_else(|| Err(timeout_error(list, timeout, false)))
+}

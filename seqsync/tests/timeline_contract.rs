@@ -1,0 +1,332 @@
+//! One named test per row of the timeline contract (DESIGN.md, "The timeline contract"), on the
+//! host backend and, with a GPU, on the CUDA backend (with whichever mechanism
+//! `SEQSYNC_TIMELINE_MECHANISM` asks for).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::Harness;
+use seqsync::timeline::{wait_all, wait_any, Timeline, MAX_VALUE};
+use seqsync::Error;
+
+/// Long enough for anything that must happen.
+const LONG: Duration = Duration::from_secs(10);
+/// How long a test watches for something that must not happen.
+const SHORT: Duration = Duration::from_millis(30);
+
+fn new_query_is_initial<B: Harness>(b: &B) {
+    for initial in [0, 1, 123, MAX_VALUE] {
+        let t = Timeline::new(b, "t", initial).unwrap();
+        assert_eq!(t.query().unwrap(), initial);
+    }
+}
+
+fn signal_above_current_releases_waiters<B: Harness>(b: &B) {
+    let t = Timeline::new(b, "t", 1).unwrap();
+    let probe = Timeline::new(b, "probe", 0).unwrap();
+    // A stream wait for 3 and one for 5, and a host waiter for 4.
+    let (s3, s5) = (b.stream(), b.stream());
+    t.wait_on(&s3, 3).unwrap();
+    probe.signal_on(&s3, 1).unwrap();
+    t.wait_on(&s5, 5).unwrap();
+    let p5 = Timeline::new(b, "p5", 0).unwrap();
+    p5.signal_on(&s5, 1).unwrap();
+    let host = {
+        let t = t.clone();
+        std::thread::spawn(move || t.wait(4, LONG))
+    };
+    std::thread::sleep(SHORT);
+    assert_eq!(probe.query().unwrap(), 0, "released before the signal");
+    t.signal(4).unwrap();
+    assert_eq!(t.query().unwrap(), 4);
+    probe.wait(1, LONG).unwrap();
+    host.join().unwrap().unwrap();
+    std::thread::sleep(SHORT);
+    assert_eq!(p5.query().unwrap(), 0, "a wait for 5 released by 4");
+    t.signal(5).unwrap();
+    p5.wait(1, LONG).unwrap();
+}
+
+fn signal_not_above_current_is_non_monotonic<B: Harness>(b: &B) {
+    let t = Timeline::new(b, "frames", 10).unwrap();
+    for got in [10, 5, 0] {
+        let err = t.signal(got).unwrap_err();
+        assert!(
+            matches!(err, Error::NonMonotonic { current: 10, got: g, .. } if g == got),
+            "{err}"
+        );
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "timeline 'frames': signal of {got} is not above 10, the highest value \
+                 signalled or enqueued so far"
+            )
+        );
+    }
+    assert_eq!(t.query().unwrap(), 10);
+    assert!(!t.is_failed());
+    t.signal(11).unwrap();
+    assert_eq!(t.query().unwrap(), 11);
+}
+
+fn signal_on_sets_value_when_stream_gets_there<B: Harness>(b: &B) {
+    let t = Timeline::new(b, "t", 0).unwrap();
+    let s = b.stream();
+    b.busy(&s, Duration::from_millis(100));
+    t.signal_on(&s, 7).unwrap();
+    assert_eq!(
+        t.query().unwrap(),
+        0,
+        "signalled before the stream got there"
+    );
+    // Checked when enqueued: not above what is enqueued already.
+    let err = t.signal_on(&s, 7).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::NonMonotonic {
+                current: 7,
+                got: 7,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = t.signal(5).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::NonMonotonic {
+                current: 7,
+                got: 5,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    t.wait(7, LONG).unwrap();
+    assert_eq!(t.query().unwrap(), 7);
+    b.sync_stream(&s);
+}
+
+fn wait_reached_returns_at_once<B: Harness>(b: &B) {
+    let t = Timeline::new(b, "t", 2).unwrap();
+    let start = Instant::now();
+    for _ in 0..1000 {
+        t.wait(1, Duration::ZERO).unwrap();
+        t.wait(2, Duration::ZERO).unwrap();
+    }
+    assert!(start.elapsed() < Duration::from_secs(1));
+    let s = b.stream();
+    t.wait_on(&s, 2).unwrap();
+    let probe = Timeline::new(b, "probe", 0).unwrap();
+    probe.signal_on(&s, 1).unwrap();
+    probe.wait(1, LONG).unwrap();
+}
+
+fn wait_timeout_changes_nothing<B: Harness>(b: &B) {
+    let t = Timeline::new(b, "t", 2).unwrap();
+    for timeout in [Duration::ZERO, Duration::from_millis(20)] {
+        let start = Instant::now();
+        let err = t.wait(3, timeout).unwrap_err();
+        assert!(start.elapsed() >= timeout);
+        assert!(
+            matches!(err, Error::Timeout { timeout: d, .. } if d == timeout),
+            "{err}"
+        );
+        assert!(
+            err.to_string()
+                .contains("waiting for timeline 't' to reach 3 (at 2)"),
+            "{err}"
+        );
+        assert_eq!(t.query().unwrap(), 2);
+        assert!(!t.is_failed());
+    }
+    t.signal(3).unwrap();
+    t.wait(3, Duration::ZERO).unwrap();
+}
+
+fn wait_on_before_signal_across_streams<B: Harness>(b: &B) {
+    let t = Timeline::new(b, "t", 0).unwrap();
+    let after = Timeline::new(b, "after", 0).unwrap();
+    let (waiter, signaller) = (b.stream(), b.stream());
+    // The wait is enqueued first, with nothing signalled or enqueued for 1 yet.
+    t.wait_on(&waiter, 1).unwrap();
+    after.signal_on(&waiter, 1).unwrap();
+    std::thread::sleep(SHORT);
+    assert_eq!(after.query().unwrap(), 0, "ran past an unsignalled wait");
+    b.busy(&signaller, Duration::from_millis(50));
+    t.signal_on(&signaller, 1).unwrap();
+    after.wait(1, LONG).unwrap();
+    assert_eq!(t.query().unwrap(), 1);
+}
+
+fn wait_all_and_any<B: Harness>(b: &B) {
+    let none: [(&Timeline<B>, u64); 0] = [];
+    wait_all(&none, Duration::ZERO).unwrap();
+    assert_eq!(wait_any(&none, Duration::ZERO).unwrap(), None);
+    let x = Timeline::new(b, "x", 0).unwrap();
+    let y = Timeline::new(b, "y", 0).unwrap();
+    let err = wait_all(&[(&x, 1), (&y, 1)], Duration::ZERO).unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    assert!(err
+        .to_string()
+        .contains("timeline 'x' to reach 1 (at 0) and timeline 'y' to reach 1 (at 0)"));
+    let err = wait_any(&[(&x, 1), (&y, 1)], SHORT).unwrap_err();
+    assert!(err.to_string().contains(" or "), "{err}");
+    // A signal above the awaited value satisfies both kinds.
+    let s = b.stream();
+    b.busy(&s, Duration::from_millis(30));
+    y.signal_on(&s, 5).unwrap();
+    assert_eq!(wait_any(&[(&x, 1), (&y, 1)], LONG).unwrap(), Some(1));
+    let err = wait_all(&[(&x, 1), (&y, 1)], SHORT).unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    x.signal(9).unwrap();
+    wait_all(&[(&x, 1), (&y, 1)], LONG).unwrap();
+}
+
+fn fail_wakes_waiters_and_sticks<B: Harness>(b: &B) {
+    let t = Timeline::new(b, "t", 3).unwrap();
+    let waiters: Vec<_> = (0..4)
+        .map(|_| {
+            let t = t.clone();
+            std::thread::spawn(move || t.wait(10, LONG))
+        })
+        .collect();
+    std::thread::sleep(SHORT);
+    t.fail(Error::Cancelled("first".into()));
+    for w in waiters {
+        let err = w.join().unwrap().unwrap_err();
+        assert!(
+            matches!(&err, Error::TimelineFailed { value: 3, cause, .. }
+                if matches!(&**cause, Error::Cancelled(m) if m == "first")),
+            "{err}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "timeline 't' failed at value 3: cancelled: first"
+        );
+    }
+    t.fail(Error::Cancelled("second".into()));
+    for err in [
+        t.query().unwrap_err(),
+        t.signal(4).unwrap_err(),
+        t.signal_on(&b.stream(), 4).unwrap_err(),
+        t.wait(1, LONG).unwrap_err(),
+        wait_all(&[(&t, 1)], LONG).unwrap_err(),
+    ] {
+        assert!(
+            matches!(err.root_cause(), Error::Cancelled(m) if m == "first"),
+            "{err}"
+        );
+    }
+    // A stream wait on the failed timeline does not block the stream.
+    let s = b.stream();
+    t.wait_on(&s, 100).unwrap();
+    b.sync_stream(&s);
+}
+
+fn failure_propagates_to_later_signals<B: Harness>(b: &B) {
+    let upstream = Timeline::new(b, "upstream", 0).unwrap();
+    let down = Timeline::new(b, "down", 0).unwrap();
+    let further = Timeline::new(b, "further", 0).unwrap();
+    let independent = Timeline::new(b, "independent", 0).unwrap();
+    let before = Timeline::new(b, "before", 0).unwrap();
+    let (s, s2, other) = (b.stream(), b.stream(), b.stream());
+    before.signal_on(&s, 1).unwrap();
+    upstream.wait_on(&s, 1).unwrap();
+    down.signal_on(&s, 1).unwrap();
+    // A second hop: s2 waits on `down` and signals `further`.
+    down.wait_on(&s2, 1).unwrap();
+    further.signal_on(&s2, 1).unwrap();
+    independent.signal_on(&other, 1).unwrap();
+    before.wait(1, LONG).unwrap();
+    upstream.fail(Error::Cancelled("upstream broke".into()));
+    for t in [&down, &further] {
+        let err = t.wait(1, LONG).unwrap_err();
+        assert!(matches!(err, Error::TimelineFailed { .. }), "{err}");
+        assert!(
+            matches!(err.root_cause(), Error::Cancelled(m) if m == "upstream broke"),
+            "{err}"
+        );
+    }
+    // Signals enqueued on the poisoned stream later fail too.
+    let later = Timeline::new(b, "later", 0).unwrap();
+    later.signal_on(&s, 1).unwrap();
+    assert!(later.wait(1, LONG).is_err());
+    // What did not depend on it is not affected.
+    independent.wait(1, LONG).unwrap();
+    assert_eq!(before.query().unwrap(), 1);
+    b.sync_stream(&other);
+}
+
+fn values_at_or_above_2_63_rejected<B: Harness>(b: &B) {
+    let big = 1u64 << 63;
+    let err = Timeline::new(b, "t", big).unwrap_err();
+    assert!(matches!(err, Error::ValueOutOfRange { got, max, .. } if got == big && max == big - 1));
+    let t = Timeline::new(b, "t", 0).unwrap();
+    let s = b.stream();
+    for v in [big, u64::MAX] {
+        for err in [
+            t.signal(v).unwrap_err(),
+            t.signal_on(&s, v).unwrap_err(),
+            t.wait_on(&s, v).unwrap_err(),
+            t.wait(v, Duration::ZERO).unwrap_err(),
+        ] {
+            assert!(
+                matches!(err, Error::ValueOutOfRange { got, .. } if got == v),
+                "{err}"
+            );
+        }
+    }
+    t.signal(MAX_VALUE).unwrap();
+    assert_eq!(t.query().unwrap(), MAX_VALUE);
+}
+
+fn drop_with_pending_stream_waits_fails_first<B: Harness>(b: &B) {
+    let t = Timeline::new(b, "doomed", 0).unwrap();
+    let after = Timeline::new(b, "after", 0).unwrap();
+    let s = b.stream();
+    t.wait_on(&s, 5).unwrap();
+    after.signal_on(&s, 1).unwrap();
+    drop(t);
+    // The stream is not stuck, and what it signals after the wait reports the drop.
+    let err = after.wait(1, LONG).unwrap_err();
+    assert!(
+        matches!(
+            err.root_cause(),
+            Error::TimelineDropped {
+                value: 0,
+                pending: 1,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    b.sync_stream(&s);
+    // A timeline dropped with no pending stream wait fails nothing.
+    let t = Timeline::new(b, "fine", 0).unwrap();
+    let ok = Timeline::new(b, "ok", 0).unwrap();
+    let s = b.stream();
+    t.signal(5).unwrap();
+    t.wait_on(&s, 5).unwrap();
+    ok.signal_on(&s, 1).unwrap();
+    drop(t);
+    ok.wait(1, LONG).unwrap();
+}
+
+on_both_backends!(
+    new_query_is_initial,
+    signal_above_current_releases_waiters,
+    signal_not_above_current_is_non_monotonic,
+    signal_on_sets_value_when_stream_gets_there,
+    wait_reached_returns_at_once,
+    wait_timeout_changes_nothing,
+    wait_on_before_signal_across_streams,
+    wait_all_and_any,
+    fail_wakes_waiters_and_sticks,
+    failure_propagates_to_later_signals,
+    values_at_or_above_2_63_rejected,
+    drop_with_pending_stream_waits_fails_first,
+);
