@@ -132,6 +132,8 @@ fn run_across(first: i64, max_size: usize, rounds: i64) {
 #[test]
 fn seqs_cross_the_2_pow_42_tag_wrap() {
     for max_size in [1, 2, 3, 4] {
+        // Into the range where tags may wrap (2^40), then across the wrap itself.
+        run_across((1 << 40) - 3, max_size, 8);
         run_across((1 << 42) - 5, max_size, 12);
         run_across((1 << 43) - 3, max_size, 7);
     }
@@ -205,6 +207,20 @@ fn stale_not_yet_and_over_consumed_across_the_wrap() {
         r.record(&s, first + 2, Blocking::No).unwrap();
         waiter.join().unwrap().unwrap();
     });
+}
+
+/// A ring that started at 0: seqs one tag-wrap ahead of recorded ones are not produced.
+#[test]
+fn far_future_seqs_are_not_produced_on_a_young_ring() {
+    let host = HostBackend::new();
+    let s = host.new_stream("s");
+    for far in [(1i64 << 40) + 1, 1 << 42, (1 << 42) + 1] {
+        let ring = EventRingbuf::new(&host, "y", 1, 2).unwrap();
+        ring.record(&s, 0, Blocking::No).unwrap();
+        ring.record(&s, 1, Blocking::No).unwrap();
+        let e = ring.wait(&s, far, Blocking::No).unwrap_err();
+        assert!(matches!(e, Error::NotYetProduced { .. }), "{far}: {e}");
+    }
 }
 
 #[test]

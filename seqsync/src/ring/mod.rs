@@ -42,7 +42,9 @@ use std::time::Duration;
 
 use crate::backend::{Backend, EventOptions, Interrupt, SyncOutcome};
 use crate::error::{Error, Result};
-use crate::primitive::{AtomicBool, AtomicI64, AtomicU64, Condvar, Mutex, MutexGuard, Ordering};
+use crate::primitive::{
+    AtomicBool, AtomicI64, AtomicU64, Condvar, Mutex, MutexGuard, Ordering, UnmodeledAtomicBool,
+};
 
 mod state;
 
@@ -55,6 +57,11 @@ use state::{
 /// limit when it derives or is asked for a ring's size, so `seqsync check` accepts exactly the
 /// sizes a ring can be built with.
 pub const MAX_SIZE: usize = 1 << 30;
+
+/// From this seq on, slot tags (42 bits) may wrap relative to the seqs callers pass: consumers
+/// then read a slot's full seq back against `next` (see `state::slot_seq`). Below it every tag
+/// is `seq + max_size < 2^40 + 2^30 < 2^42`, and a tag is the seq itself.
+const TAGS_WRAP_FROM: i64 = 1 << 40;
 
 /// Where slot `index` stands for a consumer asking for `seq`.
 enum Found {
@@ -142,6 +149,8 @@ pub struct EventRingbuf<B: Backend> {
     /// The next seq to record, written by the one producer. Two threads recording the same seq
     /// at once is caught when the second publishes (see the module docs on misuse).
     next: AtomicI64,
+    /// Set (by the producer, before it publishes seq `TAGS_WRAP_FROM`) once tags may wrap.
+    tags_wrap: UnmodeledAtomicBool,
     stopped: AtomicBool,
     /// `nconsumers == 0` only: a thread in `synchronize_with_producer` sleeps until `next`
     /// moves.
@@ -238,6 +247,8 @@ impl<B: Backend> EventRingbuf<B> {
         let ring =
             Self::with_event_options(backend, name, nconsumers, max_size, EventOptions::default())?;
         ring.next.store(first_seq, Ordering::Relaxed);
+        ring.tags_wrap
+            .store(first_seq >= TAGS_WRAP_FROM, Ordering::Relaxed);
         for (i, slot) in ring.slots.iter().enumerate() {
             // The seq of slot i just below first_seq, fully consumed.
             let below = first_seq - max_size as i64;
@@ -298,6 +309,7 @@ impl<B: Backend> EventRingbuf<B> {
             events,
             slots,
             next: AtomicI64::new(0),
+            tags_wrap: UnmodeledAtomicBool::new(false),
             stopped: AtomicBool::new(false),
             next_watched: AtomicBool::new(false),
             stop_info: Mutex::new(None),
@@ -440,6 +452,10 @@ impl<B: Backend> EventRingbuf<B> {
                 &self.name,
                 format!("seq {seq} (i64::MAX) cannot be recorded: the last seq is i64::MAX - 1"),
             )));
+        }
+        if seq >= TAGS_WRAP_FROM && !self.tags_wrap.load(Ordering::Relaxed) {
+            // Before publishing: a consumer that sees this seq's tag sees the flag too.
+            self.tags_wrap.store(true, Ordering::Relaxed);
         }
         let tag = tag_of(seq, self.max_size);
         let index = self.index(seq);
@@ -672,12 +688,16 @@ impl<B: Backend> EventRingbuf<B> {
     }
 
     /// Where a slot holding `word` stands for a consumer of `seq` (`seq >= 0`). `word` must
-    /// have been loaded (Acquire) before this reads `next`: a published seq's `next` store is
-    /// then visible.
+    /// have been loaded (Acquire) before this reads `tags_wrap` and `next`: the producer's
+    /// stores before it published the word's seq are then visible.
     #[inline]
     fn locate(&self, seq: i64, word: Word) -> Found {
-        let next = self.next.load(Ordering::Relaxed);
-        let held = slot_seq(word.tag(), self.max_size, next);
+        let held = if self.tags_wrap.load(Ordering::Relaxed) {
+            slot_seq(word.tag(), self.max_size, self.next.load(Ordering::Relaxed))
+        } else {
+            // Every tag so far is below 2^42: no wrap.
+            word.tag() as i64 - self.max_size as i64
+        };
         match held.cmp(&seq) {
             std::cmp::Ordering::Equal => Found::Here,
             // The slot still holds an older seq: seq is not claimed yet, or its record is in
@@ -940,5 +960,27 @@ impl<B: Backend> Interrupt for StopInterrupt<'_, B> {
             let _ = ring.wakeup.wait_timeout(guard, timeout);
         }
         ring.is_stopped()
+    }
+}
+
+#[cfg(all(test, not(seqsync_loom)))]
+mod tests {
+    use super::*;
+    use crate::HostBackend;
+
+    /// The producer turns on wrap-safe reading before it publishes seq 2^40.
+    #[test]
+    fn tags_wrap_is_set_when_the_producer_reaches_2_pow_40() {
+        let host = HostBackend::new();
+        let s = host.new_stream("s");
+        let ring = EventRingbuf::starting_at(&host, "w", 1, 2, TAGS_WRAP_FROM - 2).unwrap();
+        for seq in TAGS_WRAP_FROM - 2..TAGS_WRAP_FROM {
+            ring.record(&s, seq, Blocking::No).unwrap();
+            ring.wait(&s, seq, Blocking::No).unwrap();
+        }
+        assert!(!ring.tags_wrap.load(Ordering::Relaxed));
+        ring.record(&s, TAGS_WRAP_FROM, Blocking::No).unwrap();
+        assert!(ring.tags_wrap.load(Ordering::Relaxed));
+        ring.wait(&s, TAGS_WRAP_FROM, Blocking::No).unwrap();
     }
 }

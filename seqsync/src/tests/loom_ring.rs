@@ -2,23 +2,49 @@
 //! of a producer and its consumers is run.
 //!
 //! The backend here is a model too: an event is a cell holding the seq last recorded into
-//! it, and loom reports a data race if a consumer's backend call on an event is not ordered
-//! after the producer's record of it, or a re-record not after every consumer's call.
+//! it, and loom reports a data race if a consumer's backend call on an event (a stream wait,
+//! a query, a synchronize) is not ordered after the producer's record of it, or a re-record
+//! not after every consumer's call.
+//!
+//! Events are not complete at once: a recorded event reports *pending* to its first query,
+//! so every host synchronize goes through the backend's interruptible loop, querying the
+//! event again (the ring's slot must stay held meanwhile). A [`Device::Hung`] backend's events
+//! never complete: a synchronize then sleeps in the ring's [`Interrupt::sleep`] until a stop
+//! wakes it — loom's condition variable never times out, so a lost wake-up there is a
+//! deadlock that loom reports.
 
 use loom::cell::UnsafeCell;
+// The device's own state: plain std atomics, not loom's, so the model explores the ring's
+// interleavings, not the model device's.
 use loom::sync::{Arc, Mutex};
 use loom::thread;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::backend::{Backend, EventOptions, Interrupt, SyncOutcome};
 use crate::{Blocking, Error, EventRingbuf, Result};
 
+/// How the model device completes recorded events.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Device {
+    /// Pending to the first query after each record, complete from the second on.
+    Slow,
+    /// Never complete once recorded.
+    Hung,
+}
+
 #[derive(Clone)]
-struct ModelBackend;
+struct ModelBackend(Device);
 
-struct ModelEvent(UnsafeCell<i64>);
+const SLOW: ModelBackend = ModelBackend(Device::Slow);
 
-// SAFETY: every access goes through loom's UnsafeCell, which fails the model on any access
-// pair not ordered by happens-before; that ordering is exactly what these tests check.
+struct ModelEvent {
+    seq: UnsafeCell<i64>,
+    /// Recorded and not yet seen complete.
+    pending: AtomicBool,
+}
+
+// SAFETY: every access to `seq` goes through loom's UnsafeCell, which fails the model on any
+// access pair not ordered by happens-before; that ordering is exactly what these tests check.
 unsafe impl Sync for ModelEvent {}
 
 /// A stream is the log of the seqs its waits saw.
@@ -36,7 +62,7 @@ impl ModelStream {
 impl ModelBackend {
     fn read(ev: &ModelEvent) -> i64 {
         // SAFETY: loom checks this read against the producer's writes (see ModelEvent).
-        ev.0.with(|p| unsafe { *p })
+        ev.seq.with(|p| unsafe { *p })
     }
 }
 
@@ -58,12 +84,16 @@ impl Backend for ModelBackend {
         Ok(())
     }
     fn create_event(&self, _: EventOptions) -> Result<ModelEvent> {
-        Ok(ModelEvent(UnsafeCell::new(-1)))
+        Ok(ModelEvent {
+            seq: UnsafeCell::new(-1),
+            pending: AtomicBool::new(false),
+        })
     }
     fn record(&self, ev: &ModelEvent, stream: &ModelStream) -> Result<()> {
         let next = stream.0.lock().unwrap().len() as i64;
         // SAFETY: loom checks this write against consumers' reads (see ModelEvent).
-        ev.0.with_mut(|p| unsafe { *p = next });
+        ev.seq.with_mut(|p| unsafe { *p = next });
+        ev.pending.store(true, Ordering::Relaxed);
         stream.0.lock().unwrap().push(next);
         Ok(())
     }
@@ -76,12 +106,38 @@ impl Backend for ModelBackend {
         Self::read(ev);
         Ok(())
     }
-    fn synchronize_interruptible(&self, ev: &ModelEvent, _: &dyn Interrupt) -> Result<SyncOutcome> {
-        Self::read(ev);
-        Ok(SyncOutcome::Complete)
+    /// The CUDA backend's loop, in small: query; while pending, spin (a slow device) or sleep
+    /// on the interrupt (a hung one) until it fires.
+    fn synchronize_interruptible(
+        &self,
+        ev: &ModelEvent,
+        interrupt: &dyn Interrupt,
+    ) -> Result<SyncOutcome> {
+        loop {
+            if self.query(ev)? {
+                return Ok(SyncOutcome::Complete);
+            }
+            match self.0 {
+                Device::Slow => {
+                    if interrupt.interrupted() {
+                        return Ok(SyncOutcome::Interrupted);
+                    }
+                    thread::yield_now();
+                }
+                Device::Hung => {
+                    if interrupt.sleep(std::time::Duration::from_micros(20)) {
+                        return Ok(SyncOutcome::Interrupted);
+                    }
+                }
+            }
+        }
     }
-    fn query(&self, _: &ModelEvent) -> Result<bool> {
-        Ok(true)
+    fn query(&self, ev: &ModelEvent) -> Result<bool> {
+        Self::read(ev);
+        Ok(match self.0 {
+            Device::Slow => !ev.pending.swap(false, Ordering::Relaxed),
+            Device::Hung => !ev.pending.load(Ordering::Relaxed),
+        })
     }
 
     // The ring does not use timelines: they are modelled in `loom_timeline.rs`.
@@ -107,7 +163,7 @@ impl Backend for ModelBackend {
 /// A producer and two consumers on other threads (one stream wait, one host synchronize).
 fn producer_two_consumers(max_size: usize, nseq: i64) {
     loom::model(move || {
-        let ring = Arc::new(EventRingbuf::new(&ModelBackend, "m", 2, max_size).unwrap());
+        let ring = Arc::new(EventRingbuf::new(&SLOW, "m", 2, max_size).unwrap());
         let consumer = {
             let ring = ring.clone();
             thread::spawn(move || {
@@ -151,7 +207,7 @@ fn loom_two_consumers_ring_of_two() {
 #[test]
 fn loom_blocking_record_against_release() {
     loom::model(|| {
-        let ring = Arc::new(EventRingbuf::new(&ModelBackend, "m", 1, 1).unwrap());
+        let ring = Arc::new(EventRingbuf::new(&SLOW, "m", 1, 1).unwrap());
         let s = ModelStream::new();
         ring.record(&s, 0, Blocking::No).unwrap();
         let releaser = {
@@ -171,7 +227,7 @@ fn loom_blocking_record_against_release() {
 #[test]
 fn loom_stop_wakes_blocked_threads() {
     loom::model(|| {
-        let ring = Arc::new(EventRingbuf::new(&ModelBackend, "m", 1, 1).unwrap());
+        let ring = Arc::new(EventRingbuf::new(&SLOW, "m", 1, 1).unwrap());
         ring.record(&ModelStream::new(), 0, Blocking::No).unwrap();
         let recorder = {
             let ring = ring.clone();
@@ -187,5 +243,41 @@ fn loom_stop_wakes_blocked_threads() {
             Err(Error::Stopped { .. })
         ));
         assert!(matches!(waiter.join().unwrap(), Err(Error::Stopped { .. })));
+    });
+}
+
+/// A host synchronize on a pending event holds its slot until the event completes: the
+/// producer's blocking record of the next seq in that slot waits for it (loom reports a race
+/// on the event if the slot were released before the synchronize's last query).
+#[test]
+fn loom_pending_synchronize_against_blocking_record() {
+    loom::model(|| {
+        let ring = Arc::new(EventRingbuf::new(&SLOW, "m", 1, 1).unwrap());
+        let s = ModelStream::new();
+        ring.record(&s, 0, Blocking::No).unwrap();
+        let syncer = {
+            let ring = ring.clone();
+            thread::spawn(move || ring.synchronize(0, Blocking::Yes))
+        };
+        ring.record(&s, 1, Blocking::Yes).unwrap();
+        syncer.join().unwrap().unwrap();
+    });
+}
+
+/// `stop` wakes a host synchronize sleeping on an event that never completes, in every
+/// interleaving: the stop may land before the synchronize starts, between its query and its
+/// sleep, or while it sleeps.
+#[test]
+fn loom_stop_wakes_synchronize_on_a_hung_event() {
+    loom::model(|| {
+        let hung = ModelBackend(Device::Hung);
+        let ring = Arc::new(EventRingbuf::new(&hung, "m", 1, 1).unwrap());
+        ring.record(&ModelStream::new(), 0, Blocking::No).unwrap();
+        let syncer = {
+            let ring = ring.clone();
+            thread::spawn(move || ring.synchronize(0, Blocking::Yes))
+        };
+        ring.stop("stop");
+        assert!(matches!(syncer.join().unwrap(), Err(Error::Stopped { .. })));
     });
 }
