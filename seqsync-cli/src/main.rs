@@ -71,7 +71,8 @@ struct DemoArgs {
     /// Host backend: random delays in every stream operation and thread step, from this seed.
     #[arg(long, value_name = "SEED")]
     chaos: Option<u64>,
-    /// seed (the main example), keep-input (variant 1) or host-ring (variant 2).
+    /// seed (the main example), keep-input (variant 1), host-ring (variant 2), or pool (per-batch
+    /// device buffers from a stream-ordered pool).
     #[arg(long, default_value = "seed", value_parser = crate::parse::<Variant>)]
     variant: Variant,
     /// handwritten (the seed's rings and loops written out) or pipeline (the seed spec run by
@@ -308,15 +309,38 @@ pub(crate) fn print_summary(r: &DemoReport, trace: Option<&std::path::Path>) {
             "pipeline/hand-rolled",
         ),
         (
-            "hand-written pipeline".into(),
+            if r.variant == Variant::Pool {
+                "fixed rings (seed variant)".into()
+            } else {
+                "hand-written pipeline".into()
+            },
             r.handwritten_gbps,
-            "pipeline/hand-written",
+            if r.variant == Variant::Pool {
+                "pool/fixed rings"
+            } else {
+                "pipeline/hand-written"
+            },
         ),
     ];
     for (label, v, ratio_label) in rows {
         if let (Some(v), Some(q)) = (v, ratio(v)) {
             println!("  {label:<28}{v:>9.3} GB/s   {ratio_label:<25}{q:.3}");
         }
+    }
+    if let Some(p) = &r.pool {
+        println!(
+            "  pool: {} allocs, {} zero-sync reuse, {} fresh, {} inserted waits, {} exhausted, \
+             {} host synchronizations, {} slabs taken; {} bytes reserved (high {})",
+            p.allocs,
+            p.reuse,
+            p.fresh,
+            p.waits,
+            p.exhausted,
+            p.host_syncs,
+            p.slab_allocs,
+            p.reserved_current,
+            p.reserved_high
+        );
     }
     if let Some(t) = trace {
         println!(

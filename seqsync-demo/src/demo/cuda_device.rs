@@ -87,6 +87,16 @@ impl CudaDevice {
     }
 }
 
+impl CudaDevice {
+    /// Make the context current: raw copies by address name no context.
+    fn bind(&self) -> Result<()> {
+        self.backend
+            .context()
+            .bind_to_thread()
+            .map_err(|e| seqsync::backend::cuda::driver_error("cuCtxSetCurrent", e))
+    }
+}
+
 impl Device for CudaDevice {
     type B = CudaBackend;
 
@@ -112,6 +122,9 @@ impl Device for CudaDevice {
     }
     fn launch_f(&self, s: &Arc<CudaStream>, slot_in: usize, slot_x: usize) -> Result<()> {
         let (src, dst) = (self.d_in[slot_in].device_ptr(), self.x[slot_x].device_ptr());
+        self.launch_f_at(s, src, dst)
+    }
+    fn launch_f_at(&self, s: &Arc<CudaStream>, src: u64, dst: u64) -> Result<()> {
         let (n, k) = (self.layout.n as u64, self.layout.intensity);
         let mut b = s.launch_builder(&self.f);
         b.arg(&src).arg(&dst).arg(&n).arg(&k);
@@ -123,6 +136,9 @@ impl Device for CudaDevice {
     }
     fn launch_g(&self, s: &Arc<CudaStream>, slot_in: usize, slot_y: usize) -> Result<()> {
         let (src, dst) = (self.d_in[slot_in].device_ptr(), self.y[slot_y].device_ptr());
+        self.launch_g_at(s, src, dst)
+    }
+    fn launch_g_at(&self, s: &Arc<CudaStream>, src: u64, dst: u64) -> Result<()> {
         let (n, k) = (self.layout.n as u64, self.layout.intensity);
         let mut b = s.launch_builder(&self.g);
         b.arg(&src).arg(&dst).arg(&n).arg(&k);
@@ -140,6 +156,9 @@ impl Device for CudaDevice {
     ) -> Result<()> {
         let (x, y) = (self.x[slot_x].device_ptr(), self.y[slot_y].device_ptr());
         let out = self.out[slot_out].device_ptr();
+        self.launch_h_at(s, x, y, out)
+    }
+    fn launch_h_at(&self, s: &Arc<CudaStream>, x: u64, y: u64, out: u64) -> Result<()> {
         let (n, k) = (self.layout.n as u64, self.layout.intensity);
         let mut b = s.launch_builder(&self.h);
         b.arg(&x).arg(&y).arg(&out).arg(&n).arg(&k);
@@ -153,6 +172,30 @@ impl Device for CudaDevice {
         // SAFETY: the rings order this copy after h wrote `out[slot]` and before h rewrites it,
         // and the host reads `hout` only after synchronizing on the copy's event.
         unsafe { self.out[slot].copy_to_pinned_async(&self.hout[hout], s) }
+    }
+    fn copy_in_to(&self, s: &Arc<CudaStream>, hin: usize, dst: u64) -> Result<()> {
+        let n = self.layout.n;
+        self.bind()?;
+        // SAFETY: only the pointer is taken; the pipeline keeps the host input buffer unchanged
+        // until this copy completes (as for `copy_in`).
+        let src = unsafe { self.hin[hin].as_slice() }.as_ptr();
+        // SAFETY: `dst` is a live pool block of at least n u32s that the pipeline's points give
+        // to this copy alone; `src` is n pinned u32s kept alive by `self`.
+        unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), n * 4, s.cu_stream()) }
+            .result()
+            .map_err(|e| seqsync::backend::cuda::driver_error("cuMemcpyHtoDAsync", e))
+    }
+    fn copy_out_from(&self, s: &Arc<CudaStream>, src: u64, hout: usize) -> Result<()> {
+        let n = self.layout.n;
+        self.bind()?;
+        // SAFETY: only the pointer is taken; the host reads `hout` only after synchronizing on
+        // a point after this copy (as for `copy_out`).
+        let dst = unsafe { self.hout[hout].as_mut_slice() }.as_mut_ptr();
+        // SAFETY: `src` is a live pool block of at least n u32s written by h before this copy
+        // (ordered by a point); `dst` is n pinned u32s kept alive by `self`.
+        unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, n * 4, s.cu_stream()) }
+            .result()
+            .map_err(|e| seqsync::backend::cuda::driver_error("cuMemcpyDtoHAsync", e))
     }
     fn check_output(&self, hout: usize, seq: i64) -> bool {
         // SAFETY: the caller synchronized on the event recorded after the copy into `hout`,

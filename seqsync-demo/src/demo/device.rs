@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::workload::{self, HEADER};
-use seqsync::backend::Backend;
+use seqsync::backend::{Backend, MemoryBackend};
 use seqsync::Result;
 
 /// A stream of device `D`.
@@ -99,7 +99,7 @@ pub(crate) struct Mark {
 
 /// The demo's buffers, copies and kernels on one backend.
 pub(crate) trait Device: Send + Sync + 'static {
-    type B: Backend;
+    type B: MemoryBackend;
 
     fn backend(&self) -> &Self::B;
     fn layout(&self) -> &Layout;
@@ -126,6 +126,22 @@ pub(crate) trait Device: Send + Sync + 'static {
     /// process_data: does host output buffer `hout` hold seq's result? The caller guarantees
     /// the copy into it has completed.
     fn check_output(&self, hout: usize, seq: i64) -> bool;
+
+    // The same operations on device buffers given by address ([`Variant::Pool`]: per-batch
+    // buffers from a stream-ordered pool, each of `layout().n` u32s).
+    //
+    // [`Variant::Pool`]: super::Variant::Pool
+
+    /// Copy host input buffer `hin` into the buffer at `dst`.
+    fn copy_in_to(&self, s: &Stream<Self>, hin: usize, dst: u64) -> Result<()>;
+    /// f: `src` → `dst`.
+    fn launch_f_at(&self, s: &Stream<Self>, src: u64, dst: u64) -> Result<()>;
+    /// g: `src` → `dst`.
+    fn launch_g_at(&self, s: &Stream<Self>, src: u64, dst: u64) -> Result<()>;
+    /// h: `x`, `y` → `out`.
+    fn launch_h_at(&self, s: &Stream<Self>, x: u64, y: u64, out: u64) -> Result<()>;
+    /// Copy the buffer at `src` into host output buffer `hout`.
+    fn copy_out_from(&self, s: &Stream<Self>, src: u64, hout: usize) -> Result<()>;
 
     /// With chaos on (host), sleep a random time.
     fn chaos_pause(&self) {}
@@ -166,6 +182,24 @@ pub(crate) struct HostDevice {
     bufs: Arc<HostBuffers>,
     reference: Reference,
     marks: Arc<Mutex<Vec<(Mark, Instant)>>>,
+}
+
+/// `n` u32s of host "device" memory at `addr`, for reading.
+///
+/// # Safety
+/// `addr` must point to `n` live, initialized u32s that nothing writes meanwhile.
+unsafe fn at<'a>(addr: u64, n: usize) -> &'a [u32] {
+    // SAFETY: the caller's guarantee.
+    unsafe { std::slice::from_raw_parts(addr as *const u32, n) }
+}
+
+/// `n` u32s of host "device" memory at `addr`, for writing.
+///
+/// # Safety
+/// `addr` must point to `n` live, initialized u32s that nothing else reads or writes meanwhile.
+unsafe fn at_mut<'a>(addr: u64, n: usize) -> &'a mut [u32] {
+    // SAFETY: the caller's guarantee.
+    unsafe { std::slice::from_raw_parts_mut(addr as *mut u32, n) }
 }
 
 fn lock(b: &Buf) -> std::sync::MutexGuard<'_, Vec<u32>> {
@@ -267,6 +301,59 @@ impl Device for HostDevice {
     }
     fn check_output(&self, hout: usize, seq: i64) -> bool {
         self.reference.check(&lock(&self.bufs.hout[hout]), seq)
+    }
+    fn copy_in_to(&self, s: &HostStream, hin: usize, dst: u64) -> Result<()> {
+        let (b, n) = (self.bufs.clone(), self.layout.n);
+        s.launch(move || {
+            // SAFETY: `dst` is a pool block of at least n u32s that the pipeline's points give
+            // to this copy alone until it completes.
+            let d = unsafe { at_mut(dst, n) };
+            d.copy_from_slice(&lock(&b.hin[hin]));
+        });
+        Ok(())
+    }
+    fn launch_f_at(&self, s: &HostStream, src: u64, dst: u64) -> Result<()> {
+        let (n, k) = (self.layout.n, self.layout.intensity);
+        s.launch(move || {
+            // SAFETY: pool blocks of n u32s; the points order this kernel after the writer of
+            // `src` and give it `dst` alone.
+            let (src, dst) = unsafe { (at(src, n), at_mut(dst, n)) };
+            for (d, &v) in dst.iter_mut().zip(src) {
+                *d = workload::f_elem(v, k);
+            }
+        });
+        Ok(())
+    }
+    fn launch_g_at(&self, s: &HostStream, src: u64, dst: u64) -> Result<()> {
+        let (n, k) = (self.layout.n, self.layout.intensity);
+        s.launch(move || {
+            // SAFETY: as in launch_f_at.
+            let (src, dst) = unsafe { (at(src, n), at_mut(dst, n)) };
+            for (d, &v) in dst.iter_mut().zip(src) {
+                *d = workload::g_elem(v, k);
+            }
+        });
+        Ok(())
+    }
+    fn launch_h_at(&self, s: &HostStream, x: u64, y: u64, out: u64) -> Result<()> {
+        let (n, k) = (self.layout.n, self.layout.intensity);
+        s.launch(move || {
+            // SAFETY: as in launch_f_at, with two sources.
+            let (x, y, out) = unsafe { (at(x, n), at(y, n), at_mut(out, n)) };
+            for ((d, &xv), &yv) in out.iter_mut().zip(x).zip(y) {
+                *d = workload::h_elem(xv, yv, k);
+            }
+        });
+        Ok(())
+    }
+    fn copy_out_from(&self, s: &HostStream, src: u64, hout: usize) -> Result<()> {
+        let (b, n) = (self.bufs.clone(), self.layout.n);
+        s.launch(move || {
+            // SAFETY: as in launch_f_at.
+            let src = unsafe { at(src, n) };
+            lock(&b.hout[hout]).copy_from_slice(src);
+        });
+        Ok(())
     }
     fn chaos_pause(&self) {
         self.backend.chaos_pause();

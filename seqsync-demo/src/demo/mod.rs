@@ -35,6 +35,7 @@ mod cuda_device;
 mod device;
 mod engine;
 mod pipeline;
+mod pool_pipeline;
 mod trace;
 mod workload;
 
@@ -199,6 +200,8 @@ pub struct DemoReport {
     pub handwritten_gbps: Option<f64>,
     /// `gbps / handwritten_gbps`.
     pub ratio_to_handwritten: Option<f64>,
+    /// [`Variant::Pool`]: what the pool did during the (first) timed run.
+    pub pool: Option<seqsync::memory::PoolStats>,
     /// The Chrome trace, when asked for.
     #[serde(skip)]
     pub trace: Option<serde_json::Value>,
@@ -255,6 +258,11 @@ impl DemoConfig {
                 "--engine pipeline runs --variant seed only, not {:?}",
                 self.variant
             )));
+        }
+        if self.variant == Variant::Pool && self.drop_wait.is_some() {
+            return Err(invalid(
+                "--drop-wait names the ring pipeline's waits; --variant pool has none".into(),
+            ));
         }
         if self.engine == Engine::Pipeline && self.drop_wait.is_some() {
             return Err(invalid("--drop-wait needs --engine handwritten".into()));
@@ -437,9 +445,22 @@ fn run_on<D: Device>(
         )?),
         Engine::HandWritten => None,
     };
-    let run_once = |o: &RunOptions<'_>| match &plan {
-        Some(p) => engine::run(dev, p, o),
-        None => pipeline::run(dev, o),
+    let pool = match config.variant {
+        Variant::Pool => Some((pool_pipeline::pool_for(dev)?, pipeline::Streams::new(dev)?)),
+        _ => None,
+    };
+    let pool_stats = std::sync::Mutex::new(None);
+    let run_once = |o: &RunOptions<'_>| match (&plan, &pool) {
+        (Some(p), _) => engine::run(dev, p, o),
+        (None, Some((pool, streams))) => {
+            let (wall, v, stats) = pool_pipeline::run(dev, pool, streams, o)?;
+            let mut kept = pool_stats.lock().unwrap_or_else(|e| e.into_inner());
+            if o.spans.is_some() || o.progress.is_some() {
+                kept.get_or_insert(stats);
+            }
+            Ok((wall, v))
+        }
+        (None, None) => pipeline::run(dev, o),
     };
     // Warm up (module load, first launches, allocations touched) outside the timed run.
     let warm = RunOptions {
@@ -480,12 +501,18 @@ fn run_on<D: Device>(
             let (hand, hv) = baseline::handrolled(dev, batches)?;
             check_baseline("hand-rolled", &hv, batches)?;
             hand_walls.push(hand.as_secs_f64());
-            if config.engine == Engine::Pipeline {
-                // The hand-written pipeline, in the same run, alternating with the engine's.
+            if config.engine == Engine::Pipeline || config.variant == Variant::Pool {
+                // The hand-written pipeline on fixed rings, in the same run, alternating with
+                // the engine's (or the pool variant's).
                 let plain = RunOptions {
                     spans: None,
                     progress: None,
                     drop: None,
+                    variant: if config.variant == Variant::Pool {
+                        Variant::Seed
+                    } else {
+                        opt.variant
+                    },
                     ..opt
                 };
                 let (w, hv) = pipeline::run(dev, &plain)?;
@@ -539,6 +566,7 @@ fn run_on<D: Device>(
         ratio_to_handrolled: None,
         handwritten_gbps: None,
         ratio_to_handwritten: None,
+        pool: pool_stats.into_inner().unwrap_or_else(|e| e.into_inner()),
         trace,
     };
     if config.baselines {

@@ -38,6 +38,9 @@ pub enum Variant {
     /// Variant (2): a ring of `host_slots` output batches in host memory; one g2h thread
     /// launches copies into free host slots, another synchronizes and processes.
     HostRing,
+    /// Seed 004: each batch's device buffers come from a stream-ordered pool (allocated on the
+    /// copy-in stream, freed after their last reader) instead of fixed ring buffers.
+    Pool,
 }
 
 impl std::str::FromStr for Variant {
@@ -47,9 +50,10 @@ impl std::str::FromStr for Variant {
             "seed" => Ok(Variant::Seed),
             "keep-input" => Ok(Variant::KeepInput),
             "host-ring" => Ok(Variant::HostRing),
+            "pool" => Ok(Variant::Pool),
             o => Err(crate::invalid(
                 "demo",
-                format!("unknown variant '{o}': expected seed, keep-input or host-ring"),
+                format!("unknown variant '{o}': expected seed, keep-input, host-ring or pool"),
             )),
         }
     }
@@ -413,6 +417,12 @@ pub(crate) fn marked<D: Device>(
 /// Run the seed's pipeline for `opt.batches` batches; returns the wall time and what
 /// process_data saw.
 pub(crate) fn run<D: Device>(dev: &D, opt: &RunOptions<'_>) -> Result<(Duration, Verification)> {
+    if opt.variant == Variant::Pool {
+        return Err(crate::invalid(
+            "demo",
+            "the pool variant has its own pipeline (pool_pipeline::run)",
+        ));
+    }
     let streams = Streams::new(dev)?;
     let rings = Rings::<D>::new(dev, opt)?;
     let checker = Checker::new(opt.batches);
@@ -438,7 +448,8 @@ pub(crate) fn run<D: Device>(dev: &D, opt: &RunOptions<'_>) -> Result<(Duration,
             let mut handles =
                 vec![scope.spawn(move || guarded("h2g", &|| h2g_thread(dev, streams, rings, opt)))];
             match opt.variant {
-                Variant::Seed | Variant::KeepInput => {
+                // (Pool never gets here: see the check above.)
+                Variant::Seed | Variant::KeepInput | Variant::Pool => {
                     handles.push(scope.spawn(move || {
                         guarded("g2h", &|| g2h_thread(dev, streams, rings, checker, opt))
                     }));

@@ -2,7 +2,7 @@
 
 /// A pool's statistics: bytes (current and high water since creation or
 /// [`reset_high`](super::Pool::reset_high)) and event counts since creation.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct PoolStats {
     /// Bytes held from the backend (slabs).
     pub reserved_current: usize,
