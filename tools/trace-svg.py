@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Render a window of a `seqsync demo --trace` file as an SVG timeline (stdlib only).
 
-usage: tools/trace-svg.py TRACE.json OUT.svg [--from-seq S] [--batches N]
+usage: tools/trace-svg.py TRACE.json OUT.svg [--from-seq S] [--batches N] [--title TEXT]
+                         [--label stage-seq|stage]
+
+`seqsync graph --run --trace` files (every command has seq 0):
+    tools/trace-svg.py TRACE.json OUT.svg --from-seq 0 --batches 1 --label stage --title "..."
 
 One row per stream (device time) and per host thread; one box per copy, kernel or blocking
 call, labelled with its stage and seq.
@@ -13,6 +17,9 @@ COLORS = {
     "copy in": "#4e79a7", "f": "#f28e2b", "g": "#e15759", "h": "#76b7b2", "copy out": "#59a14f",
 }
 
+PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
+           "#9c755f"]
+
 
 def main():
     args = sys.argv[1:]
@@ -22,6 +29,8 @@ def main():
     opts = dict(zip(args[2::2], args[3::2]))
     first = int(opts.get("--from-seq", 100))
     count = int(opts.get("--batches", 6))
+    title = opts.get("--title")
+    label = opts.get("--label", "stage-seq")
     trace = json.load(open(src))
     names = {(e["pid"], e["tid"]): e["args"]["name"]
              for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
@@ -38,8 +47,10 @@ def main():
     svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'font-family="sans-serif" font-size="11">',
            f'<rect width="{width}" height="{height}" fill="white"/>',
-           f'<text x="10" y="20" font-size="13">seqsync demo: batches {first}..{first + count - 1}, '
-           f'{(t1 - t0) / 1000:.2f} ms (streams on device time, host threads on host time)</text>']
+           f'<text x="10" y="20" font-size="13">' + (
+               f'{title}, {(t1 - t0) / 1000:.2f} ms' if title else
+               f'seqsync demo: batches {first}..{first + count - 1}, '
+               f'{(t1 - t0) / 1000:.2f} ms (streams on device time, host threads on host time)') + '</text>']
     for i, lane in enumerate(lanes):
         y = top + i * row
         svg.append(f'<text x="10" y="{y + 17}">{names.get(lane, lane)}</text>')
@@ -49,11 +60,12 @@ def main():
         x = left + (e["ts"] - t0) * scale
         w = max(e["dur"] * scale, 1.0)
         stage = e["args"]["stage"]
-        color = COLORS.get(stage, "#bab0ac")
+        color = COLORS.get(stage) or PALETTE[sum(map(ord, stage)) % len(PALETTE)]
         svg.append(f'<rect x="{x:.1f}" y="{y + 3}" width="{w:.1f}" height="{row - 8}" fill="{color}" '
                    f'stroke="white" stroke-width="0.5"><title>{e["name"]} ({e["dur"]:.0f} us)</title></rect>')
         if w > 34:
-            svg.append(f'<text x="{x + 3:.1f}" y="{y + 17}" fill="white">{stage} {e["args"]["seq"]}</text>')
+            text = stage if label == "stage" else f'{stage} {e["args"]["seq"]}'
+            svg.append(f'<text x="{x + 3:.1f}" y="{y + 17}" fill="white">{text}</text>')
     ms = 0.0
     while ms * 1000 <= t1 - t0:
         x = left + ms * 1000 * scale

@@ -15,11 +15,14 @@ pub(crate) enum Suite {
     /// The stream-ordered pool against the backend's stream-ordered allocator and against
     /// synchronous allocation; host synchronizations over a long run.
     Pool,
+    /// Command graphs: submit cost per command (raw launches on one stream, streams + events,
+    /// graph replay) and makespan under fork-join levels vs the exact lowerings.
+    Graph,
 }
 
 #[derive(Args)]
 pub(crate) struct BenchArgs {
-    /// ring (default) or pool.
+    /// ring (default), pool or graph.
     #[arg(value_enum, default_value = "ring")]
     suite: Suite,
     /// pool: bytes per allocation.
@@ -40,11 +43,17 @@ pub(crate) struct BenchArgs {
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
+    /// graph: timed submissions per case (the median counts).
+    #[arg(long, default_value_t = 30)]
+    graph_reps: usize,
 }
 
 pub(crate) fn run(a: BenchArgs) -> Result<(), Failure> {
     if a.suite == Suite::Pool {
         return run_pool(a);
+    }
+    if a.suite == Suite::Graph {
+        return run_graph(&a);
     }
     let cfg = BenchConfig {
         rounds: a.rounds.max(1),
@@ -123,5 +132,72 @@ fn run_pool(a: BenchArgs) -> Result<(), Failure> {
         l.exhausted,
         l.reserved
     );
+    Ok(())
+}
+
+fn run_graph(a: &BenchArgs) -> Result<(), Failure> {
+    let cfg = bench::graph::GraphBenchConfig {
+        reps: a.graph_reps.max(1),
+        ..Default::default()
+    };
+    let r = bench::graph::run(a.backend, &cfg)?;
+    if a.json {
+        println!("{}", serde_json::to_string(&r).expect("report serializes"));
+        return Ok(());
+    }
+    println!("seqsync bench graph on {}", r.backend);
+    println!(
+        "  submit cost per command (ns; median of {} submissions; random DAGs)",
+        cfg.reps
+    );
+    println!(
+        "  {:>8} {:>7} {:>7} {:>10} {:>10} {:>10} {:>9} {:>9}   {:>10} {:>10} {:>10}",
+        "commands",
+        "streams",
+        "events",
+        "raw",
+        "streams",
+        "graph",
+        "str/raw",
+        "graph/raw",
+        "raw tot",
+        "str tot",
+        "graph tot"
+    );
+    for s in &r.submit {
+        println!(
+            "  {:>8} {:>7} {:>7} {:>10.1} {:>10.1} {:>10.1} {:>9.3} {:>9.3}   {:>10.1} {:>10.1} {:>10.1}",
+            s.commands,
+            s.streams,
+            s.events,
+            s.raw_submit_ns,
+            s.streams_submit_ns,
+            s.graph_submit_ns,
+            s.streams_submit_ns / s.raw_submit_ns,
+            s.graph_submit_ns / s.raw_submit_ns,
+            s.raw_total_ns,
+            s.streams_total_ns,
+            s.graph_total_ns
+        );
+    }
+    println!(
+        "  makespan of a {}-kernel DAG with unequal durations (critical path {} us)",
+        r.makespan_commands, r.critical_path_us
+    );
+    let exact = r
+        .makespan
+        .iter()
+        .find(|m| m.lowering == "streams")
+        .map(|m| m.makespan_us);
+    for m in &r.makespan {
+        println!(
+            "  {:<11} {:>10.0} us   /critical path {:>6.3}   /streams {:>6.3}   false dependencies {}",
+            m.lowering,
+            m.makespan_us,
+            m.makespan_us / r.critical_path_us.max(1) as f64,
+            m.makespan_us / exact.unwrap_or(f64::NAN),
+            m.false_dependencies
+        );
+    }
     Ok(())
 }

@@ -29,6 +29,10 @@ pub(crate) struct GraphArgs {
     /// Timed runs (the median is reported).
     #[arg(long, default_value_t = 5)]
     runs: usize,
+    /// With --run on the host backend: write a Chrome/Perfetto trace of one run to FILE (each
+    /// command on its stream; render it with tools/trace-svg.py).
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
 }
 
 pub(crate) fn run(a: GraphArgs) -> Result<(), Failure> {
@@ -54,6 +58,18 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), Failure> {
                 })
             }
         };
+        if let Some(path) = &a.trace {
+            let AnyBackend::Host(h) = &backend else {
+                return Err(Failure {
+                    message:
+                        "--trace needs --backend host (CUDA runs host functions on one thread)"
+                            .into(),
+                    code: 2,
+                });
+            };
+            let spans = run::trace(h, &spec, a.lower)?;
+            write_trace(path, &spans)?;
+        }
         Some((backend.name(), r))
     } else {
         None
@@ -122,4 +138,27 @@ fn print_report(a: &GraphArgs, dag: &seqsync::graph::Dag, r: &Report, analysis: 
         "lowering {:?}: {} streams, {} events (lower bound {}), {} false dependencies",
         a.lower, r.streams, r.events, r.events_lower_bound, r.false_dependencies
     );
+}
+
+fn write_trace(path: &std::path::Path, spans: &[run::Span]) -> Result<(), Failure> {
+    let mut events = Vec::new();
+    let streams = spans.iter().map(|s| s.stream + 1).max().unwrap_or(0);
+    for i in 0..streams {
+        events.push(serde_json::json!({
+            "ph": "M", "name": "thread_name", "pid": 1, "tid": i,
+            "args": {"name": format!("stream {i}")}
+        }));
+    }
+    for s in spans {
+        events.push(serde_json::json!({
+            "ph": "X", "name": s.name, "pid": 1, "tid": s.stream,
+            "ts": s.start_us, "dur": s.dur_us,
+            "args": {"stage": s.name, "seq": 0}
+        }));
+    }
+    let text = serde_json::json!({ "traceEvents": events }).to_string();
+    std::fs::write(path, text).map_err(|e| Failure {
+        message: format!("cannot write trace file {}: {e}", path.display()),
+        code: 2,
+    })
 }

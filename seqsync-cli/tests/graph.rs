@@ -110,3 +110,61 @@ fn malformed_graph_files_are_one_line_naming_the_entry() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn graph_trace_has_one_span_per_command() {
+    let path =
+        std::env::temp_dir().join(format!("seqsync-graph-trace-{}.json", std::process::id()));
+    let (code, _, err) = seqsync(&[
+        "graph",
+        EXAMPLE,
+        "--run",
+        "--runs",
+        "1",
+        "--backend",
+        "host",
+        "--trace",
+        path.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let spans: Vec<&serde_json::Value> = v["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .collect();
+    assert_eq!(spans.len(), 11);
+    // The reduction starts after c2 ends (the barrier).
+    let span = |n: &str| spans.iter().find(|e| e["name"] == n).unwrap();
+    let end = |e: &serde_json::Value| e["ts"].as_f64().unwrap() + e["dur"].as_f64().unwrap();
+    assert!(span("reduce")["ts"].as_f64().unwrap() >= end(span("c2")));
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn bench_graph_reports_every_lowering() {
+    let (code, out, err) = seqsync(&[
+        "bench",
+        "graph",
+        "--backend",
+        "host",
+        "--graph-reps",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["submit"].as_array().unwrap().len(), 2);
+    assert_eq!(v["submit"][1]["commands"], 1000);
+    let lowerings: Vec<&str> = v["makespan"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["lowering"].as_str().unwrap())
+        .collect();
+    assert_eq!(lowerings, ["streams", "cuda-graph", "levels"]);
+    assert_eq!(v["makespan"][0]["false_dependencies"], 0);
+    assert!(v["makespan"][2]["false_dependencies"].as_u64().unwrap() > 0);
+}

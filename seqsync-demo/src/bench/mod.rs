@@ -5,6 +5,7 @@
 //! It may use: seqsync's public API only; `run_host` and `run_cuda` are the only code that
 //! names a concrete backend.
 
+pub mod graph;
 pub mod pool;
 
 use std::sync::atomic::{AtomicI64, Ordering};

@@ -1,7 +1,13 @@
 //! Command buffers and graphs (seed 001): record kernel launches, copies, fills and host
 //! functions, ordered by execution barriers or explicit dependencies, and lower the exact
 //! dependency graph to streams + events — with no false dependency and an event only for a
-//! transitive-reduction edge between streams — or, as a baseline, to fork-join levels.
+//! transitive-reduction edge between streams — or to one graph replayed as a whole (a CUDA
+//! graph on CUDA), or, as a baseline, to fork-join levels.
+//!
+//! It may use: `backend`, through the [`Backend`](crate::backend::Backend),
+//! [`CommandBackend`](crate::backend::CommandBackend) and
+//! [`GraphBackend`](crate::backend::GraphBackend) traits only (timelines will join when they
+//! land).
 //!
 //! | module | concept |
 //! |---|---|

@@ -101,3 +101,70 @@ pub fn run<B: GraphBackend>(
         serial_us: spec.us.iter().sum(),
     })
 }
+
+/// One command of a traced run: its stream (in the lowering's report) and when it ran.
+#[derive(Debug, Clone, Serialize)]
+pub struct Span {
+    /// The command.
+    pub name: String,
+    /// Its stream in the lowering.
+    pub stream: usize,
+    /// Start, microseconds after the submission.
+    pub start_us: f64,
+    /// How long it ran, microseconds.
+    pub dur_us: f64,
+}
+
+/// Run `spec` once with every command replaced by a host function that sleeps its `us` and
+/// records when it ran. Host functions run on the stream's own thread on the host backend, so
+/// the spans show the streams' overlap there; CUDA runs host functions on one driver thread, so
+/// use this on the host backend only.
+pub fn trace<B: GraphBackend>(
+    backend: &B,
+    spec: &GraphSpec,
+    lowering: Lowering,
+) -> Result<Vec<Span>> {
+    use std::sync::{Arc, Mutex};
+    let dag = &spec.dag;
+    let t0 = Arc::new(Mutex::new(Instant::now()));
+    let times = Arc::new(Mutex::new(vec![(0.0, 0.0); dag.len()]));
+    let ops: Vec<Op<B>> = (0..dag.len())
+        .map(|c| {
+            let (t0, times, us) = (t0.clone(), times.clone(), spec.us[c]);
+            Op::Host(std::sync::Arc::new(move || {
+                let start = t0.lock().unwrap_or_else(|e| e.into_inner()).elapsed();
+                std::thread::sleep(Duration::from_micros(us));
+                let end = t0.lock().unwrap_or_else(|e| e.into_inner()).elapsed();
+                times.lock().unwrap_or_else(|e| e.into_inner())[c] =
+                    (start.as_secs_f64() * 1e6, (end - start).as_secs_f64() * 1e6);
+            }))
+        })
+        .collect();
+    let graph = Graph::new(dag.clone(), ops);
+    let mut pool = StreamPool::new(backend.clone());
+    let report = if lowering == Lowering::CudaGraph {
+        let exe = graph.instantiate(backend)?;
+        *t0.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+        pool.submit_graph(&exe, Affinity::queue(0))?;
+        pool.synchronize()?;
+        exe.report().clone()
+    } else {
+        let mut exe = graph.lower(lowering);
+        *t0.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+        pool.submit(&mut exe, Affinity::queue(0))?;
+        pool.synchronize()?;
+        exe.report().clone()
+    };
+    let times = times.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    Ok(report
+        .assignment
+        .iter()
+        .zip(times)
+        .map(|(a, (start_us, dur_us))| Span {
+            name: a.name.clone(),
+            stream: a.stream,
+            start_us,
+            dur_us,
+        })
+        .collect())
+}
