@@ -21,6 +21,7 @@ use seqsync::backend::{Backend, MemoryBackend};
 use seqsync::memory::{
     AllocFlags, Block, NativePool, Pool, PoolConfig, PoolStats, StreamAllocator, Wait,
 };
+use seqsync::timeline::Timeline;
 use seqsync::{Error, HostBackend};
 
 /// What the tests do with memory on a stream: fill, copy, read back.
@@ -559,9 +560,56 @@ fn cts_explicit_tlsf_pool_cross_queue_stale_block_grows<B: MemOps>(b: &B) {
     p.free(&q1, c.block, &[]).unwrap();
 }
 
-/// AllocaWithWaitSemaphores: the alloca waits on w and signals s; s is not reached until w is;
-/// then the buffer (>= 512 B) accepts a fill.
+/// AllocaWithWaitSemaphores: the alloca waits on timeline w (0 -> 1) and signals s; s is not
+/// reached until the host signals w; then the buffer (>= 512 B) accepts a fill.
 fn cts_alloca_with_wait_semaphores<B: MemOps>(b: &B) {
+    let p = pool(b, PoolConfig::default());
+    let q = b.stream();
+    let w = Timeline::new(b, "w", 0).unwrap();
+    let a = p
+        .alloc_with(
+            &q,
+            512,
+            &[Wait::Timeline(&w, 1)],
+            AllocFlags::default().signal(),
+        )
+        .unwrap();
+    let s = a.ready.as_ref().unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(!b.query(s.event()).unwrap(), "s reached before w");
+    w.signal(1).unwrap();
+    b.synchronize(s.event()).unwrap();
+    assert!(a.block.capacity() >= 512);
+    b.fill_u32(&q, a.block.addr(), 128, 5);
+    assert!(b.read_u32(&q, a.block.addr(), 128).iter().all(|&v| v == 5));
+    p.free(&q, a.block, &[]).unwrap();
+}
+
+/// A free whose wait list holds a failed timeline does not free: the block stays allocated and
+/// usable, and frees fine afterwards; an allocation waiting on it hands nothing out.
+fn failed_timeline_in_a_wait_list_does_not_free<B: MemOps>(b: &B) {
+    let p = pool(b, PoolConfig::default());
+    let q = b.stream();
+    let a = p.alloc(&q, 1024, &[]).unwrap();
+    let t = Timeline::new(b, "reader", 0).unwrap();
+    t.fail(Error::InvalidArgument {
+        ring: "reader".into(),
+        message: "the reader failed".into(),
+    });
+    let before = p.stats();
+    let e = p.free(&q, a.block, &[Wait::Timeline(&t, 1)]).unwrap_err();
+    assert!(matches!(e, Error::TimelineFailed { .. }), "{e}");
+    assert_eq!(p.stats(), before, "nothing changed");
+    b.fill_u32(&q, a.block.addr(), 256, 3);
+    assert!(b.read_u32(&q, a.block.addr(), 256).iter().all(|&v| v == 3));
+    p.free(&q, a.block, &[]).unwrap();
+    let e = p.alloc(&q, 1024, &[Wait::Timeline(&t, 1)]).unwrap_err();
+    assert!(matches!(e, Error::TimelineFailed { .. }), "{e}");
+    assert_eq!((p.stats().allocs, p.stats().used_current), (1, 0));
+}
+
+/// The same with a point of a busy stream as `w`.
+fn alloca_waits_on_a_point_of_a_busy_stream<B: MemOps>(b: &B) {
     let p = pool(b, PoolConfig::default());
     let (gate, q) = (b.stream(), b.stream());
     b.busy(&gate, Duration::from_millis(300));
@@ -949,6 +997,8 @@ on_both_backends!(
     cts_explicit_fixed_block_pool_requires_wait_frontier_flag,
     cts_explicit_tlsf_pool_cross_queue_stale_block_grows,
     cts_alloca_with_wait_semaphores,
+    alloca_waits_on_a_point_of_a_busy_stream,
+    failed_timeline_in_a_wait_list_does_not_free,
     cts_alloca_dealloca_cycle,
     cts_buffer_metadata,
     cts_dealloca_releases_memory,

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use crate::backend::{Backend, EventOptions};
 use crate::error::Result;
+use crate::timeline::Timeline;
 
 /// What a stream (or a point) is ordered after: for each stream id, the highest point seq of
 /// that stream it follows. A vector clock over the streams a pool has seen, sorted by id.
@@ -153,6 +154,9 @@ pub enum Wait<'a, B: Backend> {
     Point(&'a Point<B>),
     /// A plain event of the backend: enqueued, but a pool learns nothing from it.
     Event(&'a B::Event),
+    /// A timeline value: enqueued with [`Timeline::wait_on`] (wait-before-signal allowed);
+    /// a pool learns nothing from it, and a failed timeline fails the call.
+    Timeline(&'a Timeline<B>, u64),
 }
 
 impl<B: Backend> Clone for Wait<'_, B> {
@@ -164,10 +168,21 @@ impl<B: Backend> Clone for Wait<'_, B> {
 impl<B: Backend> Copy for Wait<'_, B> {}
 
 impl<B: Backend> Wait<'_, B> {
-    fn event(&self) -> &B::Event {
+    /// Fail if the producer has failed already (without blocking).
+    fn check(&self, backend: &B) -> Result<()> {
         match self {
-            Wait::Point(p) => p.event(),
-            Wait::Event(e) => e,
+            Wait::Point(p) => backend.query(p.event()).map(drop),
+            Wait::Event(e) => backend.query(e).map(drop),
+            Wait::Timeline(t, _) => t.query().map(drop),
+        }
+    }
+
+    /// Enqueue the wait on `stream`.
+    fn enqueue(&self, backend: &B, stream: &B::Stream) -> Result<()> {
+        match self {
+            Wait::Point(p) => backend.wait(stream, p.event()),
+            Wait::Event(e) => backend.wait(stream, e),
+            Wait::Timeline(t, v) => t.wait_on(stream, *v),
         }
     }
 }
@@ -202,7 +217,7 @@ impl<B: Backend> Clocks<B> {
     /// that a call with a failing wait list changes nothing.
     pub(crate) fn check_waits(backend: &B, waits: &[Wait<'_, B>]) -> Result<()> {
         for w in waits {
-            backend.query(w.event())?;
+            w.check(backend)?;
         }
         Ok(())
     }
@@ -216,7 +231,7 @@ impl<B: Backend> Clocks<B> {
         waits: &[Wait<'_, B>],
     ) -> Result<()> {
         for w in waits {
-            backend.wait(stream, w.event())?;
+            w.enqueue(backend, stream)?;
             if let Wait::Point(p) = w {
                 self.learn(sid, p);
             }
