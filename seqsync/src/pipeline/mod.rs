@@ -17,7 +17,8 @@
 //! |---|---|
 //! | [`spec`] | the declaration model and its builder |
 //! | [`spec_toml`] | the TOML format, with line numbers in errors |
-//! | [`derive`](mod@derive) | the derivation rules and the [`Plan`] |
+//! | [`derive`](mod@derive) | the derivation rules |
+//! | [`plan`] | the [`Plan`]: rings and threads' ops with resolved indices |
 //! | [`deadlock`] | the state-space exploration and its trace |
 //! | [`error`] | [`PlanError`] |
 //! | [`runtime`] | running a [`Plan`] with one closure per stage |
@@ -59,16 +60,15 @@
 pub mod deadlock;
 pub mod derive;
 pub mod error;
+pub mod plan;
 pub mod runtime;
 pub mod spec;
 pub mod spec_toml;
 
 pub use deadlock::{check_deadlock, check_deadlock_with, CheckOptions, Step, Trace, Verdict};
-pub use derive::{
-    derive, derive_unchecked, Consumer, ConsumerKind, NamedOp, Op, Plan, Ring, StagePlan,
-    ThreadPlan,
-};
+pub use derive::{derive, derive_unchecked};
 pub use error::PlanError;
+pub use plan::{Consumer, ConsumerKind, NamedOp, Op, Plan, Ring, StagePlan, ThreadPlan};
 pub use spec::{
     BufferSpec, Ident, MaxSizeOverride, ParamSpec, PipelineBuilder, PipelineSpec, Place, Slots,
     StageSpec, ThreadSpec,

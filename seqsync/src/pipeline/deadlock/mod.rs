@@ -35,8 +35,8 @@ mod verdict;
 
 pub use verdict::{Step, Trace, Verdict};
 
-use super::derive::Plan;
 use super::error::PlanError;
+use super::plan::Plan;
 use model::Model;
 use search::Search;
 

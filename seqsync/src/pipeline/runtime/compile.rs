@@ -1,0 +1,206 @@
+//! Compiling a plan for a run: every op resolved to its ring, stream and closure, every
+//! missing piece an error before any thread starts.
+
+use std::collections::{BTreeSet, HashMap};
+
+use super::required_streams;
+use super::stages::{AfterFn, StageFn, Stages};
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::pipeline::plan::{Op, Plan};
+use crate::pipeline::PlanError;
+use crate::Blocking;
+
+/// One op, resolved to ring indices, streams and closures.
+pub(super) enum Step<'r, 'a, B: Backend> {
+    Wait {
+        ring: usize,
+        lag: i64,
+        blocking: Blocking,
+        stream: &'r B::Stream,
+    },
+    Sync {
+        ring: usize,
+        lag: i64,
+        blocking: Blocking,
+        after: Option<&'r AfterFn<'a>>,
+    },
+    Launch {
+        stage: &'r str,
+        stream: Option<&'r B::Stream>,
+        f: &'r StageFn<'a, B>,
+    },
+    Record {
+        ring: usize,
+        blocking: Blocking,
+        /// `None`: a host stage's ring, published with [`EventRingbuf::record_host`].
+        stream: Option<&'r B::Stream>,
+    },
+}
+
+pub(super) fn stage_err(stage: &str, message: impl Into<String>) -> Error {
+    Error::Stage {
+        stage: stage.to_string(),
+        message: message.into(),
+    }
+}
+
+/// Resolves every op of every thread to rings, streams and closures; every missing piece is
+/// an error here.
+pub(super) fn compile<'r, 'a, B: Backend>(
+    plan: &'r Plan,
+    streams: &'r HashMap<String, B::Stream>,
+    stages: &'r Stages<'a, B>,
+) -> Result<Vec<Vec<Step<'r, 'a, B>>>> {
+    let inconsistent = |message: String| Error::Plan(PlanError::InvalidPlan { message });
+    let stage_name = |g: usize| -> Result<&'r str> {
+        plan.stages.get(g).map(|s| s.name.as_str()).ok_or_else(|| {
+            inconsistent(format!(
+                "an op names stage #{g}, but the plan has {} stages",
+                plan.stages.len()
+            ))
+        })
+    };
+    let ring = |stage: &str, r: usize| {
+        if r < plan.rings.len() {
+            Ok(r)
+        } else {
+            Err(inconsistent(format!(
+                "stage `{stage}` names ring #{r}, but the plan has {} rings",
+                plan.rings.len()
+            )))
+        }
+    };
+    let stream = |stage: &str, i: usize| -> Result<&'r B::Stream> {
+        let name = plan.streams.get(i).ok_or_else(|| {
+            inconsistent(format!(
+                "stage `{stage}` names stream #{i}, but the plan has {} streams",
+                plan.streams.len()
+            ))
+        })?;
+        streams.get(name).ok_or_else(|| {
+            stage_err(
+                stage,
+                format!(
+                    "no stream `{name}` was given (the plan needs {:?})",
+                    required_streams(plan)
+                ),
+            )
+        })
+    };
+    let lag_of = |stage: &str, lag: i64| {
+        if lag >= 0 {
+            Ok(lag)
+        } else {
+            Err(inconsistent(format!(
+                "stage `{stage}` waits at negative lag {lag}"
+            )))
+        }
+    };
+    // Names given for stages the plan lacks are typos: say so.
+    let launched: BTreeSet<&str> = plan
+        .threads
+        .iter()
+        .flat_map(|t| &t.ops)
+        .filter_map(|op| match op {
+            Op::Launch { stage } => plan.stages.get(*stage).map(|s| s.name.as_str()),
+            _ => None,
+        })
+        .collect();
+    for name in stages.launch.keys().chain(stages.after_sync.keys()) {
+        if !launched.contains(name.as_str()) {
+            return Err(stage_err(
+                name,
+                format!(
+                    "a closure was given but the plan has no such stage (stages: {launched:?})"
+                ),
+            ));
+        }
+    }
+    let mut synced = BTreeSet::new();
+    let mut out = Vec::with_capacity(plan.threads.len());
+    for t in &plan.threads {
+        let mut steps = Vec::with_capacity(t.ops.len());
+        for op in &t.ops {
+            steps.push(match *op {
+                Op::Wait {
+                    stage,
+                    ring: r,
+                    lag,
+                    blocking,
+                    stream: s,
+                } => {
+                    let name = stage_name(stage)?;
+                    Step::Wait {
+                        ring: ring(name, r)?,
+                        lag: lag_of(name, lag)?,
+                        blocking: blocking.into(),
+                        stream: stream(name, s)?,
+                    }
+                }
+                Op::Synchronize {
+                    stage,
+                    ring: r,
+                    lag,
+                    blocking,
+                } => {
+                    let name = stage_name(stage)?;
+                    let own = stage == r;
+                    if own {
+                        synced.insert(name);
+                    }
+                    Step::Sync {
+                        ring: ring(name, r)?,
+                        lag: lag_of(name, lag)?,
+                        blocking: blocking.into(),
+                        after: if own {
+                            stages.after_sync.get(name)
+                        } else {
+                            None
+                        },
+                    }
+                }
+                Op::Launch { stage } => {
+                    let name = stage_name(stage)?;
+                    Step::Launch {
+                        stage: name,
+                        stream: match plan.stages[stage].stream {
+                            Some(s) => Some(stream(name, s)?),
+                            None => None,
+                        },
+                        f: stages.launch.get(name).ok_or_else(|| {
+                            stage_err(name, "no closure was given for this stage (Stages::stage)")
+                        })?,
+                    }
+                }
+                Op::Record {
+                    stage,
+                    ring: r,
+                    blocking,
+                    stream: s,
+                } => {
+                    let name = stage_name(stage)?;
+                    Step::Record {
+                        ring: ring(name, r)?,
+                        blocking: blocking.into(),
+                        stream: match s {
+                            Some(s) => Some(stream(name, s)?),
+                            None => None,
+                        },
+                    }
+                }
+            });
+        }
+        out.push(steps);
+    }
+    for name in stages.after_sync.keys() {
+        if !synced.contains(name.as_str()) {
+            return Err(stage_err(
+                name,
+                "an after_sync closure was given but the stage has no `sync` (its thread never \
+                 synchronizes on its ring)",
+            ));
+        }
+    }
+    Ok(out)
+}

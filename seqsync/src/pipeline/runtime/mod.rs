@@ -1,0 +1,300 @@
+//! The pipeline runtime: runs a derived [`Plan`] with one user closure per stage.
+//!
+//! | file | what it is |
+//! |---|---|
+//! | `mod.rs` | [`run`] and [`RunConfig`]: rings made, threads spawned and joined, streams drained |
+//! | `stages.rs` | the user's side: [`Stages`], [`StageCtx`], [`BlockingCall`] |
+//! | `compile.rs` | every op resolved to its ring, stream and closure before anything runs |
+//! | `thread.rs` | one plan thread's loop |
+//!
+//! [`run`] builds one [`EventRingbuf`] per plan ring (the derived `nconsumers` and
+//! `max_size`), spawns one OS thread per plan thread, and has each thread execute its loop body
+//! for seq `0..batches`:
+//!
+//! | op | call |
+//! |---|---|
+//! | `Wait` | `ring.wait(stage's stream, s - lag, blocking)` |
+//! | `Synchronize` | `ring.synchronize(s - lag, blocking)`, then the stage's [`Stages::after_sync`] closure if this is the stage's own `sync` |
+//! | `Launch` | the stage's closure ([`Stages::stage`]) with a [`StageCtx`] |
+//! | `Record` | `ring.record(stage's stream, s, blocking)`; a host stage: `ring.record_host(s, blocking)` |
+//!
+//! **Host stages** (`host = true`, no stream) run their closure on the thread itself, so their
+//! work is complete when the closure returns, and their ring is published with
+//! [`EventRingbuf::record_host`]: no stream, no event. A stream stage waiting on it is ordered
+//! by the host thread's program order alone (its blocking `wait` returns only once the host
+//! stage has recorded). [`required_streams`] lists every stream name a plan needs;
+//! [`new_streams`] creates them on any backend.
+//!
+//! **Errors.** A stage without a closure, a stream the plan names but the map lacks, and a
+//! closure given for a stage the plan does not have are [`Error::Stage`] errors, reported
+//! before any thread starts. When a thread fails (an error from a ring, a closure, or a panic
+//! in a closure), every ring is stopped, so every other thread wakes with
+//! [`Error::Stopped`]; all threads are joined and the *first* real error (in time) is
+//! returned, a `Stopped` only when nothing else failed. After the threads end, every stream is
+//! drained ([`Backend::synchronize_stream`]) before the wall time is taken.
+//!
+//! # Example
+//!
+//! The seed's shape, reduced: a copy stage and a kernel on one thread, a sync'd copy-out on
+//! another, on the host backend.
+//!
+//! ```
+//! use std::sync::atomic::{AtomicI64, Ordering};
+//! use seqsync::pipeline::{derive, runtime, PipelineSpec, StageSpec};
+//! use seqsync::HostBackend;
+//!
+//! # fn main() -> seqsync::Result<()> { // derive's PlanError and run's Error: one family
+//! let spec = PipelineSpec::builder()
+//!     .buffer("in", 2).buffer("out", 2)
+//!     .thread("t0")
+//!     .stage("copy_in", StageSpec::on_stream("s0").writes("in"))
+//!     .stage("kernel", StageSpec::on_stream("s1").reads("in").writes("out"))
+//!     .thread("t1")
+//!     .stage("copy_out", StageSpec::on_stream("s2").reads("out").sync())
+//!     .build()?;
+//! let plan = derive(&spec)?;
+//!
+//! let host = HostBackend::new();
+//! let streams = runtime::new_streams(&host, &plan)?;
+//! let processed = AtomicI64::new(0);
+//! let stages = runtime::Stages::<HostBackend>::new()
+//!     .stage("copy_in", |cx| {
+//!         cx.stream.unwrap().launch(|| { /* copy batch in */ });
+//!         Ok(())
+//!     })
+//!     .stage("kernel", |_| Ok(()))
+//!     .stage("copy_out", |_| Ok(()))
+//!     .after_sync("copy_out", |_seq| {
+//!         processed.fetch_add(1, Ordering::Relaxed); // process_data
+//!         Ok(())
+//!     });
+//! let stats = runtime::run(runtime::RunConfig {
+//!     plan: &plan,
+//!     backend: &host,
+//!     streams: &streams,
+//!     stages: &stages,
+//!     batches: 10,
+//! })?;
+//! assert_eq!(processed.load(Ordering::Relaxed), 10);
+//! assert_eq!(stats.thread("t0").unwrap().launches, 20);
+//! # Ok(())
+//! # }
+//! ```
+
+mod compile;
+mod stages;
+mod thread;
+
+pub use stages::{BlockingCall, StageCtx, Stages};
+
+use std::collections::{BTreeSet, HashMap};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use super::plan::Plan;
+use crate::backend::Backend;
+use crate::error::{panic_message, Error, Result};
+use crate::EventRingbuf;
+use compile::{compile, stage_err};
+use thread::{run_thread, Failed};
+
+/// What one thread did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ThreadStats {
+    /// The plan thread.
+    pub name: String,
+    /// Loop iterations completed.
+    pub iterations: i64,
+    /// Stage closures run.
+    pub launches: u64,
+    /// Stream waits enqueued.
+    pub waits: u64,
+    /// Host synchronizes done.
+    pub synchronizes: u64,
+    /// Records made.
+    pub records: u64,
+}
+
+/// What [`run`] measured.
+#[derive(Debug, Clone, Default)]
+pub struct RunStats {
+    /// From the threads' start until every stream drained.
+    pub wall: Duration,
+    /// Per plan thread, in plan order.
+    pub threads: Vec<ThreadStats>,
+}
+
+impl RunStats {
+    /// The stats of thread `name`.
+    pub fn thread(&self, name: &str) -> Option<&ThreadStats> {
+        self.threads.iter().find(|t| t.name == name)
+    }
+}
+
+/// Every stream name the plan uses ([`Plan::streams`]), sorted.
+pub fn required_streams(plan: &Plan) -> Vec<String> {
+    let names: BTreeSet<&String> = plan.streams.iter().collect();
+    names.into_iter().cloned().collect()
+}
+
+/// One new stream of `backend` per [`required_streams`] name.
+///
+/// # Errors
+/// The backend's, when it cannot create a stream.
+pub fn new_streams<B: Backend>(backend: &B, plan: &Plan) -> Result<HashMap<String, B::Stream>> {
+    required_streams(plan)
+        .into_iter()
+        .map(|n| backend.new_stream(&n).map(|s| (n, s)))
+        .collect()
+}
+
+/// What [`run`] runs, by name: `runtime::run(RunConfig { plan: &plan, backend: &host,
+/// streams: &streams, stages: &stages, batches: 10 })`.
+pub struct RunConfig<'r, 'a, B: Backend> {
+    /// The derived plan.
+    pub plan: &'r Plan,
+    /// The backend the rings are made on.
+    pub backend: &'r B,
+    /// A stream of `backend` for every name of [`required_streams`] ([`new_streams`] makes
+    /// them).
+    pub streams: &'r HashMap<String, B::Stream>,
+    /// The work: one closure per stage.
+    pub stages: &'r Stages<'a, B>,
+    /// Seqs `0..batches` run.
+    pub batches: i64,
+}
+
+/// Runs the plan for seqs `0..batches`: one [`EventRingbuf`] per ring, one OS thread per plan
+/// thread, each executing its ops in order (see the [module docs](self)).
+///
+/// # Errors
+/// [`Error::Stage`] before anything runs, for a stage without a closure, a missing stream, or
+/// a closure naming no stage; [`Error::Plan`] for a plan whose ops name a stage, ring or
+/// stream it does not have (a hand-edited plan); [`Error::InvalidArgument`] for
+/// `batches < 0`; otherwise the first
+/// error any thread hit (a ring's, a closure's, or [`Error::Stage`] for a panicking closure).
+pub fn run<B: Backend>(config: RunConfig<'_, '_, B>) -> Result<RunStats> {
+    let RunConfig {
+        plan,
+        backend,
+        streams,
+        stages,
+        batches,
+    } = config;
+    if batches < 0 {
+        return Err(Error::InvalidArgument {
+            ring: "pipeline runtime".into(),
+            message: format!("batches must be at least 0, got {batches}"),
+        });
+    }
+    let programs = compile(plan, streams, stages)?;
+    let rings = plan
+        .rings
+        .iter()
+        .map(|r| {
+            let size = usize::try_from(r.max_size).unwrap_or(usize::MAX);
+            EventRingbuf::new(backend, r.name.clone(), r.nconsumers, size)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let first: Mutex<Option<Error>> = Mutex::new(None);
+    let start = Instant::now();
+    let results: Vec<(ThreadStats, Option<Error>)> = std::thread::scope(|scope| {
+        let (rings, first) = (&rings, &first);
+        let observer = stages.observer.as_ref();
+        let handles: Vec<_> = plan
+            .threads
+            .iter()
+            .zip(&programs)
+            .map(|(t, steps)| {
+                let name = t.name.as_str();
+                std::thread::Builder::new()
+                    .name(format!("seqsync-{name}"))
+                    .spawn_scoped(scope, move || {
+                        let mut stats = ThreadStats {
+                            name: name.to_string(),
+                            ..ThreadStats::default()
+                        };
+                        let outcome = catch_unwind(AssertUnwindSafe(|| {
+                            run_thread(name, steps, rings, batches, &mut stats, observer)
+                        }))
+                        .unwrap_or_else(|p| {
+                            Err(Failed {
+                                seq: stats.iterations,
+                                error: stage_err(
+                                    name,
+                                    format!("thread panicked: {}", panic_message(&*p)),
+                                ),
+                            })
+                        });
+                        let err = match outcome {
+                            Ok(()) => None,
+                            Err(Failed { seq, error }) => {
+                                if !error.is_stopped() {
+                                    let mut f = first.lock().unwrap_or_else(|e| e.into_inner());
+                                    f.get_or_insert_with(|| error.clone());
+                                }
+                                // The cascade: wake every thread blocked on any ring.
+                                let reason = format!("thread {name} failed at seq {seq}: {error}");
+                                for r in rings {
+                                    r.stop(reason.clone());
+                                }
+                                Some(error)
+                            }
+                        };
+                        (stats, err)
+                    })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .zip(&plan.threads)
+            .map(|(h, t)| match h {
+                Ok(h) => h.join().unwrap_or_else(|_| {
+                    let e = stage_err(&t.name, "thread panicked outside its guard".to_string());
+                    (ThreadStats::default(), Some(e))
+                }),
+                Err(e) => {
+                    // No thread: stop every ring so that the threads already started end.
+                    let e = stage_err(&t.name, format!("cannot spawn its thread: {e}"));
+                    for r in rings {
+                        r.stop(e.to_string());
+                    }
+                    first
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get_or_insert_with(|| e.clone());
+                    (ThreadStats::default(), Some(e))
+                }
+            })
+            .collect()
+    });
+    let drained = drain(backend, streams);
+    let wall = start.elapsed();
+    let first = first.into_inner().unwrap_or_else(|e| e.into_inner());
+    let mut stopped = None;
+    let mut threads = Vec::with_capacity(results.len());
+    for (stats, err) in results {
+        if let Some(e) = err {
+            stopped.get_or_insert(e);
+        }
+        threads.push(stats);
+    }
+    if let Some(e) = first.or(stopped) {
+        return Err(e);
+    }
+    drained?;
+    Ok(RunStats { wall, threads })
+}
+
+/// Waits until everything enqueued on every stream has run.
+fn drain<B: Backend>(backend: &B, streams: &HashMap<String, B::Stream>) -> Result<()> {
+    let mut first = Ok(());
+    for s in streams.values() {
+        let r = backend.synchronize_stream(s);
+        if first.is_ok() {
+            first = r;
+        }
+    }
+    first
+}

@@ -1,0 +1,122 @@
+//! One plan thread's loop: its steps for seq `0..batches`, in order.
+
+use std::time::Instant;
+
+use super::compile::Step;
+use super::stages::{BlockingCall, ObserverFn, StageCtx};
+use super::ThreadStats;
+use crate::backend::Backend;
+use crate::error::Error;
+use crate::{Blocking, EventRingbuf};
+
+/// Where a failure happened, for the stop reason.
+pub(super) struct Failed {
+    pub(super) seq: i64,
+    pub(super) error: Error,
+}
+
+/// Run `f`, a ring call; tell `observer` about it if it was a blocking one.
+pub(super) fn observed<T>(
+    observer: Option<&ObserverFn<'_>>,
+    blocking: Blocking,
+    call: BlockingCall<'_>,
+    f: impl FnOnce() -> T,
+) -> T {
+    match observer {
+        Some(o) if blocking == Blocking::Yes => {
+            let start = Instant::now();
+            let r = f();
+            o(&BlockingCall {
+                start,
+                end: Instant::now(),
+                ..call
+            });
+            r
+        }
+        _ => f(),
+    }
+}
+
+pub(super) fn run_thread<B: Backend>(
+    name: &str,
+    steps: &[Step<'_, '_, B>],
+    rings: &[EventRingbuf<B>],
+    batches: i64,
+    stats: &mut ThreadStats,
+    observer: Option<&ObserverFn<'_>>,
+) -> std::result::Result<(), Failed> {
+    let now = Instant::now();
+    let call = |call, ring: usize, seq| BlockingCall {
+        thread: name,
+        call,
+        ring: rings[ring].name(),
+        seq,
+        start: now,
+        end: now,
+    };
+    for seq in 0..batches {
+        let fail = |error| Failed { seq, error };
+        for step in steps {
+            match step {
+                Step::Wait {
+                    ring,
+                    lag,
+                    blocking,
+                    stream,
+                } => {
+                    let s = seq - lag;
+                    observed(observer, *blocking, call("wait", *ring, s), || {
+                        rings[*ring].wait(stream, s, *blocking)
+                    })
+                    .map_err(fail)?;
+                    stats.waits += 1;
+                }
+                Step::Sync {
+                    ring,
+                    lag,
+                    blocking,
+                    after,
+                } => {
+                    let s = seq - lag;
+                    observed(observer, *blocking, call("synchronize", *ring, s), || {
+                        rings[*ring].synchronize(s, *blocking)
+                    })
+                    .map_err(fail)?;
+                    stats.synchronizes += 1;
+                    if let Some(after) = after {
+                        after(seq).map_err(fail)?;
+                    }
+                }
+                Step::Launch { stage, stream, f } => {
+                    f(&StageCtx {
+                        seq,
+                        stage,
+                        thread: name,
+                        stream: *stream,
+                    })
+                    .map_err(fail)?;
+                    stats.launches += 1;
+                }
+                Step::Record {
+                    ring,
+                    blocking,
+                    stream,
+                } => {
+                    observed(
+                        observer,
+                        *blocking,
+                        call("record", *ring, seq),
+                        || match stream {
+                            Some(stream) => rings[*ring].record(stream, seq, *blocking),
+                            None => rings[*ring].record_host(seq, *blocking),
+                        },
+                    )
+                    .map_err(fail)?;
+                    stats.records += 1;
+                }
+            }
+        }
+        stats.iterations = seq + 1;
+    }
+    Ok(())
+}
