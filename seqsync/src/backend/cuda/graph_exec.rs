@@ -129,16 +129,35 @@ impl GraphBackend for CudaBackend {
                 Op::Copy(c) => {
                     check_range("copy source", c.src_offset, c.words, c.src.len())?;
                     check_range("copy destination", c.dst_offset, c.words, c.dst.len())?;
-                    // SAFETY: CUDA_MEMCPY3D is a plain C struct; all-zero is its documented
-                    // "unused field" value.
-                    let mut m: sys::CUDA_MEMCPY3D = unsafe { std::mem::zeroed() };
-                    m.srcMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-                    m.srcDevice = c.src.device_ptr() + c.src_offset as u64 * 4;
-                    m.dstMemoryType = sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-                    m.dstDevice = c.dst.device_ptr() + c.dst_offset as u64 * 4;
-                    m.WidthInBytes = c.words * 4;
-                    m.Height = 1;
-                    m.Depth = 1;
+                    // Every field spelled out: `mem::zeroed` is undefined behaviour here, since
+                    // `CUmemorytype` has no variant 0 (it aborts at run time).
+                    let m = sys::CUDA_MEMCPY3D {
+                        srcXInBytes: 0,
+                        srcY: 0,
+                        srcZ: 0,
+                        srcLOD: 0,
+                        srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+                        srcHost: std::ptr::null(),
+                        srcDevice: c.src.device_ptr() + c.src_offset as u64 * 4,
+                        srcArray: std::ptr::null_mut(),
+                        reserved0: std::ptr::null_mut(),
+                        srcPitch: 0,
+                        srcHeight: 0,
+                        dstXInBytes: 0,
+                        dstY: 0,
+                        dstZ: 0,
+                        dstLOD: 0,
+                        dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+                        dstHost: std::ptr::null_mut(),
+                        dstDevice: c.dst.device_ptr() + c.dst_offset as u64 * 4,
+                        dstArray: std::ptr::null_mut(),
+                        reserved1: std::ptr::null_mut(),
+                        dstPitch: 0,
+                        dstHeight: 0,
+                        WidthInBytes: c.words * 4,
+                        Height: 1,
+                        Depth: 1,
+                    };
                     // SAFETY: as for kernel nodes; the ranges lie inside live allocations
                     // (checked above), which the graph's ops keep alive.
                     check("cuGraphAddMemcpyNode", unsafe {
