@@ -176,6 +176,32 @@ pub(crate) fn run(a: CheckArgs) -> Result<(), Failure> {
 pub(crate) fn run_spec(a: RunArgs) -> Result<(), Failure> {
     let spec = load(&a.spec, &a.set)?;
     let plan = derive(&spec).map_err(malformed)?;
+    // Before any thread starts: a schedule the check proves can deadlock (or fail) is refused,
+    // with the same interleaving `seqsync check` prints.
+    match check_deadlock(&plan).map_err(malformed)? {
+        Verdict::DeadlockFree { .. } => {}
+        Verdict::Inconclusive { states } => eprintln!(
+            "warning: the deadlock check was inconclusive after {states} states; running anyway"
+        ),
+        verdict => {
+            if a.json {
+                println!("{}", json_of(&plan, &verdict, None));
+            } else {
+                print_verdict(&verdict);
+            }
+            return Err(Failure {
+                message: format!(
+                    "refusing to run {}: {} (`seqsync check` shows the same interleaving)",
+                    a.spec.display(),
+                    match verdict {
+                        Verdict::WouldFail { .. } => "a non-blocking call can fail",
+                        _ => "the pipeline can deadlock",
+                    }
+                ),
+                code: 1,
+            });
+        }
+    }
     if demo::seed_shape(&spec).is_err() {
         return run_selftest(&a, &spec, &plan);
     }

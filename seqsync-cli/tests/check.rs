@@ -235,3 +235,52 @@ fn run_any_shape_rejects_bad_sizes() {
     assert_eq!(out.0, 2);
     assert!(out.2.contains("--backend host"), "{}", out.2);
 }
+
+/// The issue's two-thread spec: A's `w` writes `b` (3 slots), B's `r` reads it.
+const RUN_END: &str = r#"
+[buffers]
+b = 3
+[[thread]]
+name = "A"
+[[thread.stage]]
+name = "w"
+stream = "sa"
+writes = ["b"]
+[[thread]]
+name = "B"
+[[thread.stage]]
+name = "r"
+stream = "sb"
+reads = ["b"]
+"#;
+
+/// `check` proves the end of a run deadlocks with `r.max_size=1`; `run` refuses the spec
+/// before starting any thread, prints the same interleaving and exits 1, at once.
+#[test]
+fn run_refuses_a_spec_that_check_proves_can_deadlock() {
+    let path = common::spec_file("run_end.toml", RUN_END);
+    let (code, check_out, _) = seqsync(&["check", &path, "--set", "r.max_size=1"]);
+    assert_eq!(code, 1, "{check_out}");
+    let verdict = &check_out[check_out.find("verdict:").expect(&check_out)..];
+    assert!(verdict.contains("end of a run of 2 batches"), "{verdict}");
+    let start = std::time::Instant::now();
+    let (code, out, err) = seqsync(&[
+        "run",
+        &path,
+        "--set",
+        "r.max_size=1",
+        "--backend",
+        "host",
+        "--batches",
+        "50",
+    ]);
+    let took = start.elapsed();
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(took < std::time::Duration::from_secs(1), "took {took:?}");
+    assert_eq!(out.trim_end(), verdict.trim_end());
+    assert!(err.contains("refusing to run"), "{err}");
+    assert!(!out.contains("ran "), "threads ran: {out}");
+    // With the derived sizes it runs.
+    let (code, out, err) = seqsync(&["run", &path, "--backend", "host", "--batches", "50"]);
+    assert_eq!(code, 0, "{out}{err}");
+}

@@ -123,3 +123,101 @@ proptest! {
         }
     }
 }
+
+// ---- the verdict holds for real, finite runs -----------------------------------------------
+
+mod finite_runs {
+    use super::*;
+    use seqsync::backend::host::Chaos;
+    use seqsync::backend::Backend;
+    use seqsync::pipeline::runtime::{self, RunConfig, Stages};
+    use seqsync::pipeline::Plan;
+    use seqsync::HostBackend;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    /// Runs `plan` for `batches` on a chaos host backend with do-nothing stages (stream stages
+    /// enqueue an empty host function); `None` if it did not finish within `limit`.
+    pub(super) fn run_with_timeout(
+        plan: &Plan,
+        batches: i64,
+        seed: u64,
+        limit: Duration,
+    ) -> Option<seqsync::Result<()>> {
+        let plan = plan.clone();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let host = HostBackend::with_chaos(Chaos {
+                seed,
+                max_delay: Duration::from_micros(50),
+            });
+            let streams = runtime::new_streams(&host, &plan).unwrap();
+            let mut stages = Stages::<HostBackend>::new();
+            for s in &plan.stages {
+                let h = host.clone();
+                stages = stages.stage(s.name.clone(), move |cx| match cx.stream {
+                    Some(stream) => h.launch_host(stream, Box::new(|| {})),
+                    None => Ok(()),
+                });
+            }
+            let r = runtime::run(RunConfig {
+                plan: &plan,
+                backend: &host,
+                streams: &streams,
+                stages: &stages,
+                batches,
+            })
+            .map(|_| ());
+            let _ = tx.send(r);
+        });
+        rx.recv_timeout(limit).ok()
+    }
+
+    /// A random subset of rings with a random max_size in `1..=bound + 3`.
+    fn overrides() -> impl Strategy<Value = Vec<Option<u64>>> {
+        prop::collection::vec(prop::option::weighted(0.5, 1u64..8), 0..8)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Random derived plans and random size overrides, run through the runtime on the host
+        /// backend under chaos for a random number of batches: every plan the checker calls
+        /// deadlock-free finishes. (`Inconclusive` counts as nothing.)
+        #[test]
+        fn deadlock_free_plans_finish_their_runs(
+            stages in prop::collection::vec(gen_stage(), 1..6),
+            sizes in overrides(),
+            batches in 1i64..12,
+            seed in any::<u64>(),
+        ) {
+            let base = build(&stages);
+            let derived = derive(&base).expect("derives");
+            // The derivation gives every ring at least the lag of each of its consumers, so
+            // derived plans never hang at the end of a run.
+            for r in &derived.rings {
+                for c in &r.consumers {
+                    prop_assert!(r.max_size as i64 >= c.lag, "ring {} consumer {} lag {} > max_size {}", r.name, c.stage, c.lag, r.max_size);
+                }
+            }
+            let mut spec = base.clone();
+            for (r, size) in derived.rings.iter().zip(&sizes) {
+                if let Some(v) = size {
+                    spec.set(&format!("{}.max_size", r.name), *v).unwrap();
+                }
+            }
+            let plan = derive_unchecked(&spec).expect("derives unchecked");
+            let verdict = check_deadlock_with(&plan, CheckOptions { max_states: 200_000 }).unwrap();
+            if let Verdict::DeadlockFree { .. } = verdict {
+                let outcome = run_with_timeout(&plan, batches, seed, Duration::from_secs(20));
+                prop_assert!(
+                    matches!(outcome, Some(Ok(()))),
+                    "deadlock-free by the checker, but a run of {} batches {}:\n{}",
+                    batches,
+                    match outcome { None => "hung".to_string(), Some(r) => format!("{r:?}") },
+                    plan
+                );
+            }
+        }
+    }
+}

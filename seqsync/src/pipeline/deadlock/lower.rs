@@ -68,6 +68,7 @@ impl Model {
             threads,
             rings,
             max_lag,
+            end: None,
         })
     }
 }

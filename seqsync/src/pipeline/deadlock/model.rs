@@ -39,11 +39,14 @@ pub(super) struct MRing {
     pub(super) consumers: Vec<MConsumer>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct Model {
     pub(super) threads: Vec<(String, Vec<MOp>)>,
     pub(super) rings: Vec<MRing>,
     pub(super) max_lag: i64,
+    /// `Some(n)`: a run of `n` batches (seqs `0..n`), as the runtime runs it: a thread that has
+    /// finished iteration `n - 1` stops. `None`: endless loops.
+    pub(super) end: Option<i64>,
 }
 
 impl Model {
@@ -93,6 +96,8 @@ pub(super) type State = Vec<(i64, usize)>;
 pub(super) enum Status {
     /// It can step; the text says what the step does.
     Go(String),
+    /// It has run every batch of a finite run.
+    Done,
     /// It waits (blocking call); the text says on what, `why` names the culprit.
     Blocked { text: String, why: String },
     /// A non-blocking call would fail.
@@ -129,7 +134,15 @@ impl Model {
         &self.threads[t].0
     }
 
+    /// Has thread `t` run every batch (finite runs only)?
+    pub(super) fn done(&self, st: &State, t: usize) -> bool {
+        self.end.is_some_and(|n| st[t].0 >= n)
+    }
+
     pub(super) fn status(&self, st: &State, t: usize) -> Status {
+        if self.done(st, t) {
+            return Status::Done;
+        }
         let (it, pc) = st[t];
         match &self.threads[t].1[pc] {
             MOp::Consume {
@@ -213,7 +226,22 @@ impl Model {
         }
         let who: Vec<String> = holders
             .iter()
-            .map(|c| format!("{} on thread {}", c.stage, self.thread_name(c.thread)))
+            .map(|c| {
+                let finished = if self.done(st, c.thread) {
+                    format!(
+                        " (finished its {} batches at lag {}: it never will)",
+                        self.end.unwrap_or_default(),
+                        c.lag
+                    )
+                } else {
+                    String::new()
+                };
+                format!(
+                    "{} on thread {}{finished}",
+                    c.stage,
+                    self.thread_name(c.thread)
+                )
+            })
             .collect();
         let who = who.join(" and ");
         let itself = if holders.iter().any(|c| c.thread == t) {

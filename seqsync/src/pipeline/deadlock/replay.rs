@@ -22,6 +22,7 @@ impl Search<'_> {
                 Status::Go(text) => text,
                 // Unreachable for a recorded path; keep the trace honest anyway.
                 Status::Blocked { text, .. } | Status::Fail(text) => text,
+                Status::Done => "has run every batch".to_string(),
             };
             steps.push(Step {
                 thread: self.model.thread_name(t).to_string(),

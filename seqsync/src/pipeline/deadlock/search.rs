@@ -28,7 +28,11 @@ impl<'m> Search<'m> {
     }
 
     pub(super) fn key(&self, st: &State) -> Vec<u32> {
-        let min = self.active.iter().map(|&t| st[t].0).min().unwrap_or(0);
+        // A finite run is not translation-invariant (its end is fixed): absolute iterations.
+        let min = match self.model.end {
+            Some(_) => 0,
+            None => self.active.iter().map(|&t| st[t].0).min().unwrap_or(0),
+        };
         let clamp = |v: i64| u32::try_from(v).unwrap_or(u32::MAX);
         let mut key = Vec::with_capacity(1 + 2 * self.active.len());
         key.push(clamp(min.min(self.model.max_lag)));
@@ -97,7 +101,10 @@ impl<'m> Search<'m> {
             };
             return Some(Verdict::WouldFail { trace });
         }
-        if statuses.iter().any(|(_, s)| matches!(s, Status::Go(_))) {
+        // Some thread can step, or (a finite run) every thread has finished.
+        if statuses.iter().any(|(_, s)| matches!(s, Status::Go(_)))
+            || statuses.iter().all(|(_, s)| matches!(s, Status::Done))
+        {
             return None;
         }
         let mut stuck = Vec::new();
@@ -111,7 +118,26 @@ impl<'m> Search<'m> {
                 waits.push(format!("{} waits for {why}", name(*t)));
             }
         }
-        let summary = format!("deadlock: every thread is blocked: {}", waits.join("; "));
+        let summary = match self.model.end {
+            None => format!("deadlock: every thread is blocked: {}", waits.join("; ")),
+            Some(n) => {
+                let done: Vec<String> = statuses
+                    .iter()
+                    .filter(|(_, s)| matches!(s, Status::Done))
+                    .map(|(t, _)| name(*t))
+                    .collect();
+                format!(
+                    "deadlock at the end of a run of {n} batches: {} finished, every other \
+                     thread is blocked: {}",
+                    if done.is_empty() {
+                        "no thread".to_string()
+                    } else {
+                        format!("thread {}", done.join(", "))
+                    },
+                    waits.join("; ")
+                )
+            }
+        };
         Some(Verdict::Deadlock {
             trace: Trace {
                 steps: self.replay(id),
