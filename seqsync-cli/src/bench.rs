@@ -3,6 +3,7 @@
 use clap::Args;
 use seqsync::BackendKind;
 use seqsync_demo::bench::pool::{self, PoolBenchConfig};
+use seqsync_demo::bench::timeline::{self, TimelineBenchConfig};
 use seqsync_demo::bench::{self, BenchConfig};
 
 use crate::Failure;
@@ -18,11 +19,14 @@ pub(crate) enum Suite {
     /// Command graphs: submit cost per command (raw launches on one stream, streams + events,
     /// graph replay) and makespan under fork-join levels vs the exact lowerings.
     Graph,
+    /// Timelines against raw events: signal_on + wait_on, host query, cross-stream ping-pong
+    /// per mechanism, host wait wake-up and CPU.
+    Timeline,
 }
 
 #[derive(Args)]
 pub(crate) struct BenchArgs {
-    /// ring (default), pool or graph.
+    /// ring (default), pool, graph or timeline.
     #[arg(value_enum, default_value = "ring")]
     suite: Suite,
     /// pool: bytes per allocation.
@@ -54,6 +58,9 @@ pub(crate) fn run(a: BenchArgs) -> Result<(), Failure> {
     }
     if a.suite == Suite::Graph {
         return run_graph(&a);
+    }
+    if a.suite == Suite::Timeline {
+        return run_timeline(a);
     }
     let cfg = BenchConfig {
         rounds: a.rounds.max(1),
@@ -197,6 +204,53 @@ fn run_graph(a: &BenchArgs) -> Result<(), Failure> {
             m.makespan_us / r.critical_path_us.max(1) as f64,
             m.makespan_us / exact.unwrap_or(f64::NAN),
             m.false_dependencies
+        );
+    }
+    Ok(())
+}
+
+fn run_timeline(a: BenchArgs) -> Result<(), Failure> {
+    let cfg = TimelineBenchConfig {
+        rounds: a.rounds.max(1),
+        ..TimelineBenchConfig::default()
+    };
+    let r = timeline::run(a.backend, &cfg)?;
+    if a.json {
+        println!("{}", serde_json::to_string(&r).expect("report serializes"));
+        return Ok(());
+    }
+    println!(
+        "seqsync bench timeline on {} ({}), mechanism {}",
+        r.backend, r.device, r.mechanism
+    );
+    println!(
+        "  {:<50}{:>12}{:>10}{:>8}",
+        "operation", "timeline ns", "raw ns", "ratio"
+    );
+    for o in &r.ops {
+        println!(
+            "  {:<50}{:>12.1}{:>10.1}{:>8.3}",
+            o.name, o.timeline_ns, o.raw_ns, o.ratio
+        );
+    }
+    println!(
+        "  cross-stream ping-pong, per round trip (enqueue included; raw events in causal order)"
+    );
+    for p in &r.ping_pong {
+        println!(
+            "  {:<16} timeline {:>9.2} us   raw events {:>9.2} us   ratio {:>6.3}",
+            p.mechanism, p.timeline_us, p.raw_us, p.ratio
+        );
+    }
+    println!("  host wait: wake-up (time past the work's end, enqueue included) and CPU per wait");
+    for s in &r.wait {
+        println!(
+            "  {:<16}{:<22} excess {:>9.1} us   cpu {:>8.3} ms ({:.1}% of the wait)",
+            s.wait,
+            s.method,
+            s.excess_us,
+            s.cpu_ms,
+            100.0 * s.cpu_ms / s.wait_ms
         );
     }
     Ok(())

@@ -174,3 +174,34 @@ fn failing_stream_fails_its_later_signals() {
         .to_string()
         .contains("kernel fault"));
 }
+
+/// CPU time of the calling thread (getrusage, RUSAGE_THREAD).
+fn thread_cpu() -> Duration {
+    // SAFETY: an all-zero rusage is a valid value to be overwritten.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a valid out-pointer; RUSAGE_THREAD reads the calling thread's usage.
+    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) }, 0);
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+/// A host wait of 100 ms of stream work costs at most 5 % of a core (it spins for `SPIN`, then
+/// parks until the stream's signal wakes it), the first time and once it has learnt the length.
+#[test]
+fn host_wait_of_100ms_uses_at_most_5_percent_of_a_core() {
+    let host = HostBackend::new();
+    let s = host.new_stream("work");
+    let t = Timeline::new(&host, "t", 0).unwrap();
+    for v in 1..=3 {
+        s.launch(|| std::thread::sleep(Duration::from_millis(100)));
+        t.signal_on(&s, v).unwrap();
+        let (c0, w0) = (thread_cpu(), std::time::Instant::now());
+        t.wait(v, LONG).unwrap();
+        let (cpu, wall) = (thread_cpu() - c0, w0.elapsed());
+        assert!(wall >= Duration::from_millis(90), "{wall:?}");
+        assert!(
+            cpu <= wall / 20,
+            "wait {v}: {cpu:?} of CPU during a {wall:?} wait"
+        );
+    }
+}

@@ -7,6 +7,7 @@
 
 pub mod graph;
 pub mod pool;
+pub mod timeline;
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};

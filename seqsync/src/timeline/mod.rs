@@ -214,7 +214,7 @@ impl<B: Backend> Timeline<B> {
             });
         }
         if let Some(ledger) = &ledger {
-            if let Err(cause) = ledger.add_signal(shared::target(s)) {
+            if let Err(cause) = ledger.add_signal(shared::target(s), v) {
                 drop(st);
                 s.fail(Error::clone(&cause), None);
                 return Ok(());

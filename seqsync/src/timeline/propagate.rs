@@ -58,6 +58,7 @@ struct PendingWait {
 struct PendingSignal {
     seq: u64,
     timeline: Weak<dyn FailTarget>,
+    value: u64,
 }
 
 #[derive(Default)]
@@ -65,6 +66,10 @@ struct LedgerState {
     next_seq: u64,
     waits: Vec<PendingWait>,
     signals: VecDeque<PendingSignal>,
+    /// Prune `waits` / `signals` of resolved entries when they grow to these lengths (amortized:
+    /// the next limit is twice what is left).
+    prune_waits_at: usize,
+    prune_signals_at: usize,
     /// The earliest failed wait's sequence number, and its failure.
     poison: Option<(u64, Arc<Error>)>,
 }
@@ -114,24 +119,33 @@ impl Ledger {
         let mut st = self.lock();
         let seq = st.next_seq;
         st.next_seq += 1;
-        st.waits.retain(|w| !is_resolved(w));
+        st.prune_waits();
         st.waits.push(PendingWait { timeline, value });
         seq
     }
 
     /// A signal of `timeline` is being enqueued. `Err(cause)`: the stream is poisoned, fail the
     /// timeline instead.
-    pub(crate) fn add_signal(&self, timeline: Weak<dyn FailTarget>) -> Result<(), Arc<Error>> {
+    pub(crate) fn add_signal(
+        &self,
+        timeline: Weak<dyn FailTarget>,
+        value: u64,
+    ) -> Result<(), Arc<Error>> {
         let mut st = self.lock();
         if let Some((_, cause)) = &st.poison {
             return Err(cause.clone());
         }
         let seq = st.next_seq;
         st.next_seq += 1;
-        st.waits.retain(|w| !is_resolved(w));
+        st.prune_waits();
         // A signal after only satisfied waits can never be poisoned: no need to keep it.
         if !st.waits.is_empty() {
-            st.signals.push_back(PendingSignal { seq, timeline });
+            st.prune_signals();
+            st.signals.push_back(PendingSignal {
+                seq,
+                timeline,
+                value,
+            });
         }
         Ok(())
     }
@@ -156,11 +170,12 @@ impl Ledger {
             .collect()
     }
 
-    /// Forget this ledger if it holds nothing worth keeping (no poison, nothing pending).
+    /// Forget this ledger if it holds nothing worth keeping (no poison, nothing pending; pruned
+    /// amortized, so a ledger may stay a while after its last wait resolved).
     pub(crate) fn release_if_idle(self: &Arc<Self>) {
         let mut reg = registry().lock().unwrap_or_else(|e| e.into_inner());
         let mut st = self.lock();
-        st.waits.retain(|w| !is_resolved(w));
+        st.prune_waits();
         if st.waits.is_empty() {
             st.signals.clear();
         }
@@ -170,6 +185,24 @@ impl Ledger {
                     reg.remove(&self.stream_id);
                 }
             }
+        }
+    }
+}
+
+impl LedgerState {
+    fn prune_waits(&mut self) {
+        if self.waits.len() >= self.prune_waits_at {
+            self.waits.retain(|w| !is_resolved(w));
+            self.prune_waits_at = (self.waits.len() * 2).max(8);
+        }
+    }
+
+    fn prune_signals(&mut self) {
+        if self.signals.len() >= self.prune_signals_at {
+            // A signal that landed can no longer be failed by the stream's waits.
+            self.signals
+                .retain(|s| s.timeline.upgrade().is_some_and(|t| !t.reached(s.value)));
+            self.prune_signals_at = (self.signals.len() * 2).max(8);
         }
     }
 }
