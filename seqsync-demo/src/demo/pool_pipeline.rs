@@ -1,8 +1,9 @@
 //! [`Variant::Pool`](super::Variant::Pool): the seed's pipeline with per-batch device buffers
 //! from a stream-ordered [`Pool`] instead of fixed ring buffers.
 //!
-//! Each batch's `in`, `x`, `y` and `out` are allocated on the copy-in stream and freed after
-//! their last reader, on the reader's stream: `in` on s_g after g (waiting for f), `x` and `y`
+//! Each batch's `in`, `x`, `y` and `out` are allocated on the copy-in stream (`out` just before
+//! h, as late as the ring version's wait for the copy out) and freed after their last reader,
+//! on the reader's stream: `in` on s_g after g (waiting for f), `x` and `y`
 //! on s_h after h, `out` on s_g2h after the copy out. The data flow is ordered by the pool's
 //! points (copy → f, g → h → copy out). An allocation for batch `s` waits on the free of the
 //! same buffer of batch `s - N` (N: the ring's slot count), exactly the dependency the ring
@@ -16,7 +17,7 @@ use std::time::{Duration, Instant};
 use super::device::Device;
 use super::pipeline::{first_error, marked, Checker, InputPool, RunOptions, Streams, Verification};
 use seqsync::backend::Backend;
-use seqsync::memory::{Block, Point, Pool, PoolConfig, PoolStats, Wait};
+use seqsync::memory::{AllocFlags, Block, Point, Pool, PoolConfig, PoolStats, Wait};
 use seqsync::Result;
 
 /// The pool for a device's layout: room for every slot of every buffer, no more.
@@ -131,12 +132,6 @@ fn h2g_thread<D: Device>(
         dev.chaos_pause();
         inputs.wait_free(dev, s)?;
         dev.fill_input(s);
-        // out's free (of batch s - nout) comes from the g2h thread, in batch order.
-        let freed_out = if s >= l.nout as i64 {
-            Some(from_g2h.recv().map_err(|_| disconnected())?)
-        } else {
-            None
-        };
         let alloc = |waited: Option<Point<D::B>>| -> Result<Block> {
             let waits: Vec<_> = waited.iter().map(Wait::Point).collect();
             Ok(pool.alloc(&st.h2g, size, &waits)?.block)
@@ -144,7 +139,6 @@ fn h2g_thread<D: Device>(
         let d_in = alloc(due(&mut freed_in, l.nin))?;
         let x = alloc(due(&mut freed_x, l.nx))?;
         let y = alloc(due(&mut freed_y, l.ny))?;
-        let out = alloc(freed_out)?;
 
         marked(dev, tracing, &st.h2g, "s_h2g", "copy in", s, || {
             dev.copy_in_to(&st.h2g, (s % l.npatterns as i64) as usize, d_in.addr())
@@ -167,6 +161,19 @@ fn h2g_thread<D: Device>(
         let g_done = pool.record(&st.g)?;
         dev.chaos_pause();
 
+        // out: allocated (on the copy-in stream too, so that one stream's knowledge serves
+        // every allocation) once the g2h copy of batch s - nout has been enqueued and freed
+        // (the other thread's free point, in batch order): as late as the ring version's
+        // blocking wait, so copy-in, f and g run ahead; h waits for the allocation's point.
+        let freed_out = if s >= l.nout as i64 {
+            Some(from_g2h.recv().map_err(|_| disconnected())?)
+        } else {
+            None
+        };
+        let waits: Vec<_> = freed_out.iter().map(Wait::Point).collect();
+        let out = pool.alloc_with(&st.h2g, size, &waits, AllocFlags::default().signal())?;
+        pool.wait(&st.h, out.ready.as_ref().expect("signal asked for a point"))?;
+        let out = out.block;
         pool.wait(&st.h, &f_done)?;
         pool.wait(&st.h, &g_done)?;
         marked(dev, tracing, &st.h, "s_h", "h", s, || {
@@ -213,15 +220,16 @@ fn g2h_thread<D: Device>(
         marked(dev, tracing, &st.g2h, "s_g2h", "copy out", seq, || {
             dev.copy_out_from(&st.g2h, out.addr(), 0)
         })?;
-        // The copy out is `out`'s last reader: free it in stream order after it.
+        // The copy out is `out`'s last reader: free it in stream order after it, and hand the
+        // free point to h2g at once (its allocation of batch seq + nout waits on it).
         let freed = pool.free(&st.g2h, out, &[])?;
+        to_h2g.send(freed.clone()).map_err(|_| disconnected())?;
         // process_data needs the batch on the host: the demo (not the pool) waits here.
         dev.backend().synchronize(freed.event())?;
         checker.process(dev, 0, seq);
         if let Some(p) = opt.progress {
             p(seq + 1);
         }
-        to_h2g.send(freed).map_err(|_| disconnected())?;
     }
     Ok(())
 }
