@@ -48,10 +48,7 @@ use crate::primitive::{
 
 mod state;
 
-use state::{
-    slot_seq, tag_of, Word, CONSUMER_WAITING, MAX_CONSUMERS, ONE_ACQUIRE, ONE_RELEASE,
-    PRODUCER_WAITING,
-};
+use state::{slot_seq, tag_of, Slot, Word, CONSUMER_WAITING, MAX_CONSUMERS, PRODUCER_WAITING};
 
 /// The largest `max_size` a ring accepts (2^30 entries). The pipeline layer enforces the same
 /// limit when it derives or is asked for a ring's size, so `seqsync check` accepts exactly the
@@ -96,11 +93,6 @@ impl From<bool> for Blocking {
         }
     }
 }
-
-/// One slot word, on its own cache line: the producer and the consumers of neighbouring seqs
-/// touch neighbouring slots.
-#[repr(align(64))]
-struct Slot(AtomicU64);
 
 struct StopInfo {
     reason: Arc<str>,
@@ -253,10 +245,7 @@ impl<B: Backend> EventRingbuf<B> {
             // The seq of slot i just below first_seq, fully consumed.
             let below = first_seq - max_size as i64;
             let s = below + (i as i64 - below).rem_euclid(max_size as i64);
-            slot.0.store(
-                Word::new(tag_of(s, max_size), nconsumers).0,
-                Ordering::Relaxed,
-            );
+            slot.init(Word::new(tag_of(s, max_size), nconsumers));
         }
         Ok(ring)
     }
@@ -293,7 +282,7 @@ impl<B: Backend> EventRingbuf<B> {
             .into_boxed_slice();
         // Slot i starts out holding seq i - max_size, fully released: free for seq i.
         let slots = (0..nevents)
-            .map(|i| Slot(AtomicU64::new(Word::new(i as u64, nconsumers).0)))
+            .map(|i| Slot::new(Word::new(i as u64, nconsumers)))
             .collect::<Vec<_>>()
             .into_boxed_slice();
         Ok(EventRingbuf {
@@ -349,7 +338,7 @@ impl<B: Backend> EventRingbuf<B> {
         let n = self.nconsumers;
         self.slots
             .iter()
-            .map(|s| Word(s.0.load(Ordering::Acquire)))
+            .map(Slot::load)
             .filter(|w| w.released() < n)
             .count()
     }
@@ -459,22 +448,11 @@ impl<B: Backend> EventRingbuf<B> {
         }
         let tag = tag_of(seq, self.max_size);
         let index = self.index(seq);
-        let slot = &self.slots[index].0;
-        // Acquire: pairs with the consumers' release `fetch_add`, so their backend waits on
-        // this slot's event happen before our re-record.
-        if Word(slot.load(Ordering::Acquire)).released() < self.nconsumers {
-            match blocking {
-                Blocking::No => {
-                    return Err(self.fail(Error::Overflow {
-                        ring: self.name.clone(),
-                        seq,
-                        oldest: seq - self.max_size as i64,
-                        max_size: self.max_size,
-                        nconsumers: self.nconsumers,
-                    }))
-                }
-                Blocking::Yes => self.sleep_until_free(index)?,
-            }
+        let slot = &self.slots[index];
+        // The slot still holds seq - max_size until its last consumer releases it (the load
+        // orders their backend calls on the event before our re-record).
+        if slot.load().released() < self.nconsumers {
+            self.wait_for_free_slot(seq, index, blocking)?;
         }
         // One producer: a plain store. Two threads recording the same seq at once (misuse) are
         // caught below, when the second finds the slot already published.
@@ -482,8 +460,7 @@ impl<B: Backend> EventRingbuf<B> {
         if let Err(e) = record_event(&self.events[index]) {
             return Err(self.fail(e));
         }
-        // Release: consumers that see the new tag also see the recorded event.
-        let old = Word(slot.swap(Word::new(tag, 0).0, Ordering::AcqRel));
+        let old = slot.publish(tag);
         // The slot held seq - max_size, whose tag is seq's own (mod 2^42).
         if old.tag() != tag_of(seq - self.max_size as i64, self.max_size) {
             return Err(self.out_of_order(seq + 1, seq));
@@ -492,6 +469,22 @@ impl<B: Backend> EventRingbuf<B> {
             self.wake_all();
         }
         Ok(())
+    }
+
+    /// The slow path of [`publish`](Self::publish): `seq`'s slot still holds a seq some
+    /// consumer has not released. Fails with [`Error::Overflow`], or sleeps until it is free.
+    #[cold]
+    fn wait_for_free_slot(&self, seq: i64, index: usize, blocking: Blocking) -> Result<()> {
+        match blocking {
+            Blocking::No => Err(self.fail(Error::Overflow {
+                ring: self.name.clone(),
+                seq,
+                oldest: seq - self.max_size as i64,
+                max_size: self.max_size,
+                nconsumers: self.nconsumers,
+            })),
+            Blocking::Yes => self.sleep_until_free(index),
+        }
     }
 
     /// Consumer: make `stream` wait for the event of `seq` (a no-op for seq < 0).
@@ -547,12 +540,7 @@ impl<B: Backend> EventRingbuf<B> {
             return Err(self.fail(e));
         }
         // Take and release our share in one step (the wait is enqueued: nothing holds it).
-        // Release: our backend call happens before the producer's re-record.
-        let old = Word(
-            self.slots[index]
-                .0
-                .fetch_add(ONE_ACQUIRE + ONE_RELEASE, Ordering::AcqRel),
-        );
+        let old = self.slots[index].take_and_release();
         if old.tag() != want || old.acquired() >= self.nconsumers {
             // Another thread consumed the last share meanwhile: more consumers than declared.
             return Err(self.fail(Error::OverConsumed {
@@ -730,7 +718,7 @@ impl<B: Backend> EventRingbuf<B> {
         let index = self.index(seq);
         // Acquire: pairs with the producer's publishing swap, so the event record happened
         // before our backend call on it.
-        let mut word = Word(self.slots[index].0.load(Ordering::Acquire));
+        let mut word = self.slots[index].load();
         loop {
             match self.locate(seq, word) {
                 Found::Here => {
@@ -780,20 +768,10 @@ impl<B: Backend> EventRingbuf<B> {
         }
         loop {
             let (index, want) = self.find_produced(seq, blocking)?;
-            let slot = &self.slots[index].0;
-            let word = Word(slot.load(Ordering::Acquire));
+            let slot = &self.slots[index];
+            let word = slot.load();
             // Retry from the top if anything changed since `find_produced` looked.
-            if word.tag() == want
-                && word.acquired() < self.nconsumers
-                && slot
-                    .compare_exchange_weak(
-                        word.0,
-                        word.0 + ONE_ACQUIRE,
-                        Ordering::AcqRel,
-                        Ordering::Acquire,
-                    )
-                    .is_ok()
-            {
+            if word.tag() == want && word.acquired() < self.nconsumers && slot.try_take(word) {
                 return Ok(Some(index));
             }
         }
@@ -801,8 +779,7 @@ impl<B: Backend> EventRingbuf<B> {
 
     #[inline]
     fn release(&self, index: usize) {
-        // Release: our backend call on the event happens before the producer re-records it.
-        let old = Word(self.slots[index].0.fetch_add(ONE_RELEASE, Ordering::AcqRel));
+        let old = self.slots[index].release();
         if old.released() + 1 == self.nconsumers && old.has(PRODUCER_WAITING) {
             self.wake_all();
         }
@@ -860,19 +837,15 @@ impl<B: Backend> EventRingbuf<B> {
     /// may hold (the last releaser, the publishing producer) sees the flag and takes the lock
     /// before notifying, so it cannot notify between our check and our wait.
     fn sleep_until(&self, index: usize, flag: u64, done: impl Fn(Word) -> bool) -> Result<Word> {
-        let slot = &self.slots[index].0;
+        let slot = &self.slots[index];
         let mut guard = self.lock_sleepers();
         loop {
             self.check_stopped()?;
-            let word = Word(slot.load(Ordering::Acquire));
+            let word = slot.load();
             if done(word) {
                 return Ok(word);
             }
-            if !word.has(flag)
-                && slot
-                    .compare_exchange(word.0, word.0 | flag, Ordering::AcqRel, Ordering::Acquire)
-                    .is_err()
-            {
+            if !word.has(flag) && !slot.try_set_flag(word, flag) {
                 continue;
             }
             guard = self.wait_on(guard);

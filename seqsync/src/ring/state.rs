@@ -1,4 +1,4 @@
-//! The packed state word of one ring slot.
+//! One ring slot: its packed state word ([`Word`]) and the atomic that owns it ([`Slot`]).
 //!
 //! Each slot is one `AtomicU64`, so that a consumer's acquire, a consumer's release and the
 //! producer's publish are each a single atomic operation and no lock is taken on the fast path:
@@ -19,6 +19,8 @@
 //! [`slot_seq`], relative to the producer's full 64-bit `next` counter: a slot always holds a
 //! seq within `2 * max_size` (≤ 2^31) below `next`, far inside the ±2^41 that 42 bits tell
 //! apart. So seqs run to `i64::MAX - 1` (292 000 years at one seq per nanosecond).
+
+use crate::primitive::{AtomicU64, Ordering};
 
 /// Most consumers a ring can have (10 bits).
 pub(crate) const MAX_CONSUMERS: u32 = (1 << 10) - 1;
@@ -61,6 +63,94 @@ impl Word {
 
     pub(crate) fn has(self, flag: u64) -> bool {
         self.0 & flag != 0
+    }
+}
+
+/// One ring slot: the word, on its own cache line (the producer and the consumers of
+/// neighbouring seqs touch neighbouring slots). Every atomic operation on a slot is a method
+/// here, with its memory ordering and why.
+///
+/// The orderings pair up like this (tokio's `sync/watch.rs` documents its state the same way):
+/// the producer's [`publish`](Slot::publish) (release) is acquired by every consumer's
+/// [`load`](Slot::load), so the event record happens before the consumer's backend call on the
+/// event; each consumer's [`release`](Slot::release) or
+/// [`take_and_release`](Slot::take_and_release) (release) is acquired by the producer's
+/// [`load`](Slot::load) before it re-records, so every consumer's backend call on the event
+/// happens before the re-record.
+#[repr(align(64))]
+pub(crate) struct Slot(AtomicU64);
+
+impl Slot {
+    /// A slot holding `word`.
+    pub(crate) fn new(word: Word) -> Slot {
+        Slot(AtomicU64::new(word.0))
+    }
+
+    /// Overwrite the word. Relaxed: only while the ring is being built, before any other
+    /// thread can see it.
+    pub(crate) fn init(&self, word: Word) {
+        self.0.store(word.0, Ordering::Relaxed);
+    }
+
+    /// The word now. Acquire: pairs with the producer's [`publish`](Self::publish) (the event
+    /// was recorded before) and with consumers' releases (their backend calls on the event
+    /// were made before).
+    #[inline]
+    pub(crate) fn load(&self) -> Word {
+        Word(self.0.load(Ordering::Acquire))
+    }
+
+    /// Producer: make the slot hold the seq whose tag is `tag`, taken and released by nobody
+    /// yet; returns the word it replaced. AcqRel: release so that consumers that see the new
+    /// tag also see the recorded event; acquire so that the producer sees the flags sleepers
+    /// set in the old word.
+    #[inline]
+    pub(crate) fn publish(&self, tag: u64) -> Word {
+        Word(self.0.swap(Word::new(tag, 0).0, Ordering::AcqRel))
+    }
+
+    /// Consumer of a stream wait: take and release one share in one step (the wait is already
+    /// enqueued, so nothing holds the share); returns the word before. AcqRel: release so that
+    /// the backend call happens before the producer's re-record; acquire to read the tag and
+    /// counts it checks.
+    #[inline]
+    pub(crate) fn take_and_release(&self) -> Word {
+        Word(
+            self.0
+                .fetch_add(ONE_ACQUIRE + ONE_RELEASE, Ordering::AcqRel),
+        )
+    }
+
+    /// Consumer of a host synchronize: take one share if the word is still `seen`. AcqRel on
+    /// success (the share is ordered after the publish it saw), Acquire on failure (the caller
+    /// reloads). Weak: the caller retries in a loop.
+    #[inline]
+    pub(crate) fn try_take(&self, seen: Word) -> bool {
+        self.0
+            .compare_exchange_weak(
+                seen.0,
+                seen.0 + ONE_ACQUIRE,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+    }
+
+    /// Consumer: release a share taken with [`try_take`](Self::try_take); returns the word
+    /// before. AcqRel: release so that the backend call on the event (the synchronize) happens
+    /// before the producer's re-record.
+    #[inline]
+    pub(crate) fn release(&self) -> Word {
+        Word(self.0.fetch_add(ONE_RELEASE, Ordering::AcqRel))
+    }
+
+    /// A sleeper: set `flag` if the word is still `seen` (whoever changes the word next sees
+    /// the flag and wakes it). AcqRel/Acquire: the flag is ordered after what the sleeper
+    /// checked, and a failure reloads the current word.
+    pub(crate) fn try_set_flag(&self, seen: Word, flag: u64) -> bool {
+        self.0
+            .compare_exchange(seen.0, seen.0 | flag, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
     }
 }
 
