@@ -1,0 +1,169 @@
+//! CUDA-only timeline tests: which mechanism a backend picks, the events mechanism's host-side
+//! deferral, and kernels ordered by a wait enqueued before its signal, for both mechanisms.
+//! (Every contract and conformance case also runs on CUDA, in `timeline_contract.rs` and
+//! `timeline_cts.rs`, with the mechanism `SEQSYNC_TIMELINE_MECHANISM` picks.)
+#![cfg(feature = "cuda")]
+
+mod common;
+
+use std::time::Duration;
+
+use seqsync::backend::cuda::{CudaBackend, TimelineMechanism};
+use seqsync::cudarc::driver::{LaunchConfig, PushKernelArg};
+use seqsync::timeline::{Mechanism, Timeline};
+
+crate::gpu_required!();
+
+const LONG: Duration = Duration::from_secs(20);
+
+fn with(m: TimelineMechanism) -> Option<(common::gpu::Gpu, CudaBackend)> {
+    let g = common::gpu::gpu()?;
+    let b = g.backend.clone().with_timeline_mechanism(m);
+    Some((g, b))
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn auto_uses_stream_memory_operations_where_they_work() {
+    let Some((_, b)) = with(TimelineMechanism::Auto) else {
+        return;
+    };
+    let t = Timeline::new(&b, "t", 0).unwrap();
+    println!("mechanism: {}", t.mechanism());
+    // The H200 runs them; elsewhere the fallback must say why.
+    match t.mechanism() {
+        Mechanism::StreamMemOps => {}
+        Mechanism::Events {
+            fallback_reason: Some(why),
+        } => assert!(!why.is_empty()),
+        other => panic!("unexpected mechanism {other:?}"),
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn forced_mechanisms_are_used() {
+    let Some((_, b)) = with(TimelineMechanism::Events) else {
+        return;
+    };
+    let t = Timeline::new(&b, "t", 0).unwrap();
+    assert_eq!(
+        t.mechanism(),
+        Mechanism::Events {
+            fallback_reason: None
+        }
+    );
+    let Some((_, b)) = with(TimelineMechanism::StreamMemOps) else {
+        return;
+    };
+    assert_eq!(
+        Timeline::new(&b, "t", 0).unwrap().mechanism(),
+        Mechanism::StreamMemOps
+    );
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn events_mechanism_holds_later_timeline_operations_until_the_signal() {
+    let Some((_, b)) = with(TimelineMechanism::Events) else {
+        return;
+    };
+    let (waiter, signaller) = (b.new_stream().unwrap(), b.new_stream().unwrap());
+    let (t, after) = (
+        Timeline::new(&b, "t", 0).unwrap(),
+        Timeline::new(&b, "after", 0).unwrap(),
+    );
+    t.wait_on(&waiter, 1).unwrap();
+    after.signal_on(&waiter, 1).unwrap();
+    assert_eq!(
+        b.deferred_timeline_ops(),
+        2,
+        "wait and signal held on the host"
+    );
+    std::thread::sleep(Duration::from_millis(30));
+    assert_eq!(after.query().unwrap(), 0);
+    t.signal_on(&signaller, 1).unwrap();
+    assert_eq!(
+        b.deferred_timeline_ops(),
+        0,
+        "replayed once the signal is enqueued"
+    );
+    after.wait(1, LONG).unwrap();
+}
+
+/// Stream `late` fills a buffer with 7 after 20 ms and signals; stream `early` (enqueued
+/// first) waits for that signal, then fills it with 9. Only if the wait held does 9 win.
+fn kernels_ordered_by_wait_before_signal(m: TimelineMechanism) {
+    let Some((g, b)) = with(m) else {
+        return;
+    };
+    const N: usize = 1 << 16;
+    let buf = b.alloc_device(N).unwrap();
+    let host = b.alloc_pinned(N).unwrap();
+    let (early, late) = (b.new_stream().unwrap(), b.new_stream().unwrap());
+    let t = Timeline::new(&b, "filled", 0).unwrap();
+    let done = Timeline::new(&b, "done", 0).unwrap();
+    let fill = |s: &std::sync::Arc<seqsync::backend::cuda::CudaStream>, v: f32, ns: u64| {
+        let ptr = buf.device_ptr();
+        let n = N as i32;
+        let mut l = s.launch_builder(&g.slow_fill);
+        l.arg(&ptr).arg(&n).arg(&v).arg(&ns);
+        let cfg = LaunchConfig {
+            grid_dim: (64, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: slow_fill writes N floats to `buf` (N u32s long), which lives to the end of
+        // the test; the two fills are ordered by the timeline (that is what is tested).
+        unsafe { l.launch(cfg) }.expect("launch slow_fill");
+    };
+    t.wait_on(&early, 1).unwrap();
+    if m == TimelineMechanism::Events {
+        // Events hold only timeline operations: the fill must follow the signal's enqueue.
+        fill(&late, 7.0, 20_000_000);
+        t.signal_on(&late, 1).unwrap();
+        fill(&early, 9.0, 0);
+    } else {
+        fill(&early, 9.0, 0);
+        fill(&late, 7.0, 20_000_000);
+        t.signal_on(&late, 1).unwrap();
+    }
+    // SAFETY: the copy is ordered after the second fill on `early`; `host` is read after
+    // `done`, which `early` signals after the copy.
+    unsafe { buf.copy_to_pinned_async(&host, &early) }.unwrap();
+    done.signal_on(&early, 1).unwrap();
+    done.wait(1, LONG).unwrap();
+    // SAFETY: the copy completed (done reached 1 after it on the same stream).
+    let out = unsafe { host.as_slice() };
+    assert!(
+        out.iter().all(|&w| w == 9.0f32.to_bits()),
+        "the wait did not hold"
+    );
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn kernels_ordered_by_wait_before_signal_memops() {
+    kernels_ordered_by_wait_before_signal(TimelineMechanism::StreamMemOps)
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn kernels_ordered_by_wait_before_signal_events() {
+    kernels_ordered_by_wait_before_signal(TimelineMechanism::Events)
+}
