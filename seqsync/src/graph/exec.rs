@@ -7,6 +7,10 @@
 //! last work has completed. Otherwise the pool grows. A submission thus adds no ordering between
 //! submissions beyond the one its queue affinity asks for.
 //!
+//! Timelines ([`Submit`]): a submission's first commands wait for its `(timeline, value)`
+//! list; once all its commands have run it signals its signal list (wait-before-signal works:
+//! a submission may be enqueued before the values it waits for are signalled).
+//!
 //! Queue affinity (the seed's `hal.device.queue` mask): a single bit `q` orders the submission
 //! after every earlier submission with the single bit `q` (each of its first commands waits for
 //! the end of the previous one on every stream that one used); several bits order it with
@@ -24,6 +28,7 @@ use crate::backend::command::CommandBackend;
 use crate::backend::replay::GraphBackend;
 use crate::backend::{Backend, EventOptions};
 use crate::error::Result;
+use crate::timeline::Timeline;
 
 /// A bit set of logical queues.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -48,6 +53,49 @@ impl Default for Affinity {
     /// Queue 0.
     fn default() -> Self {
         Affinity::queue(0)
+    }
+}
+
+/// How a submission is ordered with other work: its queue affinity, the timeline values its
+/// commands wait for, and the values it signals once all of them have run.
+///
+/// ```
+/// use seqsync::graph::{Affinity, CommandBuffer, Lowering, StreamPool, Submit};
+/// use seqsync::timeline::Timeline;
+/// use seqsync::HostBackend;
+/// use std::time::Duration;
+///
+/// let host = HostBackend::new();
+/// let (ready, done) = (Timeline::new(&host, "ready", 0)?, Timeline::new(&host, "done", 0)?);
+/// let mut cb = CommandBuffer::<HostBackend>::new();
+/// cb.host("a", || {}, &[]);
+/// cb.host("b", || {}, &[]);
+/// let mut exe = cb.finish().unwrap().lower(Lowering::Streams);
+/// let mut pool = StreamPool::new(host.clone());
+/// let how = Submit { affinity: Affinity::ANY, waits: &[(&ready, 1)], signals: &[(&done, 1)] };
+/// pool.submit_with(&mut exe, &how)?; // enqueued before `ready` reaches 1
+/// assert!(done.wait(1, Duration::from_millis(20)).is_err());
+/// ready.signal(1)?;
+/// done.wait(1, Duration::from_secs(5))?;
+/// # Ok::<(), seqsync::Error>(())
+/// ```
+pub struct Submit<'a, B: Backend> {
+    /// The logical queues.
+    pub affinity: Affinity,
+    /// `(timeline, value)`: every command runs once each timeline has reached its value.
+    pub waits: &'a [(&'a Timeline<B>, u64)],
+    /// `(timeline, value)`: signalled once every command has run.
+    pub signals: &'a [(&'a Timeline<B>, u64)],
+}
+
+impl<B: Backend> Submit<'_, B> {
+    /// No waits and no signals, on `affinity`.
+    pub fn on(affinity: Affinity) -> Self {
+        Submit {
+            affinity,
+            waits: &[],
+            signals: &[],
+        }
     }
 }
 
@@ -248,9 +296,24 @@ impl<B: CommandBackend> StreamPool<B> {
     /// A failing backend call, or an out-of-bounds copy or fill. Streams that got part of the
     /// submission are not reused by later ones.
     pub fn submit(&mut self, exe: &mut Executable<B>, affinity: Affinity) -> Result<Submitted> {
-        let queue = affinity.single();
+        self.submit_with(exe, &Submit::on(affinity))
+    }
+
+    /// Enqueue every command of `exe` with `how`'s affinity, after its timeline waits (each
+    /// first command of the submission waits for them) and before its timeline signals (made
+    /// once every command has run).
+    ///
+    /// # Errors
+    /// As [`submit`](Self::submit); a timeline error (a non-monotonic signal, a value out of
+    /// range).
+    pub fn submit_with(
+        &mut self,
+        exe: &mut Executable<B>,
+        how: &Submit<'_, B>,
+    ) -> Result<Submitted> {
+        let queue = how.affinity.single();
         let (map, new_streams) = self.map_streams(exe.schedule.streams.len(), queue)?;
-        let result = self.enqueue(exe, &map, queue);
+        let result = self.enqueue(exe, &map, how);
         match result {
             Ok(queue_waits) => Ok(Submitted {
                 streams: map,
@@ -270,8 +333,9 @@ impl<B: CommandBackend> StreamPool<B> {
         &mut self,
         exe: &mut Executable<B>,
         map: &[usize],
-        queue: Option<u32>,
+        how: &Submit<'_, B>,
     ) -> Result<usize> {
+        let queue = how.affinity.single();
         let b = &self.backend;
         for (c, r) in exe.recorded.iter().enumerate() {
             if *r && exe.events[c].is_none() {
@@ -285,6 +349,9 @@ impl<B: CommandBackend> StreamPool<B> {
             let stream = &self.streams[p].stream;
             if exe.graph.dag.preds(c).is_empty() {
                 queue_waits += self.queue_waits(p, queue)?;
+                for (t, v) in how.waits {
+                    t.wait_on(stream, *v)?;
+                }
             }
             for &from in &exe.waits_into[c] {
                 b.wait(stream, exe.events[from].as_ref().expect("created above"))?;
@@ -301,6 +368,7 @@ impl<B: CommandBackend> StreamPool<B> {
             .filter(|(_, cmds)| !cmds.is_empty())
             .map(|(v, _)| map[v])
             .collect();
+        self.signal(&used, how)?;
         self.finish_submission(&used, queue)?;
         Ok(queue_waits)
     }
@@ -328,13 +396,33 @@ impl<B: CommandBackend> StreamPool<B> {
     where
         B: GraphBackend,
     {
-        let queue = affinity.single();
+        self.submit_graph_with(exe, &Submit::on(affinity))
+    }
+
+    /// Enqueue one replay of an instantiated graph with `how`'s affinity, timeline waits (made
+    /// on the launch stream before the launch) and signals (after it).
+    ///
+    /// # Errors
+    /// As [`submit_graph`](Self::submit_graph); a timeline error.
+    pub fn submit_graph_with(
+        &mut self,
+        exe: &GraphExecutable<B>,
+        how: &Submit<'_, B>,
+    ) -> Result<Submitted>
+    where
+        B: GraphBackend,
+    {
+        let queue = how.affinity.single();
         let (map, new_streams) = self.map_streams(1, queue)?;
         let p = map[0];
         let result = (|| {
             let waits = self.queue_waits(p, queue)?;
+            for (t, v) in how.waits {
+                t.wait_on(&self.streams[p].stream, *v)?;
+            }
             self.backend
                 .launch_graph(&exe.exec, &self.streams[p].stream)?;
+            self.signal(&map, how)?;
             self.finish_submission(&map, queue)?;
             Ok(waits)
         })();
@@ -365,6 +453,33 @@ impl<B: CommandBackend> StreamPool<B> {
             }
         }
         Ok(n)
+    }
+
+    /// Make `how`'s timeline signals once all of a submission's work on pool streams `used`
+    /// has run: the last stream waits for the others' ends (and for the submission's timeline
+    /// waits again, so that a failed wait fails the signals), then signals.
+    fn signal(&mut self, used: &[usize], how: &Submit<'_, B>) -> Result<()> {
+        let Some(&j) = used.last() else {
+            return Ok(());
+        };
+        if how.signals.is_empty() {
+            return Ok(());
+        }
+        for &u in used {
+            if u != j {
+                let s = &self.streams[u];
+                self.backend.record(&s.end, &s.stream)?;
+                self.backend.wait(&self.streams[j].stream, &s.end)?;
+            }
+        }
+        let stream = &self.streams[j].stream;
+        for (t, v) in how.waits {
+            t.wait_on(stream, *v)?;
+        }
+        for (t, v) in how.signals {
+            t.signal_on(stream, *v)?;
+        }
+        Ok(())
     }
 
     /// Record the end of a submission that used pool streams `used`.

@@ -6,8 +6,8 @@
 //!
 //! It may use: `backend`, through the [`Backend`](crate::backend::Backend),
 //! [`CommandBackend`](crate::backend::CommandBackend) and
-//! [`GraphBackend`](crate::backend::GraphBackend) traits only (timelines will join when they
-//! land).
+//! [`GraphBackend`](crate::backend::GraphBackend) traits only, and `timeline` (a submission's
+//! wait and signal lists).
 //!
 //! | module | concept |
 //! |---|---|
@@ -18,7 +18,7 @@
 //! | [`lower_cuda_graph`] | one CUDA graph: nodes and reduction edges, instantiated once, replayed with new kernel parameters |
 //! | [`lower_levels`](mod@lower_levels) | the fork-join-levels baseline (IREE's) |
 //! | [`schedule`] | [`Schedule`] and its [`Report`] (false dependencies counted, not assumed) |
-//! | [`exec`] | [`Executable`], [`StreamPool`] (streams spanning submissions), [`Affinity`] |
+//! | [`exec`] | [`Executable`], [`StreamPool`] (streams spanning submissions), [`Affinity`], [`Submit`] (timeline waits and signals) |
 //! | [`run`](mod@run) | running a graph file for its makespan (`seqsync graph --run`) |
 //! | [`spec_toml`] | the `seqsync graph` file format |
 //! | [`error`] | [`GraphError`] |
@@ -42,7 +42,7 @@ pub mod spec_toml;
 
 pub use dag::{CommandKind, Dag, DagBuilder};
 pub use error::GraphError;
-pub use exec::{Affinity, Executable, StreamPool, Submitted};
+pub use exec::{Affinity, Executable, StreamPool, Submit, Submitted};
 pub use lower_cuda_graph::{graph_report, GraphExecutable};
 pub use lower_levels::lower_levels;
 pub use lower_streams::lower_streams;

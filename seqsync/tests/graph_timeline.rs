@@ -1,0 +1,212 @@
+//! Submissions' `(timeline, value)` wait and signal lists, on both backends: wait-before-signal,
+//! signals after every command, failure propagation, order across queues through a timeline,
+//! and graph replays that wait and signal.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use seqsync::backend::GraphBackend;
+use seqsync::graph::{Affinity, CommandBuffer, Lowering, StreamPool, Submit};
+use seqsync::timeline::Timeline;
+use seqsync::Error;
+
+const LONG: Duration = Duration::from_secs(10);
+
+/// `n` independent host commands, each sleeping `(i % 4) ms` and counting itself.
+fn counting<B: GraphBackend>(n: usize, count: &Arc<AtomicUsize>) -> CommandBuffer<B> {
+    let mut cb = CommandBuffer::<B>::new();
+    for i in 0..n {
+        let c = count.clone();
+        cb.host(
+            &format!("c{i}"),
+            move || {
+                std::thread::sleep(Duration::from_millis((i % 4) as u64));
+                c.fetch_add(1, Ordering::SeqCst);
+            },
+            &[],
+        );
+    }
+    cb
+}
+
+fn submission_waits_for_a_value_signalled_later<B: GraphBackend>(b: &B) {
+    // Before the timelines: dropped after them, so a failing test fails their pending stream
+    // waits instead of hanging in the pool's drop.
+    let mut pool = StreamPool::new(b.clone());
+    let (ready, done) = (
+        Timeline::new(b, "ready", 0).unwrap(),
+        Timeline::new(b, "done", 0).unwrap(),
+    );
+    let count = Arc::new(AtomicUsize::new(0));
+    let mut exe = counting::<B>(6, &count)
+        .finish()
+        .unwrap()
+        .lower(Lowering::Streams);
+    let how = Submit {
+        affinity: Affinity::ANY,
+        waits: &[(&ready, 3)],
+        signals: &[(&done, 1)],
+    };
+    pool.submit_with(&mut exe, &how).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        count.load(Ordering::SeqCst),
+        0,
+        "ran before its wait was signalled"
+    );
+    assert_eq!(done.query().unwrap(), 0);
+    ready.signal(3).unwrap();
+    done.wait(1, LONG).unwrap();
+    assert_eq!(count.load(Ordering::SeqCst), 6);
+}
+
+fn signals_come_after_every_command<B: GraphBackend>(b: &B) {
+    // Before the timelines: dropped after them, so a failing test fails their pending stream
+    // waits instead of hanging in the pool's drop.
+    let mut pool = StreamPool::new(b.clone());
+    let done = Timeline::new(b, "done", 0).unwrap();
+    let count = Arc::new(AtomicUsize::new(0));
+    let mut exe = counting::<B>(12, &count)
+        .finish()
+        .unwrap()
+        .lower(Lowering::Streams);
+    assert!(exe.report().streams > 1);
+    for round in 1..=3u64 {
+        let how = Submit {
+            affinity: Affinity::queue(0),
+            waits: &[],
+            signals: &[(&done, round)],
+        };
+        pool.submit_with(&mut exe, &how).unwrap();
+        done.wait(round, LONG).unwrap();
+        assert_eq!(
+            count.load(Ordering::SeqCst),
+            12 * round as usize,
+            "round {round}"
+        );
+    }
+}
+
+fn a_failed_wait_fails_the_signals<B: GraphBackend>(b: &B) {
+    // Before the timelines: dropped after them, so a failing test fails their pending stream
+    // waits instead of hanging in the pool's drop.
+    let mut pool = StreamPool::new(b.clone());
+    let (ready, done) = (
+        Timeline::new(b, "ready", 0).unwrap(),
+        Timeline::new(b, "done", 0).unwrap(),
+    );
+    let count = Arc::new(AtomicUsize::new(0));
+    let mut exe = counting::<B>(3, &count)
+        .finish()
+        .unwrap()
+        .lower(Lowering::Streams);
+    let how = Submit {
+        affinity: Affinity::ANY,
+        waits: &[(&ready, 1)],
+        signals: &[(&done, 1)],
+    };
+    pool.submit_with(&mut exe, &how).unwrap();
+    ready.fail(Error::Stage {
+        stage: "upstream".into(),
+        message: "broke".into(),
+    });
+    let err = done.wait(1, LONG).unwrap_err();
+    assert!(matches!(err, Error::TimelineFailed { .. }), "{err}");
+    assert!(err.root_cause().to_string().contains("broke"), "{err}");
+}
+
+/// Two submissions on no common queue, ordered only by a timeline: the second reads what the
+/// first wrote.
+fn a_timeline_orders_submissions_across_queues<B: GraphBackend>(b: &B) {
+    // Before the timelines: dropped after them, so a failing test fails their pending stream
+    // waits instead of hanging in the pool's drop.
+    let mut pool = StreamPool::new(b.clone());
+    let t = Timeline::new(b, "t", 0).unwrap();
+    let done = Timeline::new(b, "done", 0).unwrap();
+    let slot = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::new(AtomicUsize::new(usize::MAX));
+    let mut first = CommandBuffer::<B>::new();
+    let s = slot.clone();
+    first.host(
+        "write",
+        move || {
+            std::thread::sleep(Duration::from_millis(30));
+            s.store(42, Ordering::SeqCst);
+        },
+        &[],
+    );
+    let mut second = CommandBuffer::<B>::new();
+    let (s, r) = (slot.clone(), seen.clone());
+    second.host(
+        "read",
+        move || r.store(s.load(Ordering::SeqCst), Ordering::SeqCst),
+        &[],
+    );
+    let mut e1 = first.finish().unwrap().lower(Lowering::Streams);
+    let mut e2 = second.finish().unwrap().lower(Lowering::Streams);
+    pool.submit_with(
+        &mut e1,
+        &Submit {
+            affinity: Affinity::queue(1),
+            waits: &[],
+            signals: &[(&t, 1)],
+        },
+    )
+    .unwrap();
+    pool.submit_with(
+        &mut e2,
+        &Submit {
+            affinity: Affinity::queue(2),
+            waits: &[(&t, 1)],
+            signals: &[(&done, 1)],
+        },
+    )
+    .unwrap();
+    done.wait(1, LONG).unwrap();
+    assert_eq!(seen.load(Ordering::SeqCst), 42);
+}
+
+/// Replay k of a graph waits for `go = k` and signals `done = k`.
+fn graph_replays_wait_and_signal<B: GraphBackend>(b: &B) {
+    // Before the timelines: dropped after them, so a failing test fails their pending stream
+    // waits instead of hanging in the pool's drop.
+    let mut pool = StreamPool::new(b.clone());
+    let (go, done) = (
+        Timeline::new(b, "go", 0).unwrap(),
+        Timeline::new(b, "done", 0).unwrap(),
+    );
+    let count = Arc::new(AtomicUsize::new(0));
+    let exe = counting::<B>(4, &count)
+        .finish()
+        .unwrap()
+        .instantiate(b)
+        .unwrap();
+    for k in 1..=3u64 {
+        let how = Submit {
+            affinity: Affinity::ANY,
+            waits: &[(&go, k)],
+            signals: &[(&done, k)],
+        };
+        pool.submit_graph_with(&exe, &how).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(30));
+    assert_eq!(count.load(Ordering::SeqCst), 0);
+    for k in 1..=3u64 {
+        go.signal(k).unwrap();
+        done.wait(k, LONG).unwrap();
+        assert!(count.load(Ordering::SeqCst) >= 4 * k as usize);
+    }
+    pool.synchronize().unwrap();
+    assert_eq!(count.load(Ordering::SeqCst), 12);
+}
+
+on_both_backends!(
+    submission_waits_for_a_value_signalled_later,
+    signals_come_after_every_command,
+    a_failed_wait_fails_the_signals,
+    a_timeline_orders_submissions_across_queues,
+    graph_replays_wait_and_signal,
+);
