@@ -231,6 +231,7 @@ pub fn run<B: Backend>(
         streams: &streams,
         stages: &stages,
         batches,
+        stall_timeout: Some(runtime::DEFAULT_STALL_TIMEOUT),
     })?;
     drop(streams);
     let first_wrong = world

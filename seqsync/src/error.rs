@@ -254,6 +254,17 @@ pub enum Error {
         pending: usize,
     },
 
+    /// The pipeline runtime's stall watchdog fired: no thread made progress for the timeout.
+    /// Every ring was stopped; `threads` says, per thread, what it was blocked on and who
+    /// had to act.
+    #[error("pipeline stalled: no thread made progress for {timeout_ms} ms: {}", .threads.join("; "))]
+    Stalled {
+        /// The watchdog's timeout.
+        timeout_ms: u64,
+        /// One entry per plan thread: `thread NAME: what it is blocked on (who must act)`.
+        threads: Vec<String>,
+    },
+
     /// No CUDA driver or no GPU: the CUDA backend cannot be used here.
     #[error("no CUDA device: {0}")]
     NoDevice(String),

@@ -166,6 +166,7 @@ mod finite_runs {
                 streams: &streams,
                 stages: &stages,
                 batches,
+                stall_timeout: Some(Duration::from_secs(5)),
             })
             .map(|_| ());
             let _ = tx.send(r);

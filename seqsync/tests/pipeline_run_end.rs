@@ -59,6 +59,7 @@ fn run(plan: &Plan, batches: i64, limit: Duration) -> Option<seqsync::Result<()>
             streams: &streams,
             stages: &stages,
             batches,
+            stall_timeout: None,
         });
         let _ = tx.send(r.map(|_| ()));
     });
@@ -122,4 +123,55 @@ fn the_derived_sizes_and_any_size_at_least_the_lag_finish() {
             "{size}: {verdict}"
         );
     }
+}
+
+/// The stall watchdog: the same run, unchecked, with a 200 ms timeout ends with an error that
+/// names each thread, what it is blocked on and who must act, instead of hanging.
+#[test]
+fn the_watchdog_names_who_is_blocked_on_what() {
+    let plan = derive(&spec(Some(1))).unwrap();
+    let host = HostBackend::new();
+    let streams = runtime::new_streams(&host, &plan).unwrap();
+    let mut stages = Stages::<HostBackend>::new();
+    for s in ["w", "r"] {
+        let h = host.clone();
+        stages = stages.stage(s, move |cx| {
+            h.launch_host(cx.stream.unwrap(), Box::new(|| {}))
+        });
+    }
+    let start = std::time::Instant::now();
+    let err = runtime::run(RunConfig {
+        plan: &plan,
+        backend: &host,
+        streams: &streams,
+        stages: &stages,
+        batches: 5,
+        stall_timeout: Some(Duration::from_millis(200)),
+    })
+    .unwrap_err();
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    let seqsync::Error::Stalled {
+        timeout_ms,
+        threads,
+    } = &err
+    else {
+        panic!("expected a stall, got {err}");
+    };
+    assert_eq!(*timeout_ms, 200);
+    assert_eq!(threads.len(), 2, "{err}");
+    assert_eq!(threads[0], "thread A: finished its 5 batches", "{err}");
+    assert!(
+        threads[1]
+            .starts_with("thread B: blocked in record on ring r at seq 3 (ring full, max_size 1): seq 2 must first be released"),
+        "{err}"
+    );
+    assert!(
+        threads[1].contains("w on thread A at lag 3 (finished its 5 batches)"),
+        "{err}"
+    );
+    assert!(!err.to_string().contains('\n'), "{err}");
 }

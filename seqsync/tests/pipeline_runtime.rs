@@ -98,6 +98,7 @@ fn run_plan_values(host: &HostBackend, plan: &Plan, n: [u64; 4], batches: i64) -
         streams: &streams,
         stages: &stages,
         batches,
+        stall_timeout: None,
     })
     .unwrap();
     assert_eq!(stats.thread("h2g").unwrap().iterations, batches);
@@ -202,6 +203,7 @@ fn a_failing_stage_stops_every_ring_and_its_error_is_returned() {
             streams: &streams,
             stages: &stages,
             batches: 1000,
+            stall_timeout: None,
         })
         .unwrap_err();
         assert_eq!(err.to_string(), boom(failing, 7).to_string(), "{err}");
@@ -227,6 +229,7 @@ fn a_failing_after_sync_and_a_panicking_stage_are_reported() {
         streams: &streams,
         stages: &stages,
         batches: 100,
+        stall_timeout: None,
     })
     .unwrap_err();
     assert_eq!(err.to_string(), boom("copy_out", 3).to_string());
@@ -241,6 +244,7 @@ fn a_failing_after_sync_and_a_panicking_stage_are_reported() {
         streams: &streams,
         stages: &stages,
         batches: 100,
+        stall_timeout: None,
     })
     .unwrap_err();
     assert!(
@@ -267,6 +271,7 @@ fn missing_closures_and_streams_are_named_errors_before_anything_runs() {
         streams: &streams,
         stages: &stages,
         batches: 10,
+        stall_timeout: None,
     })
     .unwrap_err();
     assert!(
@@ -284,6 +289,7 @@ fn missing_closures_and_streams_are_named_errors_before_anything_runs() {
         streams: &fewer,
         stages: &noop_stages(),
         batches: 10,
+        stall_timeout: None,
     })
     .unwrap_err();
     assert!(
@@ -298,6 +304,7 @@ fn missing_closures_and_streams_are_named_errors_before_anything_runs() {
         streams: &streams,
         stages: &noop_stages().stage("kernal", |_| Ok(())),
         batches: 10,
+        stall_timeout: None,
     })
     .unwrap_err();
     assert!(
@@ -311,6 +318,7 @@ fn missing_closures_and_streams_are_named_errors_before_anything_runs() {
         streams: &streams,
         stages: &noop_stages().after_sync("kernel", |_| Ok(())),
         batches: 10,
+        stall_timeout: None,
     })
     .unwrap_err();
     assert!(err.to_string().contains("no `sync`"), "{err}");
@@ -367,6 +375,7 @@ fn a_host_stage_records_without_a_stream_and_orders_its_consumers() {
         streams: &streams,
         stages: &stages,
         batches: 80,
+        stall_timeout: None,
     })
     .unwrap();
     assert_eq!(ok.load(Ordering::Relaxed), 80);
@@ -393,6 +402,7 @@ fn an_out_of_range_index_is_a_plan_error() {
         streams: &streams,
         stages: &stages,
         batches: 10,
+        stall_timeout: None,
     })
     .unwrap_err();
     assert!(

@@ -220,6 +220,7 @@ pub(crate) fn run<D: Device>(
             streams: &streams,
             stages: &stages,
             batches: opt.batches,
+            stall_timeout: Some(runtime::DEFAULT_STALL_TIMEOUT),
         })?
     };
     Ok((stats.wall, checker.finish()))

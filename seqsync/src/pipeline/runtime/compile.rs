@@ -27,6 +27,8 @@ pub(super) enum Step<'r, 'a, B: Backend> {
     },
     Launch {
         stage: &'r str,
+        /// The stage's index in the plan.
+        index: usize,
         stream: Option<&'r B::Stream>,
         f: &'r StageFn<'a, B>,
     },
@@ -164,6 +166,7 @@ pub(super) fn compile<'r, 'a, B: Backend>(
                     let name = stage_name(stage)?;
                     Step::Launch {
                         stage: name,
+                        index: stage,
                         stream: match plan.stages[stage].stream {
                             Some(s) => Some(stream(name, s)?),
                             None => None,

@@ -6,6 +6,7 @@
 //! | `stages.rs` | the user's side: [`Stages`], [`StageCtx`], [`BlockingCall`] |
 //! | `compile.rs` | every op resolved to its ring, stream and closure before anything runs |
 //! | `thread.rs` | one plan thread's loop |
+//! | `watchdog.rs` | the stall watchdog: per-thread progress, and the report when none moves |
 //!
 //! [`run`] builds one [`EventRingbuf`] per plan ring (the derived `nconsumers` and
 //! `max_size`), spawns one OS thread per plan thread, and has each thread execute its loop body
@@ -24,6 +25,14 @@
 //! by the host thread's program order alone (its blocking `wait` returns only once the host
 //! stage has recorded). [`required_streams`] lists every stream name a plan needs;
 //! [`new_streams`] creates them on any backend.
+//!
+//! **Stalls.** With [`RunConfig::stall_timeout`] set (opt-in here; the `seqsync` command
+//! uses [`DEFAULT_STALL_TIMEOUT`]), a watchdog thread stops every ring once no thread has
+//! finished a ring call or a stage closure for the timeout, and [`run`] returns
+//! [`Error::Stalled`]: per thread, the call it is blocked in (ring, call, seq) and who must
+//! act (the producer that must record, or the consumers that must release). A plan that
+//! [`check_deadlock`](crate::pipeline::check_deadlock) proves deadlock-free does not stall
+//! unless a stage's own work hangs.
 //!
 //! **Errors.** A stage without a closure, a stream the plan names but the map lacks, and a
 //! closure given for a stage the plan does not have are [`Error::Stage`] errors, reported
@@ -74,6 +83,7 @@
 //!     streams: &streams,
 //!     stages: &stages,
 //!     batches: 10,
+//!     stall_timeout: None,
 //! })?;
 //! assert_eq!(processed.load(Ordering::Relaxed), 10);
 //! assert_eq!(stats.thread("t0").unwrap().launches, 20);
@@ -84,6 +94,7 @@
 mod compile;
 mod stages;
 mod thread;
+mod watchdog;
 
 pub use stages::{BlockingCall, StageCtx, Stages};
 
@@ -163,7 +174,16 @@ pub struct RunConfig<'r, 'a, B: Backend> {
     pub stages: &'r Stages<'a, B>,
     /// Seqs `0..batches` run.
     pub batches: i64,
+    /// The stall watchdog: `Some(timeout)` stops every ring when no thread has made progress
+    /// (finished a ring call or a stage closure) for `timeout`, and [`run`] returns
+    /// [`Error::Stalled`] naming what each thread was blocked on and who had to act. The
+    /// timeout must exceed the longest a stage closure or a ring call may legitimately take.
+    /// `None`: no watchdog (a run that cannot progress blocks forever).
+    pub stall_timeout: Option<Duration>,
 }
+
+/// A stall timeout for runs whose stages take at most seconds: what the `seqsync` command uses.
+pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Runs the plan for seqs `0..batches`: one [`EventRingbuf`] per ring, one OS thread per plan
 /// thread, each executing its ops in order (see the [module docs](self)).
@@ -181,6 +201,7 @@ pub fn run<B: Backend>(config: RunConfig<'_, '_, B>) -> Result<RunStats> {
         streams,
         stages,
         batches,
+        stall_timeout,
     } = config;
     if batches < 0 {
         return Err(Error::InvalidArgument {
@@ -198,77 +219,100 @@ pub fn run<B: Backend>(config: RunConfig<'_, '_, B>) -> Result<RunStats> {
         })
         .collect::<Result<Vec<_>>>()?;
     let first: Mutex<Option<Error>> = Mutex::new(None);
+    let progress: Vec<watchdog::Progress> = plan
+        .threads
+        .iter()
+        .map(|_| watchdog::Progress::default())
+        .collect();
+    let (run_over, over_rx) = std::sync::mpsc::channel::<()>();
     let start = Instant::now();
-    let results: Vec<(ThreadStats, Option<Error>)> = std::thread::scope(|scope| {
-        let (rings, first) = (&rings, &first);
-        let observer = stages.observer.as_ref();
-        let handles: Vec<_> = plan
-            .threads
-            .iter()
-            .zip(&programs)
-            .map(|(t, steps)| {
-                let name = t.name.as_str();
-                std::thread::Builder::new()
-                    .name(format!("seqsync-{name}"))
-                    .spawn_scoped(scope, move || {
-                        let mut stats = ThreadStats {
-                            name: name.to_string(),
-                            ..ThreadStats::default()
-                        };
-                        let outcome = catch_unwind(AssertUnwindSafe(|| {
-                            run_thread(name, steps, rings, batches, &mut stats, observer)
-                        }))
-                        .unwrap_or_else(|p| {
-                            Err(Failed {
-                                seq: stats.iterations,
-                                error: stage_err(
-                                    name,
-                                    format!("thread panicked: {}", panic_message(&*p)),
-                                ),
-                            })
-                        });
-                        let err = match outcome {
-                            Ok(()) => None,
-                            Err(Failed { seq, error }) => {
-                                if !error.is_stopped() {
-                                    let mut f = first.lock().unwrap_or_else(|e| e.into_inner());
-                                    f.get_or_insert_with(|| error.clone());
+    let (results, stalled): (Vec<(ThreadStats, Option<Error>)>, Option<Error>) =
+        std::thread::scope(|scope| {
+            let (rings, first) = (&rings, &first);
+            let watcher = stall_timeout.map(|timeout| {
+                let progress = &progress;
+                scope.spawn(move || {
+                    watchdog::watch(plan, rings, progress, timeout, batches, &over_rx)
+                })
+            });
+            let progress_of = |i: usize| stall_timeout.map(|_| &progress[i]);
+            let observer = stages.observer.as_ref();
+            let handles: Vec<_> = plan
+                .threads
+                .iter()
+                .zip(&programs)
+                .enumerate()
+                .map(|(i, (t, steps))| {
+                    let name = t.name.as_str();
+                    let progress = progress_of(i);
+                    std::thread::Builder::new()
+                        .name(format!("seqsync-{name}"))
+                        .spawn_scoped(scope, move || {
+                            let mut stats = ThreadStats {
+                                name: name.to_string(),
+                                ..ThreadStats::default()
+                            };
+                            let outcome = catch_unwind(AssertUnwindSafe(|| {
+                                run_thread(
+                                    name, steps, rings, batches, &mut stats, observer, progress,
+                                )
+                            }))
+                            .unwrap_or_else(|p| {
+                                Err(Failed {
+                                    seq: stats.iterations,
+                                    error: stage_err(
+                                        name,
+                                        format!("thread panicked: {}", panic_message(&*p)),
+                                    ),
+                                })
+                            });
+                            let err = match outcome {
+                                Ok(()) => None,
+                                Err(Failed { seq, error }) => {
+                                    if !error.is_stopped() {
+                                        let mut f = first.lock().unwrap_or_else(|e| e.into_inner());
+                                        f.get_or_insert_with(|| error.clone());
+                                    }
+                                    // The cascade: wake every thread blocked on any ring.
+                                    let reason =
+                                        format!("thread {name} failed at seq {seq}: {error}");
+                                    for r in rings {
+                                        r.stop(reason.clone());
+                                    }
+                                    Some(error)
                                 }
-                                // The cascade: wake every thread blocked on any ring.
-                                let reason = format!("thread {name} failed at seq {seq}: {error}");
-                                for r in rings {
-                                    r.stop(reason.clone());
-                                }
-                                Some(error)
-                            }
-                        };
-                        (stats, err)
-                    })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .zip(&plan.threads)
-            .map(|(h, t)| match h {
-                Ok(h) => h.join().unwrap_or_else(|_| {
-                    let e = stage_err(&t.name, "thread panicked outside its guard".to_string());
-                    (ThreadStats::default(), Some(e))
-                }),
-                Err(e) => {
-                    // No thread: stop every ring so that the threads already started end.
-                    let e = stage_err(&t.name, format!("cannot spawn its thread: {e}"));
-                    for r in rings {
-                        r.stop(e.to_string());
+                            };
+                            (stats, err)
+                        })
+                })
+                .collect();
+            let results = handles
+                .into_iter()
+                .zip(&plan.threads)
+                .map(|(h, t)| match h {
+                    Ok(h) => h.join().unwrap_or_else(|_| {
+                        let e = stage_err(&t.name, "thread panicked outside its guard".to_string());
+                        (ThreadStats::default(), Some(e))
+                    }),
+                    Err(e) => {
+                        // No thread: stop every ring so that the threads already started end.
+                        let e = stage_err(&t.name, format!("cannot spawn its thread: {e}"));
+                        for r in rings {
+                            r.stop(e.to_string());
+                        }
+                        first
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .get_or_insert_with(|| e.clone());
+                        (ThreadStats::default(), Some(e))
                     }
-                    first
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .get_or_insert_with(|| e.clone());
-                    (ThreadStats::default(), Some(e))
-                }
-            })
-            .collect()
-    });
+                })
+                .collect();
+            // Every thread is joined: the watchdog may stop watching.
+            drop(run_over);
+            let stalled = watcher.and_then(|w| w.join().ok().flatten());
+            (results, stalled)
+        });
     let drained = drain(backend, streams);
     let wall = start.elapsed();
     let first = first.into_inner().unwrap_or_else(|e| e.into_inner());
@@ -280,7 +324,8 @@ pub fn run<B: Backend>(config: RunConfig<'_, '_, B>) -> Result<RunStats> {
         }
         threads.push(stats);
     }
-    if let Some(e) = first.or(stopped) {
+    // A stall explains the `Stopped` errors the threads woke with.
+    if let Some(e) = stalled.or(first).or(stopped) {
         return Err(e);
     }
     drained?;

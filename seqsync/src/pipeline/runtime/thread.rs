@@ -4,6 +4,7 @@ use std::time::Instant;
 
 use super::compile::Step;
 use super::stages::{BlockingCall, ObserverFn, StageCtx};
+use super::watchdog::{Doing, Progress};
 use super::ThreadStats;
 use crate::backend::Backend;
 use crate::error::Error;
@@ -44,7 +45,18 @@ pub(super) fn run_thread<B: Backend>(
     batches: i64,
     stats: &mut ThreadStats,
     observer: Option<&ObserverFn<'_>>,
+    progress: Option<&Progress>,
 ) -> std::result::Result<(), Failed> {
+    let enter = |doing, what, seq| {
+        if let Some(p) = progress {
+            p.enter(doing, what, seq);
+        }
+    };
+    let stepped = || {
+        if let Some(p) = progress {
+            p.step();
+        }
+    };
     let now = Instant::now();
     let call = |call, ring: usize, seq| BlockingCall {
         thread: name,
@@ -65,10 +77,12 @@ pub(super) fn run_thread<B: Backend>(
                     stream,
                 } => {
                     let s = seq - lag;
+                    enter(Doing::Wait, *ring, s);
                     observed(observer, *blocking, call("wait", *ring, s), || {
                         rings[*ring].wait(stream, s, *blocking)
                     })
                     .map_err(fail)?;
+                    stepped();
                     stats.waits += 1;
                 }
                 Step::Sync {
@@ -78,16 +92,24 @@ pub(super) fn run_thread<B: Backend>(
                     after,
                 } => {
                     let s = seq - lag;
+                    enter(Doing::Synchronize, *ring, s);
                     observed(observer, *blocking, call("synchronize", *ring, s), || {
                         rings[*ring].synchronize(s, *blocking)
                     })
                     .map_err(fail)?;
+                    stepped();
                     stats.synchronizes += 1;
                     if let Some(after) = after {
                         after(seq).map_err(fail)?;
                     }
                 }
-                Step::Launch { stage, stream, f } => {
+                Step::Launch {
+                    stage,
+                    index,
+                    stream,
+                    f,
+                } => {
+                    enter(Doing::Launch, *index, seq);
                     f(&StageCtx {
                         seq,
                         stage,
@@ -95,6 +117,7 @@ pub(super) fn run_thread<B: Backend>(
                         stream: *stream,
                     })
                     .map_err(fail)?;
+                    stepped();
                     stats.launches += 1;
                 }
                 Step::Record {
@@ -102,6 +125,7 @@ pub(super) fn run_thread<B: Backend>(
                     blocking,
                     stream,
                 } => {
+                    enter(Doing::Record, *ring, seq);
                     observed(
                         observer,
                         *blocking,
@@ -112,11 +136,15 @@ pub(super) fn run_thread<B: Backend>(
                         },
                     )
                     .map_err(fail)?;
+                    stepped();
                     stats.records += 1;
                 }
             }
         }
         stats.iterations = seq + 1;
+    }
+    if let Some(p) = progress {
+        p.finish();
     }
     Ok(())
 }
