@@ -22,11 +22,14 @@ pub(crate) enum Suite {
     /// Timelines against raw events: signal_on + wait_on, host query, cross-stream ping-pong
     /// per mechanism, host wait wake-up and CPU.
     Timeline,
+    /// Buffer handoff by epochs: tracked record and stream wait against the raw calls, a move
+    /// that needs no wait against the same without shortcuts, the seed's motivating example.
+    Handoff,
 }
 
 #[derive(Args)]
 pub(crate) struct BenchArgs {
-    /// ring (default), pool, graph or timeline.
+    /// ring (default), pool, graph, timeline or handoff.
     #[arg(value_enum, default_value = "ring")]
     suite: Suite,
     /// pool: bytes per allocation.
@@ -67,6 +70,9 @@ pub(crate) fn run(a: BenchArgs) -> Result<(), Failure> {
         threaded_seqs: a.seqs.max(1),
         ..BenchConfig::default()
     };
+    if a.suite == Suite::Handoff {
+        return run_handoff(a.backend, &cfg, a.json);
+    }
     let r = bench::run(a.backend, &cfg)?;
     if a.json {
         println!("{}", serde_json::to_string(&r).expect("report serializes"));
@@ -253,5 +259,31 @@ fn run_timeline(a: BenchArgs) -> Result<(), Failure> {
             100.0 * s.cpu_ms / s.wait_ms
         );
     }
+    Ok(())
+}
+
+fn run_handoff(kind: BackendKind, cfg: &BenchConfig, json: bool) -> Result<(), Failure> {
+    let r = bench::handoff::run(kind, cfg)?;
+    if json {
+        println!("{}", serde_json::to_string(&r).expect("report serializes"));
+        return Ok(());
+    }
+    println!("seqsync bench handoff on {} ({})", r.backend, r.device);
+    println!(
+        "  {:<42}{:>11}{:>11}{:>10}{:>8}  baseline",
+        "operation", "tracked ns", "base ns", "extra ns", "ratio"
+    );
+    for o in &r.ops {
+        println!(
+            "  {:<42}{:>11.1}{:>11.1}{:>10.1}{:>8.3}  {}",
+            o.name, o.tracked_ns, o.baseline_ns, o.extra_ns, o.ratio, o.baseline
+        );
+    }
+    let o = &r.overlap;
+    println!(
+        "  motivating example: the child's update finishes at {:.3} ms with epochs vs {:.3} ms \
+         without shortcuts (more_work: {:.0} ms)",
+        o.child_ms_epochs, o.child_ms_no_shortcuts, o.more_work_ms
+    );
     Ok(())
 }

@@ -600,6 +600,42 @@ fn event_rerecorded_elsewhere_still_waits<G: Mem>(g: &G) {
     assert_eq!(st.value(&a), 2);
 }
 
+/// An event re-recorded on a stream that another live thread owns covers nothing, not even
+/// what its earlier recording covered.
+fn event_rerecorded_on_another_owners_stream_still_waits<G: Mem>(g: &G) {
+    let st = Setup::new(g);
+    let (s, t, u) = (st.stream("s"), st.stream("t"), Arc::new(st.stream("u")));
+    let a = st.buf("a");
+    let other = Arc::new(st.buf("other"));
+    st.fill(&s, &a, 1, Duration::ZERO);
+    let e = st.event();
+    st.tb.record(&e, &s).unwrap(); // covers the fill
+    g.busy(s.inner(), BUSY);
+    let (g2, tb2, u2, o2) = (g.clone(), st.tb.clone(), u.clone(), other.clone());
+    let (used, used_rx) = mpsc::channel();
+    let (done, done_rx) = mpsc::channel::<()>();
+    let owner = std::thread::spawn(move || {
+        tb2.submit(&u2, &[o2.write()], |s, cx| {
+            g2.fill(s, o2.get(cx), 3, Duration::ZERO)
+        })
+        .unwrap();
+        used.send(()).unwrap();
+        done_rx.recv().unwrap(); // stay alive: `u` keeps a live owner
+    });
+    used_rx.recv().unwrap();
+    st.tb.record(&e, &u).unwrap(); // on another live owner's stream: covers nothing
+    let (waits, took) = timed(&st, &t, || {
+        st.tb.wait(&t, &e).unwrap();
+        st.add(&t, &a, 1, Duration::ZERO)
+    });
+    done.send(()).unwrap();
+    owner.join().unwrap();
+    assert_eq!(waits, 1, "{:?}", st.stats());
+    assert_waited("event re-recorded on another owner's stream", took, BUSY);
+    st.sync(&s);
+    assert_eq!(st.value(&a), 2);
+}
+
 /// Events re-recorded while another thread waits for them still wait: a thread blocks in a
 /// host synchronize of `e` (covering the write on `s`, behind `BUSY` of work); meanwhile `e`
 /// is recorded again on `u`. The synchronize returns, but counts for nothing. Without the
@@ -839,6 +875,7 @@ handoff_cases!(
     memory_used_after_the_event_still_waits,
     event_recorded_by_another_owner_still_waits,
     event_rerecorded_elsewhere_still_waits,
+    event_rerecorded_on_another_owners_stream_still_waits,
     event_rerecorded_while_another_task_waits_still_waits,
     launch_through_pointer_taken_before_the_synchronize_still_waits,
     launch_through_pointer_taken_before_the_event_still_waits,

@@ -6,6 +6,7 @@
 //! names a concrete backend.
 
 pub mod graph;
+pub mod handoff;
 pub mod pool;
 pub mod timeline;
 

@@ -82,14 +82,6 @@ impl VectorClock {
     pub fn covers(&self, epoch: Epoch) -> bool {
         epoch.tick <= self.get(epoch.actor)
     }
-
-    /// Is every entry of this clock `<=` the same entry of `other`?
-    pub fn le(&self, other: &VectorClock) -> bool {
-        self.ticks
-            .iter()
-            .enumerate()
-            .all(|(i, &t)| t <= other.ticks.get(i).copied().unwrap_or(0))
-    }
 }
 
 #[cfg(test)]

@@ -36,17 +36,13 @@ pub struct HandoffStats {
 pub(crate) struct Snapshot {
     stream: ActorId,
     epoch: u64,
-    ordered: Arc<VectorClock>,
+    ordered: VectorClock,
 }
 
 impl Snapshot {
     fn join_into(&self, clock: &mut VectorClock) {
         clock.advance(self.stream, self.epoch);
         clock.join(&self.ordered);
-    }
-
-    fn covered_by(&self, clock: &VectorClock) -> bool {
-        clock.get(self.stream) >= self.epoch && self.ordered.le(clock)
     }
 }
 
@@ -55,18 +51,19 @@ struct StreamState {
     /// The open epoch: a use now is stamped with it; a record or synchronize closes it.
     epoch: u64,
     /// The *ordered* fact: how far this stream's work from now on comes after every other
-    /// stream's epochs (joined from the events it waited for). Shared with the snapshots of
-    /// events recorded on it; copied on write.
-    ordered: Arc<VectorClock>,
+    /// stream's epochs (joined from the events it waited for).
+    ordered: VectorClock,
     users: Users,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct EventState {
     /// Bumped by every record: a host wait that saw another generation counts for nothing.
     generation: u64,
-    /// `None`: never recorded, or recorded where it covers nothing.
-    snapshot: Option<Snapshot>,
+    /// What the last record covers, if `covers` (else: never recorded, or recorded where it
+    /// covers nothing). Kept in place: a record copies into it without allocating.
+    snapshot: Snapshot,
+    covers: bool,
 }
 
 /// The last read and last write of a buffer on one stream (epochs; 0: none).
@@ -175,14 +172,22 @@ impl State {
     pub(crate) fn add_stream(&mut self) -> ActorId {
         self.streams.push(StreamState {
             epoch: 1,
-            ordered: Arc::new(VectorClock::new()),
+            ordered: VectorClock::new(),
             users: Users::default(),
         });
         ActorId(u32::try_from(self.streams.len() - 1).expect("more than 2^32 streams"))
     }
 
     pub(crate) fn add_event(&mut self) -> usize {
-        self.events.insert(EventState::default())
+        self.events.insert(EventState {
+            generation: 0,
+            snapshot: Snapshot {
+                stream: ActorId(0),
+                epoch: 0,
+                ordered: VectorClock::new(),
+            },
+            covers: false,
+        })
     }
 
     pub(crate) fn remove_event(&mut self, id: usize) {
@@ -225,33 +230,38 @@ impl State {
 
     /// `t` waited for `snapshot`: its later work comes after everything it covers.
     fn order(&mut self, t: ActorId, snapshot: &Snapshot) {
-        let st = self.stream(t);
-        if !snapshot.covered_by(&st.ordered) {
-            snapshot.join_into(Arc::make_mut(&mut st.ordered));
-        }
+        snapshot.join_into(&mut self.streams[t.index()].ordered);
     }
 
-    /// `task` recorded `event` on `s` (after the backend's record).
+    /// `task` recorded `event` on `s` (after the backend's record). The hot path: no
+    /// allocation, no atomic read-modify-write.
     pub(crate) fn record(&mut self, event: usize, s: ActorId, task: Option<&Arc<Task>>) {
         let counts = self.enter(s, task);
-        let snapshot = self.close(s, counts);
+        let st = &mut self.streams[s.index()];
         let ev = self.events.get_mut(event);
         ev.generation += 1;
-        ev.snapshot = snapshot;
+        ev.covers = counts;
+        if counts {
+            ev.snapshot.stream = s;
+            ev.snapshot.epoch = st.epoch;
+            ev.snapshot.ordered.clone_from(&st.ordered);
+        }
+        st.epoch += 1;
     }
 
     /// `task` made `t` wait for `event` (after the backend's wait, under the same lock).
     pub(crate) fn stream_wait(&mut self, t: ActorId, event: usize, task: Option<&Arc<Task>>) {
         self.enter(t, task);
-        if let Some(snapshot) = self.events.get_mut(event).snapshot.clone() {
-            self.order(t, &snapshot);
+        let ev = self.events.get_mut(event);
+        if ev.covers {
+            ev.snapshot.join_into(&mut self.streams[t.index()].ordered);
         }
     }
 
     /// The event as recorded now, for a host wait made without the lock.
     pub(crate) fn event_view(&mut self, event: usize) -> (u64, Option<Snapshot>) {
         let ev = self.events.get_mut(event);
-        (ev.generation, ev.snapshot.clone())
+        (ev.generation, ev.covers.then(|| ev.snapshot.clone()))
     }
 
     /// The host saw `event` complete, as it was at `generation`: counts only if it was not

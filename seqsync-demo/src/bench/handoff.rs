@@ -1,0 +1,311 @@
+//! Buffer handoff by epochs (`seqsync bench handoff`): what tracking costs, and what its
+//! shortcuts save, measured in one run.
+//!
+//! - `record` and stream `wait` through [`TrackingBackend`] against the inner backend's own
+//!   calls (the anchor: CUDA.jl's tracking costs +50 ns on record and +110 ns on wait);
+//! - a buffer moving to another stream that already waited for an event covering its last
+//!   use (no wait needed) against the same move without shortcuts (a record on the old stream
+//!   and a wait on the new one, as cudarc's per-slice events and CUDA.jl before epochs do);
+//! - the seed's motivating example: when the child's update finishes, with epochs and without.
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use seqsync::backend::{Backend, EventOptions};
+use seqsync::memory::handoff::{Tracked, TrackedStream, TrackingBackend};
+use seqsync::Result;
+
+use super::BenchConfig;
+
+/// One comparison, nanoseconds per operation (medians over rounds).
+#[derive(Debug, Clone, Serialize)]
+pub struct HandoffRow {
+    /// What was measured.
+    pub name: String,
+    /// With tracking (epochs).
+    pub tracked_ns: f64,
+    /// The baseline (named in `baseline`).
+    pub baseline_ns: f64,
+    /// What the baseline is.
+    pub baseline: String,
+    /// `tracked_ns - baseline_ns`.
+    pub extra_ns: f64,
+    /// `tracked_ns / baseline_ns`.
+    pub ratio: f64,
+}
+
+/// The motivating example's overlap.
+#[derive(Debug, Clone, Serialize)]
+pub struct Overlap {
+    /// `more_work`'s length.
+    pub more_work_ms: f64,
+    /// When the child's update finished (from the parent queueing `more_work`), with epochs:
+    /// the median run.
+    pub child_ms_epochs: f64,
+    /// The same without shortcuts (the child's stream waits for all of the parent's).
+    pub child_ms_no_shortcuts: f64,
+}
+
+/// Everything `seqsync bench handoff` measures.
+#[derive(Debug, Clone, Serialize)]
+pub struct HandoffReport {
+    /// "host" or "cuda".
+    pub backend: String,
+    /// The device's name.
+    pub device: String,
+    /// Per-operation costs.
+    pub ops: Vec<HandoffRow>,
+    /// The motivating example.
+    pub overlap: Overlap,
+}
+
+fn row(name: &str, tracked: Vec<f64>, baseline: Vec<f64>, what: &str) -> HandoffRow {
+    let (t, b) = (super::median(tracked), super::median(baseline));
+    HandoffRow {
+        name: name.to_owned(),
+        tracked_ns: t,
+        baseline_ns: b,
+        baseline: what.to_owned(),
+        extra_ns: t - b,
+        ratio: t / b,
+    }
+}
+
+/// `record` and stream `wait`, tracked against raw, rounds alternating.
+pub fn record_wait<B: Backend>(b: &B, cfg: &BenchConfig) -> Result<Vec<HandoffRow>> {
+    let n = cfg.per_round;
+    let tb = TrackingBackend::new(b.clone());
+    let (p, c) = (tb.new_stream("producer")?, tb.new_stream("consumer")?);
+    let raw_events = (0..n)
+        .map(|_| b.create_event(EventOptions::default()))
+        .collect::<Result<Vec<_>>>()?;
+    let events = (0..n)
+        .map(|_| tb.create_event(EventOptions::default()))
+        .collect::<Result<Vec<_>>>()?;
+    let (mut rec, mut rec_raw, mut wait, mut wait_raw) = (vec![], vec![], vec![], vec![]);
+    let per_op = |t: Instant| t.elapsed().as_nanos() as f64 / n as f64;
+    for round in 0..cfg.rounds + 5 {
+        let t = Instant::now();
+        for e in &raw_events {
+            b.record(e, p.inner())?;
+        }
+        let r1 = per_op(t);
+        let t = Instant::now();
+        for e in &raw_events {
+            b.wait(c.inner(), e)?;
+        }
+        let r2 = per_op(t);
+        let t = Instant::now();
+        for e in &events {
+            tb.record(e, &p)?;
+        }
+        let r3 = per_op(t);
+        let t = Instant::now();
+        for e in &events {
+            tb.wait(&c, e)?;
+        }
+        let r4 = per_op(t);
+        if round % 16 == 0 {
+            b.synchronize_stream(p.inner())?;
+            b.synchronize_stream(c.inner())?;
+        }
+        if round >= 5 {
+            rec_raw.push(r1);
+            wait_raw.push(r2);
+            rec.push(r3);
+            wait.push(r4);
+        }
+    }
+    Ok(vec![
+        row("record", rec, rec_raw, "raw record"),
+        row("wait (stream wait)", wait, wait_raw, "raw stream wait"),
+    ])
+}
+
+/// Move `bufs` (last written on `from`) to `to` with one submission each; the waits inserted.
+fn move_all<B: Backend>(
+    tb: &TrackingBackend<B>,
+    bufs: &[Tracked<u32>],
+    to: &TrackedStream<B>,
+) -> Result<usize> {
+    let mut waits = 0;
+    for a in bufs {
+        waits += tb.submit(to, &[a.write()], |_, cx| *a.get(cx))?.waits;
+    }
+    Ok(waits)
+}
+
+/// Buffers ping-pong between two streams; before each batch of moves the new stream waits
+/// for one event covering the old one's uses. With epochs every move is covered by that
+/// wait (the *ordered* fact); without shortcuts each move records on the old stream and
+/// waits on the new one itself (per buffer, as cudarc's per-slice events do). Also the
+/// cost of a submission that stays on its stream.
+pub fn moves<B: Backend>(b: &B, cfg: &BenchConfig) -> Result<Vec<HandoffRow>> {
+    let n = cfg.per_round;
+    let mut per_mode = Vec::new();
+    for shortcuts in [true, false] {
+        let tb = if shortcuts {
+            TrackingBackend::new(b.clone())
+        } else {
+            TrackingBackend::without_shortcuts(b.clone())
+        };
+        let streams = [tb.new_stream("s")?, tb.new_stream("t")?];
+        let bufs: Vec<Tracked<u32>> = (0..n as u32).map(|i| tb.track(i)).collect();
+        let e = tb.create_event(EventOptions::default())?;
+        move_all(&tb, &bufs, &streams[0])?;
+        let (mut moved, mut stayed) = (vec![], vec![]);
+        for round in 0..cfg.rounds + 5 {
+            let (from, to) = (&streams[round % 2], &streams[(round + 1) % 2]);
+            tb.record(&e, from)?;
+            tb.wait(to, &e)?;
+            let t = Instant::now();
+            let waits = move_all(&tb, &bufs, to)?;
+            let m = t.elapsed().as_nanos() as f64 / n as f64;
+            let t = Instant::now();
+            move_all(&tb, &bufs, to)?; // the same stream again: no handoff
+            let s = t.elapsed().as_nanos() as f64 / n as f64;
+            assert_eq!(
+                waits,
+                if shortcuts { 0 } else { n },
+                "handoff bench: unexpected waits (shortcuts: {shortcuts})"
+            );
+            if round % 16 == 0 {
+                tb.synchronize_stream(to)?;
+            }
+            if round >= 5 {
+                moved.push(m);
+                stayed.push(s);
+            }
+        }
+        per_mode.push((moved, stayed));
+    }
+    let (epochs, none) = (per_mode.remove(0), per_mode.remove(0));
+    Ok(vec![
+        row(
+            "move covered by an event wait (no wait)",
+            epochs.0,
+            none.0,
+            "the move without shortcuts (record + wait)",
+        ),
+        row(
+            "submission on the same stream",
+            epochs.1,
+            none.1,
+            "the same without shortcuts",
+        ),
+    ])
+}
+
+/// The seed's motivating example, `reps` times each way: the parent writes `a`, records `e`,
+/// queues `more` of work; a child thread waits for `e` on its own stream and updates `a`.
+/// When the child's update finished, from queueing `more_work`: medians with and without
+/// epochs.
+pub fn overlap<B: Backend>(
+    b: &B,
+    busy: &(dyn Fn(&B::Stream, Duration) -> Result<()> + Sync),
+    more: Duration,
+    reps: usize,
+) -> Result<Overlap> {
+    let mut child_ms = [vec![], vec![]];
+    for rep in 0..reps * 2 {
+        let shortcuts = rep % 2 == 0;
+        let tb = if shortcuts {
+            TrackingBackend::new(b.clone())
+        } else {
+            TrackingBackend::without_shortcuts(b.clone())
+        };
+        let (parent, child) = (tb.new_stream("parent")?, tb.new_stream("child")?);
+        let a = tb.track(());
+        tb.submit(&parent, &[a.write()], |s, _| busy(s, Duration::ZERO))?
+            .value?;
+        let e = tb.create_event(EventOptions::default())?;
+        tb.record(&e, &parent)?;
+        let t0 = Instant::now();
+        busy(parent.inner(), more)?; // more_work
+        let done = std::thread::scope(|sc| {
+            sc.spawn(|| -> Result<Duration> {
+                tb.wait(&child, &e)?;
+                tb.submit(&child, &[a.write()], |s, _| busy(s, Duration::ZERO))?
+                    .value?;
+                tb.synchronize_stream(&child)?;
+                Ok(t0.elapsed())
+            })
+            .join()
+            .expect("child thread panicked")
+        })?;
+        tb.synchronize_stream(&parent)?;
+        child_ms[usize::from(!shortcuts)].push(done.as_secs_f64() * 1e3);
+    }
+    let [epochs, none] = child_ms;
+    Ok(Overlap {
+        more_work_ms: more.as_secs_f64() * 1e3,
+        child_ms_epochs: super::median(epochs),
+        child_ms_no_shortcuts: super::median(none),
+    })
+}
+
+/// Run every handoff measurement on the backend `kind` picks.
+pub fn run(kind: seqsync::BackendKind, cfg: &BenchConfig) -> Result<HandoffReport> {
+    match seqsync::AnyBackend::new(kind)? {
+        seqsync::AnyBackend::Host(h) => {
+            let busy = |s: &seqsync::backend::host::HostStream, d: Duration| -> Result<()> {
+                s.launch(move || std::thread::sleep(d));
+                Ok(())
+            };
+            report(&h, "host".into(), &busy, cfg)
+        }
+        #[cfg(feature = "cuda")]
+        seqsync::AnyBackend::Cuda(c) => run_cuda(&c, cfg),
+        other => Err(crate::invalid(
+            "bench",
+            format!("no handoff benchmark for the {} backend", other.name()),
+        )),
+    }
+}
+
+fn report<B: Backend>(
+    b: &B,
+    device: String,
+    busy: &(dyn Fn(&B::Stream, Duration) -> Result<()> + Sync),
+    cfg: &BenchConfig,
+) -> Result<HandoffReport> {
+    let mut ops = record_wait(b, cfg)?;
+    ops.extend(moves(b, cfg)?);
+    let overlap = overlap(b, busy, Duration::from_millis(20), cfg.sync_reps.max(1))?;
+    Ok(HandoffReport {
+        backend: b.name().into(),
+        device,
+        ops,
+        overlap,
+    })
+}
+
+#[cfg(feature = "cuda")]
+fn run_cuda(gpu: &seqsync::backend::cuda::CudaBackend, cfg: &BenchConfig) -> Result<HandoffReport> {
+    use seqsync::cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
+    use std::sync::Arc;
+    const SPIN: &str = r#"
+extern "C" __global__ void spin_ns(unsigned long long ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < ns);
+}
+"#;
+    let spin = gpu.load_kernels(SPIN, &["spin_ns"])?.remove(0);
+    let busy = |s: &Arc<CudaStream>, d: Duration| -> Result<()> {
+        let ns = d.as_nanos() as u64;
+        let mut l = s.launch_builder(&spin);
+        l.arg(&ns);
+        let cfg = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (1, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: spin_ns takes one u64 by value and touches no memory.
+        unsafe { l.launch(cfg) }
+            .map(|_| ())
+            .map_err(|e| seqsync::backend::cuda::driver_error("cuLaunchKernel", e))
+    };
+    report(gpu, gpu.device_name()?, &busy, cfg)
+}
