@@ -64,7 +64,7 @@ pub struct EventId(pub(crate) u32);
 /// conflicting accesses to a buffer slot. Thread-safe (one lock); share it with `Arc`.
 ///
 /// The model (CUDA's ordering, which the host backend keeps too):
-/// - every stream and host thread is an actor with a [`VectorClock`];
+/// - every stream and host thread is an actor with a `VectorClock`;
 /// - a call by host thread `T` that enqueues on stream `S` ([`access`](Self::access),
 ///   [`record`](Self::record), [`stream_wait`](Self::stream_wait)) first joins `T`'s clock into
 ///   `S`'s: work enqueued by `T` comes after what `T` did before;

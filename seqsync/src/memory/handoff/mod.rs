@@ -17,7 +17,7 @@
 //!   or a query that returned `true`. Uses in the epochs it covers are over.
 //! - **Ordered**: a stream waited for an event; its later work runs after everything the event
 //!   covers (and, transitively, everything the event's stream was ordered after: the facts are
-//!   vector clocks, the hazard checker's [`VectorClock`](crate::hazard::VectorClock)).
+//!   vector clocks, the hazard checker's `VectorClock`).
 //! - Using a buffer on a stream ([`TrackingBackend::submit`]) waits for each earlier use on
 //!   another stream that neither fact covers — one stream wait per such stream, none for a
 //!   read after reads — and stamps the use.
