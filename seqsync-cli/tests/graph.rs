@@ -1,19 +1,18 @@
 //! `seqsync graph`: the report's JSON keys, both lowerings, --run, and one-line errors.
 
-use std::process::Command;
+mod common;
 
-const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../specs/graph-example.toml");
+use common::seqsync;
 
-fn seqsync(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_seqsync"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+/// `specs/graph-example.toml`, embedded and written to a temp file (runs from the GPU bundle).
+fn example() -> &'static str {
+    static P: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    P.get_or_init(|| {
+        common::spec_file(
+            "graph-example.toml",
+            include_str!("../../specs/graph-example.toml"),
+        )
+    })
 }
 
 fn json(args: &[&str]) -> serde_json::Value {
@@ -29,7 +28,7 @@ fn json(args: &[&str]) -> serde_json::Value {
 
 #[test]
 fn graph_json_has_the_keys_and_no_false_dependencies() {
-    let v = json(&["graph", EXAMPLE, "--json"]);
+    let v = json(&["graph", example(), "--json"]);
     let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
     let mut want = [
         "commands",
@@ -65,7 +64,7 @@ fn graph_json_has_the_keys_and_no_false_dependencies() {
 
 #[test]
 fn levels_lowering_reports_false_dependencies() {
-    let v = json(&["graph", EXAMPLE, "--lower", "levels", "--json"]);
+    let v = json(&["graph", example(), "--lower", "levels", "--json"]);
     assert!(v["false_dependencies"].as_u64().unwrap() > 0, "{v}");
 }
 
@@ -73,7 +72,7 @@ fn levels_lowering_reports_false_dependencies() {
 fn graph_run_on_host_reports_a_makespan_above_the_critical_path() {
     let v = json(&[
         "graph",
-        EXAMPLE,
+        example(),
         "--run",
         "--runs",
         "1",
@@ -117,7 +116,7 @@ fn graph_trace_has_one_span_per_command() {
         std::env::temp_dir().join(format!("seqsync-graph-trace-{}.json", std::process::id()));
     let (code, _, err) = seqsync(&[
         "graph",
-        EXAMPLE,
+        example(),
         "--run",
         "--runs",
         "1",
