@@ -53,6 +53,12 @@ pub(crate) struct RunArgs {
     /// Print one JSON object (the demo report) and nothing else on stdout.
     #[arg(long)]
     json: bool,
+    /// Seed-shaped specs: pipeline (the runtime) or graph (K batches per CUDA graph).
+    #[arg(long, default_value = "pipeline", value_parser = crate::parse::<Engine>)]
+    engine: Engine,
+    /// --engine graph: batches per graph.
+    #[arg(long, value_name = "K")]
+    graph_batches: Option<usize>,
 }
 
 fn malformed(e: PlanError) -> Failure {
@@ -210,7 +216,8 @@ pub(crate) fn run_spec(a: RunArgs) -> Result<(), Failure> {
         batches: a.batches,
         batch_bytes: a.batch_bytes,
         chaos: a.chaos,
-        engine: Engine::Pipeline,
+        engine: a.engine,
+        graph_batches: a.graph_batches,
         spec: Some(spec),
         baselines: false,
         ..DemoConfig::default()

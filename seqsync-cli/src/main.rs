@@ -8,7 +8,7 @@ use std::sync::Arc;
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use seqsync::BackendKind;
-use seqsync_demo::demo::{self, DemoConfig, DemoReport, DroppedWait, Engine, Variant};
+use seqsync_demo::demo::{self, DemoConfig, DemoReport, DroppedWait, Engine, GraphEdge, Variant};
 
 mod bench;
 mod check;
@@ -75,10 +75,14 @@ struct DemoArgs {
     /// device buffers from a stream-ordered pool).
     #[arg(long, default_value = "seed", value_parser = crate::parse::<Variant>)]
     variant: Variant,
-    /// handwritten (the seed's rings and loops written out) or pipeline (the seed spec run by
-    /// the pipeline runtime; variant seed only).
+    /// handwritten (the seed's rings and loops written out), pipeline (the seed spec run by
+    /// the pipeline runtime) or graph (K batches' bodies per CUDA graph, replayed); the last two
+    /// run variant seed only.
     #[arg(long, default_value = "handwritten", value_parser = crate::parse::<Engine>)]
     engine: Engine,
+    /// --engine graph: batches per graph (default: enough for 4 MiB, at most 64).
+    #[arg(long, value_name = "K")]
+    graph_batches: Option<usize>,
     /// Host output batches for --variant host-ring.
     #[arg(long, default_value_t = 4)]
     host_slots: usize,
@@ -100,6 +104,9 @@ struct DemoArgs {
     /// Test only: leave out one wait (e.g. f-waits-copy); verification must then fail.
     #[arg(long, hide = true, value_parser = crate::parse::<DroppedWait>)]
     drop_wait: Option<DroppedWait>,
+    /// Test only, --engine graph on host: leave one edge out of every batch's graph body.
+    #[arg(long, hide = true, value_parser = crate::parse::<GraphEdge>)]
+    drop_edge: Option<GraphEdge>,
 }
 
 /// Parse any of seqsync's `FromStr` types (backend, variant, engine, wait), for clap.
@@ -195,6 +202,8 @@ fn run_demo(a: DemoArgs) -> Result<(), Failure> {
         repeat: a.repeat,
         trace: trace_file.is_some(),
         drop_wait: a.drop_wait,
+        graph_batches: a.graph_batches,
+        drop_edge: a.drop_edge,
         progress,
     };
     let report = demo::run(&config).inspect_err(|_| {
@@ -266,6 +275,13 @@ pub(crate) fn print_summary(r: &DemoReport, trace: Option<&std::path::Path>) {
         "  pipeline      {:>9.3} GB/s   (wall {:.3} s{runs})",
         r.gbps, r.wall_s
     );
+    if let (Some(p50), Some(p99)) = (r.latency_p50_us, r.latency_p99_us) {
+        let k = r
+            .graph_batches
+            .map(|k| format!(" ({k} batches per graph)"))
+            .unwrap_or_default();
+        println!("  batch latency p50 {p50:.1} us, p99 {p99:.1} us (copy-in issued -> process_data returned){k}");
+    }
     if !r.stages.is_empty() {
         let gbps =
             |s: &seqsync_demo::demo::StageTiming| r.batch_bytes as f64 / s.seconds_per_batch / 1e9;

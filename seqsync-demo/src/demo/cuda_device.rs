@@ -7,19 +7,21 @@ use seqsync::cudarc::driver::{sys, CudaFunction, CudaStream, LaunchConfig, PushK
 
 use super::device::{Device, Layout, Mark, Reference};
 use super::workload::{self, HEADER};
-use seqsync::backend::cuda::{CudaBackend, CudaEvent, DeviceBuffer, PinnedBuffer};
-use seqsync::backend::{Backend, EventOptions};
+use seqsync::backend::cuda::{
+    CudaBackend, CudaEvent, CudaKernel, DeviceBuffer, KernelParam, PinnedBuffer,
+};
+use seqsync::backend::{Backend, CopyOp, EventOptions, Op};
 use seqsync::{Error, Result};
 
 pub(crate) struct CudaDevice {
     backend: CudaBackend,
     layout: Layout,
-    hin: Vec<PinnedBuffer>,
-    hout: Vec<PinnedBuffer>,
-    d_in: Vec<DeviceBuffer>,
-    x: Vec<DeviceBuffer>,
-    y: Vec<DeviceBuffer>,
-    out: Vec<DeviceBuffer>,
+    hin: Vec<Arc<PinnedBuffer>>,
+    hout: Vec<Arc<PinnedBuffer>>,
+    d_in: Vec<Arc<DeviceBuffer>>,
+    x: Vec<Arc<DeviceBuffer>>,
+    y: Vec<Arc<DeviceBuffer>>,
+    out: Vec<Arc<DeviceBuffer>>,
     f: CudaFunction,
     g: CudaFunction,
     h: CudaFunction,
@@ -39,7 +41,7 @@ impl CudaDevice {
         let n = layout.n;
         let alloc = |count: usize| {
             (0..count)
-                .map(|_| backend.alloc_device(n))
+                .map(|_| backend.alloc_device(n).map(Arc::new))
                 .collect::<Result<Vec<_>>>()
         };
         let hin = (0..layout.npatterns)
@@ -50,11 +52,11 @@ impl CudaDevice {
                 for (i, v) in s.iter_mut().enumerate() {
                     *v = workload::pattern_elem(p, i);
                 }
-                Ok(b)
+                Ok(Arc::new(b))
             })
             .collect::<Result<Vec<_>>>()?;
         let hout = (0..layout.nhout)
-            .map(|_| backend.alloc_pinned(n))
+            .map(|_| backend.alloc_pinned(n).map(Arc::new))
             .collect::<Result<Vec<_>>>()?;
         let k =
             backend.load_kernels(workload::CUDA_SOURCE, &["f_kernel", "g_kernel", "h_kernel"])?;
@@ -94,6 +96,27 @@ impl CudaDevice {
             .context()
             .bind_to_thread()
             .map_err(|e| seqsync::backend::cuda::driver_error("cuCtxSetCurrent", e))
+    }
+
+    /// A kernel node of `function` on `params`, in the launch shape of the stream launches.
+    fn kernel(&self, function: &CudaFunction, params: Vec<KernelParam>) -> Op<CudaBackend> {
+        Op::Kernel(CudaKernel {
+            function: function.clone(),
+            grid: self.launch.grid_dim,
+            block: self.launch.block_dim,
+            shared_mem_bytes: self.launch.shared_mem_bytes,
+            params,
+        })
+    }
+
+    fn copy(&self, src: Arc<DeviceBuffer>, dst: Arc<DeviceBuffer>) -> Op<CudaBackend> {
+        Op::Copy(CopyOp {
+            src,
+            src_offset: 0,
+            dst,
+            dst_offset: 0,
+            words: self.layout.n,
+        })
     }
 }
 
@@ -196,6 +219,31 @@ impl Device for CudaDevice {
         unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, n * 4, s.cu_stream()) }
             .result()
             .map_err(|e| seqsync::backend::cuda::driver_error("cuMemcpyDtoHAsync", e))
+    }
+    fn op_copy_in(&self, hin: usize, slot: usize) -> Op<CudaBackend> {
+        self.copy(self.hin[hin].as_memory(), self.d_in[slot].clone())
+    }
+    fn op_f(&self, slot_in: usize, slot_x: usize) -> Op<CudaBackend> {
+        let (src, dst) = (self.d_in[slot_in].device_ptr(), self.x[slot_x].device_ptr());
+        let (n, k) = (self.layout.n as u64, self.layout.intensity);
+        use KernelParam::{Ptr, U32, U64};
+        self.kernel(&self.f, vec![Ptr(src), Ptr(dst), U64(n), U32(k)])
+    }
+    fn op_g(&self, slot_in: usize, slot_y: usize) -> Op<CudaBackend> {
+        let (src, dst) = (self.d_in[slot_in].device_ptr(), self.y[slot_y].device_ptr());
+        let (n, k) = (self.layout.n as u64, self.layout.intensity);
+        use KernelParam::{Ptr, U32, U64};
+        self.kernel(&self.g, vec![Ptr(src), Ptr(dst), U64(n), U32(k)])
+    }
+    fn op_h(&self, slot_x: usize, slot_y: usize, slot_out: usize) -> Op<CudaBackend> {
+        let (x, y) = (self.x[slot_x].device_ptr(), self.y[slot_y].device_ptr());
+        let out = self.out[slot_out].device_ptr();
+        let (n, k) = (self.layout.n as u64, self.layout.intensity);
+        use KernelParam::{Ptr, U32, U64};
+        self.kernel(&self.h, vec![Ptr(x), Ptr(y), Ptr(out), U64(n), U32(k)])
+    }
+    fn op_copy_out(&self, slot: usize, hout: usize) -> Op<CudaBackend> {
+        self.copy(self.out[slot].clone(), self.hout[hout].as_memory())
     }
     fn check_output(&self, hout: usize, seq: i64) -> bool {
         // SAFETY: the caller synchronized on the event recorded after the copy into `hout`,

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::workload::{self, HEADER};
-use seqsync::backend::{Backend, MemoryBackend};
+use seqsync::backend::{Backend, GraphBackend, MemoryBackend, Op};
 use seqsync::Result;
 
 /// A stream of device `D`.
@@ -99,7 +99,7 @@ pub(crate) struct Mark {
 
 /// The demo's buffers, copies and kernels on one backend.
 pub(crate) trait Device: Send + Sync + 'static {
-    type B: MemoryBackend;
+    type B: MemoryBackend + GraphBackend;
 
     fn backend(&self) -> &Self::B;
     fn layout(&self) -> &Layout;
@@ -143,6 +143,18 @@ pub(crate) trait Device: Send + Sync + 'static {
     /// Copy the buffer at `src` into host output buffer `hout`.
     fn copy_out_from(&self, s: &Stream<Self>, src: u64, hout: usize) -> Result<()>;
 
+    /// The graph engine's commands: the same copies and kernels as [`copy_in`](Self::copy_in)
+    /// .. [`copy_out`](Self::copy_out), as command-graph ops of fixed slots.
+    fn op_copy_in(&self, hin: usize, slot: usize) -> Op<Self::B>;
+    /// f as an op.
+    fn op_f(&self, slot_in: usize, slot_x: usize) -> Op<Self::B>;
+    /// g as an op.
+    fn op_g(&self, slot_in: usize, slot_y: usize) -> Op<Self::B>;
+    /// h as an op.
+    fn op_h(&self, slot_x: usize, slot_y: usize, slot_out: usize) -> Op<Self::B>;
+    /// The g2h copy as an op.
+    fn op_copy_out(&self, slot: usize, hout: usize) -> Op<Self::B>;
+
     /// With chaos on (host), sleep a random time.
     fn chaos_pause(&self) {}
 
@@ -161,7 +173,7 @@ pub(crate) trait Device: Send + Sync + 'static {
 
 // ---- host ---------------------------------------------------------------------------------
 
-use seqsync::backend::host::{HostBackend, HostStream};
+use seqsync::backend::host::{HostBackend, HostKernel, HostStream};
 
 type Buf = Mutex<Vec<u32>>;
 
@@ -232,6 +244,55 @@ impl HostDevice {
             marks: Arc::default(),
         }
     }
+
+    fn copy_in_fn(&self, hin: usize, slot: usize) -> impl Fn() + Send + Sync + 'static {
+        let b = self.bufs.clone();
+        move || lock(&b.d_in[slot]).copy_from_slice(&lock(&b.hin[hin]))
+    }
+
+    fn f_fn(&self, slot_in: usize, slot_x: usize) -> impl Fn() + Send + Sync + 'static {
+        let (b, k) = (self.bufs.clone(), self.layout.intensity);
+        move || {
+            let src = lock(&b.d_in[slot_in]);
+            for (d, &v) in lock(&b.x[slot_x]).iter_mut().zip(src.iter()) {
+                *d = workload::f_elem(v, k);
+            }
+        }
+    }
+
+    fn g_fn(&self, slot_in: usize, slot_y: usize) -> impl Fn() + Send + Sync + 'static {
+        let (b, k) = (self.bufs.clone(), self.layout.intensity);
+        move || {
+            let src = lock(&b.d_in[slot_in]);
+            for (d, &v) in lock(&b.y[slot_y]).iter_mut().zip(src.iter()) {
+                *d = workload::g_elem(v, k);
+            }
+        }
+    }
+
+    fn h_fn(
+        &self,
+        slot_x: usize,
+        slot_y: usize,
+        slot_out: usize,
+    ) -> impl Fn() + Send + Sync + 'static {
+        let (b, k) = (self.bufs.clone(), self.layout.intensity);
+        move || {
+            let (x, y) = (lock(&b.x[slot_x]), lock(&b.y[slot_y]));
+            for ((d, &xv), &yv) in lock(&b.out[slot_out])
+                .iter_mut()
+                .zip(x.iter())
+                .zip(y.iter())
+            {
+                *d = workload::h_elem(xv, yv, k);
+            }
+        }
+    }
+
+    fn copy_out_fn(&self, slot: usize, hout: usize) -> impl Fn() + Send + Sync + 'static {
+        let b = self.bufs.clone();
+        move || lock(&b.hout[hout]).copy_from_slice(&lock(&b.out[slot]))
+    }
 }
 
 impl Device for HostDevice {
@@ -250,28 +311,15 @@ impl Device for HostDevice {
         }
     }
     fn copy_in(&self, s: &HostStream, hin: usize, slot: usize) -> Result<()> {
-        let b = self.bufs.clone();
-        s.launch(move || lock(&b.d_in[slot]).copy_from_slice(&lock(&b.hin[hin])));
+        s.launch(self.copy_in_fn(hin, slot));
         Ok(())
     }
     fn launch_f(&self, s: &HostStream, slot_in: usize, slot_x: usize) -> Result<()> {
-        let (b, k) = (self.bufs.clone(), self.layout.intensity);
-        s.launch(move || {
-            let src = lock(&b.d_in[slot_in]);
-            for (d, &v) in lock(&b.x[slot_x]).iter_mut().zip(src.iter()) {
-                *d = workload::f_elem(v, k);
-            }
-        });
+        s.launch(self.f_fn(slot_in, slot_x));
         Ok(())
     }
     fn launch_g(&self, s: &HostStream, slot_in: usize, slot_y: usize) -> Result<()> {
-        let (b, k) = (self.bufs.clone(), self.layout.intensity);
-        s.launch(move || {
-            let src = lock(&b.d_in[slot_in]);
-            for (d, &v) in lock(&b.y[slot_y]).iter_mut().zip(src.iter()) {
-                *d = workload::g_elem(v, k);
-            }
-        });
+        s.launch(self.g_fn(slot_in, slot_y));
         Ok(())
     }
     fn launch_h(
@@ -281,23 +329,27 @@ impl Device for HostDevice {
         slot_y: usize,
         slot_out: usize,
     ) -> Result<()> {
-        let (b, k) = (self.bufs.clone(), self.layout.intensity);
-        s.launch(move || {
-            let (x, y) = (lock(&b.x[slot_x]), lock(&b.y[slot_y]));
-            for ((d, &xv), &yv) in lock(&b.out[slot_out])
-                .iter_mut()
-                .zip(x.iter())
-                .zip(y.iter())
-            {
-                *d = workload::h_elem(xv, yv, k);
-            }
-        });
+        s.launch(self.h_fn(slot_x, slot_y, slot_out));
         Ok(())
     }
     fn copy_out(&self, s: &HostStream, slot: usize, hout: usize) -> Result<()> {
-        let b = self.bufs.clone();
-        s.launch(move || lock(&b.hout[hout]).copy_from_slice(&lock(&b.out[slot])));
+        s.launch(self.copy_out_fn(slot, hout));
         Ok(())
+    }
+    fn op_copy_in(&self, hin: usize, slot: usize) -> Op<HostBackend> {
+        Op::Kernel(HostKernel::new(self.copy_in_fn(hin, slot)))
+    }
+    fn op_f(&self, slot_in: usize, slot_x: usize) -> Op<HostBackend> {
+        Op::Kernel(HostKernel::new(self.f_fn(slot_in, slot_x)))
+    }
+    fn op_g(&self, slot_in: usize, slot_y: usize) -> Op<HostBackend> {
+        Op::Kernel(HostKernel::new(self.g_fn(slot_in, slot_y)))
+    }
+    fn op_h(&self, slot_x: usize, slot_y: usize, slot_out: usize) -> Op<HostBackend> {
+        Op::Kernel(HostKernel::new(self.h_fn(slot_x, slot_y, slot_out)))
+    }
+    fn op_copy_out(&self, slot: usize, hout: usize) -> Op<HostBackend> {
+        Op::Kernel(HostKernel::new(self.copy_out_fn(slot, hout)))
     }
     fn check_output(&self, hout: usize, seq: i64) -> bool {
         self.reference.check(&lock(&self.bufs.hout[hout]), seq)

@@ -25,6 +25,23 @@ pub enum Engine {
     HandWritten,
     /// The seed spec, derived and run by the pipeline runtime (variant seed only).
     Pipeline,
+    /// K batches' bodies lowered to a CUDA graph (host: the graph layer's host lowering),
+    /// instantiated once per slot group and replayed, ordered by rings (variant seed only).
+    Graph,
+}
+
+impl Engine {
+    /// Every engine.
+    pub const ALL: [Engine; 3] = [Engine::HandWritten, Engine::Pipeline, Engine::Graph];
+
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::HandWritten => "handwritten",
+            Engine::Pipeline => "pipeline",
+            Engine::Graph => "graph",
+        }
+    }
 }
 
 impl std::str::FromStr for Engine {
@@ -33,9 +50,10 @@ impl std::str::FromStr for Engine {
         match s {
             "handwritten" | "hand-written" => Ok(Engine::HandWritten),
             "pipeline" => Ok(Engine::Pipeline),
+            "graph" => Ok(Engine::Graph),
             o => Err(crate::invalid(
                 "demo",
-                format!("unknown engine '{o}': expected handwritten or pipeline"),
+                format!("unknown engine '{o}': expected handwritten, pipeline or graph"),
             )),
         }
     }
@@ -160,6 +178,7 @@ pub(crate) fn run<D: Device>(
                 // get_data: the host batch for s (its buffer's previous copy has finished).
                 pool.wait_free(dev, s)?;
                 dev.fill_input(s);
+                checker.issued(s);
                 marked(dev, tracing, st, "s_h2g", "copy in", s, || {
                     dev.copy_in(st, hin, slot(s, nin))
                 })?;

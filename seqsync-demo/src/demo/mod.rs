@@ -34,6 +34,7 @@ mod baseline;
 mod cuda_device;
 mod device;
 mod engine;
+mod graph_engine;
 mod pipeline;
 mod pool_pipeline;
 mod trace;
@@ -46,6 +47,7 @@ use serde::Serialize;
 
 pub use baseline::StageTiming;
 pub use engine::{seed_shape, seed_spec, Engine};
+pub use graph_engine::{auto_graph_batches, GraphEdge, DEPTH as GRAPH_DEPTH};
 pub use pipeline::{DroppedWait, Variant};
 
 use device::{Device, HostDevice, Layout};
@@ -99,6 +101,11 @@ pub struct DemoConfig {
     pub trace: bool,
     /// Test only: leave one wait out (verification must then fail under chaos).
     pub drop_wait: Option<DroppedWait>,
+    /// [`Engine::Graph`]: batches per graph (`None`: [`auto_graph_batches`]).
+    pub graph_batches: Option<usize>,
+    /// Test only, [`Engine::Graph`] on the host backend: leave one edge out of every batch's
+    /// body (verification must then fail).
+    pub drop_edge: Option<GraphEdge>,
     /// Called with the number of batches processed so far.
     pub progress: Option<Arc<dyn Fn(i64, i64) + Send + Sync>>,
 }
@@ -124,6 +131,8 @@ impl Default for DemoConfig {
             repeat: 1,
             trace: false,
             drop_wait: None,
+            graph_batches: None,
+            drop_edge: None,
             progress: None,
         }
     }
@@ -202,6 +211,12 @@ pub struct DemoReport {
     pub ratio_to_handwritten: Option<f64>,
     /// [`Variant::Pool`]: what the pool did during the (first) timed run.
     pub pool: Option<seqsync::memory::PoolStats>,
+    /// [`Engine::Graph`]: batches per graph (K).
+    pub graph_batches: Option<usize>,
+    /// Median batch latency, from its copy-in being issued to its `process_data` returning.
+    pub latency_p50_us: Option<f64>,
+    /// 99th percentile of the same.
+    pub latency_p99_us: Option<f64>,
     /// The Chrome trace, when asked for.
     #[serde(skip)]
     pub trace: Option<serde_json::Value>,
@@ -253,9 +268,10 @@ impl DemoConfig {
                     .into(),
             ));
         }
-        if self.engine == Engine::Pipeline && self.variant != Variant::Seed {
+        if self.engine != Engine::HandWritten && self.variant != Variant::Seed {
             return Err(invalid(format!(
-                "--engine pipeline runs --variant seed only, not {:?}",
+                "--engine {} runs --variant seed only, not {:?}",
+                self.engine.name(),
                 self.variant
             )));
         }
@@ -264,8 +280,24 @@ impl DemoConfig {
                 "--drop-wait names the ring pipeline's waits; --variant pool has none".into(),
             ));
         }
-        if self.engine == Engine::Pipeline && self.drop_wait.is_some() {
+        if self.engine != Engine::HandWritten && self.drop_wait.is_some() {
             return Err(invalid("--drop-wait needs --engine handwritten".into()));
+        }
+        if self.drop_edge.is_some() && (self.engine != Engine::Graph || kind != BackendKind::Host) {
+            return Err(invalid(
+                "--drop-edge is a test switch for --engine graph on the host backend".into(),
+            ));
+        }
+        if let Some(k) = self.graph_batches {
+            if self.engine != Engine::Graph {
+                return Err(invalid("--graph-batches needs --engine graph".into()));
+            }
+            if k == 0 || k > graph_engine::MAX_GRAPH_BATCHES {
+                return Err(invalid(format!(
+                    "--graph-batches {k} is outside 1..={}",
+                    graph_engine::MAX_GRAPH_BATCHES
+                )));
+            }
         }
         if self.variant == Variant::HostRing && self.host_slots == 0 {
             return Err(invalid("--host-slots must be at least 1".into()));
@@ -334,7 +366,7 @@ fn available_memory() -> Option<u64> {
 pub fn run(config: &DemoConfig) -> Result<DemoReport> {
     let shaped;
     let config = match (&config.spec, config.engine) {
-        (Some(spec), Engine::Pipeline) => {
+        (Some(spec), Engine::Pipeline | Engine::Graph) => {
             let (nin, nx, ny, nout) = seed_shape(spec)?;
             shaped = DemoConfig {
                 nin,
@@ -363,6 +395,24 @@ pub fn run(config: &DemoConfig) -> Result<DemoReport> {
     } else {
         256 << 10
     });
+    let graphed;
+    let config = if config.engine == Engine::Graph {
+        // The graph engine's own slot counts: DEPTH groups of K batches in every buffer.
+        let k = config
+            .graph_batches
+            .unwrap_or_else(|| auto_graph_batches(batch_bytes));
+        let slots = graph_engine::DEPTH * k.clamp(1, graph_engine::MAX_GRAPH_BATCHES);
+        graphed = DemoConfig {
+            nin: slots,
+            nx: slots,
+            ny: slots,
+            nout: slots,
+            ..config.clone()
+        };
+        &graphed
+    } else {
+        config
+    };
     config.validate(batch_bytes, kind)?;
     let lags = [
         config.nin,
@@ -377,8 +427,14 @@ pub fn run(config: &DemoConfig) -> Result<DemoReport> {
         nx: config.nx,
         ny: config.ny,
         nout: config.nout,
-        npatterns: workload::prime_above(lags.into_iter().max().unwrap_or(1)),
-        nhout: if config.variant == Variant::HostRing {
+        npatterns: if config.engine == Engine::Graph {
+            config.nin
+        } else {
+            workload::prime_above(lags.into_iter().max().unwrap_or(1))
+        },
+        nhout: if config.engine == Engine::Graph {
+            config.nin
+        } else if config.variant == Variant::HostRing {
             config.host_slots
         } else {
             1
@@ -443,16 +499,21 @@ fn run_on<D: Device>(
             config.spec.as_ref(),
             [config.nin, config.nx, config.ny, config.nout],
         )?),
-        Engine::HandWritten => None,
+        Engine::HandWritten | Engine::Graph => None,
     };
+    let graph_batches = (config.engine == Engine::Graph).then(|| {
+        config
+            .graph_batches
+            .unwrap_or_else(|| auto_graph_batches(batch_bytes))
+    });
     let pool = match config.variant {
         Variant::Pool => Some((pool_pipeline::pool_for(dev)?, pipeline::Streams::new(dev)?)),
         _ => None,
     };
     let pool_stats = std::sync::Mutex::new(None);
-    let run_once = |o: &RunOptions<'_>| match (&plan, &pool) {
-        (Some(p), _) => engine::run(dev, p, o),
-        (None, Some((pool, streams))) => {
+    let run_once = |o: &RunOptions<'_>| match (&plan, &pool, graph_batches) {
+        (Some(p), _, _) => engine::run(dev, p, o),
+        (None, Some((pool, streams)), _) => {
             let (wall, v, stats) = pool_pipeline::run(dev, pool, streams, o)?;
             let mut kept = pool_stats.lock().unwrap_or_else(|e| e.into_inner());
             if o.spans.is_some() || o.progress.is_some() {
@@ -460,7 +521,8 @@ fn run_on<D: Device>(
             }
             Ok((wall, v))
         }
-        (None, None) => pipeline::run(dev, o),
+        (None, None, Some(k)) => graph_engine::run(dev, o, k, config.drop_edge),
+        (None, None, None) => pipeline::run(dev, o),
     };
     // Warm up (module load, first launches, allocations touched) outside the timed run.
     let warm = RunOptions {
@@ -501,7 +563,7 @@ fn run_on<D: Device>(
             let (hand, hv) = baseline::handrolled(dev, batches)?;
             check_baseline("hand-rolled", &hv, batches)?;
             hand_walls.push(hand.as_secs_f64());
-            if config.engine == Engine::Pipeline || config.variant == Variant::Pool {
+            if config.engine != Engine::HandWritten || config.variant == Variant::Pool {
                 // The hand-written pipeline on fixed rings, in the same run, alternating with
                 // the engine's (or the pool variant's).
                 let plain = RunOptions {
@@ -567,6 +629,9 @@ fn run_on<D: Device>(
         handwritten_gbps: None,
         ratio_to_handwritten: None,
         pool: pool_stats.into_inner().unwrap_or_else(|e| e.into_inner()),
+        graph_batches,
+        latency_p50_us: v.latency_us(0.5),
+        latency_p99_us: v.latency_us(0.99),
         trace,
     };
     if config.baselines {

@@ -62,7 +62,12 @@ pub(crate) fn run<D: Device>(
     let (to_h2g, from_g2h) = mpsc::channel::<Point<D::B>>();
     let results = std::thread::scope(|scope| {
         let (st, checker) = (streams, &checker);
-        let h2g = scope.spawn(move || ("h2g", h2g_thread(dev, pool, st, opt, to_g2h, from_g2h)));
+        let h2g = scope.spawn(move || {
+            (
+                "h2g",
+                h2g_thread(dev, pool, st, checker, opt, to_g2h, from_g2h),
+            )
+        });
         let g2h = scope.spawn(move || {
             (
                 "g2h",
@@ -109,6 +114,7 @@ fn h2g_thread<D: Device>(
     dev: &D,
     pool: &Pool<D::B>,
     st: &Streams<D>,
+    checker: &Checker,
     opt: &RunOptions<'_>,
     to_g2h: mpsc::Sender<ToCopyOut<D::B>>,
     from_g2h: mpsc::Receiver<Point<D::B>>,
@@ -140,6 +146,7 @@ fn h2g_thread<D: Device>(
         let x = alloc(due(&mut freed_x, l.nx))?;
         let y = alloc(due(&mut freed_y, l.ny))?;
 
+        checker.issued(s);
         marked(dev, tracing, &st.h2g, "s_h2g", "copy in", s, || {
             dev.copy_in_to(&st.h2g, (s % l.npatterns as i64) as usize, d_in.addr())
         })?;

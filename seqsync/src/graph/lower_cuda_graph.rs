@@ -91,6 +91,17 @@ impl<B: GraphBackend> GraphExecutable<B> {
         &self.report
     }
 
+    /// Enqueue one replay on `stream`, with no ordering beyond the stream's own: the caller
+    /// orders it against other work (events or a ring on `stream`, before and after). A
+    /// [`StreamPool`](super::StreamPool) does that through
+    /// [`submit_graph`](super::StreamPool::submit_graph).
+    ///
+    /// # Errors
+    /// A failing backend call.
+    pub fn launch(&self, stream: &B::Stream) -> Result<()> {
+        self.backend.launch_graph(&self.exec, stream)
+    }
+
     /// Change command `i`'s kernel (same function, new parameters) for later replays.
     ///
     /// # Errors

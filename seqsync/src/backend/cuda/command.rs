@@ -143,8 +143,9 @@ impl CommandBackend for CudaBackend {
         bind_for(stream)?;
         // SAFETY: both ranges lie inside live allocations (checked above; the Arcs keep them
         // alive for the call, and the graph that holds the op keeps them until it completes).
-        with_context(stream.context(), "cuMemcpyDtoDAsync", || unsafe {
-            sys::cuMemcpyDtoDAsync_v2(
+        // Unified addresses (device memory or a pinned view): the driver picks the direction.
+        with_context(stream.context(), "cuMemcpyAsync", || unsafe {
+            sys::cuMemcpyAsync(
                 op.dst.device_ptr() + op.dst_offset as u64 * 4,
                 op.src.device_ptr() + op.src_offset as u64 * 4,
                 op.words * 4,

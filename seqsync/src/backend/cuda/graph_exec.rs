@@ -130,13 +130,15 @@ impl GraphBackend for CudaBackend {
                     check_range("copy source", c.src_offset, c.words, c.src.len())?;
                     check_range("copy destination", c.dst_offset, c.words, c.dst.len())?;
                     // Every field spelled out: `mem::zeroed` is undefined behaviour here, since
-                    // `CUmemorytype` has no variant 0 (it aborts at run time).
+                    // `CUmemorytype` has no variant 0 (it aborts at run time). Unified
+                    // addresses: device memory, or pinned host memory viewed as command memory
+                    // (`PinnedBuffer::as_memory`), copied on the copy engines.
                     let m = sys::CUDA_MEMCPY3D {
                         srcXInBytes: 0,
                         srcY: 0,
                         srcZ: 0,
                         srcLOD: 0,
-                        srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+                        srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_UNIFIED,
                         srcHost: std::ptr::null(),
                         srcDevice: c.src.device_ptr() + c.src_offset as u64 * 4,
                         srcArray: std::ptr::null_mut(),
@@ -147,7 +149,7 @@ impl GraphBackend for CudaBackend {
                         dstY: 0,
                         dstZ: 0,
                         dstLOD: 0,
-                        dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+                        dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_UNIFIED,
                         dstHost: std::ptr::null_mut(),
                         dstDevice: c.dst.device_ptr() + c.dst_offset as u64 * 4,
                         dstArray: std::ptr::null_mut(),

@@ -15,6 +15,9 @@ pub struct DeviceBuffer {
     len: usize,
     ctx: Arc<CudaContext>,
     deferred: Arc<Deferred>,
+    /// Set for a view of pinned host memory ([`PinnedBuffer::as_memory`]): it owns the memory,
+    /// and nothing is freed here.
+    pinned: Option<Arc<PinnedBuffer>>,
 }
 
 /// Page-locked host memory of `len` `u32`s (`cuMemHostAlloc`, not write-combined, so host
@@ -47,6 +50,7 @@ impl CudaBackend {
             len,
             ctx: self.ctx.clone(),
             deferred: self.deferred().clone(),
+            pinned: None,
         })
     }
 
@@ -146,6 +150,10 @@ impl DeviceBuffer {
 
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
+        if self.pinned.is_some() {
+            // A view: the pinned buffer frees its memory when its last owner goes.
+            return;
+        }
         // Freeing needs the context current on this thread. Errors are kept apart (see
         // `CudaBackend::take_deferred_errors`), never reported by another call.
         if let Err(e) = make_current(&self.ctx) {
@@ -160,6 +168,23 @@ impl Drop for DeviceBuffer {
 }
 
 impl PinnedBuffer {
+    /// This pinned host memory as command memory ([`CommandBackend::Memory`]), so that copies
+    /// to and from it (stream copies, CUDA graph memcpy nodes, both by unified address) run as
+    /// host<->device copies on the copy engines. Under unified addressing (every 64-bit
+    /// platform CUDA 12 supports) memory from `cuMemHostAlloc` is accessible from the device at
+    /// its host address. The view keeps the buffer alive.
+    ///
+    /// [`CommandBackend::Memory`]: crate::backend::CommandBackend::Memory
+    pub fn as_memory(self: &Arc<Self>) -> Arc<DeviceBuffer> {
+        Arc::new(DeviceBuffer {
+            ptr: self.ptr as sys::CUdeviceptr,
+            len: self.len,
+            ctx: self.ctx.clone(),
+            deferred: self.deferred.clone(),
+            pinned: Some(self.clone()),
+        })
+    }
+
     /// Length in `u32`s.
     pub fn len(&self) -> usize {
         self.len
