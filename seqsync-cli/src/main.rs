@@ -104,6 +104,16 @@ struct DemoArgs {
     /// Test only: leave out one wait (e.g. f-waits-copy); verification must then fail.
     #[arg(long, hide = true, value_parser = crate::parse::<DroppedWait>)]
     drop_wait: Option<DroppedWait>,
+    /// Run every engine over batch sizes 64 KiB..64 MiB (x4 steps; --batches caps each run)
+    /// and write PREFIX.json and PREFIX.svg (see --sweep-out).
+    #[arg(long)]
+    sweep: bool,
+    /// Where --sweep writes: PREFIX.json (the table) and PREFIX.svg (the plot).
+    #[arg(long, value_name = "PREFIX", default_value = "seqsync-sweep")]
+    sweep_out: PathBuf,
+    /// --sweep: only these batch sizes in bytes (comma-separated).
+    #[arg(long, value_delimiter = ',', hide = true)]
+    sweep_sizes: Vec<usize>,
     /// Test only, --engine graph on host: leave one edge out of every batch's graph body.
     #[arg(long, hide = true, value_parser = crate::parse::<GraphEdge>)]
     drop_edge: Option<GraphEdge>,
@@ -157,6 +167,9 @@ fn main() -> ExitCode {
 }
 
 fn run_demo(a: DemoArgs) -> Result<(), Failure> {
+    if a.sweep {
+        return run_sweep(a);
+    }
     // Fail on an unwritable trace path before running anything.
     let trace_file = match &a.trace {
         Some(p) => Some(std::fs::File::create(p).map_err(|e| Failure {
@@ -227,6 +240,80 @@ fn run_demo(a: DemoArgs) -> Result<(), Failure> {
         print_summary(&report, a.trace.as_deref());
     }
     verified(&report)
+}
+
+/// `seqsync demo --sweep`.
+fn run_sweep(a: DemoArgs) -> Result<(), Failure> {
+    let sizes = if a.sweep_sizes.is_empty() {
+        demo::SWEEP_SIZES.to_vec()
+    } else {
+        a.sweep_sizes.clone()
+    };
+    let config = DemoConfig {
+        backend: a.backend,
+        batches: a.batches,
+        intensity: a.intensity,
+        chaos: a.chaos,
+        verify_samples: a.verify_samples,
+        repeat: a.repeat,
+        ..DemoConfig::default()
+    };
+    if !a.json {
+        println!(
+            "{:<12} {:>10} {:>8} {:>10} {:>10} {:>8} {:>11} {:>11}  verified",
+            "engine", "batch", "batches", "GB/s", "bound", "ratio", "p50 us", "p99 us"
+        );
+    }
+    let opt = |v: Option<f64>, p: usize| v.map_or("-".to_string(), |v| format!("{v:.p$}"));
+    let report = demo::sweep(&config, &sizes, |r| {
+        if !a.json {
+            let k = r
+                .graph_batches
+                .map(|k| format!(" (K={k})"))
+                .unwrap_or_default();
+            println!(
+                "{:<12} {:>10} {:>8} {:>10.3} {:>10} {:>8} {:>11} {:>11}  {}{k}",
+                r.engine.name(),
+                r.batch_bytes,
+                r.batches,
+                r.gbps,
+                opt(r.resource_bound_gbps, 3),
+                opt(r.ratio_to_resource_bound, 3),
+                opt(r.latency_p50_us, 1),
+                opt(r.latency_p99_us, 1),
+                r.verified
+            );
+        }
+    })?;
+    let write = |ext: &str, text: String| -> Result<PathBuf, Failure> {
+        let mut p = a.sweep_out.clone().into_os_string();
+        p.push(ext);
+        let p = PathBuf::from(p);
+        std::fs::write(&p, text).map_err(|e| Failure {
+            message: format!("cannot write {}: {e}", p.display()),
+            code: 2,
+        })?;
+        Ok(p)
+    };
+    let json = serde_json::to_string_pretty(&report).expect("report serializes");
+    let jp = write(".json", json.clone())?;
+    let sp = write(".svg", demo::sweep_svg(&report))?;
+    if a.json {
+        println!("{json}");
+    } else {
+        println!("  wrote {} and {}", jp.display(), sp.display());
+    }
+    match report.rows.iter().find(|r| !r.verified) {
+        Some(r) => Err(Failure {
+            message: format!(
+                "verification failed: engine {} at {} bytes",
+                r.engine.name(),
+                r.batch_bytes
+            ),
+            code: 1,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Exit code 1 with the verification summary unless every batch was verified.

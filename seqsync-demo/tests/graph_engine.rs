@@ -126,3 +126,34 @@ fn graph_switches_need_the_graph_engine() {
     });
     assert!(e.contains("--drop-edge"), "{e}");
 }
+
+#[test]
+fn sweep_runs_every_engine_at_every_size_and_plots_them() {
+    use seqsync_demo::demo::{sweep, sweep_svg};
+    let c = DemoConfig {
+        batches: 24,
+        graph_batches: None,
+        ..config(1)
+    };
+    let mut seen = 0;
+    let r = sweep(&c, &[16 << 10, 64 << 10], |_| seen += 1).unwrap();
+    assert_eq!((r.rows.len(), seen), (6, 6));
+    assert!(r.rows.iter().all(|row| row.verified), "{r:?}");
+    // The bound is measured once per size and carried by every engine's row.
+    for size in [16 << 10, 64 << 10] {
+        let bounds: Vec<_> = r
+            .rows
+            .iter()
+            .filter(|row| row.batch_bytes == size)
+            .map(|row| row.resource_bound_gbps.unwrap())
+            .collect();
+        assert!(bounds.windows(2).all(|w| w[0] == w[1]), "{bounds:?}");
+    }
+    let svg = sweep_svg(&r);
+    // One line per engine plus the bound, a point per row.
+    assert_eq!(svg.matches("<polyline").count(), 4);
+    assert_eq!(svg.matches("<circle").count(), 6 + 2);
+    for name in ["handwritten", "pipeline", "graph", "resource bound"] {
+        assert!(svg.contains(name), "{name}");
+    }
+}

@@ -37,6 +37,7 @@ mod engine;
 mod graph_engine;
 mod pipeline;
 mod pool_pipeline;
+mod sweep;
 mod trace;
 mod workload;
 
@@ -49,6 +50,7 @@ pub use baseline::StageTiming;
 pub use engine::{seed_shape, seed_spec, Engine};
 pub use graph_engine::{auto_graph_batches, GraphEdge, DEPTH as GRAPH_DEPTH};
 pub use pipeline::{DroppedWait, Variant};
+pub use sweep::{svg as sweep_svg, sweep, SweepReport, SweepRow, SWEEP_SIZES};
 
 use device::{Device, HostDevice, Layout};
 use pipeline::{RunOptions, Verification};
