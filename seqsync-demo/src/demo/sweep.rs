@@ -175,7 +175,7 @@ pub fn svg(report: &SweepReport) -> String {
     );
     // Lines: the bound (from the first engine's rows), then each engine.
     let colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"];
-    let mut series: Vec<(String, Vec<(usize, f64)>, &str, bool)> = Vec::new();
+    let mut series: Vec<Series> = Vec::new();
     let bound: Vec<(usize, f64)> = sizes
         .iter()
         .filter_map(|&b| {
@@ -235,6 +235,9 @@ pub fn svg(report: &SweepReport) -> String {
     s += "</svg>\n";
     s
 }
+
+/// A plotted line: name, points (batch bytes, GB/s), color, dashed?
+type Series = (String, Vec<(usize, f64)>, &'static str, bool);
 
 fn size_label(b: usize) -> String {
     if b >= 1 << 20 {
