@@ -203,7 +203,39 @@ fn graph_replays_wait_and_signal<B: GraphBackend>(b: &B) {
     assert_eq!(count.load(Ordering::SeqCst), 12);
 }
 
+/// IREE's BarrierSignals: a queue barrier (no commands, no waits) signals; with a wait, it
+/// signals only after the wait's value.
+fn cts_barrier_signals<B: GraphBackend>(b: &B) {
+    let mut pool = StreamPool::new(b.clone());
+    let (t, s) = (
+        Timeline::new(b, "t", 0).unwrap(),
+        Timeline::new(b, "s", 0).unwrap(),
+    );
+    let mut empty = CommandBuffer::<B>::new()
+        .finish()
+        .unwrap()
+        .lower(Lowering::Streams);
+    let how = Submit {
+        affinity: Affinity::queue(0),
+        waits: &[],
+        signals: &[(&s, 1)],
+    };
+    pool.submit_with(&mut empty, &how).unwrap();
+    s.wait(1, LONG).unwrap();
+    let how = Submit {
+        affinity: Affinity::queue(0),
+        waits: &[(&t, 1)],
+        signals: &[(&s, 2)],
+    };
+    pool.submit_with(&mut empty, &how).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(s.query().unwrap(), 1);
+    t.signal(1).unwrap();
+    s.wait(2, LONG).unwrap();
+}
+
 on_both_backends!(
+    cts_barrier_signals,
     submission_waits_for_a_value_signalled_later,
     signals_come_after_every_command,
     a_failed_wait_fails_the_signals,

@@ -312,7 +312,12 @@ impl<B: CommandBackend> StreamPool<B> {
         how: &Submit<'_, B>,
     ) -> Result<Submitted> {
         let queue = how.affinity.single();
-        let (map, new_streams) = self.map_streams(exe.schedule.streams.len(), queue)?;
+        // An empty buffer still orders its signals after its waits (a queue barrier): on one
+        // stream.
+        let streams = exe.schedule.streams.len().max(usize::from(
+            exe.schedule.order.is_empty() && !how.signals.is_empty(),
+        ));
+        let (map, new_streams) = self.map_streams(streams, queue)?;
         let result = self.enqueue(exe, &map, how);
         match result {
             Ok(queue_waits) => Ok(Submitted {
@@ -368,6 +373,16 @@ impl<B: CommandBackend> StreamPool<B> {
             .filter(|(_, cmds)| !cmds.is_empty())
             .map(|(v, _)| map[v])
             .collect();
+        let used = match (used.is_empty(), map.first()) {
+            (true, Some(&p)) => {
+                queue_waits += self.queue_waits(p, queue)?;
+                for (t, v) in how.waits {
+                    t.wait_on(&self.streams[p].stream, *v)?;
+                }
+                vec![p]
+            }
+            _ => used,
+        };
         self.signal(&used, how)?;
         self.finish_submission(&used, queue)?;
         Ok(queue_waits)
