@@ -308,6 +308,12 @@ impl<B: Backend> Timeline<B> {
         self.shared.fail(error, None);
     }
 
+    /// The backend's word (for the loom models, which play a stream's signal on it).
+    #[cfg(all(test, seqsync_loom))]
+    pub(crate) fn semaphore(&self) -> &B::Semaphore {
+        &self.shared.sem
+    }
+
     /// Has the timeline failed?
     pub fn is_failed(&self) -> bool {
         self.query().is_err()

@@ -14,7 +14,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::primitive::{AtomicU64, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::primitive::{AtomicU64, Condvar, Mutex, Ordering};
 
 /// How long a host wait spins before it parks.
 pub const SPIN: Duration = Duration::from_micros(100);
@@ -62,7 +62,6 @@ impl Parker {
 
 /// The parked host waiters of one timeline.
 pub(crate) struct Waiters {
-    count: AtomicUsize,
     list: Mutex<Vec<Arc<Parker>>>,
     /// Recent wait duration in ns (a moving average), 0 = unknown.
     expected_ns: AtomicU64,
@@ -71,7 +70,6 @@ pub(crate) struct Waiters {
 impl Waiters {
     pub(crate) fn new() -> Self {
         Waiters {
-            count: AtomicUsize::new(0),
             list: Mutex::new(Vec::new()),
             expected_ns: AtomicU64::new(0),
         }
@@ -80,7 +78,6 @@ impl Waiters {
     fn add(&self, p: &Arc<Parker>) {
         let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
         list.push(p.clone());
-        self.count.store(list.len(), Ordering::SeqCst);
     }
 
     fn remove(&self, p: &Arc<Parker>) {
@@ -88,15 +85,14 @@ impl Waiters {
         if let Some(i) = list.iter().position(|q| Arc::ptr_eq(q, p)) {
             list.swap_remove(i);
         }
-        self.count.store(list.len(), Ordering::SeqCst);
     }
 
-    /// Wake every parked waiter. Call after changing what they look at (SeqCst: either a waiter
-    /// that registers sees the change, or this sees its registration).
+    /// Wake every parked waiter. Call after changing what they look at. It takes the list's
+    /// lock even when nobody waits: a waiter registers under that lock before it looks, so
+    /// either it sees the change or this sees it (an atomic count checked without the lock
+    /// would need sequentially consistent ordering on both sides; loom found the lost wake-up
+    /// once that was weakened).
     pub(crate) fn wake_all(&self) {
-        if self.count.load(Ordering::SeqCst) == 0 {
-            return;
-        }
         for p in self.list.lock().unwrap_or_else(|e| e.into_inner()).iter() {
             p.unpark();
         }

@@ -1,0 +1,170 @@
+//! Loom models of a timeline's host side: host signals, stream signals (the backend's waker
+//! path) and failures racing with parked host waiters, and `wait_any`. A lost wake-up shows as
+//! a deadlock (loom's condition variables never time out).
+
+use std::time::Duration;
+
+use loom::sync::atomic::{AtomicU64, Ordering};
+use loom::sync::Arc;
+use loom::thread;
+
+use crate::backend::semaphore::failed_word;
+use crate::backend::SyncOutcome;
+use crate::backend::{Backend, EventOptions, Interrupt, Mechanism, Semaphore, SemaphoreWaker};
+use crate::timeline::{wait_any, Timeline};
+use crate::{Error, Result};
+
+/// A backend with no streams; its semaphore word is a loom atomic.
+#[derive(Clone)]
+struct WordBackend;
+
+struct ModelWord {
+    word: AtomicU64,
+    waker: SemaphoreWaker,
+}
+
+impl ModelWord {
+    /// What a host stream's signal operation does: raise the word, then call the waker.
+    fn stream_signal(&self, v: u64) {
+        self.word.fetch_max(v, Ordering::SeqCst);
+        (self.waker)();
+    }
+}
+
+impl Semaphore for ModelWord {
+    fn load(&self) -> Result<u64> {
+        Ok(self.word.load(Ordering::SeqCst))
+    }
+    fn store(&self, value: u64) -> Result<()> {
+        self.word.fetch_max(value, Ordering::SeqCst);
+        Ok(())
+    }
+    fn fail(&self, last_value: u64) {
+        self.word
+            .fetch_max(failed_word(last_value), Ordering::SeqCst);
+    }
+    fn failure(&self) -> Option<Error> {
+        None
+    }
+    fn notifies(&self) -> bool {
+        true
+    }
+    fn mechanism(&self) -> Mechanism {
+        Mechanism::HostWord
+    }
+}
+
+fn no_streams<T>() -> Result<T> {
+    Err(Error::invalid("model", "no streams in the timeline model"))
+}
+
+impl Backend for WordBackend {
+    type Stream = ();
+    type Event = ();
+    fn name(&self) -> &'static str {
+        "word-model"
+    }
+    fn new_stream(&self, _: &str) -> Result<()> {
+        no_streams()
+    }
+    fn launch_host(&self, _: &(), _: Box<dyn FnOnce() + Send + 'static>) -> Result<()> {
+        no_streams()
+    }
+    fn synchronize_stream(&self, _: &()) -> Result<()> {
+        no_streams()
+    }
+    fn create_event(&self, _: EventOptions) -> Result<()> {
+        no_streams()
+    }
+    fn record(&self, _: &(), _: &()) -> Result<()> {
+        no_streams()
+    }
+    fn wait(&self, _: &(), _: &()) -> Result<()> {
+        no_streams()
+    }
+    fn synchronize(&self, _: &()) -> Result<()> {
+        no_streams()
+    }
+    fn synchronize_interruptible(&self, _: &(), _: &dyn Interrupt) -> Result<SyncOutcome> {
+        no_streams()
+    }
+    fn query(&self, _: &()) -> Result<bool> {
+        no_streams()
+    }
+    type Semaphore = ModelWord;
+    fn stream_id(&self, _: &()) -> u64 {
+        0
+    }
+    fn create_semaphore(&self, initial: u64, waker: SemaphoreWaker) -> Result<ModelWord> {
+        Ok(ModelWord {
+            word: AtomicU64::new(initial),
+            waker,
+        })
+    }
+    fn signal_on(&self, _: &(), _: &ModelWord, _: u64) -> Result<()> {
+        no_streams()
+    }
+    fn wait_on(&self, _: &(), _: &ModelWord, _: u64) -> Result<()> {
+        no_streams()
+    }
+}
+
+const FOREVER: Duration = Duration::MAX;
+
+#[test]
+fn loom_host_signal_vs_waiters() {
+    loom::model(|| {
+        let t = Arc::new(Timeline::new(&WordBackend, "t", 0).unwrap());
+        let waiter = {
+            let t = t.clone();
+            thread::spawn(move || t.wait(2, FOREVER))
+        };
+        t.signal(1).unwrap();
+        t.signal(2).unwrap();
+        waiter.join().unwrap().unwrap();
+        assert_eq!(t.query().unwrap(), 2);
+    });
+}
+
+#[test]
+fn loom_stream_signal_vs_waiter() {
+    loom::model(|| {
+        let t = Arc::new(Timeline::new(&WordBackend, "t", 0).unwrap());
+        let stream = {
+            let t = t.clone();
+            thread::spawn(move || t.semaphore().stream_signal(1))
+        };
+        t.wait(1, FOREVER).unwrap();
+        stream.join().unwrap();
+    });
+}
+
+#[test]
+fn loom_fail_vs_waiters() {
+    loom::model(|| {
+        let t = Arc::new(Timeline::new(&WordBackend, "t", 0).unwrap());
+        let waiter = {
+            let t = t.clone();
+            thread::spawn(move || t.wait(1, FOREVER))
+        };
+        t.fail(Error::Cancelled("stop".into()));
+        let err = waiter.join().unwrap().unwrap_err();
+        assert!(matches!(err.root_cause(), Error::Cancelled(m) if m == "stop"));
+        // A signal racing with the failure never un-fails it.
+        assert!(t.signal(1).is_err() && t.query().is_err());
+    });
+}
+
+#[test]
+fn loom_wait_any_vs_signal() {
+    loom::model(|| {
+        let a = Arc::new(Timeline::new(&WordBackend, "a", 0).unwrap());
+        let b = Arc::new(Timeline::new(&WordBackend, "b", 0).unwrap());
+        let signaller = {
+            let b = b.clone();
+            thread::spawn(move || b.semaphore().stream_signal(1))
+        };
+        assert_eq!(wait_any(&[(&*a, 1), (&*b, 1)], FOREVER).unwrap(), Some(1));
+        signaller.join().unwrap();
+    });
+}
