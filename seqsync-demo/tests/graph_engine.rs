@@ -157,3 +157,35 @@ fn sweep_runs_every_engine_at_every_size_and_plots_them() {
         assert!(svg.contains(name), "{name}");
     }
 }
+
+/// On the GPU: CUDA graphs (memcpy nodes to and from pinned memory, kernel nodes), every batch
+/// verified, with a short last group (100 = 7 x 13 + 9) and with one batch per graph.
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn graph_engine_verifies_every_batch_on_cuda() {
+    for (k, bytes) in [(13, 256 << 10), (1, 4 << 20)] {
+        let r = run(&DemoConfig {
+            backend: BackendKind::Cuda,
+            batches: 100,
+            batch_bytes: Some(bytes),
+            ..config(k)
+        })
+        .unwrap();
+        assert!(r.all_verified(), "k {k}: {r:?}");
+        assert_eq!((r.backend, r.graph_batches), ("cuda", Some(k)));
+    }
+}
+
+/// Fails when `SEQSYNC_REQUIRE_GPU=1` and no GPU is usable (so the GPU test above cannot pass
+/// by not running).
+#[test]
+fn gpu_required() {
+    if std::env::var("SEQSYNC_REQUIRE_GPU").is_ok_and(|v| v == "1") {
+        if let Err(e) = seqsync::AnyBackend::new(BackendKind::Cuda) {
+            panic!("SEQSYNC_REQUIRE_GPU=1 but no usable GPU: {e}");
+        }
+    }
+}
