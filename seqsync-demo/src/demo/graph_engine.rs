@@ -39,8 +39,8 @@ const GROUP_BYTES: usize = 4 << 20;
 /// Most batches per graph.
 pub const MAX_GRAPH_BATCHES: usize = 64;
 
-/// K for `batch_bytes` when not given: enough batches for [`GROUP_BYTES`], at most
-/// [`MAX_GRAPH_BATCHES`].
+/// K for `batch_bytes` when not given: enough batches for `GROUP_BYTES` (4 MiB), at most
+/// `MAX_GRAPH_BATCHES` (64).
 pub fn auto_graph_batches(batch_bytes: usize) -> usize {
     (GROUP_BYTES / batch_bytes.max(1)).clamp(1, MAX_GRAPH_BATCHES)
 }

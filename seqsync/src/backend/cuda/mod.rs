@@ -1,7 +1,7 @@
 //! The CUDA backend, on cudarc: streams are `cudarc` streams (created here or borrowed from
 //! other code), events are raw `CUevent`s created with timing disabled.
 //!
-//! It may use: the [`Backend`](super::Backend) trait, the error type and cudarc. Every CUDA
+//! It may use: the [`Backend`] trait, the error type and cudarc. Every CUDA
 //! `unsafe` block of seqsync is in this folder.
 //!
 //! cudarc is loaded at run time: with no driver, or no GPU, [`CudaBackend::new`] returns

@@ -1,6 +1,6 @@
 //! The host backend: streams are in-order worker threads, events are points in their order.
 //!
-//! It may use: the [`Backend`](super::Backend) trait and the error type; no CUDA.
+//! It may use: the [`Backend`] trait and the error type; no CUDA.
 //!
 //! It is a real executor, not a mock: the seed pipeline runs on it with real data, and with
 //! [`Chaos`] every stream operation first sleeps a random time, so a missing wait shows up as

@@ -1,6 +1,6 @@
 //! Deadlock check: explores every interleaving of the threads' loops.
 //!
-//! It may use: the derived [`Plan`](super::Plan) and the spec's limits only: it runs nothing,
+//! It may use: the derived [`Plan`] and the spec's limits only: it runs nothing,
 //! so no ring and no backend.
 //!
 //! A state is, per thread, its iteration (batch number) and its index into its

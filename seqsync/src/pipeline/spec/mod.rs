@@ -1,6 +1,6 @@
 //! The declaration model of a pipeline and its Rust builder.
 //!
-//! It may use: nothing outside `pipeline` (its error type, [`PlanError`](super::PlanError)).
+//! It may use: nothing outside `pipeline` (its error type, [`PlanError`]).
 //!
 //! A [`PipelineSpec`] says *what* runs where and which data buffers each stage
 //! reads and writes; [`derive`](super::derive()) turns it into the ring
