@@ -38,6 +38,37 @@
 //! Dropping a [`TrackedStream`] synchronizes it. Anything can be tracked: device memory
 //! (`Tracked<DeviceBuffer>`), host memory that host streams use, a library handle.
 //!
+//! # Command graphs
+//!
+//! Recording a graph produces neither fact; launching it stamps its buffers (seed 003).
+//!
+//! - **Recording and instantiating** ([`CommandBuffer`](crate::graph::CommandBuffer),
+//!   [`Graph::instantiate`](crate::graph::Graph::instantiate)) happen on the *inner*
+//!   backend: the graph layer needs a [`GraphBackend`](crate::backend::GraphBackend), and
+//!   `TrackingBackend` is not one. They enqueue nothing on a stream, so no epoch closes, no
+//!   fact is made, no buffer is stamped. Ordering *inside* a graph (its edges; on CUDA an
+//!   event record or wait made while a stream is captured, which only adds a node or an edge)
+//!   is not seen by the tracker, and must not be: a node runs only when the graph is
+//!   launched, once per launch, so at recording time there is no queued work it could cover
+//!   or be ordered after.
+//! - **Launching** is a use, at every replay: enqueue it with
+//!   `tb.submit(&stream, &[buf.write(), ...], |s, _| exe.launch(s))`, declaring every tracked
+//!   buffer the graph reads or writes (the tracker cannot look into the graph). That inserts
+//!   the waits the buffers' earlier uses need and stamps them with `stream`'s epoch, like any
+//!   other work. A launch not made through [`submit`](TrackingBackend::submit) (on
+//!   [`TrackedStream::inner`], or by a [`StreamPool`](crate::graph::StreamPool) over the
+//!   inner backend) is not seen: it stamps nothing.
+//! - **What counts**: records, stream waits and synchronizes made through the
+//!   `TrackingBackend` on its tracked streams, before or after a launch, are ordinary calls
+//!   and do make facts: an event recorded after a tracked launch covers it, one recorded
+//!   before does not. Records and waits made on the inner backend — by a graph's
+//!   streams lowering run by a `StreamPool` over the inner backend, the only way the graph
+//!   layer can run today — are not seen and make no fact (and since that pool's work is
+//!   unseen too, order it with the tracked streams yourself). Were `TrackingBackend` to
+//!   implement `CommandBackend`, a pool over it would make its records and waits through the
+//!   tracker, and they would count like any others; its kernels, copies and fills would still
+//!   be uses the tracker does not see.
+//!
 //! # Example
 //!
 //! A buffer moves from the parent's stream to a child thread's stream; the event the child
