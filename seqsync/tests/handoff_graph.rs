@@ -39,9 +39,7 @@ fn replay<B: GraphBackend>(
     buf: &Tracked<B::Memory>,
     exe: &GraphExecutable<B>,
 ) -> usize {
-    let r = tb
-        .submit(s, &[buf.write()], |s, _| exe.launch(s))
-        .unwrap();
+    let r = tb.submit(s, &[buf.write()], |s, _| exe.launch(s)).unwrap();
     r.value.unwrap();
     r.waits
 }
@@ -138,7 +136,11 @@ fn graph_recording_produces_no_fact<B: GraphBackend>(b: &B) {
     let s = setup(b);
     let exe = writer(b, &s.mem, 5);
     assert_eq!(s.tb.stats(), HandoffStats::default());
-    assert_eq!(read_into(&s.tb, &s.b, &s.buf, &s.out), 0, "nothing launched");
+    assert_eq!(
+        read_into(&s.tb, &s.b, &s.buf, &s.out),
+        0,
+        "nothing launched"
+    );
 
     // An event recorded on A before the launch, and B ordered after it.
     let e = s.tb.create_event(Default::default()).unwrap();
