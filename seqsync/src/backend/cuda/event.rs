@@ -1,0 +1,55 @@
+//! seqsync's own CUDA event: a raw `CUevent` that knows its context and where its `Drop`'s
+//! error goes.
+
+use std::sync::Arc;
+
+use cudarc::driver::{sys, CudaContext, CudaStream};
+
+use super::deferred::Deferred;
+use crate::error::Error;
+
+/// A CUDA event owned by seqsync (a raw `CUevent`; destroyed on drop).
+#[derive(Debug)]
+pub struct CudaEvent {
+    pub(super) raw: sys::CUevent,
+    pub(super) ctx: Arc<CudaContext>,
+    pub(super) deferred: Arc<Deferred>,
+}
+
+// SAFETY: a CUevent is an opaque driver handle that the CUDA driver API allows to be used from
+// any host thread (record, wait, query and synchronize are thread-safe driver calls); the
+// wrapper holds no other state, and the context it belongs to is kept alive by `ctx`.
+unsafe impl Send for CudaEvent {}
+// SAFETY: as above: every operation on the handle goes through the thread-safe driver.
+unsafe impl Sync for CudaEvent {}
+
+impl CudaEvent {
+    /// The raw handle, for driver calls of your own. It stays owned by this `CudaEvent`.
+    pub fn cu_event(&self) -> sys::CUevent {
+        self.raw
+    }
+}
+
+impl Drop for CudaEvent {
+    fn drop(&mut self) {
+        // SAFETY: `raw` was created by cuEventCreate in `ctx`, which `self.ctx` keeps alive, and
+        // is destroyed exactly once, here. Destroying an event with pending work is allowed:
+        // the driver releases it once the work completes.
+        let r = unsafe { sys::cuEventDestroy_v2(self.raw) };
+        // Drop never fails: keep the error apart (never another call's failure).
+        self.deferred.note("cuEventDestroy", r.result());
+    }
+}
+
+/// The error of recording `event` on a stream of another context.
+#[cold]
+pub(super) fn foreign_stream(event: &CudaEvent, stream: &CudaStream) -> Error {
+    Error::InvalidArgument {
+        ring: "cuda backend".into(),
+        message: format!(
+            "cannot record an event of context {:p} on a stream of context {:p}",
+            event.ctx.cu_ctx(),
+            stream.context().cu_ctx()
+        ),
+    }
+}
