@@ -1,0 +1,88 @@
+//! What `seqsync demo` can be told: [`DemoConfig`] and its defaults.
+
+use std::sync::Arc;
+
+use seqsync::backend::BackendKind;
+use seqsync::pipeline::PipelineSpec;
+
+use super::{DroppedWait, Engine, GraphEdge, Variant};
+
+/// Everything `seqsync demo` can be told.
+#[derive(Clone)]
+pub struct DemoConfig {
+    /// auto, host or cuda.
+    pub backend: BackendKind,
+    /// Batches to push through the pipeline.
+    pub batches: i64,
+    /// Bytes per batch (a multiple of 4: elements are `u32`). `None`: 64 MiB on CUDA, 256 KiB
+    /// on the host backend.
+    pub batch_bytes: Option<usize>,
+    /// Slots of the device ring buffers `in`, `x`, `y`, `out`.
+    pub nin: usize,
+    /// Slots of `x`.
+    pub nx: usize,
+    /// Slots of `y`.
+    pub ny: usize,
+    /// Slots of `out`.
+    pub nout: usize,
+    /// Kernel work per element (rounds of each kernel's inner loop).
+    pub intensity: u32,
+    /// Host backend only: random delays in every stream operation and thread step.
+    pub chaos: Option<u64>,
+    /// Which of the seed's designs.
+    pub variant: Variant,
+    /// Hand-written rings and loops, or the seed spec run by the pipeline runtime.
+    pub engine: Engine,
+    /// [`Engine::Pipeline`] only: run this spec instead of the seed spec built from
+    /// `nin`/`nx`/`ny`/`nout`. It must be shaped like the seed ([`seed_shape`](super::seed_shape)); its buffers'
+    /// slot counts replace `nin`/`nx`/`ny`/`nout`, and its `max_size` overrides apply.
+    pub spec: Option<PipelineSpec>,
+    /// Host output batches for [`Variant::HostRing`].
+    pub host_slots: usize,
+    /// Body elements checked per batch besides the header (0: every element).
+    pub verify_samples: usize,
+    /// Also measure each stage alone, the serialized and the hand-rolled baselines.
+    pub baselines: bool,
+    /// Run the pipeline (and the hand-rolled baseline) this many times, alternating, and report
+    /// the median of each: these machines are noisy.
+    pub repeat: usize,
+    /// Collect a Chrome trace of the pipeline run.
+    pub trace: bool,
+    /// Test only: leave one wait out (verification must then fail under chaos).
+    pub drop_wait: Option<DroppedWait>,
+    /// [`Engine::Graph`]: batches per graph (`None`: [`auto_graph_batches`](super::auto_graph_batches)).
+    pub graph_batches: Option<usize>,
+    /// Test only, [`Engine::Graph`] on the host backend: leave one edge out of every batch's
+    /// body (verification must then fail).
+    pub drop_edge: Option<GraphEdge>,
+    /// Called with the number of batches processed so far.
+    pub progress: Option<Arc<dyn Fn(i64, i64) + Send + Sync>>,
+}
+
+impl Default for DemoConfig {
+    fn default() -> Self {
+        DemoConfig {
+            backend: BackendKind::Auto,
+            batches: 400,
+            batch_bytes: None,
+            nin: 2,
+            nx: 2,
+            ny: 2,
+            nout: 2,
+            intensity: 8,
+            chaos: None,
+            variant: Variant::Seed,
+            engine: Engine::HandWritten,
+            spec: None,
+            host_slots: 4,
+            verify_samples: 4096,
+            baselines: true,
+            repeat: 1,
+            trace: false,
+            drop_wait: None,
+            graph_batches: None,
+            drop_edge: None,
+            progress: None,
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! [`run`]: resolve a config (a spec's shape, the backend, the batch size, the graph engine's
+//! slot counts), check it, and run it on the backend it picks.
+
+use seqsync::backend::host::{Chaos, HostBackend};
+use seqsync::backend::BackendKind;
+use seqsync::Result;
+
+use super::device::{HostDevice, Layout};
+use super::measure::run_on;
+use super::validate::invalid;
+use super::{auto_graph_batches, graph_engine, seed_shape, workload};
+use super::{DemoConfig, DemoReport, Engine, Variant};
+
+/// Run the demo: the pipeline, then (if asked) the baselines, on the backend the config picks.
+///
+/// # Errors
+/// [`Error::InvalidArgument`](seqsync::Error::InvalidArgument) for a bad config,
+/// [`Error::NoDevice`](seqsync::Error::NoDevice) for `--backend cuda` without a GPU, and any
+/// error of the pipeline's rings or backend.
+pub fn run(config: &DemoConfig) -> Result<DemoReport> {
+    let shaped;
+    let config = match (&config.spec, config.engine) {
+        (Some(spec), Engine::Pipeline | Engine::Graph) => {
+            let (nin, nx, ny, nout) = seed_shape(spec)?;
+            shaped = DemoConfig {
+                nin,
+                nx,
+                ny,
+                nout,
+                ..config.clone()
+            };
+            &shaped
+        }
+        (Some(_), Engine::HandWritten) => {
+            return Err(invalid("a spec runs on --engine pipeline only".into()))
+        }
+        _ => config,
+    };
+    let kind = match config.backend {
+        BackendKind::Auto if config.chaos.is_some() => BackendKind::Host,
+        BackendKind::Auto => seqsync::AnyBackend::auto()?.kind(),
+        k => k,
+    };
+    if config.chaos.is_some() && kind != BackendKind::Host {
+        return Err(invalid("--chaos needs the host backend".into()));
+    }
+    let batch_bytes = config.batch_bytes.unwrap_or(if kind == BackendKind::Cuda {
+        64 << 20
+    } else {
+        256 << 10
+    });
+    let graphed;
+    let config = if config.engine == Engine::Graph {
+        // The graph engine's own slot counts: DEPTH groups of K batches in every buffer.
+        let k = config
+            .graph_batches
+            .unwrap_or_else(|| auto_graph_batches(batch_bytes));
+        let slots = graph_engine::DEPTH * k.clamp(1, graph_engine::MAX_GRAPH_BATCHES);
+        graphed = DemoConfig {
+            nin: slots,
+            nx: slots,
+            ny: slots,
+            nout: slots,
+            ..config.clone()
+        };
+        &graphed
+    } else {
+        config
+    };
+    config.validate(batch_bytes, kind)?;
+    let lags = [
+        config.nin,
+        config.nx,
+        config.ny,
+        config.nout,
+        config.host_slots,
+    ];
+    let layout = Layout {
+        n: batch_bytes / 4,
+        nin: config.nin,
+        nx: config.nx,
+        ny: config.ny,
+        nout: config.nout,
+        npatterns: if config.engine == Engine::Graph {
+            config.nin
+        } else {
+            workload::prime_above(lags.into_iter().max().unwrap_or(1))
+        },
+        nhout: if config.engine == Engine::Graph {
+            config.nin
+        } else if config.variant == Variant::HostRing {
+            config.host_slots
+        } else {
+            1
+        },
+        intensity: config.intensity,
+        verify_samples: config.verify_samples,
+    };
+    match kind {
+        BackendKind::Cuda => run_cuda(config, layout, batch_bytes),
+        _ => {
+            let host = match config.chaos {
+                Some(seed) => HostBackend::with_chaos(Chaos::new(seed)),
+                None => HostBackend::new(),
+            };
+            run_on(
+                &HostDevice::new(host, layout),
+                "host".into(),
+                config,
+                batch_bytes,
+            )
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn run_cuda(config: &DemoConfig, layout: Layout, batch_bytes: usize) -> Result<DemoReport> {
+    let gpu = seqsync::backend::cuda::CudaBackend::new(0)?;
+    let name = gpu.device_name()?;
+    run_on(
+        &super::cuda_device::CudaDevice::new(gpu, layout)?,
+        name,
+        config,
+        batch_bytes,
+    )
+}
+
+#[cfg(not(feature = "cuda"))]
+fn run_cuda(_: &DemoConfig, _: Layout, _: usize) -> Result<DemoReport> {
+    Err(seqsync::Error::NoDevice(
+        "seqsync was built without the `cuda` feature".into(),
+    ))
+}

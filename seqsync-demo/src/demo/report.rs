@@ -1,0 +1,99 @@
+//! What one demo run found and measured: [`DemoReport`].
+
+use serde::Serialize;
+
+use super::{Engine, StageTiming, Variant};
+
+/// What one demo run found and measured. Throughputs are in GB/s of input batches.
+#[derive(Debug, Clone, Serialize)]
+pub struct DemoReport {
+    /// "host" or "cuda".
+    pub backend: &'static str,
+    /// The GPU's name, or "host".
+    pub device: String,
+    /// Which design ran.
+    pub variant: Variant,
+    /// Which engine drove it.
+    pub engine: Engine,
+    /// Batches pushed through.
+    pub batches: i64,
+    /// Bytes per batch.
+    pub batch_bytes: usize,
+    /// Ring buffer slot counts.
+    pub nin: usize,
+    /// See [`DemoConfig::nx`](super::DemoConfig::nx).
+    pub nx: usize,
+    /// See [`DemoConfig::ny`](super::DemoConfig::ny).
+    pub ny: usize,
+    /// See [`DemoConfig::nout`](super::DemoConfig::nout).
+    pub nout: usize,
+    /// Kernel work per element.
+    pub intensity: u32,
+    /// Chaos seed, if any.
+    pub chaos: Option<u64>,
+    /// Batches whose output matched the reference.
+    pub verified: i64,
+    /// Seqs whose output did not match (at most the first 20).
+    pub wrong_seqs: Vec<i64>,
+    /// Batches with a wrong output.
+    pub wrong: i64,
+    /// Batches never processed.
+    pub missing: i64,
+    /// Batches processed more than once.
+    pub duplicated: i64,
+    /// Pipeline wall time.
+    pub wall_s: f64,
+    /// Pipeline throughput.
+    pub gbps: f64,
+    /// Each stage alone.
+    pub stages: Vec<StageTiming>,
+    /// The slowest stage alone: the bound.
+    pub bound_gbps: Option<f64>,
+    /// Which stage is slowest.
+    pub bound_stage: Option<&'static str>,
+    /// f, g and h share the compute units: their times added give a second, lower bound.
+    pub compute_bound_gbps: Option<f64>,
+    /// The two copies at once share the link: their joint rate is a third bound.
+    pub copies_bound_gbps: Option<f64>,
+    /// The lowest of the three bounds: what the hardware allows this pipeline.
+    pub resource_bound_gbps: Option<f64>,
+    /// `gbps / resource_bound_gbps`.
+    pub ratio_to_resource_bound: Option<f64>,
+    /// How many times the pipeline and the hand-rolled baseline ran (medians reported).
+    pub repeat: usize,
+    /// `gbps / bound_gbps`.
+    pub ratio_to_bound: Option<f64>,
+    /// One stream, one thread, synchronize every batch.
+    pub serialized_gbps: Option<f64>,
+    /// The same pipeline on raw events, no ring.
+    pub handrolled_gbps: Option<f64>,
+    /// `gbps / serialized_gbps`.
+    pub ratio_to_serialized: Option<f64>,
+    /// `gbps / handrolled_gbps`.
+    pub ratio_to_handrolled: Option<f64>,
+    /// [`Engine::Pipeline`] with baselines: the hand-written pipeline, measured in the same run.
+    pub handwritten_gbps: Option<f64>,
+    /// `gbps / handwritten_gbps`.
+    pub ratio_to_handwritten: Option<f64>,
+    /// [`Variant::Pool`]: what the pool did during the (first) timed run.
+    pub pool: Option<seqsync::memory::PoolStats>,
+    /// [`Engine::Graph`]: batches per graph (K).
+    pub graph_batches: Option<usize>,
+    /// Median batch latency, from its copy-in being issued to its `process_data` returning.
+    pub latency_p50_us: Option<f64>,
+    /// 99th percentile of the same.
+    pub latency_p99_us: Option<f64>,
+    /// The Chrome trace, when asked for.
+    #[serde(skip)]
+    pub trace: Option<serde_json::Value>,
+}
+
+impl DemoReport {
+    /// Did every batch arrive exactly once with the right result?
+    pub fn all_verified(&self) -> bool {
+        self.verified == self.batches
+            && self.wrong == 0
+            && self.missing == 0
+            && self.duplicated == 0
+    }
+}

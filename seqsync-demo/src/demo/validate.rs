@@ -1,0 +1,133 @@
+//! A config's checks before anything runs: slot counts, switches that go together, batch size
+//! and the host memory the sizes need.
+
+use seqsync::backend::BackendKind;
+use seqsync::{Error, Result};
+
+use super::{graph_engine, workload, DemoConfig, Engine, Variant};
+
+pub(super) fn invalid(msg: String) -> Error {
+    crate::invalid("demo", msg)
+}
+
+impl DemoConfig {
+    pub(super) fn validate(&self, batch_bytes: usize, kind: BackendKind) -> Result<()> {
+        for (name, v) in [
+            ("nin", self.nin),
+            ("nx", self.nx),
+            ("ny", self.ny),
+            ("nout", self.nout),
+        ] {
+            if v == 0 {
+                return Err(invalid(format!(
+                    "--{name} must be at least 1 (a ring buffer needs a slot)"
+                )));
+            }
+            if v > MAX_SLOTS {
+                return Err(invalid(format!(
+                    "--{name} {v} exceeds the {MAX_SLOTS} slots a demo ring buffer may have"
+                )));
+            }
+        }
+        if self.host_slots > MAX_SLOTS {
+            return Err(invalid(format!(
+                "--host-slots {} exceeds {MAX_SLOTS}",
+                self.host_slots
+            )));
+        }
+        if self.drop_wait.is_some() && kind != BackendKind::Host {
+            return Err(invalid(
+                "--drop-wait is a test switch for the host backend (on CUDA the host would read \
+                 a batch while its copy still writes it)"
+                    .into(),
+            ));
+        }
+        if self.engine != Engine::HandWritten && self.variant != Variant::Seed {
+            return Err(invalid(format!(
+                "--engine {} runs --variant seed only, not {:?}",
+                self.engine.name(),
+                self.variant
+            )));
+        }
+        if self.variant == Variant::Pool && self.drop_wait.is_some() {
+            return Err(invalid(
+                "--drop-wait names the ring pipeline's waits; --variant pool has none".into(),
+            ));
+        }
+        if self.engine != Engine::HandWritten && self.drop_wait.is_some() {
+            return Err(invalid("--drop-wait needs --engine handwritten".into()));
+        }
+        if self.drop_edge.is_some() && (self.engine != Engine::Graph || kind != BackendKind::Host) {
+            return Err(invalid(
+                "--drop-edge is a test switch for --engine graph on the host backend".into(),
+            ));
+        }
+        if let Some(k) = self.graph_batches {
+            if self.engine != Engine::Graph {
+                return Err(invalid("--graph-batches needs --engine graph".into()));
+            }
+            if k == 0 || k > graph_engine::MAX_GRAPH_BATCHES {
+                return Err(invalid(format!(
+                    "--graph-batches {k} is outside 1..={}",
+                    graph_engine::MAX_GRAPH_BATCHES
+                )));
+            }
+        }
+        if self.variant == Variant::HostRing && self.host_slots == 0 {
+            return Err(invalid("--host-slots must be at least 1".into()));
+        }
+        if self.batches < 1 {
+            return Err(invalid(format!(
+                "--batches must be at least 1, got {}",
+                self.batches
+            )));
+        }
+        if batch_bytes == 0 || !batch_bytes.is_multiple_of(4) {
+            return Err(invalid(format!(
+                "--batch-bytes {batch_bytes} is not a whole number of 4-byte elements (u32)"
+            )));
+        }
+        if batch_bytes < 4 * workload::HEADER {
+            return Err(invalid(format!(
+                "--batch-bytes {batch_bytes} is below the {}-byte batch header",
+                4 * workload::HEADER
+            )));
+        }
+        // Host memory: every buffer on the host backend; the pinned host batches on CUDA
+        // (device memory failures come back as errors, host allocation failures would abort).
+        let host_buffers = if kind == BackendKind::Host {
+            self.nin + self.nx + self.ny + self.nout
+        } else {
+            0
+        } + workload::prime_above(
+            self.nin
+                .max(self.nx)
+                .max(self.ny)
+                .max(self.nout)
+                .max(self.host_slots),
+        ) + self.host_slots;
+        let need = (batch_bytes as u128) * host_buffers as u128;
+        if let Some(avail) = available_memory() {
+            if need > avail as u128 {
+                return Err(invalid(format!(
+                    "these sizes need {:.1} GiB of host memory ({host_buffers} buffers of \
+                     {batch_bytes} bytes); {:.1} GiB is available",
+                    need as f64 / (1u64 << 30) as f64,
+                    avail as f64 / (1u64 << 30) as f64
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Most slots a demo ring buffer may have.
+const MAX_SLOTS: usize = 1 << 16;
+
+/// `MemAvailable` of /proc/meminfo in bytes, where there is one.
+fn available_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
