@@ -230,13 +230,13 @@ fn run_timeline(a: BenchArgs) -> Result<(), Failure> {
         r.backend, r.device, r.mechanism
     );
     println!(
-        "  {:<50}{:>12}{:>10}{:>8}",
-        "operation", "timeline ns", "raw ns", "ratio"
+        "  {:<16}{:<50}{:>12}{:>10}{:>8}",
+        "mechanism", "operation", "timeline ns", "raw ns", "ratio"
     );
     for o in &r.ops {
         println!(
-            "  {:<50}{:>12.1}{:>10.1}{:>8.3}",
-            o.name, o.timeline_ns, o.raw_ns, o.ratio
+            "  {:<16}{:<50}{:>12.1}{:>10.1}{:>8.3}",
+            o.mechanism, o.name, o.timeline_ns, o.raw_ns, o.ratio
         );
     }
     println!(

@@ -32,6 +32,17 @@ fn counting<B: GraphBackend>(n: usize, count: &Arc<AtomicUsize>) -> CommandBuffe
     cb
 }
 
+/// Does a stream wait on `t` enqueued before its signal hold the commands behind it? Not with
+/// the CUDA `events` mechanism (its documented limit: it holds only later timeline operations
+/// on the host), which these cases then skip, saying so.
+fn waits_hold_commands<B: GraphBackend>(t: &Timeline<B>) -> bool {
+    let events = t.mechanism().name() == "events";
+    if events {
+        eprintln!("skipped: the events mechanism does not hold commands behind a deferred wait");
+    }
+    !events
+}
+
 fn submission_waits_for_a_value_signalled_later<B: GraphBackend>(b: &B) {
     // Before the timelines: dropped after them, so a failing test fails their pending stream
     // waits instead of hanging in the pool's drop.
@@ -40,6 +51,9 @@ fn submission_waits_for_a_value_signalled_later<B: GraphBackend>(b: &B) {
         Timeline::new(b, "ready", 0).unwrap(),
         Timeline::new(b, "done", 0).unwrap(),
     );
+    if !waits_hold_commands(&ready) {
+        return;
+    }
     let count = Arc::new(AtomicUsize::new(0));
     let mut exe = counting::<B>(6, &count)
         .finish()
@@ -178,6 +192,9 @@ fn graph_replays_wait_and_signal<B: GraphBackend>(b: &B) {
         Timeline::new(b, "go", 0).unwrap(),
         Timeline::new(b, "done", 0).unwrap(),
     );
+    if !waits_hold_commands(&go) {
+        return;
+    }
     let count = Arc::new(AtomicUsize::new(0));
     let exe = counting::<B>(4, &count)
         .finish()

@@ -1,5 +1,6 @@
 //! CUDA-only timeline tests: which mechanism a backend picks, the events mechanism's host-side
-//! deferral, and kernels ordered by a wait enqueued before its signal, for both mechanisms.
+//! deferral, which waits of `events+memops` use the word, and kernels ordered by a wait enqueued
+//! before its signal, for every mechanism.
 //! (Every contract and conformance case also runs on CUDA, in `timeline_contract.rs` and
 //! `timeline_cts.rs`, with the mechanism `SEQSYNC_TIMELINE_MECHANISM` picks.)
 #![cfg(feature = "cuda")]
@@ -27,7 +28,7 @@ fn with(m: TimelineMechanism) -> Option<(common::gpu::Gpu, CudaBackend)> {
     not(feature = "gpu-tests"),
     ignore = "needs a GPU: cargo test --features gpu-tests"
 )]
-fn auto_uses_stream_memory_operations_where_they_work() {
+fn auto_uses_events_and_stream_memory_operations_where_they_work() {
     let Some((_, b)) = with(TimelineMechanism::Auto) else {
         return;
     };
@@ -35,7 +36,7 @@ fn auto_uses_stream_memory_operations_where_they_work() {
     println!("mechanism: {}", t.mechanism());
     // The H200 runs them; elsewhere the fallback must say why.
     match t.mechanism() {
-        Mechanism::StreamMemOps => {}
+        Mechanism::Hybrid => {}
         Mechanism::Events {
             fallback_reason: Some(why),
         } => assert!(!why.is_empty()),
@@ -66,6 +67,93 @@ fn forced_mechanisms_are_used() {
         Timeline::new(&b, "t", 0).unwrap().mechanism(),
         Mechanism::StreamMemOps
     );
+    let Some((_, b)) = with(TimelineMechanism::Hybrid) else {
+        return;
+    };
+    let t = Timeline::new(&b, "t", 0).unwrap();
+    assert_eq!(t.mechanism(), Mechanism::Hybrid);
+    assert_eq!(t.mechanism().name(), "events+memops");
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn hybrid_uses_the_word_only_for_waits_before_their_signal() {
+    let Some((_, b)) = with(TimelineMechanism::Hybrid) else {
+        return;
+    };
+    let (s1, s2) = (b.new_stream().unwrap(), b.new_stream().unwrap());
+    let t = Timeline::new(&b, "t", 0).unwrap();
+    assert_eq!(b.timeline_word_ops(), (0, 0));
+    // Ordered pairs: events only.
+    for v in 1..=3 {
+        t.signal_on(&s1, v).unwrap();
+        t.wait_on(&s2, v).unwrap();
+    }
+    t.wait_on(&s2, 2).unwrap();
+    assert_eq!(
+        b.timeline_word_ops(),
+        (0, 0),
+        "an ordered pair used the word"
+    );
+    // Wait before signal: one word wait, and one write at its signal (not at a lower one).
+    t.wait_on(&s2, 5).unwrap();
+    assert_eq!(b.timeline_word_ops(), (0, 1));
+    t.signal_on(&s1, 4).unwrap();
+    assert_eq!(b.timeline_word_ops(), (0, 1), "4 releases no word wait");
+    t.signal_on(&s1, 5).unwrap();
+    assert_eq!(b.timeline_word_ops(), (1, 1));
+    t.signal_on(&s1, 6).unwrap();
+    assert_eq!(
+        b.timeline_word_ops(),
+        (1, 1),
+        "no word wait left to release"
+    );
+    // s2 got past the word wait: it signals another timeline behind it.
+    let after = Timeline::new(&b, "after", 0).unwrap();
+    after.signal_on(&s2, 1).unwrap();
+    after.wait(1, LONG).unwrap();
+    t.wait(6, LONG).unwrap();
+    assert_eq!(t.query().unwrap(), 6);
+    // A host signal releases a word wait without a stream write.
+    t.wait_on(&s2, 7).unwrap();
+    after.signal_on(&s2, 2).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(after.query().unwrap(), 1, "the word wait did not hold");
+    t.signal(7).unwrap();
+    after.wait(2, LONG).unwrap();
+    assert_eq!(b.timeline_word_ops(), (1, 2));
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn hybrid_reuses_events_over_many_signals() {
+    let Some((_, b)) = with(TimelineMechanism::Hybrid) else {
+        return;
+    };
+    let (s1, s2) = (b.new_stream().unwrap(), b.new_stream().unwrap());
+    let (t, back) = (
+        Timeline::new(&b, "t", 0).unwrap(),
+        Timeline::new(&b, "back", 0).unwrap(),
+    );
+    // Far more signals than the pools keep, with host loads freeing points along the way.
+    for v in 1..=10_000u64 {
+        t.signal_on(&s1, v).unwrap();
+        t.wait_on(&s2, v).unwrap();
+        back.signal_on(&s2, v).unwrap();
+        if v % 1000 == 0 {
+            back.wait(v - 500, LONG).unwrap();
+            assert!(t.query().unwrap() >= v - 500);
+        }
+    }
+    back.wait(10_000, LONG).unwrap();
+    assert_eq!(t.query().unwrap(), 10_000);
+    assert_eq!(b.timeline_word_ops(), (0, 0));
 }
 
 #[test]
@@ -166,4 +254,13 @@ fn kernels_ordered_by_wait_before_signal_memops() {
 )]
 fn kernels_ordered_by_wait_before_signal_events() {
     kernels_ordered_by_wait_before_signal(TimelineMechanism::Events)
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn kernels_ordered_by_wait_before_signal_hybrid() {
+    kernels_ordered_by_wait_before_signal(TimelineMechanism::Hybrid)
 }

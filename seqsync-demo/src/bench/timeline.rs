@@ -1,8 +1,9 @@
 //! `seqsync bench timeline`: timelines against the raw backend calls, in one run.
 //!
 //! - a `signal_on` + `wait_on` pair against a raw event record + stream wait
-//!   (`cuEventRecord` + `cuStreamWaitEvent` on CUDA);
-//! - a host `query` against a raw event query (`cuEventQuery`);
+//!   (`cuEventRecord` + `cuStreamWaitEvent` on CUDA), for each timeline mechanism of the
+//!   backend;
+//! - a host `query` against a raw event query (`cuEventQuery`), likewise;
 //! - a cross-stream ping-pong (two streams handing a value back and forth, every wait enqueued
 //!   before its signal), per round trip, against the same ping-pong on raw events (enqueued in
 //!   causal order, which raw events need), for each timeline mechanism of the backend;
@@ -23,6 +24,8 @@ use seqsync::Result;
 /// One per-call comparison.
 #[derive(Debug, Clone, Serialize)]
 pub struct TimelineRow {
+    /// The timeline mechanism (`host-word`, `events+memops`, `stream-mem-ops`, `events`).
+    pub mechanism: String,
     /// What was measured.
     pub name: String,
     /// The timeline's median nanoseconds per operation.
@@ -36,7 +39,7 @@ pub struct TimelineRow {
 /// A ping-pong between two streams.
 #[derive(Debug, Clone, Serialize)]
 pub struct PingPongRow {
-    /// The timeline mechanism (`host-word`, `stream-mem-ops`, `events`).
+    /// The timeline mechanism (`host-word`, `events+memops`, `stream-mem-ops`, `events`).
     pub mechanism: String,
     /// Microseconds per round trip with timelines (enqueue included).
     pub timeline_us: f64,
@@ -53,9 +56,9 @@ pub struct TimelineBenchReport {
     pub backend: String,
     /// The device's name.
     pub device: String,
-    /// The mechanism the per-call rows used (with the fallback reason, if any).
+    /// The mechanism a timeline gets by default (with the fallback reason, if any).
     pub mechanism: String,
-    /// Per-call costs.
+    /// Per-call costs, per mechanism.
     pub ops: Vec<TimelineRow>,
     /// Cross-stream round trips, per mechanism.
     pub ping_pong: Vec<PingPongRow>,
@@ -87,9 +90,10 @@ impl Default for TimelineBenchConfig {
     }
 }
 
-fn row(name: &str, t: Vec<f64>, raw: Vec<f64>) -> TimelineRow {
+fn row(mechanism: &str, name: &str, t: Vec<f64>, raw: Vec<f64>) -> TimelineRow {
     let (timeline_ns, raw_ns) = (median(t), median(raw));
     TimelineRow {
+        mechanism: mechanism.to_owned(),
         name: name.to_owned(),
         timeline_ns,
         raw_ns,
@@ -107,6 +111,7 @@ pub(crate) fn per_call<B: Backend>(
     let n = cfg.per_round;
     let t = Timeline::new(b, "bench", 0)?;
     let mechanism = t.mechanism().to_string();
+    let name = t.mechanism().name();
     let events = (0..n)
         .map(|_| b.create_event(EventOptions::default()))
         .collect::<Result<Vec<_>>>()?;
@@ -148,11 +153,12 @@ pub(crate) fn per_call<B: Backend>(
         mechanism,
         vec![
             row(
+                name,
                 "signal_on + wait_on (raw: record + stream wait)",
                 pair_t,
                 pair_raw,
             ),
-            row("host query (raw: event query)", q_t, q_raw),
+            row(name, "host query (raw: event query)", q_t, q_raw),
         ],
     ))
 }
@@ -319,13 +325,23 @@ extern "C" __global__ void spin_ns(unsigned long long ns) {
 "#;
     let spin = gpu.load_kernels(SPIN, &["spin_ns"])?.remove(0);
     let (s1, s2) = (gpu.new_stream()?, gpu.new_stream()?);
-    let (mechanism, ops) = per_call(gpu, &s1, &s2, cfg)?;
-    let mut ping = vec![];
-    for m in [TimelineMechanism::StreamMemOps, TimelineMechanism::Events] {
-        match ping_pong(&gpu.clone().with_timeline_mechanism(m), cfg) {
-            Ok(r) => ping.push(r),
+    let mechanism = Timeline::new(gpu, "default", 0)?.mechanism().to_string();
+    let (mut ops, mut ping) = (vec![], vec![]);
+    for m in [
+        TimelineMechanism::Hybrid,
+        TimelineMechanism::StreamMemOps,
+        TimelineMechanism::Events,
+    ] {
+        let b = gpu.clone().with_timeline_mechanism(m);
+        let measured = per_call(&b, &s1, &s2, cfg).and_then(|(_, rows)| {
+            ops.extend(rows);
+            ping.push(ping_pong(&b, cfg)?);
+            Ok(())
+        });
+        match measured {
+            Ok(()) => {}
             // Stream memory operations unusable here: the reason is in `mechanism`.
-            Err(e) if m == TimelineMechanism::StreamMemOps => eprintln!("ping-pong {m:?}: {e}"),
+            Err(e) if m != TimelineMechanism::Events => eprintln!("timeline {m:?}: {e}"),
             Err(e) => return Err(e),
         }
     }

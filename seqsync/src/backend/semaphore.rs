@@ -36,6 +36,11 @@ pub enum Mechanism {
     /// The host backend: an atomic word; stream operations on the worker threads write it and
     /// wait on it, and wake parked host waiters.
     HostWord,
+    /// CUDA events for waits whose signal is already enqueued, and stream memory operations
+    /// (on a word as in [`Mechanism::StreamMemOps`]) only for waits enqueued before their
+    /// signal: those wait on the device, so everything enqueued after them on the stream waits
+    /// too. A host query is a load of the word and, while signals are pending, an event query.
+    Hybrid,
     /// CUDA stream memory operations: `cuStreamWriteValue64` / `cuStreamWaitValue64` on a word
     /// in pinned, device-mapped host memory; a host query is a load of that word.
     StreamMemOps,
@@ -48,10 +53,11 @@ pub enum Mechanism {
 }
 
 impl Mechanism {
-    /// A short name: `"host-word"`, `"stream-mem-ops"` or `"events"`.
+    /// A short name: `"host-word"`, `"events+memops"`, `"stream-mem-ops"` or `"events"`.
     pub fn name(&self) -> &'static str {
         match self {
             Mechanism::HostWord => "host-word",
+            Mechanism::Hybrid => "events+memops",
             Mechanism::StreamMemOps => "stream-mem-ops",
             Mechanism::Events { .. } => "events",
         }

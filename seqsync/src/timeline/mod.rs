@@ -121,8 +121,11 @@ impl<B: Backend> Timeline<B> {
         &self.shared.name
     }
 
-    /// How the backend implements this timeline (on CUDA: stream memory operations, or events
-    /// with the reason memory operations are not used).
+    /// How the backend implements this timeline. On CUDA: `events+memops` by default (events
+    /// for waits whose signal is enqueued, stream memory operations for waits before their
+    /// signal), stream memory operations or events when asked for
+    /// (the CUDA backend's `TimelineMechanism`, `SEQSYNC_TIMELINE_MECHANISM`), or events
+    /// with the reason memory operations are not usable.
     pub fn mechanism(&self) -> Mechanism {
         self.shared.sem.mechanism()
     }

@@ -150,6 +150,12 @@ impl CudaBackend {
         self.timelines.deferred_held()
     }
 
+    /// `(writes, waits)`: stream memory operations on timeline words that the `events+memops`
+    /// mechanism enqueued so far (only waits enqueued before their signal need them).
+    pub fn timeline_word_ops(&self) -> (u64, u64) {
+        self.timelines.word_ops()
+    }
+
     /// True when a driver and at least one GPU are present.
     pub fn is_available() -> bool {
         driver_present() && CudaContext::device_count().map(|n| n > 0).unwrap_or(false)

@@ -1,7 +1,8 @@
 //! Mechanism (a): one CUDA event per signalled value, and host-side deferral of waits whose
 //! signal is not enqueued yet.
 //!
-//! - `signal_on(s, v)`: record a new event on `s` as the point of value `v`.
+//! - `signal_on(s, v)`: record an event on `s` as the point of value `v` (events are reused:
+//!   see `event_pool`).
 //! - `wait_on(s, v)`: `cuStreamWaitEvent(s, point)` for the lowest point `>= v` already
 //!   enqueued. When there is none yet (wait-before-signal), the wait is *deferred*: it goes into
 //!   a host-side queue of the stream, and every later timeline operation on that stream
@@ -14,15 +15,17 @@
 //! Limit: only timeline operations are held. A kernel or copy you launch on the stream
 //! directly, after a deferred wait, is not held (CUDA cannot insert the wait before it later);
 //! with this mechanism, enqueue the signal before launching work that depends on it, or use
-//! stream memory operations (the default where the device supports them).
+//! `events+memops` (the default where the device runs stream memory operations), which waits
+//! on the device instead.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use cudarc::driver::{sys, CudaContext, CudaStream};
+use cudarc::driver::{CudaContext, CudaStream};
 
-use super::slots::record_now;
-use crate::backend::cuda::{driver_error, make_current, CudaEvent, Deferred};
+use super::event_pool::{remember, EventPoints, EventPool};
+use crate::backend::cuda::make_current;
 use crate::backend::semaphore::failed_word;
 use crate::error::{Error, Result};
 
@@ -40,6 +43,10 @@ struct Queue {
 #[derive(Default)]
 pub(crate) struct DeferredQueues {
     queues: Mutex<HashMap<usize, Queue>>,
+    /// Is any operation held? Read without the lock, so that signals and waits skip the
+    /// queues when none is. A wait that defers sets it and then looks for its point once
+    /// more, so a signal that read `false` recorded its point before that second look.
+    any: AtomicBool,
 }
 
 fn key(stream: &Arc<CudaStream>) -> usize {
@@ -51,12 +58,28 @@ impl DeferredQueues {
         self.queues.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Replay the queues if any operation is held.
+    fn replay_if_held(&self) -> Result<()> {
+        if !self.any.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.replay(&mut self.lock())
+    }
+
     /// Replay the queues as far as they go.
-    fn replay(queues: &mut HashMap<usize, Queue>) -> Result<()> {
+    fn replay(&self, queues: &mut HashMap<usize, Queue>) -> Result<()> {
         let mut first_err = None;
         loop {
             let mut progress = false;
             for q in queues.values_mut() {
+                if q.ops.is_empty() {
+                    continue;
+                }
+                // Replays also run from host signals, on threads with no context current.
+                if let Err(e) = make_current(q.stream.context()) {
+                    first_err.get_or_insert(e);
+                    continue;
+                }
                 while let Some(op) = q.ops.front() {
                     let done = match op {
                         HeldOp::Wait(w, v) => w.try_wait(&q.stream, *v),
@@ -81,6 +104,7 @@ impl DeferredQueues {
                 break;
             }
         }
+        self.any.store(!queues.is_empty(), Ordering::SeqCst);
         first_err.map_or(Ok(()), Err)
     }
 
@@ -90,145 +114,104 @@ impl DeferredQueues {
     }
 }
 
-struct Points {
-    /// The highest value known reached.
-    reached: u64,
-    failed: Option<u64>,
-    /// Events of enqueued signals not yet known complete, by value.
-    pending: BTreeMap<u64, CudaEvent>,
-}
-
 pub(crate) struct EventsWord {
     ctx: Arc<CudaContext>,
-    errors: Arc<Deferred>,
     deferred: Arc<DeferredQueues>,
-    points: Mutex<Points>,
+    points: Mutex<EventPoints>,
     failure: Mutex<Option<Error>>,
 }
 
 impl EventsWord {
     pub(crate) fn new(
         ctx: &Arc<CudaContext>,
-        errors: &Arc<Deferred>,
+        pool: &Arc<EventPool>,
         deferred: &Arc<DeferredQueues>,
         initial: u64,
     ) -> Self {
         EventsWord {
             ctx: ctx.clone(),
-            errors: errors.clone(),
             deferred: deferred.clone(),
-            points: Mutex::new(Points {
-                reached: initial,
-                failed: None,
-                pending: BTreeMap::new(),
-            }),
+            points: Mutex::new(EventPoints::new(pool, initial)),
             failure: Mutex::new(None),
         }
     }
 
-    fn points(&self) -> MutexGuard<'_, Points> {
+    fn points(&self) -> MutexGuard<'_, EventPoints> {
         self.points.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The word: the highest value whose event completed, or the failed word.
     pub(crate) fn load(&self) -> Result<u64> {
         let mut p = self.points();
-        if let Some(w) = p.failed {
+        if let Some(w) = p.points.failed() {
             return Ok(w);
         }
-        // Highest first: once one is complete, every lower value is reached.
-        let mut done = None;
-        for (v, ev) in p.pending.iter().rev() {
-            // SAFETY: a live event handle owned by `pending`; cuEventQuery only reads it.
-            match unsafe { sys::cuEventQuery(ev.raw) } {
-                sys::CUresult::CUDA_SUCCESS => {
-                    done = Some(*v);
-                    break;
-                }
-                sys::CUresult::CUDA_ERROR_NOT_READY => {}
-                other => {
-                    let e = other
-                        .result()
-                        .map_err(|e| driver_error("cuEventQuery", e))
-                        .expect_err("not a success code");
-                    *self.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
-                    return Err(e);
-                }
-            }
-        }
-        if let Some(v) = done {
-            p.reached = p.reached.max(v);
-            p.pending = p.pending.split_off(&(v + 1));
-        }
-        Ok(p.reached)
+        p.poll().inspect_err(|e| remember(&self.failure, e))
     }
 
+    /// The caller made the context current.
     fn record_point(&self, stream: &Arc<CudaStream>, value: u64) -> Result<()> {
-        let ev = record_now(&self.ctx, &self.errors, stream)?;
-        self.points().pending.insert(value, ev);
-        Ok(())
+        self.points().record(&self.ctx, stream, value)
     }
 
-    /// Make `stream` wait for `value` if its point exists; `Ok(false)` if not yet.
+    /// Make `stream` wait for `value` if its point exists; `Ok(false)` if not yet. The caller
+    /// made the context current.
     fn try_wait(&self, stream: &Arc<CudaStream>, value: u64) -> Result<bool> {
-        let p = self.points();
-        if p.failed.is_some() || p.reached >= value {
-            return Ok(true);
-        }
-        let Some((_, ev)) = p.pending.range(value..).next() else {
-            return Ok(false);
-        };
-        make_current(&self.ctx)?;
-        // SAFETY: both handles are live (the event is owned by `pending`, under its lock) and
-        // belong to this context.
-        let r = unsafe { sys::cuStreamWaitEvent(stream.cu_stream(), ev.raw, 0) };
-        r.result()
-            .map_err(|e| driver_error("cuStreamWaitEvent", e))?;
-        Ok(true)
+        self.points().try_wait(stream, value)
     }
 
+    /// Context made current by the caller.
     pub(crate) fn signal_on(self: &Arc<Self>, stream: &Arc<CudaStream>, value: u64) -> Result<()> {
+        if !self.deferred.any.load(Ordering::SeqCst) {
+            // No queue, so none of this stream: record now. A wait deferred meanwhile on
+            // another thread sets `any` and looks again (see `DeferredQueues::any`).
+            self.record_point(stream, value)?;
+            return self.deferred.replay_if_held();
+        }
         let mut queues = self.deferred.lock();
         match queues.get_mut(&key(stream)) {
             Some(q) => q.ops.push_back(HeldOp::Signal(self.clone(), value)),
             None => self.record_point(stream, value)?,
         }
-        DeferredQueues::replay(&mut queues)
+        self.deferred.replay(&mut queues)
     }
 
+    /// Context made current by the caller.
     pub(crate) fn wait_on(self: &Arc<Self>, stream: &Arc<CudaStream>, value: u64) -> Result<()> {
+        if !self.deferred.any.load(Ordering::SeqCst) && self.try_wait(stream, value)? {
+            return Ok(());
+        }
         let mut queues = self.deferred.lock();
         if let Some(q) = queues.get_mut(&key(stream)) {
             q.ops.push_back(HeldOp::Wait(self.clone(), value));
             return Ok(());
         }
-        if !self.try_wait(stream, value)? {
-            let mut ops = VecDeque::new();
-            ops.push_back(HeldOp::Wait(self.clone(), value));
-            queues.insert(
-                key(stream),
-                Queue {
-                    stream: stream.clone(),
-                    ops,
-                },
-            );
+        if self.try_wait(stream, value)? {
+            return Ok(());
         }
-        Ok(())
+        let mut ops = VecDeque::new();
+        ops.push_back(HeldOp::Wait(self.clone(), value));
+        queues.insert(
+            key(stream),
+            Queue {
+                stream: stream.clone(),
+                ops,
+            },
+        );
+        self.deferred.any.store(true, Ordering::SeqCst);
+        // Look again: a signal that read `any` before it was set recorded its point by now.
+        self.deferred.replay(&mut queues)
     }
 
     pub(crate) fn store(&self, value: u64) -> Result<()> {
-        {
-            let mut p = self.points();
-            p.reached = p.reached.max(value);
-            p.pending = p.pending.split_off(&(value + 1));
-        }
-        DeferredQueues::replay(&mut self.deferred.lock())
+        self.points().reach(value);
+        self.deferred.replay_if_held()
     }
 
     pub(crate) fn fail(&self, last_value: u64) {
-        self.points().failed = Some(failed_word(last_value));
+        self.points().points.fail(failed_word(last_value));
         // Errors here belong to other operations of the queues; they were dropped.
-        let _ = DeferredQueues::replay(&mut self.deferred.lock());
+        let _ = self.deferred.replay_if_held();
     }
 
     pub(crate) fn failure(&self) -> Option<Error> {

@@ -149,6 +149,11 @@ impl MemOpsWord {
         first_err.map_or(Ok(()), Err)
     }
 
+    /// Keep `e` (a driver error about this timeline found elsewhere) as its failure.
+    pub(crate) fn note_failure(&self, e: &Error) {
+        super::event_pool::remember(&self.failure, e);
+    }
+
     pub(crate) fn failure(&self) -> Option<Error> {
         self.failure
             .lock()

@@ -1,19 +1,30 @@
-//! Timelines on CUDA: the semaphore word, by one of two mechanisms (see
+//! Timelines on CUDA: the semaphore word, by one of three mechanisms (see
 //! [`crate::backend::Mechanism`]).
 //!
-//! - **stream memory operations** (`memops`): the default where the device runs them;
-//! - **events per timepoint** (`events`): the fallback, or when asked for.
+//! - **events + stream memory operations** (`hybrid`, named `events+memops`): the default where
+//!   the device runs stream memory operations. A wait whose signal is already enqueued is an
+//!   event wait (on the H200 an event record + wait costs ~0.25 us, a memory-operation write +
+//!   wait ~1.9 us); only a wait enqueued before its signal waits on the word, on the device, so
+//!   work enqueued after it is held whatever it is;
+//! - **stream memory operations** only (`memops`);
+//! - **events per timepoint** (`events`): the fallback, or when asked for; a wait before its
+//!   signal is held on the host, which holds only later timeline operations of its stream.
 //!
 //! Which one a backend uses is decided at its first timeline: [`TimelineMechanism::Auto`]
 //! probes stream memory operations once (a write, a wait on it and a second write on a fresh
 //! stream, which must complete within a second and leave the second value in the word) and falls
 //! back to events with the probe's error as the reason ([`crate::timeline::Timeline::mechanism`]
-//! shows it). The environment variable `SEQSYNC_TIMELINE_MECHANISM` (`auto`, `memops`,
-//! `events`) overrides the choice of [`super::CudaBackend::new`], so a whole test suite can run
-//! with either.
+//! shows it). The environment variable `SEQSYNC_TIMELINE_MECHANISM` (`auto`, `hybrid`,
+//! `memops`, `events`) overrides the choice of [`super::CudaBackend::new`], so a whole test
+//! suite can run with any.
+//!
+//! Events are reused (`event_pool`): a signal creates none once the pool is warm.
 
+mod event_pool;
 mod events;
+mod hybrid;
 mod memops;
+mod points;
 mod slots;
 
 use std::sync::{Arc, Mutex, OnceLock};
@@ -24,16 +35,22 @@ use cudarc::driver::{sys, CudaContext, CudaStream};
 use super::Deferred;
 use crate::backend::semaphore::{failed_word, Mechanism, Semaphore, MAX_VALUE};
 use crate::error::{BackendError, Error, Result};
+use event_pool::EventPool;
 use events::{DeferredQueues, EventsWord};
+use hybrid::{HybridWord, WordOps};
 use memops::MemOpsWord;
 use slots::Pool;
 
 /// Which mechanism a CUDA backend's timelines use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TimelineMechanism {
-    /// Stream memory operations if the device runs them, else events.
+    /// Events and stream memory operations ([`TimelineMechanism::Hybrid`]) if the device
+    /// runs stream memory operations, else events.
     #[default]
     Auto,
+    /// Events for waits whose signal is enqueued, stream memory operations for waits before
+    /// their signal; creating a timeline fails where memory operations do not work.
+    Hybrid,
     /// Stream memory operations; creating a timeline fails where they do not work.
     StreamMemOps,
     /// Events per timepoint, with host-side deferral.
@@ -45,11 +62,14 @@ impl std::str::FromStr for TimelineMechanism {
     fn from_str(s: &str) -> Result<Self> {
         match s {
             "auto" => Ok(TimelineMechanism::Auto),
+            "hybrid" | "events+memops" => Ok(TimelineMechanism::Hybrid),
             "memops" | "stream-mem-ops" => Ok(TimelineMechanism::StreamMemOps),
             "events" => Ok(TimelineMechanism::Events),
             other => Err(Error::invalid(
                 "timeline",
-                format!("unknown timeline mechanism '{other}': expected auto, memops or events"),
+                format!(
+                    "unknown timeline mechanism '{other}': expected auto, hybrid, memops or events"
+                ),
             )),
         }
     }
@@ -65,14 +85,16 @@ impl TimelineMechanism {
     }
 }
 
-/// A backend's timeline machinery: the choice, the decision, the word pool, the deferred queues.
+/// A backend's timeline machinery: the choice, the decision, the word pool, the event pool,
+/// the deferred queues.
 pub(crate) struct TimelineSupport {
     choice: TimelineMechanism,
     /// `Ok(())`: memory operations work; `Err(reason)`: they do not.
     probed: OnceLock<std::result::Result<(), String>>,
     pool: Arc<Mutex<Pool>>,
+    events: Arc<EventPool>,
     deferred: Arc<DeferredQueues>,
-    errors: Arc<Deferred>,
+    word_ops: Arc<WordOps>,
 }
 
 impl std::fmt::Debug for TimelineSupport {
@@ -90,8 +112,9 @@ impl TimelineSupport {
             choice,
             probed: OnceLock::new(),
             pool: Arc::new(Mutex::new(Pool::new(errors.clone()))),
+            events: Arc::new(EventPool::new(errors)),
             deferred: Arc::new(DeferredQueues::default()),
-            errors: errors.clone(),
+            word_ops: Arc::default(),
         }
     }
 
@@ -104,6 +127,18 @@ impl TimelineSupport {
         self.deferred.held()
     }
 
+    /// Word writes and word waits enqueued by `events+memops` timelines so far.
+    pub(crate) fn word_ops(&self) -> (u64, u64) {
+        (
+            self.word_ops
+                .writes
+                .load(std::sync::atomic::Ordering::Relaxed),
+            self.word_ops
+                .waits
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
+    }
+
     fn probe(&self, ctx: &Arc<CudaContext>) -> std::result::Result<(), String> {
         self.probed
             .get_or_init(|| probe_memops(ctx, &self.pool))
@@ -114,7 +149,7 @@ impl TimelineSupport {
         let use_events = |reason: Option<String>| CudaSemaphore {
             word: Word::Events(Arc::new(EventsWord::new(
                 ctx,
-                &self.errors,
+                &self.events,
                 &self.deferred,
                 initial,
             ))),
@@ -125,24 +160,38 @@ impl TimelineSupport {
         match self.choice {
             TimelineMechanism::Events => Ok(use_events(None)),
             TimelineMechanism::Auto => match self.probe(ctx) {
-                Ok(()) => self.memops(ctx, initial),
+                Ok(()) => self.hybrid(ctx, initial),
                 Err(why) => Ok(use_events(Some(why))),
             },
-            TimelineMechanism::StreamMemOps => match self.probe(ctx) {
-                Ok(()) => self.memops(ctx, initial),
-                Err(why) => Err(Error::Backend(BackendError::new(
-                    "cuda",
-                    "timeline (stream memory operations)",
-                    format!("stream memory operations are not usable here: {why}"),
-                ))),
-            },
+            TimelineMechanism::Hybrid => {
+                self.probe_or_fail(ctx)?;
+                self.hybrid(ctx, initial)
+            }
+            TimelineMechanism::StreamMemOps => {
+                self.probe_or_fail(ctx)?;
+                Ok(CudaSemaphore {
+                    word: Word::MemOps(Box::new(MemOpsWord::new(ctx, &self.pool, initial)?)),
+                    mechanism: Mechanism::StreamMemOps,
+                })
+            }
         }
     }
 
-    fn memops(&self, ctx: &Arc<CudaContext>, initial: u64) -> Result<CudaSemaphore> {
+    fn probe_or_fail(&self, ctx: &Arc<CudaContext>) -> Result<()> {
+        self.probe(ctx).map_err(|why| {
+            Error::Backend(BackendError::new(
+                "cuda",
+                "timeline (stream memory operations)",
+                format!("stream memory operations are not usable here: {why}"),
+            ))
+        })
+    }
+
+    fn hybrid(&self, ctx: &Arc<CudaContext>, initial: u64) -> Result<CudaSemaphore> {
+        let word = HybridWord::new(ctx, &self.pool, &self.events, &self.word_ops, initial)?;
         Ok(CudaSemaphore {
-            word: Word::MemOps(Box::new(MemOpsWord::new(ctx, &self.pool, initial)?)),
-            mechanism: Mechanism::StreamMemOps,
+            word: Word::Hybrid(Box::new(word)),
+            mechanism: Mechanism::Hybrid,
         })
     }
 }
@@ -199,12 +248,14 @@ fn probe_memops(
 }
 
 enum Word {
+    Hybrid(Box<HybridWord>),
     MemOps(Box<MemOpsWord>),
     Events(Arc<EventsWord>),
 }
 
-/// A CUDA semaphore word: stream memory operations on pinned memory, or events per value with
-/// host-side deferral (see [`Mechanism`] and [`TimelineMechanism`]).
+/// A CUDA semaphore word: events with stream memory operations for waits before their signal,
+/// stream memory operations only, or events per value with host-side deferral (see
+/// [`Mechanism`] and [`TimelineMechanism`]).
 pub struct CudaSemaphore {
     word: Word,
     mechanism: Mechanism,
@@ -221,6 +272,7 @@ impl std::fmt::Debug for CudaSemaphore {
 impl CudaSemaphore {
     pub(crate) fn signal_on(&self, stream: &Arc<CudaStream>, value: u64) -> Result<()> {
         match &self.word {
+            Word::Hybrid(w) => w.signal_on(stream, value),
             Word::MemOps(w) => w.signal_on(stream, value),
             Word::Events(w) => w.signal_on(stream, value),
         }
@@ -228,6 +280,7 @@ impl CudaSemaphore {
 
     pub(crate) fn wait_on(&self, stream: &Arc<CudaStream>, value: u64) -> Result<()> {
         match &self.word {
+            Word::Hybrid(w) => w.wait_on(stream, value),
             Word::MemOps(w) => w.wait_on(stream, value),
             Word::Events(w) => w.wait_on(stream, value),
         }
@@ -237,6 +290,7 @@ impl CudaSemaphore {
 impl Semaphore for CudaSemaphore {
     fn load(&self) -> Result<u64> {
         match &self.word {
+            Word::Hybrid(w) => w.load(),
             Word::MemOps(w) => Ok(w.load()),
             Word::Events(w) => w.load(),
         }
@@ -245,6 +299,7 @@ impl Semaphore for CudaSemaphore {
     fn store(&self, value: u64) -> Result<()> {
         debug_assert!(value <= MAX_VALUE);
         match &self.word {
+            Word::Hybrid(w) => w.store(value),
             Word::MemOps(w) => w.store(value),
             Word::Events(w) => w.store(value),
         }
@@ -252,6 +307,7 @@ impl Semaphore for CudaSemaphore {
 
     fn fail(&self, last_value: u64) {
         match &self.word {
+            Word::Hybrid(w) => w.fail(last_value),
             // An error here means a stream could not get the re-write; its own failure shows.
             Word::MemOps(w) => drop(w.store(failed_word(last_value))),
             Word::Events(w) => w.fail(last_value),
@@ -260,6 +316,7 @@ impl Semaphore for CudaSemaphore {
 
     fn failure(&self) -> Option<Error> {
         match &self.word {
+            Word::Hybrid(w) => w.failure(),
             Word::MemOps(w) => w.failure(),
             Word::Events(w) => w.failure(),
         }
@@ -267,6 +324,7 @@ impl Semaphore for CudaSemaphore {
 
     fn check(&self) -> Result<()> {
         match &self.word {
+            Word::Hybrid(w) => w.check(),
             Word::MemOps(w) => w.health(),
             Word::Events(w) => w.load().map(drop),
         }

@@ -129,7 +129,7 @@ pub(crate) unsafe fn atomic(slot: &Slot) -> &'static std::sync::atomic::AtomicU6
 }
 
 /// An event recorded at the current end of `stream`.
-pub(crate) fn record_now(
+fn record_now(
     ctx: &Arc<CudaContext>,
     deferred: &Arc<Deferred>,
     stream: &CudaStream,

@@ -1,0 +1,171 @@
+//! Events reused across signals: a backend-wide free list, and per timeline the points with a
+//! small spare list in front of it, so that a signal neither creates an event nor takes a
+//! shared lock once the lists are warm.
+//!
+//! An event goes back to a list once nobody can wait on it any more: its value is reached
+//! (its completion was seen, the host stored a value at or above it, or the word showed one).
+//! Re-recording it is then safe even if its last record has not completed: a stream wait
+//! already enqueued on it took the event's state when it was enqueued.
+
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::{sys, CudaContext, CudaStream};
+
+use super::points::{Points, WaitPlan};
+use crate::backend::cuda::{driver_error, make_current, CudaEvent, Deferred};
+use crate::error::{Error, Result};
+
+/// Events a timeline keeps for its next signals before giving them to the backend's list.
+const SPARE: usize = 64;
+/// Events the backend's list keeps (more are destroyed).
+const FREE: usize = 4096;
+
+/// The backend's free events.
+pub(crate) struct EventPool {
+    errors: Arc<Deferred>,
+    free: Mutex<Vec<CudaEvent>>,
+}
+
+impl EventPool {
+    pub(crate) fn new(errors: &Arc<Deferred>) -> Self {
+        EventPool {
+            errors: errors.clone(),
+            free: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<CudaEvent>> {
+        self.free.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn take(&self, ctx: &Arc<CudaContext>) -> Result<CudaEvent> {
+        if let Some(ev) = self.lock().pop() {
+            return Ok(ev);
+        }
+        make_current(ctx)?;
+        let mut raw: sys::CUevent = std::ptr::null_mut();
+        let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+        // SAFETY: the context is current and `raw` a valid out-pointer.
+        let r = unsafe { sys::cuEventCreate(&mut raw, flags) };
+        r.result().map_err(|e| driver_error("cuEventCreate", e))?;
+        Ok(CudaEvent {
+            raw,
+            ctx: ctx.clone(),
+            deferred: self.errors.clone(),
+        })
+    }
+
+    fn put(&self, evs: impl IntoIterator<Item = CudaEvent>) {
+        let mut free = self.lock();
+        for ev in evs {
+            if free.len() < FREE {
+                free.push(ev);
+            }
+            // else: dropped, which destroys it.
+        }
+    }
+}
+
+/// A timeline's points (see [`Points`]) with their events, and its spare events.
+pub(crate) struct EventPoints {
+    pub(crate) points: Points<CudaEvent>,
+    spare: Vec<CudaEvent>,
+    pool: Arc<EventPool>,
+}
+
+impl EventPoints {
+    pub(crate) fn new(pool: &Arc<EventPool>, initial: u64) -> Self {
+        EventPoints {
+            points: Points::new(initial),
+            spare: Vec::new(),
+            pool: pool.clone(),
+        }
+    }
+
+    /// Record the point of `value` at the current end of `stream`. The caller made the
+    /// stream's context current.
+    pub(crate) fn record(
+        &mut self,
+        ctx: &Arc<CudaContext>,
+        stream: &CudaStream,
+        value: u64,
+    ) -> Result<()> {
+        let ev = match self.spare.pop() {
+            Some(ev) => ev,
+            None => self.pool.take(ctx)?,
+        };
+        // SAFETY: both handles are live and belong to `ctx`; re-recording a reused event is
+        // allowed (see the module docs for why no one needs its previous state).
+        let r = unsafe { sys::cuEventRecord(ev.raw, stream.cu_stream()) };
+        if let Err(e) = r.result() {
+            self.spare.push(ev);
+            return Err(driver_error("cuEventRecord", e));
+        }
+        self.points.push(value, ev);
+        Ok(())
+    }
+
+    /// Make `stream` wait for `value` on its point. `Ok(true)`: done (a wait enqueued, or none
+    /// needed); `Ok(false)`: no point covers `value` yet. The caller made the context current.
+    pub(crate) fn try_wait(&self, stream: &CudaStream, value: u64) -> Result<bool> {
+        match self.points.plan_wait(value) {
+            WaitPlan::Nothing => Ok(true),
+            WaitPlan::NoPoint => Ok(false),
+            WaitPlan::Event(ev) => {
+                // SAFETY: both handles are live (the event is owned by the points, borrowed
+                // under the caller's lock) and belong to this context.
+                let r = unsafe { sys::cuStreamWaitEvent(stream.cu_stream(), ev.raw, 0) };
+                r.result()
+                    .map_err(|e| driver_error("cuStreamWaitEvent", e))?;
+                Ok(true)
+            }
+        }
+    }
+
+    /// `value` is reached: free the points at or below it.
+    pub(crate) fn reach(&mut self, value: u64) {
+        let (spare, pool) = (&mut self.spare, &self.pool);
+        self.points.reach(value, |ev| give(spare, pool, ev));
+    }
+
+    /// The highest value whose event completed (a `cuEventQuery` from the highest point down),
+    /// or the highest known reached.
+    pub(crate) fn poll(&mut self) -> Result<u64> {
+        let (spare, pool) = (&mut self.spare, &self.pool);
+        self.points.poll(
+            // SAFETY: a live event handle owned by the points; cuEventQuery only reads it.
+            |ev| match unsafe { sys::cuEventQuery(ev.raw) } {
+                sys::CUresult::CUDA_SUCCESS => Ok(true),
+                sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+                other => Err(other
+                    .result()
+                    .map_err(|e| driver_error("cuEventQuery", e))
+                    .expect_err("not a success code")),
+            },
+            |ev| give(spare, pool, ev),
+        )
+    }
+}
+
+fn give(spare: &mut Vec<CudaEvent>, pool: &EventPool, ev: CudaEvent) {
+    if spare.len() < SPARE {
+        spare.push(ev);
+    } else {
+        pool.put([ev]);
+    }
+}
+
+impl Drop for EventPoints {
+    fn drop(&mut self) {
+        let pending: Vec<_> = self.points.drain().collect();
+        self.pool.put(self.spare.drain(..).chain(pending));
+    }
+}
+
+/// Keep the first error a query found (its word reads it back as the failure).
+pub(crate) fn remember(slot: &Mutex<Option<Error>>, e: &Error) {
+    let mut g = slot.lock().unwrap_or_else(|p| p.into_inner());
+    if g.is_none() {
+        *g = Some(e.clone());
+    }
+}

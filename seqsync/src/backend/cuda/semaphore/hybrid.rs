@@ -1,0 +1,143 @@
+//! Mechanism (c), `events+memops`: events for waits whose signal is already enqueued, stream
+//! memory operations only for waits enqueued before their signal.
+//!
+//! - `signal_on(s, v)`: record a (reused) event on `s` as the point of value `v`; if a stream
+//!   waits on the word for a value `<= v` that no word write enqueued so far releases, also
+//!   enqueue `cuStreamWriteValue64(s, word, v)`, with the stream-memory-operation rules that
+//!   keep the word monotonic (see `memops`).
+//! - `wait_on(s, v)`: nothing if `v` is known reached; `cuStreamWaitEvent` on the lowest point
+//!   `>= v` if one is enqueued; else `cuStreamWaitValue64(s, word, v, GEQ)` (wait-before-signal:
+//!   held on the device, so any work enqueued after it on `s`, timeline or not, waits too).
+//! - host `signal`: a store of the word (released word waits see it) and the points up to it
+//!   are reached; `fail`: the failed word, which releases every word wait.
+//! - host `query`: the higher of the word and the highest point whose event completed.
+//!
+//! An ordered `signal_on` + `wait_on` pair costs an event record and an event wait, with no
+//! memory operation; a wait-before-signal costs one word wait and, at its signal, one write.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use cudarc::driver::{CudaContext, CudaStream};
+
+use super::event_pool::{EventPoints, EventPool};
+use super::memops::MemOpsWord;
+use super::points::WordWaits;
+use super::slots::Pool;
+use crate::backend::semaphore::{failed_word, FAILED_BIT};
+use crate::error::{Error, Result};
+
+/// Word writes and word waits the `events+memops` timelines of a backend enqueued (a
+/// diagnostic: an ordered pair must enqueue neither).
+#[derive(Debug, Default)]
+pub(crate) struct WordOps {
+    pub(crate) writes: AtomicU64,
+    pub(crate) waits: AtomicU64,
+}
+
+struct State {
+    events: EventPoints,
+    word_waits: WordWaits,
+}
+
+pub(crate) struct HybridWord {
+    ctx: Arc<CudaContext>,
+    word: MemOpsWord,
+    state: Mutex<State>,
+    ops: Arc<WordOps>,
+}
+
+impl HybridWord {
+    pub(crate) fn new(
+        ctx: &Arc<CudaContext>,
+        slots: &Arc<Mutex<Pool>>,
+        events: &Arc<EventPool>,
+        ops: &Arc<WordOps>,
+        initial: u64,
+    ) -> Result<Self> {
+        Ok(HybridWord {
+            ctx: ctx.clone(),
+            word: MemOpsWord::new(ctx, slots, initial)?,
+            state: Mutex::new(State {
+                events: EventPoints::new(events, initial),
+                word_waits: WordWaits::default(),
+            }),
+            ops: ops.clone(),
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Context made current by the caller.
+    pub(crate) fn signal_on(&self, stream: &Arc<CudaStream>, value: u64) -> Result<()> {
+        let mut st = self.state();
+        st.events.record(&self.ctx, stream, value)?;
+        if st.word_waits.signal_needs_write(value) {
+            self.ops.writes.fetch_add(1, Ordering::Relaxed);
+            self.word.signal_on(stream, value)?;
+        }
+        Ok(())
+    }
+
+    /// Context made current by the caller.
+    pub(crate) fn wait_on(&self, stream: &Arc<CudaStream>, value: u64) -> Result<()> {
+        let mut st = self.state();
+        let word = self.word.load();
+        if word & FAILED_BIT == 0 && word >= value {
+            return Ok(());
+        }
+        if st.events.try_wait(stream, value)? {
+            return Ok(());
+        }
+        // Wait-before-signal: on the word, which the signal of `value` will write.
+        self.ops.waits.fetch_add(1, Ordering::Relaxed);
+        self.word.wait_on(stream, value)?;
+        st.word_waits.add(value);
+        Ok(())
+    }
+
+    /// The word: the higher of the stored word and the highest completed point, or the failed
+    /// word.
+    pub(crate) fn load(&self) -> Result<u64> {
+        let word = self.word.load();
+        if word & FAILED_BIT != 0 {
+            return Ok(word);
+        }
+        let mut st = self.state();
+        if let Some(w) = st.events.points.failed() {
+            return Ok(w);
+        }
+        if word > st.events.points.reached() {
+            st.events.reach(word);
+        }
+        st.events.poll().inspect_err(|e| self.word.note_failure(e))
+    }
+
+    pub(crate) fn store(&self, value: u64) -> Result<()> {
+        let mut st = self.state();
+        let r = self.word.store(value);
+        st.events.reach(value);
+        st.word_waits.stored(value);
+        r
+    }
+
+    pub(crate) fn fail(&self, last_value: u64) {
+        let mut st = self.state();
+        let word = failed_word(last_value);
+        st.events.points.fail(word);
+        st.word_waits.clear();
+        // An error here means a stream could not get the re-write; its own failure shows.
+        drop(self.word.store(word));
+    }
+
+    pub(crate) fn failure(&self) -> Option<Error> {
+        self.word.failure()
+    }
+
+    pub(crate) fn check(&self) -> Result<()> {
+        self.word.health()?;
+        self.load().map(drop)
+    }
+}
