@@ -524,3 +524,118 @@ fn seed_pipeline_reports_name_stage_stream_buffer_and_seq() {
          not ordered after stage g2h (stream s_g2h) writing host_batch[0] for seq 0 (12 times)"
     );
 }
+
+// ---- host stages: a record with no stream ---------------------------------------------------
+
+/// A host thread writes `buf[s % 2]` itself and publishes `s` with
+/// [`EventRingbuf::record_host`]; a second thread makes a stream wait on it (unless
+/// `consumer_waits` is false) and reads the slot on that stream. The producer reuses a slot
+/// only once it has synchronized on the stream's read of it.
+fn host_stage_feeds_a_stream(consumer_waits: bool) -> Vec<Hazard> {
+    const N: usize = 2;
+    const BATCHES: i64 = 8;
+    let vb = ValidatingBackend::new(HostBackend::new());
+    let s_read = vb.new_stream("s_read").unwrap();
+    // Room for every batch: without the consumer's wait nothing releases a seq, and the host
+    // stage must still publish each one through the backend.
+    let produced = EventRingbuf::new(&vb, "produce", 1, BATCHES as usize).unwrap();
+    let consumed = EventRingbuf::new(&vb, "consume", 1, N).unwrap();
+    std::thread::scope(|scope| {
+        let host_stage = std::thread::Builder::new()
+            .name("host_stage".into())
+            .spawn_scoped(scope, || -> seqsync::Result<()> {
+                for s in 0..BATCHES {
+                    consumed.synchronize(s - N as i64, Blocking::Yes)?; // buf[s % 2] is free
+                    vb.host_access(Access::write("produce", "buf", s as usize % N, s));
+                    produced.record_host(s, Blocking::Yes)?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        let consumer = std::thread::Builder::new()
+            .name("consumer".into())
+            .spawn_scoped(scope, || -> seqsync::Result<()> {
+                for s in 0..BATCHES {
+                    if consumer_waits {
+                        produced.wait(&s_read, s, Blocking::Yes)?;
+                    } else {
+                        // Blocks until `s` is recorded, but orders nothing (and consumes nothing).
+                        produced.synchronize_with_producer(s)?;
+                    }
+                    vb.access(&s_read, Access::read("consume", "buf", s as usize % N, s));
+                    consumed.record(&s_read, s, Blocking::Yes)?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        host_stage.join().unwrap().unwrap();
+        consumer.join().unwrap().unwrap();
+    });
+    vb.synchronize_stream(&s_read).unwrap();
+    vb.checker().hazards()
+}
+
+#[test]
+fn a_host_record_orders_a_stream_wait_after_the_host_stage() {
+    let hazards = host_stage_feeds_a_stream(true);
+    assert!(hazards.is_empty(), "false hazards:\n{}", lines(&hazards));
+}
+
+#[test]
+fn a_host_record_without_the_consumers_wait_is_reported() {
+    let hazards: Vec<String> = host_stage_feeds_a_stream(false)
+        .iter()
+        .map(|h| h.to_string())
+        .collect();
+    assert_eq!(
+        hazards,
+        [
+            "stage consume (stream s_read) reads buf[0] for seq 0, not ordered after stage \
+             produce (thread host_stage) writing buf[0] for seq 0 (4 times)",
+            "stage consume (stream s_read) reads buf[1] for seq 1, not ordered after stage \
+             produce (thread host_stage) writing buf[1] for seq 1 (4 times)"
+        ]
+    );
+}
+
+/// The same through the pipeline runtime: a host stage on thread t0 writes `buf`, a stream
+/// stage on thread t1 reads it; the runtime publishes the host stage with `record_host`.
+#[test]
+fn a_pipeline_host_stage_feeding_a_stream_stage_is_clean() {
+    use seqsync::pipeline::{derive, runtime, PipelineSpec, StageSpec};
+    let spec = PipelineSpec::builder()
+        .buffer("buf", 2)
+        .thread("t0")
+        .stage("produce", StageSpec::on_host().writes("buf"))
+        .thread("t1")
+        .stage("consume", StageSpec::on_stream("s_read").reads("buf"))
+        .build()
+        .unwrap();
+    let plan = derive(&spec).unwrap();
+    let vb = ValidatingBackend::new(HostBackend::new());
+    let streams = runtime::new_streams(&vb, &plan).unwrap();
+    let stages = runtime::Stages::<ValidatingBackend<HostBackend>>::new()
+        .stage("produce", |cx| {
+            vb.host_access(Access::write("produce", "buf", cx.seq as usize % 2, cx.seq));
+            Ok(())
+        })
+        .stage("consume", |cx| {
+            let slot = cx.seq as usize % 2;
+            vb.access(
+                cx.stream.unwrap(),
+                Access::read("consume", "buf", slot, cx.seq),
+            );
+            Ok(())
+        });
+    runtime::run(runtime::RunConfig {
+        plan: &plan,
+        backend: &vb,
+        streams: &streams,
+        stages: &stages,
+        batches: 12,
+        stall_timeout: None,
+    })
+    .unwrap();
+    let hazards = vb.checker().hazards();
+    assert!(hazards.is_empty(), "false hazards:\n{}", lines(&hazards));
+}

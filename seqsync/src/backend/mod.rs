@@ -161,6 +161,17 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// Make `event` stand for the current end of `stream`.
     fn record(&self, event: &Self::Event, stream: &Self::Stream) -> Result<()>;
 
+    /// The calling host thread has itself done the work that `event`'s slot now stands for,
+    /// with no stream ([`EventRingbuf::record_host`](crate::EventRingbuf::record_host)): the
+    /// ring's slot word publishes it and the event is left as it is, so a backend that runs
+    /// work does nothing here (the default). A backend that tracks ordering (the hazard
+    /// checker's [`ValidatingBackend`](crate::hazard::ValidatingBackend)) orders a later wait or
+    /// synchronize on `event` after the thread's work so far.
+    #[inline]
+    fn record_host(&self, event: &Self::Event) {
+        let _ = event;
+    }
+
     /// Make all work enqueued on `stream` from now on wait for `event` as recorded now.
     fn wait(&self, stream: &Self::Stream, event: &Self::Event) -> Result<()>;
 

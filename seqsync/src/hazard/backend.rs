@@ -206,6 +206,14 @@ impl<B: Backend> Backend for ValidatingBackend<B> {
         Ok(())
     }
 
+    /// Forwards; a later wait or synchronize on `event` is then ordered after everything the
+    /// calling thread did so far (as well as what `event` stood for before).
+    fn record_host(&self, event: &Self::Event) {
+        self.inner.record_host(&event.inner);
+        let by = self.checker.current_thread();
+        self.checker.host_record(by, event.id);
+    }
+
     fn wait(&self, stream: &Self::Stream, event: &Self::Event) -> Result<()> {
         self.inner.wait(&stream.inner, &event.inner)?;
         let by = self.checker.current_thread();

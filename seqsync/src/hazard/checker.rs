@@ -73,7 +73,9 @@ pub struct EventId(pub(crate) u32);
 ///   actor's clock;
 /// - `record(event, S)` snapshots `S`'s clock (a re-record replaces the snapshot; earlier waits
 ///   keep what they joined); `stream_wait(S, event)` joins the snapshot into `S`;
-///   `host_synchronize(event)` by `T` joins it into `T`. A never-recorded event is empty.
+///   `host_synchronize(event)` by `T` joins it into `T`. A never-recorded event is empty;
+/// - `host_record(T, event)` (a ring's `record_host`: work `T` did itself, published with no
+///   stream) joins `T`'s clock into the event's snapshot.
 ///
 /// Calls that name a host thread `by` take it explicitly, so the checker can be driven without
 /// real threads; [`current_thread`](Self::current_thread) gives the calling OS thread's actor.
@@ -220,6 +222,23 @@ impl HazardChecker {
         state.enqueue(by, stream, "record", false);
         let snapshot = state.actor(stream).clock.clone();
         *state.event_mut(event) = Some(snapshot);
+    }
+
+    /// Host thread `by` publishes work it did itself under `event`, with no stream
+    /// ([`EventRingbuf::record_host`](crate::EventRingbuf::record_host)): `by`'s clock is
+    /// joined into the event's snapshot (the real event is left as it is, so it still stands
+    /// for what it stood for before).
+    ///
+    /// # Panics
+    /// If `by` is not a host thread.
+    pub fn host_record(&self, by: ActorId, event: EventId) {
+        let mut state = self.lock();
+        state.expect_thread(by, "host record");
+        let clock = state.actor(by).clock.clone();
+        match state.event_mut(event) {
+            Some(snapshot) => snapshot.join(&clock),
+            none => *none = Some(clock),
+        }
     }
 
     /// Host thread `by` makes stream `stream` wait for `event` as recorded now.

@@ -24,7 +24,9 @@
 //! is an actor with a clock; a host thread's call that enqueues on a stream orders that stream
 //! after what the thread did before; a record snapshots the stream's clock into the event (a
 //! re-record replaces it, earlier waits keep what they joined); a stream wait joins the
-//! snapshot into the stream, a host synchronize into the thread. An access ticks its actor and
+//! snapshot into the stream, a host synchronize into the thread; a host thread's
+//! [`record_host`](crate::EventRingbuf::record_host) (work it did itself, as a pipeline's host
+//! stage does) joins the thread's clock into the slot's event. An access ticks its actor and
 //! is ordered after an earlier one iff the earlier one's epoch is covered by its clock. Each
 //! unordered pair is reported once per slot, pair of stages and kind, with a count.
 //!

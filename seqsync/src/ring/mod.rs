@@ -400,7 +400,8 @@ impl<B: Backend> EventRingbuf<B> {
     /// The slot's event is left as it is. In a ring recorded only this way it is never
     /// recorded, so it counts as complete; where earlier seqs were recorded on a stream it may
     /// still stand for that older work, which consumers then wait for too (more order, never
-    /// less).
+    /// less). The backend hears of it ([`Backend::record_host`]): the hazard checker's
+    /// backend orders later waits on the slot after the calling thread's work.
     ///
     /// ```
     /// use seqsync::{Blocking, Error, EventRingbuf, HostBackend};
@@ -416,7 +417,10 @@ impl<B: Backend> EventRingbuf<B> {
     /// # Errors
     /// As [`record`](Self::record), without [`Error::Backend`].
     pub fn record_host(&self, seq: i64, blocking: impl Into<Blocking>) -> Result<()> {
-        self.publish(seq, blocking.into(), |_| Ok(()))
+        self.publish(seq, blocking.into(), |event| {
+            self.backend.record_host(event);
+            Ok(())
+        })
     }
 
     /// The producer's side of [`record`](Self::record): claim `seq`'s slot, let `record_event`
