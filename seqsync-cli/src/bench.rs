@@ -53,6 +53,10 @@ pub(crate) struct BenchArgs {
     /// graph: timed submissions per case (the median counts).
     #[arg(long, default_value_t = 30)]
     graph_reps: usize,
+    /// handoff: only the record and stream-wait rows (real and no-op inner calls), a quick
+    /// and stable measure of the tracking overhead.
+    #[arg(long)]
+    overhead_only: bool,
 }
 
 pub(crate) fn run(a: BenchArgs) -> Result<(), Failure> {
@@ -71,7 +75,7 @@ pub(crate) fn run(a: BenchArgs) -> Result<(), Failure> {
         ..BenchConfig::default()
     };
     if a.suite == Suite::Handoff {
-        return run_handoff(a.backend, &cfg, a.json);
+        return run_handoff(a.backend, &cfg, a.json, a.overhead_only);
     }
     let r = bench::run(a.backend, &cfg)?;
     if a.json {
@@ -262,8 +266,17 @@ fn run_timeline(a: BenchArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-fn run_handoff(kind: BackendKind, cfg: &BenchConfig, json: bool) -> Result<(), Failure> {
-    let r = bench::handoff::run(kind, cfg)?;
+fn run_handoff(
+    kind: BackendKind,
+    cfg: &BenchConfig,
+    json: bool,
+    overhead_only: bool,
+) -> Result<(), Failure> {
+    let r = if overhead_only {
+        bench::handoff::run_overhead(kind, cfg)?
+    } else {
+        bench::handoff::run(kind, cfg)?
+    };
     if json {
         println!("{}", serde_json::to_string(&r).expect("report serializes"));
         return Ok(());
@@ -279,7 +292,9 @@ fn run_handoff(kind: BackendKind, cfg: &BenchConfig, json: bool) -> Result<(), F
             o.name, o.tracked_ns, o.baseline_ns, o.extra_ns, o.ratio, o.baseline
         );
     }
-    let o = &r.overlap;
+    let Some(o) = &r.overlap else {
+        return Ok(());
+    };
     println!(
         "  motivating example: the child's update finishes at {:.3} ms with epochs vs {:.3} ms \
          without shortcuts (more_work: {:.0} ms)",

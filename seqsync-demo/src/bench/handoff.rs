@@ -56,8 +56,8 @@ pub struct HandoffReport {
     pub device: String,
     /// Per-operation costs.
     pub ops: Vec<HandoffRow>,
-    /// The motivating example.
-    pub overlap: Overlap,
+    /// The motivating example (not measured by [`run_overhead`]).
+    pub overlap: Option<Overlap>,
 }
 
 fn row(name: &str, tracked: Vec<f64>, baseline: Vec<f64>, what: &str) -> HandoffRow {
@@ -70,6 +70,84 @@ fn row(name: &str, tracked: Vec<f64>, baseline: Vec<f64>, what: &str) -> Handoff
         extra_ns: t - b,
         ratio: t / b,
     }
+}
+
+/// `b` with `record` and stream `wait` that do nothing: what is left of a tracked call over
+/// it is the tracking alone, so the difference is stable even where the real calls are noisy
+/// (a loaded host, a driver). Everything else forwards to `b`.
+#[derive(Clone)]
+pub struct NopRecordWait<B>(pub B);
+
+impl<B: Backend> Backend for NopRecordWait<B> {
+    type Stream = B::Stream;
+    type Event = B::Event;
+    type Semaphore = B::Semaphore;
+
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+    fn new_stream(&self, name: &str) -> Result<Self::Stream> {
+        self.0.new_stream(name)
+    }
+    fn launch_host(&self, s: &Self::Stream, f: Box<dyn FnOnce() + Send + 'static>) -> Result<()> {
+        self.0.launch_host(s, f)
+    }
+    fn synchronize_stream(&self, s: &Self::Stream) -> Result<()> {
+        self.0.synchronize_stream(s)
+    }
+    fn create_event(&self, options: EventOptions) -> Result<Self::Event> {
+        self.0.create_event(options)
+    }
+    /// Does nothing (the arguments escape, so the call is not optimized away).
+    fn record(&self, event: &Self::Event, stream: &Self::Stream) -> Result<()> {
+        std::hint::black_box((event, stream));
+        Ok(())
+    }
+    /// Does nothing, as [`record`](Self::record).
+    fn wait(&self, stream: &Self::Stream, event: &Self::Event) -> Result<()> {
+        std::hint::black_box((stream, event));
+        Ok(())
+    }
+    fn synchronize(&self, event: &Self::Event) -> Result<()> {
+        self.0.synchronize(event)
+    }
+    fn synchronize_interruptible(
+        &self,
+        event: &Self::Event,
+        interrupt: &dyn seqsync::backend::Interrupt,
+    ) -> Result<seqsync::backend::SyncOutcome> {
+        self.0.synchronize_interruptible(event, interrupt)
+    }
+    fn query(&self, event: &Self::Event) -> Result<bool> {
+        self.0.query(event)
+    }
+    fn stream_id(&self, s: &Self::Stream) -> u64 {
+        self.0.stream_id(s)
+    }
+    fn create_semaphore(
+        &self,
+        initial: u64,
+        waker: seqsync::backend::SemaphoreWaker,
+    ) -> Result<Self::Semaphore> {
+        self.0.create_semaphore(initial, waker)
+    }
+    fn signal_on(&self, s: &Self::Stream, sem: &Self::Semaphore, value: u64) -> Result<()> {
+        self.0.signal_on(s, sem, value)
+    }
+    fn wait_on(&self, s: &Self::Stream, sem: &Self::Semaphore, value: u64) -> Result<()> {
+        self.0.wait_on(s, sem, value)
+    }
+}
+
+/// The tracking alone: `record` and stream `wait` through a [`TrackingBackend`] over
+/// [`NopRecordWait`]`(b)` against the no-op calls themselves, rounds alternating.
+pub fn tracking_only<B: Backend>(b: &B, cfg: &BenchConfig) -> Result<Vec<HandoffRow>> {
+    let mut rows = record_wait(&NopRecordWait(b.clone()), cfg)?;
+    rows[0].name = "record, tracking only (no-op inner)".into();
+    rows[0].baseline = "no-op record".into();
+    rows[1].name = "wait, tracking only (no-op inner)".into();
+    rows[1].baseline = "no-op stream wait".into();
+    Ok(rows)
 }
 
 /// `record` and stream `wait`, tracked against raw, rounds alternating.
@@ -264,6 +342,30 @@ pub fn run(kind: seqsync::BackendKind, cfg: &BenchConfig) -> Result<HandoffRepor
     }
 }
 
+/// Only the record and stream-wait rows ([`record_wait`], [`tracking_only`]), on the backend
+/// `kind` picks: `seqsync bench handoff --overhead-only`.
+pub fn run_overhead(kind: seqsync::BackendKind, cfg: &BenchConfig) -> Result<HandoffReport> {
+    fn ops<B: Backend>(b: &B, device: String, cfg: &BenchConfig) -> Result<HandoffReport> {
+        let mut ops = record_wait(b, cfg)?;
+        ops.extend(tracking_only(b, cfg)?);
+        Ok(HandoffReport {
+            backend: b.name().into(),
+            device,
+            ops,
+            overlap: None,
+        })
+    }
+    match seqsync::AnyBackend::new(kind)? {
+        seqsync::AnyBackend::Host(h) => ops(&h, "host".into(), cfg),
+        #[cfg(feature = "cuda")]
+        seqsync::AnyBackend::Cuda(c) => ops(&c, c.device_name()?, cfg),
+        other => Err(crate::invalid(
+            "bench",
+            format!("no handoff benchmark for the {} backend", other.name()),
+        )),
+    }
+}
+
 fn report<B: Backend>(
     b: &B,
     device: String,
@@ -271,13 +373,14 @@ fn report<B: Backend>(
     cfg: &BenchConfig,
 ) -> Result<HandoffReport> {
     let mut ops = record_wait(b, cfg)?;
+    ops.extend(tracking_only(b, cfg)?);
     ops.extend(moves(b, cfg)?);
     let overlap = overlap(b, busy, Duration::from_millis(20), cfg.sync_reps.max(1))?;
     Ok(HandoffReport {
         backend: b.name().into(),
         device,
         ops,
-        overlap,
+        overlap: Some(overlap),
     })
 }
 
