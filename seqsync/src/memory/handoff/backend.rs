@@ -145,7 +145,7 @@ impl<B: Backend> TrackingBackend<B> {
         &self.inner
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    fn lock(&self) -> super::lock::Guard<'_, State> {
         self.shared.registry.lock()
     }
 
@@ -340,11 +340,10 @@ impl<B: Backend> Backend for TrackingBackend<B> {
         f: Box<dyn FnOnce() + Send + 'static>,
     ) -> Result<()> {
         self.check_stream(stream)?;
-        with_current(|task| {
-            let mut state = self.lock();
-            state.enter_stream(stream.id, task);
-            self.inner.launch_host(&stream.inner, f)
-        })
+        // The entry only has to come first: the work is no use of a tracked value, so where
+        // it lands among other threads' closes does not matter.
+        with_current(|task| self.lock().enter_stream(stream.id, task));
+        self.inner.launch_host(&stream.inner, f)
     }
 
     fn create_event(&self, options: EventOptions) -> Result<Self::Event> {

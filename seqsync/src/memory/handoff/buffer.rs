@@ -1,7 +1,9 @@
 //! [`Tracked`]: a value (device memory, or any resource work on streams uses) whose uses the
 //! tracker stamps; [`Use`] declares one for a submission, [`Ctx`] hands it out inside it.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+
+use super::lock::{Guard, Lock};
 
 use super::state::State;
 use crate::hazard::AccessKind;
@@ -9,14 +11,14 @@ use crate::hazard::AccessKind;
 /// The tracker's state, shared by its backend, streams, events and buffers.
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
-    state: Mutex<State>,
+    state: Lock<State>,
 }
 
 impl Registry {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+    pub(crate) fn lock(&self) -> Guard<'_, State> {
         // A panic under the lock leaves at worst a use stamped twice or an epoch closed
         // without its snapshot: more waits later, never fewer.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock()
     }
 }
 

@@ -119,6 +119,7 @@
 
 mod backend;
 mod buffer;
+mod lock;
 mod state;
 mod task;
 

@@ -53,7 +53,18 @@ struct StreamState {
     /// The *ordered* fact: how far this stream's work from now on comes after every other
     /// stream's epochs (joined from the events it waited for).
     ordered: VectorClock,
+    /// Bumped whenever `ordered` changes: a record whose event already holds this version of
+    /// it copies nothing (the snapshot is O(1) while the stream waits for nothing new).
+    ordered_version: u64,
     users: Users,
+}
+
+impl StreamState {
+    /// Join `snapshot` into the *ordered* fact (a new version of it).
+    fn order_after(&mut self, snapshot: &Snapshot) {
+        snapshot.join_into(&mut self.ordered);
+        self.ordered_version += 1;
+    }
 }
 
 #[derive(Debug)]
@@ -63,6 +74,8 @@ struct EventState {
     /// What the last record covers, if `covers` (else: never recorded, or recorded where it
     /// covers nothing). Kept in place: a record copies into it without allocating.
     snapshot: Snapshot,
+    /// Which stream's `ordered`, at which `ordered_version`, `snapshot.ordered` is a copy of.
+    ordered_from: Option<(ActorId, u64)>,
     covers: bool,
 }
 
@@ -173,6 +186,7 @@ impl State {
         self.streams.push(StreamState {
             epoch: 1,
             ordered: VectorClock::new(),
+            ordered_version: 0,
             users: Users::default(),
         });
         ActorId(u32::try_from(self.streams.len() - 1).expect("more than 2^32 streams"))
@@ -186,6 +200,7 @@ impl State {
                 epoch: 0,
                 ordered: VectorClock::new(),
             },
+            ordered_from: None,
             covers: false,
         })
     }
@@ -230,7 +245,7 @@ impl State {
 
     /// `t` waited for `snapshot`: its later work comes after everything it covers.
     fn order(&mut self, t: ActorId, snapshot: &Snapshot) {
-        snapshot.join_into(&mut self.streams[t.index()].ordered);
+        self.streams[t.index()].order_after(snapshot);
     }
 
     /// `task` recorded `event` on `s` (after the backend's record). The hot path: no
@@ -244,7 +259,11 @@ impl State {
         if counts {
             ev.snapshot.stream = s;
             ev.snapshot.epoch = st.epoch;
-            ev.snapshot.ordered.clone_from(&st.ordered);
+            let from = Some((s, st.ordered_version));
+            if ev.ordered_from != from {
+                ev.snapshot.ordered.clone_from(&st.ordered);
+                ev.ordered_from = from;
+            }
         }
         st.epoch += 1;
     }
@@ -254,7 +273,7 @@ impl State {
         self.enter(t, task);
         let ev = self.events.get_mut(event);
         if ev.covers {
-            ev.snapshot.join_into(&mut self.streams[t.index()].ordered);
+            self.streams[t.index()].order_after(&ev.snapshot);
         }
     }
 
