@@ -145,7 +145,8 @@ impl CudaBackend {
     }
 
     /// Timeline operations held on the host until the signal they wait for is enqueued (the
-    /// events mechanism's deferral; always 0 with stream memory operations).
+    /// events mechanism's deferral; always 0 with `events+memops` and with stream memory
+    /// operations).
     pub fn deferred_timeline_ops(&self) -> usize {
         self.timelines.deferred_held()
     }
