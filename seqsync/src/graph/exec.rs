@@ -1,5 +1,6 @@
-//! Running a lowered graph: an [`Executable`] (a graph plus its [`Schedule`]) is submitted to a
-//! [`StreamPool`], whose streams span submissions.
+//! Running a lowered graph: an [`Executable`] (a graph plus its
+//! [`Schedule`](super::Schedule), see `executable.rs`) is submitted to a [`StreamPool`], whose
+//! streams span submissions.
 //!
 //! The schedule's streams are virtual. At each submission every virtual stream is mapped onto a
 //! pool stream that is free for it: one never used, one whose last work belongs to an earlier
@@ -19,11 +20,8 @@
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 
+pub use super::executable::Executable;
 use super::lower_cuda_graph::GraphExecutable;
-use super::record::Graph;
-use super::reduce::Analysis;
-use super::schedule::{Report, Schedule};
-use super::{lower, Lowering};
 use crate::backend::command::CommandBackend;
 use crate::backend::replay::GraphBackend;
 use crate::backend::{Backend, EventOptions};
@@ -96,77 +94,6 @@ impl<B: Backend> Submit<'_, B> {
             waits: &[],
             signals: &[],
         }
-    }
-}
-
-/// A graph lowered to streams, ready to submit any number of times.
-pub struct Executable<B: CommandBackend> {
-    graph: Graph<B>,
-    schedule: Schedule,
-    report: Report,
-    waits_into: Vec<Vec<usize>>,
-    recorded: Vec<bool>,
-    /// One event per command that other streams wait for (created at the first submission).
-    events: Vec<Option<B::Event>>,
-}
-
-impl<B: CommandBackend> Graph<B> {
-    /// Lower to streams (+ events): [`Lowering::Streams`] or [`Lowering::Levels`].
-    pub fn lower(self, lowering: Lowering) -> Executable<B> {
-        let schedule = lower(&self.dag, &self.analysis, lowering);
-        self.with_schedule(schedule)
-    }
-
-    /// Run on a schedule made elsewhere (its report tells whether it honours the graph:
-    /// `missing_dependencies` must be 0).
-    ///
-    /// # Panics
-    /// If the schedule is for a different number of commands.
-    pub fn with_schedule(self, schedule: Schedule) -> Executable<B> {
-        assert_eq!(
-            schedule.stream_of.len(),
-            self.dag.len(),
-            "one stream per command"
-        );
-        let report = schedule.report(&self.dag, &self.analysis);
-        let waits_into = schedule.waits_into();
-        let recorded = schedule.recorded();
-        let n = self.dag.len();
-        Executable {
-            graph: self,
-            schedule,
-            report,
-            waits_into,
-            recorded,
-            events: (0..n).map(|_| None).collect(),
-        }
-    }
-}
-
-impl<B: CommandBackend> Executable<B> {
-    /// The graph.
-    pub fn graph(&self) -> &Graph<B> {
-        &self.graph
-    }
-
-    /// The graph, to change kernels (parameters) between submissions.
-    pub fn graph_mut(&mut self) -> &mut Graph<B> {
-        &mut self.graph
-    }
-
-    /// The schedule (virtual streams and waits).
-    pub fn schedule(&self) -> &Schedule {
-        &self.schedule
-    }
-
-    /// Width, streams, events, false dependencies, assignment, waits.
-    pub fn report(&self) -> &Report {
-        &self.report
-    }
-
-    /// The analysis of the graph.
-    pub fn analysis(&self) -> &Analysis {
-        &self.graph.analysis
     }
 }
 

@@ -18,7 +18,8 @@
 //! | [`lower_cuda_graph`] | one CUDA graph: nodes and reduction edges, instantiated once, replayed with new kernel parameters |
 //! | [`lower_levels`](mod@lower_levels) | the fork-join-levels baseline (IREE's) |
 //! | [`schedule`] | [`Schedule`] and its [`Report`] (false dependencies counted, not assumed) |
-//! | [`exec`] | [`Executable`], [`StreamPool`] (streams spanning submissions), [`Affinity`], [`Submit`] (timeline waits and signals) |
+//! | `executable.rs` | [`Executable`]: a graph lowered to a schedule, ready to submit |
+//! | [`exec`] | [`StreamPool`] (streams spanning submissions), [`Affinity`], [`Submit`] (timeline waits and signals) |
 //! | [`run`](mod@run) | running a graph file for its makespan (`seqsync graph --run`) |
 //! | [`spec_toml`] | the `seqsync graph` file format |
 //! | [`error`] | [`GraphError`] |
@@ -31,6 +32,7 @@ pub mod bitset;
 pub mod dag;
 pub mod error;
 pub mod exec;
+mod executable;
 pub mod lower_cuda_graph;
 pub mod lower_levels;
 pub mod lower_streams;
