@@ -19,6 +19,8 @@ use crate::error::{Error, Result};
 const SPARE: usize = 64;
 /// Events the backend's list keeps (more are destroyed).
 const FREE: usize = 4096;
+/// Events a timeline takes from the backend's list at once.
+const BATCH: usize = 32;
 
 /// The backend's free events.
 pub(crate) struct EventPool {
@@ -38,9 +40,15 @@ impl EventPool {
         self.free.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn take(&self, ctx: &Arc<CudaContext>) -> Result<CudaEvent> {
-        if let Some(ev) = self.lock().pop() {
-            return Ok(ev);
+    /// Move up to [`BATCH`] free events into `spare`; create one if there is none.
+    fn refill(&self, ctx: &Arc<CudaContext>, spare: &mut Vec<CudaEvent>) -> Result<()> {
+        {
+            let mut free = self.lock();
+            let from = free.len().saturating_sub(BATCH);
+            spare.extend(free.drain(from..));
+        }
+        if !spare.is_empty() {
+            return Ok(());
         }
         make_current(ctx)?;
         let mut raw: sys::CUevent = std::ptr::null_mut();
@@ -48,11 +56,12 @@ impl EventPool {
         // SAFETY: the context is current and `raw` a valid out-pointer.
         let r = unsafe { sys::cuEventCreate(&mut raw, flags) };
         r.result().map_err(|e| driver_error("cuEventCreate", e))?;
-        Ok(CudaEvent {
+        spare.push(CudaEvent {
             raw,
             ctx: ctx.clone(),
             deferred: self.errors.clone(),
-        })
+        });
+        Ok(())
     }
 
     fn put(&self, evs: impl IntoIterator<Item = CudaEvent>) {
@@ -90,10 +99,10 @@ impl EventPoints {
         stream: &CudaStream,
         value: u64,
     ) -> Result<()> {
-        let ev = match self.spare.pop() {
-            Some(ev) => ev,
-            None => self.pool.take(ctx)?,
-        };
+        if self.spare.is_empty() {
+            self.pool.refill(ctx, &mut self.spare)?;
+        }
+        let ev = self.spare.pop().expect("refilled");
         // SAFETY: both handles are live and belong to `ctx`; re-recording a reused event is
         // allowed (see the module docs for why no one needs its previous state).
         let r = unsafe { sys::cuEventRecord(ev.raw, stream.cu_stream()) };
@@ -124,15 +133,23 @@ impl EventPoints {
 
     /// `value` is reached: free the points at or below it.
     pub(crate) fn reach(&mut self, value: u64) {
-        let (spare, pool) = (&mut self.spare, &self.pool);
-        self.points.reach(value, |ev| give(spare, pool, ev));
+        let spare = &mut self.spare;
+        self.points.reach(value, |ev| spare.push(ev));
+        self.trim();
+    }
+
+    /// Give the spare events beyond [`SPARE`] to the backend's list (one lock).
+    fn trim(&mut self) {
+        if self.spare.len() > SPARE {
+            self.pool.put(self.spare.drain(SPARE..));
+        }
     }
 
     /// The highest value whose event completed (a `cuEventQuery` from the highest point down),
     /// or the highest known reached.
     pub(crate) fn poll(&mut self) -> Result<u64> {
-        let (spare, pool) = (&mut self.spare, &self.pool);
-        self.points.poll(
+        let spare = &mut self.spare;
+        let r = self.points.poll(
             // SAFETY: a live event handle owned by the points; cuEventQuery only reads it.
             |ev| match unsafe { sys::cuEventQuery(ev.raw) } {
                 sys::CUresult::CUDA_SUCCESS => Ok(true),
@@ -142,16 +159,10 @@ impl EventPoints {
                     .map_err(|e| driver_error("cuEventQuery", e))
                     .expect_err("not a success code")),
             },
-            |ev| give(spare, pool, ev),
-        )
-    }
-}
-
-fn give(spare: &mut Vec<CudaEvent>, pool: &EventPool, ev: CudaEvent) {
-    if spare.len() < SPARE {
-        spare.push(ev);
-    } else {
-        pool.put([ev]);
+            |ev| spare.push(ev),
+        );
+        self.trim();
+        r
     }
 }
 
