@@ -264,3 +264,35 @@ fn kernels_ordered_by_wait_before_signal_events() {
 fn kernels_ordered_by_wait_before_signal_hybrid() {
     kernels_ordered_by_wait_before_signal(TimelineMechanism::Hybrid)
 }
+
+/// Events mechanism: waits deferred on one thread while another thread enqueues the signals
+/// (which skip the deferred queues when none is held) are all replayed: nothing stays held.
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn events_deferred_waits_racing_signals_are_all_replayed() {
+    let Some((_, b)) = with(TimelineMechanism::Events) else {
+        return;
+    };
+    const N: u64 = 2000;
+    let (waiter, signaller) = (b.new_stream().unwrap(), b.new_stream().unwrap());
+    let (t, after) = (
+        Timeline::new(&b, "t", 0).unwrap(),
+        Timeline::new(&b, "after", 0).unwrap(),
+    );
+    let (t2, signaller2) = (t.clone(), signaller.clone());
+    let signals = std::thread::spawn(move || {
+        for v in 1..=N {
+            t2.signal_on(&signaller2, v).unwrap();
+        }
+    });
+    for v in 1..=N {
+        t.wait_on(&waiter, v).unwrap();
+        after.signal_on(&waiter, v).unwrap();
+    }
+    signals.join().unwrap();
+    assert_eq!(b.deferred_timeline_ops(), 0, "an operation stayed held");
+    after.wait(N, LONG).unwrap();
+}
