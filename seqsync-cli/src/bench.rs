@@ -57,6 +57,24 @@ pub(crate) struct BenchArgs {
     /// and stable measure of the tracking overhead.
     #[arg(long)]
     overhead_only: bool,
+    /// ring, timeline: on the host backend, host waits are never woken and poll, as on CUDA
+    /// (`HostBackend::polling`): measures the wait strategy without a GPU.
+    #[arg(long)]
+    polling: bool,
+}
+
+/// `--polling`: the polling host backend, or why not.
+fn polling_host(a: &BenchArgs) -> Result<Option<seqsync::HostBackend>, Failure> {
+    if !a.polling {
+        return Ok(None);
+    }
+    if a.backend == BackendKind::Cuda {
+        return Err(Failure {
+            message: "--polling is for the host backend (CUDA host waits poll anyway)".into(),
+            code: 2,
+        });
+    }
+    Ok(Some(seqsync::HostBackend::polling()))
 }
 
 pub(crate) fn run(a: BenchArgs) -> Result<(), Failure> {
@@ -77,7 +95,10 @@ pub(crate) fn run(a: BenchArgs) -> Result<(), Failure> {
     if a.suite == Suite::Handoff {
         return run_handoff(a.backend, &cfg, a.json, a.overhead_only);
     }
-    let r = bench::run(a.backend, &cfg)?;
+    let r = match polling_host(&a)? {
+        Some(h) => bench::run_on_host(&h, &cfg)?,
+        None => bench::run(a.backend, &cfg)?,
+    };
     if a.json {
         println!("{}", serde_json::to_string(&r).expect("report serializes"));
         return Ok(());
@@ -224,7 +245,10 @@ fn run_timeline(a: BenchArgs) -> Result<(), Failure> {
         rounds: a.rounds.max(1),
         ..TimelineBenchConfig::default()
     };
-    let r = timeline::run(a.backend, &cfg)?;
+    let r = match polling_host(&a)? {
+        Some(h) => timeline::run_on_host(&h, &cfg)?,
+        None => timeline::run(a.backend, &cfg)?,
+    };
     if a.json {
         println!("{}", serde_json::to_string(&r).expect("report serializes"));
         return Ok(());

@@ -64,6 +64,7 @@ pub mod pipeline;
 mod primitive;
 pub mod ring;
 pub mod timeline;
+pub mod wait_strategy;
 
 #[cfg(all(test, seqsync_loom))]
 mod tests;

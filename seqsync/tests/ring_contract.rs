@@ -409,6 +409,28 @@ on_both_backends!(
     wait_orders_stream_work,
 );
 
+on_polling_host!(
+    new_rejects_zero_max_size,
+    new_rejects_too_many_consumers,
+    zero_consumers_is_a_counter,
+    record_out_of_order,
+    record_overflow_without_blocking,
+    record_blocks_until_oldest_released,
+    wait_negative_seq_is_noop,
+    wait_not_yet_produced_without_blocking,
+    wait_blocks_until_recorded,
+    stale_seq,
+    over_consumed_seq,
+    stale_and_over_consumed_are_distinct,
+    synchronize_with_producer_waits_and_consumes_nothing,
+    stop_wakes_blocked_record,
+    stop_wakes_blocked_wait,
+    stop_wakes_synchronize_on_pending_event,
+    later_calls_return_stopped_with_reason,
+    misuse_error_stops_the_ring,
+    wait_orders_stream_work,
+);
+
 #[test]
 fn zero_consumers_creates_no_events() {
     let host = seqsync::HostBackend::new();

@@ -330,3 +330,18 @@ on_both_backends!(
     values_at_or_above_2_63_rejected,
     drop_with_pending_stream_waits_fails_first,
 );
+
+on_polling_host!(
+    new_query_is_initial,
+    signal_above_current_releases_waiters,
+    signal_not_above_current_is_non_monotonic,
+    signal_on_sets_value_when_stream_gets_there,
+    wait_reached_returns_at_once,
+    wait_timeout_changes_nothing,
+    wait_on_before_signal_across_streams,
+    wait_all_and_any,
+    fail_wakes_waiters_and_sticks,
+    failure_propagates_to_later_signals,
+    values_at_or_above_2_63_rejected,
+    drop_with_pending_stream_waits_fails_first,
+);

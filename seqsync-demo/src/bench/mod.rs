@@ -100,6 +100,15 @@ fn row(name: &str, ring: Vec<f64>, raw: Vec<f64>) -> OpRow {
     }
 }
 
+/// How a host backend is described in reports: "host", or "host, polling waits".
+pub(crate) fn host_device(h: &seqsync::HostBackend) -> String {
+    if h.is_polling() {
+        "host, polling waits".into()
+    } else {
+        "host".into()
+    }
+}
+
 /// The CPU time the calling thread has used so far (zero where the clock is unsupported).
 pub(crate) fn thread_cpu_time() -> Duration {
     cpu_time::ThreadTime::try_now()
@@ -325,7 +334,7 @@ pub(crate) fn sync_latency<B: Backend>(
 /// Run every measurement on the backend `kind` picks.
 pub fn run(kind: seqsync::BackendKind, cfg: &BenchConfig) -> Result<BenchReport> {
     match seqsync::AnyBackend::new(kind)? {
-        seqsync::AnyBackend::Host(h) => run_host(&h, cfg),
+        seqsync::AnyBackend::Host(h) => run_on_host(&h, cfg),
         #[cfg(feature = "cuda")]
         seqsync::AnyBackend::Cuda(c) => run_cuda(&c, cfg),
         other => Err(crate::invalid(
@@ -338,7 +347,8 @@ pub fn run(kind: seqsync::BackendKind, cfg: &BenchConfig) -> Result<BenchReport>
     }
 }
 
-fn run_host(h: &seqsync::HostBackend, cfg: &BenchConfig) -> Result<BenchReport> {
+/// Every measurement on the host backend `h` (which may be [polling](seqsync::HostBackend::polling)).
+pub fn run_on_host(h: &seqsync::HostBackend, cfg: &BenchConfig) -> Result<BenchReport> {
     let mk = |i: usize| h.new_stream(&format!("bench{i}"));
     let (p, c) = (mk(0), mk(1));
     let mut ops = single_thread(h, &p, &c, cfg)?;
@@ -366,7 +376,7 @@ fn run_host(h: &seqsync::HostBackend, cfg: &BenchConfig) -> Result<BenchReport> 
     )?);
     Ok(BenchReport {
         backend: "host".into(),
-        device: "host".into(),
+        device: host_device(h),
         ops,
         sync: rows,
     })

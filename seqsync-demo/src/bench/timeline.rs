@@ -279,7 +279,7 @@ fn waits<B: Backend>(
 /// Run every measurement on the backend `kind` picks.
 pub fn run(kind: seqsync::BackendKind, cfg: &TimelineBenchConfig) -> Result<TimelineBenchReport> {
     match seqsync::AnyBackend::new(kind)? {
-        seqsync::AnyBackend::Host(h) => run_host(&h, cfg),
+        seqsync::AnyBackend::Host(h) => run_on_host(&h, cfg),
         #[cfg(feature = "cuda")]
         seqsync::AnyBackend::Cuda(c) => run_cuda(&c, cfg),
         other => Err(crate::invalid(
@@ -292,7 +292,11 @@ pub fn run(kind: seqsync::BackendKind, cfg: &TimelineBenchConfig) -> Result<Time
     }
 }
 
-fn run_host(h: &seqsync::HostBackend, cfg: &TimelineBenchConfig) -> Result<TimelineBenchReport> {
+/// Every measurement on the host backend `h` (which may be [polling](seqsync::HostBackend::polling)).
+pub fn run_on_host(
+    h: &seqsync::HostBackend,
+    cfg: &TimelineBenchConfig,
+) -> Result<TimelineBenchReport> {
     let (s1, s2) = (h.new_stream("s1"), h.new_stream("s2"));
     let (mechanism, ops) = per_call(h, &s1, &s2, cfg)?;
     let busy = |s: &seqsync::backend::host::HostStream, d: Duration| {
@@ -301,7 +305,7 @@ fn run_host(h: &seqsync::HostBackend, cfg: &TimelineBenchConfig) -> Result<Timel
     };
     Ok(TimelineBenchReport {
         backend: "host".into(),
-        device: "host".into(),
+        device: super::host_device(h),
         mechanism,
         ops,
         ping_pong: vec![ping_pong(h, cfg)?],

@@ -1,6 +1,7 @@
 //! Backends: a *stream* (an in-order queue of work) and an *event* (a point in a stream).
 //!
-//! It may use: nothing else of seqsync but the error type: it is the bottom layer.
+//! It may use: nothing else of seqsync but the error type and the host
+//! [wait strategy](crate::wait_strategy): it is the bottom layer.
 //!
 //! | backend | stream | event |
 //! |---|---|---|
@@ -42,6 +43,7 @@
 use std::time::Duration;
 
 use crate::error::Result;
+use crate::wait_strategy::{self, Expectation};
 
 mod any;
 pub mod command;
@@ -90,10 +92,39 @@ pub trait Interrupt {
     /// [`Interrupt::interrupted`] afterwards.
     fn sleep(&self, timeout: Duration) -> bool;
     /// How long waits like this one took lately, if known: a polling backend spins (instead of
-    /// sleeping) around that time, so a wait that ends when expected is noticed at once.
-    fn expected_wait(&self) -> Option<Duration> {
+    /// sleeping) around that time, so a wait that ends when expected is noticed at once, and
+    /// teaches it how long this wait took (see [`wait_strategy`]).
+    fn expectation(&self) -> Option<&Expectation> {
         None
     }
+}
+
+/// A host synchronize on an event that nobody signals to the host (a CUDA event): poll
+/// `query` by the [`wait_strategy`], sleeping in [`Interrupt::sleep`] so that the interrupt
+/// cuts a sleep short.
+pub(crate) fn synchronize_by_polling(
+    mut query: impl FnMut() -> Result<bool>,
+    interrupt: &dyn Interrupt,
+) -> Result<SyncOutcome> {
+    let expectation = interrupt.expectation();
+    let waited = wait_strategy::wait_until(
+        expectation.and_then(Expectation::get),
+        false,
+        None,
+        || match query() {
+            Ok(true) => Some(Ok(SyncOutcome::Complete)),
+            Err(e) => Some(Err(e)),
+            Ok(false) if interrupt.interrupted() => Some(Ok(SyncOutcome::Interrupted)),
+            Ok(false) => None,
+        },
+        |d| {
+            interrupt.sleep(d);
+        },
+    );
+    if let (Some(x), Some(Ok(SyncOutcome::Complete))) = (expectation, &waited.result) {
+        waited.teach(x);
+    }
+    waited.result.expect("no deadline")
 }
 
 /// An interrupt that never fires.

@@ -43,8 +43,9 @@ use std::time::Duration;
 use crate::backend::{Backend, EventOptions, Interrupt, SyncOutcome};
 use crate::error::{Error, Result};
 use crate::primitive::{
-    AtomicBool, AtomicI64, AtomicU64, Condvar, Mutex, MutexGuard, Ordering, UnmodeledAtomicBool,
+    AtomicBool, AtomicI64, Condvar, Mutex, MutexGuard, Ordering, UnmodeledAtomicBool,
 };
+use crate::wait_strategy::Expectation;
 
 mod state;
 
@@ -148,8 +149,9 @@ pub struct EventRingbuf<B: Backend> {
     /// moves.
     next_watched: AtomicBool,
     stop_info: Mutex<Option<StopInfo>>,
-    /// Moving average of host synchronize waits in ns (0: none yet). Only a hint.
-    sync_ewma_ns: AtomicU64,
+    /// How long host synchronizes waited lately (a hint for polling backends, which learn it:
+    /// see [`Interrupt::expectation`]).
+    sync_expectation: Expectation,
     /// Sleeping threads (producer waiting for space, consumers waiting for a seq, host
     /// synchronizes between polls) wait on `wakeup` with this lock. Whoever makes progress
     /// that a sleeper flagged takes it before notifying, so no wake-up is lost.
@@ -302,7 +304,7 @@ impl<B: Backend> EventRingbuf<B> {
             stopped: AtomicBool::new(false),
             next_watched: AtomicBool::new(false),
             stop_info: Mutex::new(None),
-            sync_ewma_ns: AtomicU64::new(0),
+            sync_expectation: Expectation::new(),
             sleepers: Mutex::new(()),
             wakeup: Condvar::new(),
         })
@@ -599,13 +601,11 @@ impl<B: Backend> EventRingbuf<B> {
             Ok(false) => {}
             Err(e) => return Err(self.fail(e)),
         }
-        let start = std::time::Instant::now();
         match self
             .backend
             .synchronize_interruptible(&self.events[index], &StopInterrupt(self))
         {
             Ok(SyncOutcome::Complete) => {
-                self.note_sync_time(start.elapsed());
                 self.release(index);
                 Ok(())
             }
@@ -629,15 +629,6 @@ impl<B: Backend> EventRingbuf<B> {
             return self.sleep_until_next_passes(seq);
         }
         self.sleep_until_recorded(self.index(seq), seq).map(|_| ())
-    }
-
-    /// Keep a moving average of how long host synchronizes waited (a hint for polling
-    /// backends; see [`Interrupt::expected_wait`]).
-    fn note_sync_time(&self, took: Duration) {
-        let ns = took.as_nanos().min(u64::MAX as u128) as u64;
-        let old = self.sync_ewma_ns.load(Ordering::Relaxed);
-        let new = if old == 0 { ns } else { old - old / 4 + ns / 4 };
-        self.sync_ewma_ns.store(new.max(1), Ordering::Relaxed);
     }
 
     /// Stop the ring: every blocked call wakes, and every later call returns
@@ -923,11 +914,8 @@ impl<B: Backend> Interrupt for StopInterrupt<'_, B> {
         self.0.is_stopped()
     }
 
-    fn expected_wait(&self) -> Option<Duration> {
-        match self.0.sync_ewma_ns.load(Ordering::Relaxed) {
-            0 => None,
-            ns => Some(Duration::from_nanos(ns)),
-        }
+    fn expectation(&self) -> Option<&Expectation> {
+        Some(&self.0.sync_expectation)
     }
 
     fn sleep(&self, timeout: Duration) -> bool {

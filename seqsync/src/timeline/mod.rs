@@ -61,9 +61,12 @@
 //!
 //! # Host waits
 //!
-//! [`Timeline::wait`], [`wait_all`] and [`wait_any`] spin for [`SPIN`] and then park; on the
-//! host backend a signal wakes them, so a long wait costs no CPU. See `timeline/wait.rs` for
-//! the CUDA case and for how periodic waits keep a spinning wait's latency.
+//! [`Timeline::wait`], [`wait_all`] and [`wait_any`] follow the crate's
+//! [wait strategy](crate::wait_strategy), as the ring's host `synchronize` does: they spin for
+//! [`SPIN`](crate::wait_strategy::SPIN), then park; on the host backend a signal wakes them, so
+//! a long wait costs no CPU. On CUDA nothing wakes them: they poll the word, and spin around
+//! the end they learnt from earlier waits, so a periodic wait (a 100 ms frame) wakes with a
+//! spinning wait's latency for a few percent of a core at most.
 
 mod propagate;
 mod shared;
@@ -78,7 +81,6 @@ use crate::error::{Error, Result};
 use propagate::Ledger;
 use shared::{out_of_range, Shared, StreamWait};
 use wait::{block_until, WaitOn};
-pub use wait::{POLL_MAX, POLL_MIN, SPIN, SPIN_AHEAD};
 
 /// A 64-bit timeline (see the [module docs](self)). Cheap to clone: clones are the same
 /// timeline. When the last clone is dropped while streams still wait on it for values it has

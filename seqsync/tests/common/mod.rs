@@ -145,6 +145,17 @@ macro_rules! on_both_backends {
     };
 }
 
+/// The same cases on a host backend whose host waits are never woken
+/// (`HostBackend::polling()`: they poll, as on CUDA), in a module `host_polling`.
+#[macro_export]
+macro_rules! on_polling_host {
+    ($($name:ident),* $(,)?) => {
+        mod host_polling {
+            $( #[test] fn $name() { super::$name(&seqsync::HostBackend::polling()) } )*
+        }
+    };
+}
+
 /// The suite's `gpu_required` test: fails when `SEQSYNC_REQUIRE_GPU=1` and no GPU is usable.
 /// Every test file with GPU tests calls it once (`on_both_backends!` does).
 #[macro_export]

@@ -1,16 +1,16 @@
 //! The CUDA backend, on cudarc: streams are `cudarc` streams (created here or borrowed from
 //! other code), events are raw `CUevent`s created with timing disabled.
 //!
-//! It may use: the [`Backend`] trait, the error type and cudarc. Every CUDA
-//! `unsafe` block of seqsync is in this folder.
+//! It may use: the [`Backend`] trait, the error type, the
+//! [wait strategy](crate::wait_strategy) and cudarc. Every CUDA `unsafe` block of seqsync is in
+//! this folder.
 //!
 //! This file is the backend itself ([`CudaBackend`] and its [`Backend`] impl); beside it:
 //! `driver.rs` (is a driver present, its errors), `context.rs` (which context a raw call runs
 //! in), `event.rs` ([`CudaEvent`]), `deferred.rs` (errors a `Drop` could not return),
-//! `host_fn.rs` (host work on a stream), `interruptible.rs` and `timer_slack.rs` (a host wait a
-//! stop can interrupt), `memory.rs` (device and pinned buffers), `mempool.rs` (the driver's
-//! stream-ordered allocator), `command.rs` (kernels), `graph_exec.rs` (CUDA graphs) and
-//! `semaphore/` (timelines).
+//! `host_fn.rs` (host work on a stream), `memory.rs` (device and pinned buffers), `mempool.rs`
+//! (the driver's stream-ordered allocator), `command.rs` (kernels), `graph_exec.rs` (CUDA
+//! graphs) and `semaphore/` (timelines).
 //!
 //! cudarc is loaded at run time: with no driver, or no GPU, [`CudaBackend::new`] returns
 //! [`Error::NoDevice`] instead of panicking. cudarc's own per-buffer event tracking is turned
@@ -53,11 +53,9 @@ mod driver;
 mod event;
 mod graph_exec;
 mod host_fn;
-mod interruptible;
 mod memory;
 mod mempool;
 mod semaphore;
-mod timer_slack;
 
 pub use command::{CudaKernel, KernelParam};
 use context::with_context;
@@ -145,8 +143,7 @@ impl CudaBackend {
     }
 
     /// Timeline operations held on the host until the signal they wait for is enqueued (the
-    /// events mechanism's deferral; always 0 with `events+memops` and with stream memory
-    /// operations).
+    /// events mechanism's deferral; always 0 with stream memory operations).
     pub fn deferred_timeline_ops(&self) -> usize {
         self.timelines.deferred_held()
     }
@@ -344,7 +341,9 @@ impl Backend for CudaBackend {
         event: &CudaEvent,
         interrupt: &dyn Interrupt,
     ) -> Result<SyncOutcome> {
-        interruptible::synchronize_interruptible(self, event, interrupt)
+        // Nothing tells the host that an event completed: poll it by the crate's wait strategy
+        // (spin, sleep with a learnt expected end, spin around it; see `wait_strategy`).
+        super::synchronize_by_polling(|| self.query(event), interrupt)
     }
 
     #[inline]

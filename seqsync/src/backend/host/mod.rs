@@ -57,6 +57,8 @@ pub struct HostBackend {
 #[derive(Debug, Default)]
 struct Inner {
     chaos: Option<Chaos>,
+    /// Host waits poll instead of being woken (see [`HostBackend::polling`]).
+    polling: bool,
     streams_made: AtomicU64,
     pauses_made: AtomicU64,
     live_events: Arc<AtomicUsize>,
@@ -76,6 +78,38 @@ impl HostBackend {
                 ..Inner::default()
             }),
         }
+    }
+
+    /// A host backend whose host waits are never woken, like CUDA's: an event's or a
+    /// timeline's completion on a stream tells no waiting host thread, which must poll
+    /// ([`Semaphore::notifies`](crate::backend::Semaphore::notifies) is false, and a ring's host
+    /// `synchronize` polls the event by the [wait strategy](crate::wait_strategy)). Streams
+    /// still wake each other. For measuring and testing host waits without a GPU.
+    ///
+    /// ```
+    /// use seqsync::{timeline::Timeline, HostBackend};
+    /// use std::time::Duration;
+    ///
+    /// let host = HostBackend::polling();
+    /// let s = host.new_stream("work");
+    /// let t = Timeline::new(&host, "t", 0)?;
+    /// s.launch(|| std::thread::sleep(Duration::from_millis(2)));
+    /// t.signal_on(&s, 1)?;
+    /// t.wait(1, Duration::from_secs(5))?; // noticed by polling the word
+    /// # Ok::<(), seqsync::Error>(())
+    /// ```
+    pub fn polling() -> Self {
+        HostBackend {
+            inner: Arc::new(Inner {
+                polling: true,
+                ..Inner::default()
+            }),
+        }
+    }
+
+    /// Do host waits poll (see [`polling`](Self::polling))?
+    pub fn is_polling(&self) -> bool {
+        self.inner.polling
     }
 
     /// The chaos settings, if any.
@@ -166,6 +200,9 @@ impl Backend for HostBackend {
         event: &HostEvent,
         interrupt: &dyn Interrupt,
     ) -> Result<SyncOutcome> {
+        if self.inner.polling {
+            return super::synchronize_by_polling(|| self.query(event), interrupt);
+        }
         match event.snapshot() {
             None => Ok(SyncOutcome::Complete),
             Some((stream, pos)) => stream.wait_for(pos, interrupt),
@@ -186,7 +223,11 @@ impl Backend for HostBackend {
     }
 
     fn create_semaphore(&self, initial: u64, waker: SemaphoreWaker) -> Result<HostSemaphore> {
-        Ok(HostSemaphore::new(initial, waker))
+        if self.inner.polling {
+            // Nobody is told of a stream's write: host waiters poll.
+            return Ok(HostSemaphore::new(initial, Arc::new(|| {}), false));
+        }
+        Ok(HostSemaphore::new(initial, waker, true))
     }
 
     fn signal_on(&self, stream: &HostStream, sem: &HostSemaphore, value: u64) -> Result<()> {

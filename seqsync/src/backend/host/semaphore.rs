@@ -15,6 +15,9 @@ use crate::error::{BackendError, Error, Result};
 /// stream's worker; a stream wait blocks the worker until it reaches the value or fails.
 pub struct HostSemaphore {
     pub(crate) word: Arc<HostWord>,
+    /// Is the waker called after stream writes (false on a [polling](super::HostBackend::polling)
+    /// backend)?
+    notifies: bool,
 }
 
 impl std::fmt::Debug for HostSemaphore {
@@ -37,7 +40,7 @@ pub(crate) struct HostWord {
 }
 
 impl HostSemaphore {
-    pub(crate) fn new(initial: u64, waker: SemaphoreWaker) -> Self {
+    pub(crate) fn new(initial: u64, waker: SemaphoreWaker, notifies: bool) -> Self {
         HostSemaphore {
             word: Arc::new(HostWord {
                 value: AtomicU64::new(initial),
@@ -47,6 +50,7 @@ impl HostSemaphore {
                 waker,
                 failure: Mutex::new(None),
             }),
+            notifies,
         }
     }
 }
@@ -122,7 +126,7 @@ impl Semaphore for HostSemaphore {
     }
 
     fn notifies(&self) -> bool {
-        true
+        self.notifies
     }
 
     fn mechanism(&self) -> Mechanism {

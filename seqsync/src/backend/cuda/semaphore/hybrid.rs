@@ -84,12 +84,11 @@ impl HybridWord {
     /// Context made current by the caller.
     pub(crate) fn wait_on(&self, stream: &Arc<CudaStream>, value: u64) -> Result<()> {
         let mut st = self.state();
-        if st.events.try_wait(stream, value)? {
-            return Ok(());
-        }
-        // No point: the word may still show the value (a write landed, the host stored it).
         let word = self.word.load();
         if word & FAILED_BIT == 0 && word >= value {
+            return Ok(());
+        }
+        if st.events.try_wait(stream, value)? {
             return Ok(());
         }
         // Wait-before-signal: on the word, which the signal of `value` will write.
