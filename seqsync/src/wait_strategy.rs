@@ -78,9 +78,10 @@ impl Expectation {
 
     /// A wait ended after `after` and by `by` (the last poll that found it pending, and the
     /// one that found it done). Seen precisely (`by - after` at most two [`FINE_POLL`]s), `by`
-    /// goes into a moving average (a quarter's weight); seen after a long sleep, the
-    /// expectation moves into that interval at once (to its start when nothing was learnt
-    /// yet), so that the next wait spins early rather than late.
+    /// goes into a moving average (a quarter's weight). Seen after a long sleep, an
+    /// expectation outside that interval was wrong: it moves to the interval's start at once,
+    /// so that the next wait spins from a little early (and sees the end precisely) rather
+    /// than sleeping past it.
     pub fn learn(&self, after: Duration, by: Duration) {
         let ns = |d: Duration| (d.as_nanos().min(u64::MAX as u128 / 4) as u64).max(1);
         let (after, by) = (ns(after), ns(by.max(after)));
@@ -91,10 +92,10 @@ impl Expectation {
             } else {
                 old - old / 4 + by / 4
             }
-        } else if old == 0 {
-            after
+        } else if (after..=by).contains(&old) {
+            old
         } else {
-            old.clamp(after, by)
+            after
         };
         self.ns.store(new.max(1), Ordering::Relaxed);
     }
@@ -301,12 +302,16 @@ mod tests {
         // Coarse, nothing learnt: the start of the interval.
         x.learn(98 * MS, 100 * MS);
         assert_eq!(x.get(), Some(98 * MS));
-        // Coarse and outside it: into the interval at once.
+        // Coarse and later than expected: to the start of the interval.
         x.learn(99_500 * US, 100 * MS);
         assert_eq!(x.get(), Some(99_500 * US));
         // Coarse and inside it: unchanged.
         x.learn(99 * MS, 101 * MS);
         assert_eq!(x.get(), Some(99_500 * US));
+        // Coarse and earlier than expected: to the start of the interval too.
+        x.learn(97 * MS, 99 * MS);
+        assert_eq!(x.get(), Some(97 * MS));
+        x.learn(99_500 * US, 100 * MS);
         // Precise: a quarter of the way.
         x.learn(100_490 * US, 100_500 * US);
         assert_eq!(x.get(), Some(99_750 * US));

@@ -9,7 +9,7 @@
 //! loaded 2-core machine on top of the target (2 × the spin; without its learnt expectation the
 //! strategy wakes about a millisecond late on a 100 ms wait); the CPU bound is the target itself
 //! (5 % of a core on a 100 ms wait) for the median wait, the first ones included, and twice
-//! that for any one wait.
+//! that for any one wait. A case that misses is measured once more, and that must pass.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -90,26 +90,40 @@ fn report(what: &str, m: &Measured) {
     );
 }
 
-fn check(what: &str, m: &Measured, cpu_bound: bool) {
+/// Why `m` misses the targets, if it does.
+fn verdict(what: &str, m: &Measured, cpu_bound: bool) -> Option<String> {
     report(what, m);
-    assert!(
-        m.strategy <= m.spin * 2 + NOISE,
-        "{what}: woke {:?} after the work's end (median), spinning: {:?}",
-        m.strategy,
-        m.spin
-    );
+    if m.strategy > m.spin * 2 + NOISE {
+        return Some(format!(
+            "{what}: woke {:?} after the work's end (median), spinning: {:?}",
+            m.strategy, m.spin
+        ));
+    }
     if cpu_bound {
         // The target (5 % of a core) for the median wait; an outlier may take twice that.
         let share = |(cpu, wall): &(Duration, Duration)| cpu.as_secs_f64() / wall.as_secs_f64();
         let mut shares: Vec<f64> = m.cpu.iter().map(share).collect();
         shares.sort_by(f64::total_cmp);
         let (median, max) = (shares[shares.len() / 2], shares[shares.len() - 1]);
-        assert!(
-            median <= 0.05 && max <= 0.10,
-            "{what}: CPU per wait {:.1} % of the wait (median), {:.1} % (max)",
-            median * 100.0,
-            max * 100.0
-        );
+        if median > 0.05 || max > 0.10 {
+            return Some(format!(
+                "{what}: CPU per wait {:.1} % of the wait (median), {:.1} % (max)",
+                median * 100.0,
+                max * 100.0
+            ));
+        }
+    }
+    None
+}
+
+/// Measure, and once more if the first run misses (a loaded machine can stall any thread for
+/// milliseconds); the second must meet the targets.
+fn check(what: &str, cpu_bound: bool, measure: impl Fn() -> Measured) {
+    if let Some(why) = verdict(what, &measure(), cpu_bound) {
+        eprintln!("{why}; measuring again");
+        if let Some(why) = verdict(what, &measure(), cpu_bound) {
+            panic!("{why}");
+        }
     }
 }
 
@@ -200,29 +214,33 @@ fn ring_waits(d: Duration, learn: usize, reps: usize) -> Measured {
 #[test]
 fn polling_timeline_wait_of_100ms_uses_at_most_5_percent_of_a_core_and_wakes_within_2x_a_spin() {
     let _serial = serial();
-    let m = timeline_waits(Duration::from_millis(100), 3, 7);
-    check("timeline wait, 100 ms", &m, true);
+    check("timeline wait, 100 ms", true, || {
+        timeline_waits(Duration::from_millis(100), 3, 7)
+    });
 }
 
 #[test]
 fn polling_ring_synchronize_of_100ms_uses_at_most_5_percent_of_a_core_and_wakes_within_2x_a_spin() {
     let _serial = serial();
-    let m = ring_waits(Duration::from_millis(100), 3, 7);
-    check("ring synchronize, 100 ms", &m, true);
+    check("ring synchronize, 100 ms", true, || {
+        ring_waits(Duration::from_millis(100), 3, 7)
+    });
 }
 
 #[test]
 fn polling_timeline_wait_of_50us_wakes_within_2x_a_spin() {
     let _serial = serial();
-    let m = timeline_waits(Duration::from_micros(50), 5, 31);
-    check("timeline wait, 50 us", &m, false);
+    check("timeline wait, 50 us", false, || {
+        timeline_waits(Duration::from_micros(50), 5, 31)
+    });
 }
 
 #[test]
 fn polling_ring_synchronize_of_50us_wakes_within_2x_a_spin() {
     let _serial = serial();
-    let m = ring_waits(Duration::from_micros(50), 5, 31);
-    check("ring synchronize, 50 us", &m, false);
+    check("ring synchronize, 50 us", false, || {
+        ring_waits(Duration::from_micros(50), 5, 31)
+    });
 }
 
 /// A timeline on a polling backend does not notify: host waits there are what this file tests.
