@@ -357,6 +357,15 @@ impl<B: Backend> Backend for TrackingBackend<B> {
 
     /// Records, and closes the stream's epoch: the event covers it if the calling thread is
     /// the only live task submitting to the stream, else nothing.
+    ///
+    /// What must be atomic with what (the backend call is made under the tracker's lock, one
+    /// compare-and-swap, see `lock.rs`): the backend record and the snapshot it publishes,
+    /// against a stream wait on the same event (which must join the snapshot of the very
+    /// recording its own backend call waited for) and against a submission's stamps on the
+    /// stream (a stamp read before the close must be of work enqueued before the backend
+    /// record). Taking the call out of the lock needs an in-flight mark and a generation
+    /// check instead; that was measured no faster on the host (branch
+    /// `handoff-record-unlocked`), so the call stays under the lock.
     fn record(&self, event: &Self::Event, stream: &Self::Stream) -> Result<()> {
         self.check_stream(stream)?;
         with_current(|task| {
@@ -368,7 +377,11 @@ impl<B: Backend> Backend for TrackingBackend<B> {
     }
 
     /// Waits, and orders the stream's later work after what the event covers (the
-    /// *ordered* fact). Made under the tracker's lock, so no record slips in between.
+    /// *ordered* fact). Made under the tracker's lock, so no record slips in between: the
+    /// backend wait and the joined snapshot are of the same recording. Host waits
+    /// ([`synchronize`](Self::synchronize), [`query`](Self::query)) need no such atomicity
+    /// (they check the event's generation after their call instead), nor does
+    /// [`launch_host`](Self::launch_host) (its work stamps nothing).
     fn wait(&self, stream: &Self::Stream, event: &Self::Event) -> Result<()> {
         self.check_stream(stream)?;
         with_current(|task| {

@@ -5,9 +5,11 @@
 //! sleeps on it), so an uncontended lock and unlock is two atomic read-modify-writes — most of
 //! what a tracked `record` or `wait` used to cost. Here nobody sleeps on the lock: a thread
 //! that finds it taken spins briefly, then yields, then naps for a few microseconds between
-//! tries, so giving it back needs no read. The critical sections are a few field updates
-//! (and, for [`submit`](super::TrackingBackend::submit)'s fallback waits, backend calls), so
-//! a waiter rarely gets past the spinning.
+//! tries (10 µs, doubling up to 1 ms), so giving it back needs no read. The critical sections
+//! are a few field updates and at most a couple of backend calls (a record or stream wait,
+//! [`submit`](super::TrackingBackend::submit)'s fallback waits), so a waiter rarely gets past
+//! the spinning; one that does (the holder was descheduled, or a backend call blocks on a
+//! full queue) costs little CPU and wakes within its nap.
 
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
@@ -48,6 +50,7 @@ impl<T> Lock<T> {
     #[cold]
     fn lock_contended(&self) {
         let mut tries = 0u32;
+        let mut nap = Duration::from_micros(10);
         loop {
             // Read before trying: spinning on a load keeps the cache line shared.
             if !self.locked.load(Ordering::Relaxed)
@@ -64,8 +67,10 @@ impl<T> Lock<T> {
             } else if tries < 128 {
                 std::thread::yield_now();
             } else {
-                // The holder was descheduled (or makes backend calls): stop burning a core.
-                std::thread::sleep(Duration::from_micros(20));
+                // The holder was descheduled (or blocks in a backend call): stop burning a
+                // core.
+                std::thread::sleep(nap);
+                nap = (nap * 2).min(Duration::from_millis(1));
             }
         }
     }
