@@ -254,6 +254,26 @@ pub enum Error {
         pending: usize,
     },
 
+    /// Commands (a command buffer or a graph launch) were to be enqueued after a stream wait for
+    /// a timeline value whose signal is not signalled or enqueued yet, on a mechanism that holds
+    /// only later *timeline operations* behind such a wait, not commands (CUDA `events`). The
+    /// commands would run early, so nothing was enqueued.
+    #[error(
+        "timeline '{timeline}': commands cannot wait for value {value} before its signal is \
+         enqueued (highest signalled or enqueued: {enqueued}) with the {mechanism} mechanism: \
+         enqueue the signal first, or use a mechanism that holds commands (events+memops)"
+    )]
+    WaitBeforeSignalUnsupported {
+        /// The timeline waited on.
+        timeline: String,
+        /// The value waited for.
+        value: u64,
+        /// The highest value signalled or enqueued when the commands were submitted.
+        enqueued: u64,
+        /// The timeline's mechanism.
+        mechanism: String,
+    },
+
     /// The pipeline runtime's stall watchdog fired: no thread made progress for the timeout.
     /// Every ring was stopped; `threads` says, per thread, what it was blocked on and who
     /// had to act.

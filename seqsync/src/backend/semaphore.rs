@@ -53,6 +53,13 @@ pub enum Mechanism {
 }
 
 impl Mechanism {
+    /// Does a stream wait enqueued before its signal hold *every* later operation of the
+    /// stream (commands too)? False for [`Mechanism::Events`], which holds only later timeline
+    /// operations, on the host.
+    pub fn holds_commands(&self) -> bool {
+        !matches!(self, Mechanism::Events { .. })
+    }
+
     /// A short name: `"host-word"`, `"events+memops"`, `"stream-mem-ops"` or `"events"`.
     pub fn name(&self) -> &'static str {
         match self {

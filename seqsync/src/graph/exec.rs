@@ -95,6 +95,16 @@ impl<B: Backend> Submit<'_, B> {
             signals: &[],
         }
     }
+
+    /// Every wait must hold the commands behind it: with a timeline mechanism that holds only
+    /// later timeline operations (CUDA `events`), a wait whose signal is not enqueued yet
+    /// would let the commands run early, so the submission is refused before anything is
+    /// enqueued.
+    fn check_waits_hold_commands(&self) -> Result<()> {
+        self.waits
+            .iter()
+            .try_for_each(|(t, v)| t.check_holds_commands(*v))
+    }
 }
 
 /// Which submission last used a pool stream, and on which queue.
@@ -232,12 +242,15 @@ impl<B: CommandBackend> StreamPool<B> {
     ///
     /// # Errors
     /// As [`submit`](Self::submit); a timeline error (a non-monotonic signal, a value out of
-    /// range).
+    /// range); [`Error::WaitBeforeSignalUnsupported`](crate::Error::WaitBeforeSignalUnsupported)
+    /// for a wait whose signal is not enqueued yet on the CUDA `events` mechanism (nothing is
+    /// enqueued then).
     pub fn submit_with(
         &mut self,
         exe: &mut Executable<B>,
         how: &Submit<'_, B>,
     ) -> Result<Submitted> {
+        how.check_waits_hold_commands()?;
         let queue = how.affinity.single();
         // An empty buffer still orders its signals after its waits (a queue barrier): on one
         // stream.
@@ -345,7 +358,9 @@ impl<B: CommandBackend> StreamPool<B> {
     /// on the launch stream before the launch) and signals (after it).
     ///
     /// # Errors
-    /// As [`submit_graph`](Self::submit_graph); a timeline error.
+    /// As [`submit_graph`](Self::submit_graph); a timeline error;
+    /// [`Error::WaitBeforeSignalUnsupported`](crate::Error::WaitBeforeSignalUnsupported) as for
+    /// [`submit_with`](Self::submit_with).
     pub fn submit_graph_with(
         &mut self,
         exe: &GraphExecutable<B>,
@@ -354,6 +369,7 @@ impl<B: CommandBackend> StreamPool<B> {
     where
         B: GraphBackend,
     {
+        how.check_waits_hold_commands()?;
         let queue = how.affinity.single();
         let (map, new_streams) = self.map_streams(1, queue)?;
         let p = map[0];

@@ -319,6 +319,30 @@ impl<B: Backend> Timeline<B> {
         &self.shared.sem
     }
 
+    /// `Ok` if commands enqueued on a stream after `wait_on(stream, v)` are held until `v`:
+    /// always, except with a mechanism that holds only timeline operations
+    /// ([`Mechanism::holds_commands`]) while no signal of `v` or above is signalled or enqueued
+    /// yet. Once `Ok`, it stays `Ok` (the highest enqueued value only grows).
+    ///
+    /// # Errors
+    /// [`Error::WaitBeforeSignalUnsupported`].
+    pub(crate) fn check_holds_commands(&self, v: u64) -> Result<()> {
+        let mechanism = self.mechanism();
+        if mechanism.holds_commands() {
+            return Ok(());
+        }
+        let st = self.shared.lock();
+        if st.failure.is_some() || v <= st.last_enqueued {
+            return Ok(());
+        }
+        Err(Error::WaitBeforeSignalUnsupported {
+            timeline: self.shared.name.clone(),
+            value: v,
+            enqueued: st.last_enqueued,
+            mechanism: mechanism.name().to_owned(),
+        })
+    }
+
     /// Has the timeline failed?
     pub fn is_failed(&self) -> bool {
         self.query().is_err()

@@ -16,7 +16,8 @@
 //! directly, after a deferred wait, is not held (CUDA cannot insert the wait before it later);
 //! with this mechanism, enqueue the signal before launching work that depends on it, or use
 //! `events+memops` (the default where the device runs stream memory operations), which waits
-//! on the device instead.
+//! on the device instead. The graph layer refuses a submission in that case
+//! ([`crate::Error::WaitBeforeSignalUnsupported`], nothing enqueued).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
