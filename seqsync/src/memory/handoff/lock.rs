@@ -28,8 +28,7 @@ pub(crate) struct Lock<T> {
 // sets it back). So the value moves between threads like one behind a `Mutex`: `T: Send`
 // suffices for both.
 unsafe impl<T: Send> Sync for Lock<T> {}
-// SAFETY: as above; sending the lock sends the value.
-unsafe impl<T: Send> Send for Lock<T> {}
+// (`Send` is automatic: `UnsafeCell<T>` is `Send` when `T` is.)
 
 impl<T> Lock<T> {
     /// Take the lock (never poisoned: a panic under it gives it back, see
