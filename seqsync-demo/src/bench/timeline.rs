@@ -4,6 +4,9 @@
 //!   (`cuEventRecord` + `cuStreamWaitEvent` on CUDA), for each timeline mechanism of the
 //!   backend;
 //! - a host `query` against a raw event query (`cuEventQuery`), likewise;
+//! - the timeline layer's own cost: the same pair on a backend whose stream operations cost
+//!   nothing ([`NullBackend`](super::null_backend::NullBackend)) against that backend's own
+//!   `signal_on` + `wait_on`;
 //! - a cross-stream ping-pong (two streams handing a value back and forth, every wait enqueued
 //!   before its signal), per round trip, against the same ping-pong on raw events (enqueued in
 //!   causal order, which raw events need), for each timeline mechanism of the backend;
@@ -16,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use super::null_backend::NullBackend;
 use super::{median, thread_cpu_time, SyncRow};
 use seqsync::backend::{Backend, EventOptions};
 use seqsync::timeline::Timeline;
@@ -163,6 +167,44 @@ pub(crate) fn per_call<B: Backend>(
     ))
 }
 
+/// The timeline layer alone: `signal_on` + `wait_on` on the [`NullBackend`] (every wait takes
+/// the full path: its value lands only at the end of the round) against the backend's own
+/// `signal_on` + `wait_on` on a word of its own.
+pub(crate) fn layer_alone(cfg: &TimelineBenchConfig) -> Result<TimelineRow> {
+    let b = NullBackend::default();
+    let (s1, s2) = (b.new_stream("s1")?, b.new_stream("s2")?);
+    let t = Timeline::new(&b, "layer", 0)?;
+    let sem = b.create_semaphore(0, std::sync::Arc::new(|| {}))?;
+    let n = cfg.per_round;
+    let (mut layer, mut raw) = (vec![], vec![]);
+    let mut v = 0u64;
+    for _ in 0..cfg.rounds {
+        let mut w = v;
+        let t0 = Instant::now();
+        for _ in 0..n {
+            v += 1;
+            t.signal_on(&s1, v)?;
+            t.wait_on(&s2, v)?;
+        }
+        layer.push(t0.elapsed().as_nanos() as f64 / n as f64);
+        let t0 = Instant::now();
+        for _ in 0..n {
+            w += 1;
+            b.signal_on(&s1, &sem, w)?;
+            b.wait_on(&s2, &sem, w)?;
+        }
+        raw.push(t0.elapsed().as_nanos() as f64 / n as f64);
+        b.catch_up();
+    }
+    t.wait(v, Duration::from_secs(1))?;
+    Ok(row(
+        "null (layer)",
+        "signal_on + wait_on (raw: null backend's)",
+        layer,
+        raw,
+    ))
+}
+
 /// Round trips between two streams: `a` signals `ping = k` after `pong >= k - 1`, `b` signals
 /// `pong = k` after `ping >= k`; `b`'s waits are enqueued before `a`'s signals.
 pub(crate) fn ping_pong<B: Backend>(b: &B, cfg: &TimelineBenchConfig) -> Result<PingPongRow> {
@@ -298,7 +340,8 @@ pub fn run_on_host(
     cfg: &TimelineBenchConfig,
 ) -> Result<TimelineBenchReport> {
     let (s1, s2) = (h.new_stream("s1"), h.new_stream("s2"));
-    let (mechanism, ops) = per_call(h, &s1, &s2, cfg)?;
+    let (mechanism, mut ops) = per_call(h, &s1, &s2, cfg)?;
+    ops.push(layer_alone(cfg)?);
     let busy = |s: &seqsync::backend::host::HostStream, d: Duration| {
         s.launch(move || std::thread::sleep(d));
         Ok(())
@@ -364,6 +407,7 @@ extern "C" __global__ void spin_ns(unsigned long long ns) {
                 .map(|_| ())
                 .map_err(|e| seqsync::backend::cuda::driver_error("cuLaunchKernel", e))
         };
+    ops.push(layer_alone(cfg)?);
     Ok(TimelineBenchReport {
         backend: "cuda".into(),
         device: gpu.device_name()?,
