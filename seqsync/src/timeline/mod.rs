@@ -78,7 +78,7 @@ use std::time::Duration;
 pub use crate::backend::semaphore::{Mechanism, MAX_VALUE};
 use crate::backend::{Backend, Semaphore};
 use crate::error::{Error, Result};
-use propagate::Ledger;
+use propagate::{Ledger, Refused, Retired};
 use shared::{out_of_range, Shared, StreamWait};
 use wait::{block_until, WaitOn};
 
@@ -206,32 +206,38 @@ impl<B: Backend> Timeline<B> {
     pub fn signal_on(&self, stream: &B::Stream, v: u64) -> Result<()> {
         self.check_value(v)?;
         let s = &self.shared;
-        let ledger = Ledger::find(s.backend.stream_id(stream));
-        let mut st = s.lock();
-        if let Some(f) = &st.failure {
-            return Err(s.failed_error(f));
-        }
-        if v <= st.last_enqueued {
-            return Err(Error::NonMonotonic {
-                timeline: s.name.clone(),
-                current: st.last_enqueued,
-                got: v,
-            });
-        }
-        if let Some(ledger) = &ledger {
-            if let Err(cause) = ledger.add_signal(shared::target(s), v) {
-                drop(st);
-                s.fail(Error::clone(&cause), None);
-                return Ok(());
+        let id = s.backend.stream_id(stream);
+        let mut ledger = Ledger::find(id);
+        loop {
+            let mut st = s.lock();
+            if let Some(f) = &st.failure {
+                return Err(s.failed_error(f));
             }
+            if v <= st.last_enqueued {
+                return Err(Error::NonMonotonic {
+                    timeline: s.name.clone(),
+                    current: st.last_enqueued,
+                    got: v,
+                });
+            }
+            if let Some(l) = &ledger {
+                match l.add_signal(&s.target, v) {
+                    Ok(()) => {}
+                    Err(Refused::Poisoned(cause)) => {
+                        drop(st);
+                        s.fail(Error::clone(&cause), None);
+                        return Ok(());
+                    }
+                    Err(Refused::Retired) => {
+                        drop(st);
+                        ledger = Ledger::find_fresh(id);
+                        continue;
+                    }
+                }
+            }
+            st.last_enqueued = v;
+            return s.backend.signal_on(stream, &s.sem, v);
         }
-        st.last_enqueued = v;
-        let r = s.backend.signal_on(stream, &s.sem, v);
-        drop(st);
-        if let Some(ledger) = ledger {
-            ledger.release_if_idle();
-        }
-        r
     }
 
     /// Enqueue a wait on `stream`: work enqueued on it afterwards runs once the value is `≥ v`,
@@ -251,28 +257,43 @@ impl<B: Backend> Timeline<B> {
             Ok(c) => Some(c),
             Err(_) => None,
         };
-        let ledger = Ledger::get(s.backend.stream_id(stream));
-        let mut st = s.lock();
-        if let Some(f) = &st.failure {
-            let (value, err) = (f.value, Arc::new(s.failed_error(f)));
-            drop(st);
-            if v > value {
-                let seq = ledger.add_wait(shared::target(s), v);
-                propagate::apply(ledger.poison_from(seq, err));
+        let id = s.backend.stream_id(stream);
+        let mut ledger = Ledger::get(id);
+        loop {
+            let mut st = s.lock();
+            if let Some(f) = &st.failure {
+                let (value, err) = (f.value, Arc::new(s.failed_error(f)));
+                drop(st);
+                if v > value {
+                    match ledger.add_wait(&s.target, v) {
+                        Ok(seq) => propagate::apply(ledger.poison_from(seq, err)),
+                        Err(Retired) => {
+                            ledger = Ledger::get_fresh(id);
+                            continue;
+                        }
+                    }
+                }
+                return Ok(());
             }
-            return Ok(());
+            let seq = match ledger.add_wait(&s.target, v) {
+                Ok(seq) => seq,
+                Err(Retired) => {
+                    drop(st);
+                    ledger = Ledger::get_fresh(id);
+                    continue;
+                }
+            };
+            Shared::<B>::add_stream_wait(
+                &mut st,
+                current.unwrap_or(0),
+                StreamWait {
+                    ledger,
+                    value: v,
+                    seq,
+                },
+            );
+            return s.backend.wait_on(stream, &s.sem, v);
         }
-        let seq = ledger.add_wait(shared::target(s), v);
-        Shared::<B>::add_stream_wait(
-            &mut st,
-            current.unwrap_or(0),
-            StreamWait {
-                ledger,
-                value: v,
-                seq,
-            },
-        );
-        s.backend.wait_on(stream, &s.sem, v)
     }
 
     /// Block the calling thread until the value is `≥ v`, or `timeout` passes

@@ -12,8 +12,21 @@
 //!
 //! A poisoned stream stays poisoned (like a CUDA stream after a fault, or a host stream after a
 //! panic): use a new stream after a failure.
+//!
+//! # Finding a stream's ledger cheaply
+//!
+//! Ledgers live in a process-wide registry (a map under a lock), but `signal_on` and `wait_on`
+//! do not take its lock: each thread keeps its recent lookups (found or not) in a small cache
+//! that is valid while the registry's *epoch* has not moved. The epoch moves whenever a ledger
+//! is added or removed, so a lookup is an atomic load and a scan of a few entries. Idle ledgers
+//! (no poison, every wait satisfied) are not removed on the hot path either: the registry is
+//! swept when it has doubled since the last sweep. A swept ledger is marked retired under its
+//! lock (after the epoch moved), so a thread that raced with the sweep sees it when it adds
+//! its entry, and looks the stream up again.
 
+use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use crate::error::Error;
@@ -72,42 +85,162 @@ struct LedgerState {
     prune_signals_at: usize,
     /// The earliest failed wait's sequence number, and its failure.
     poison: Option<(u64, Arc<Error>)>,
+    /// Removed from the registry by a sweep: entries must go to the stream's new ledger.
+    retired: bool,
+}
+
+/// The ledger was retired by a sweep: look the stream's ledger up again.
+#[derive(Debug)]
+pub(crate) struct Retired;
+
+/// Why a signal was not added.
+pub(crate) enum Refused {
+    /// The stream is poisoned: fail the timeline with this cause instead.
+    Poisoned(Arc<Error>),
+    /// See [`Retired`].
+    Retired,
 }
 
 /// One stream's waits and signals (see the [module docs](self)).
 pub(crate) struct Ledger {
-    stream_id: u64,
     state: Mutex<LedgerState>,
 }
 
-fn registry() -> &'static Mutex<HashMap<u64, Arc<Ledger>>> {
-    static LEDGERS: OnceLock<Mutex<HashMap<u64, Arc<Ledger>>>> = OnceLock::new();
-    LEDGERS.get_or_init(Default::default)
+struct Registry {
+    ledgers: HashMap<u64, Arc<Ledger>>,
+    /// Sweep idle ledgers when the map grows to this size.
+    sweep_at: usize,
+}
+
+/// Smallest registry size that triggers a sweep.
+const SWEEP_MIN: usize = 64;
+
+fn registry() -> &'static Mutex<Registry> {
+    static LEDGERS: OnceLock<Mutex<Registry>> = OnceLock::new();
+    LEDGERS.get_or_init(|| {
+        Mutex::new(Registry {
+            ledgers: HashMap::new(),
+            sweep_at: SWEEP_MIN,
+        })
+    })
+}
+
+fn lock_registry() -> std::sync::MutexGuard<'static, Registry> {
+    registry().lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Moves (under the registry's lock) whenever a ledger is added to or removed from it.
+static EPOCH: AtomicU64 = AtomicU64::new(0);
+
+/// How many lookups a thread remembers.
+const CACHE_ENTRIES: usize = 8;
+
+/// A thread's recent lookups (stream id, its ledger or none), valid for one epoch.
+struct Cache {
+    epoch: u64,
+    entries: Vec<(u64, Option<Arc<Ledger>>)>,
+}
+
+thread_local! {
+    static CACHE: RefCell<Cache> = const {
+        RefCell::new(Cache {
+            epoch: u64::MAX,
+            entries: Vec::new(),
+        })
+    };
+}
+
+/// `Some(lookup)` if this thread looked `stream_id` up in the current epoch.
+fn cached(stream_id: u64) -> Option<Option<Arc<Ledger>>> {
+    let epoch = EPOCH.load(Ordering::Acquire);
+    CACHE
+        .try_with(|c| {
+            let mut c = c.borrow_mut();
+            if c.epoch != epoch {
+                c.entries.clear();
+                c.epoch = epoch;
+                return None;
+            }
+            c.entries
+                .iter()
+                .find(|(id, _)| *id == stream_id)
+                .map(|(_, l)| l.clone())
+        })
+        .ok()
+        .flatten()
+}
+
+/// Remember a lookup made under the registry's lock in `epoch`.
+fn remember(epoch: u64, stream_id: u64, ledger: Option<Arc<Ledger>>) {
+    let _ = CACHE.try_with(|c| {
+        let mut c = c.borrow_mut();
+        if c.epoch != epoch {
+            c.entries.clear();
+            c.epoch = epoch;
+        }
+        if let Some(e) = c.entries.iter_mut().find(|(id, _)| *id == stream_id) {
+            e.1 = ledger;
+            return;
+        }
+        if c.entries.len() >= CACHE_ENTRIES {
+            c.entries.remove(0);
+        }
+        c.entries.push((stream_id, ledger));
+    });
 }
 
 impl Ledger {
     /// The ledger of stream `stream_id`, if it has one.
     pub(crate) fn find(stream_id: u64) -> Option<Arc<Ledger>> {
-        registry()
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&stream_id)
-            .cloned()
+        match cached(stream_id) {
+            Some(hit) => hit,
+            None => Self::find_fresh(stream_id),
+        }
+    }
+
+    /// [`find`](Self::find), from the registry itself.
+    pub(crate) fn find_fresh(stream_id: u64) -> Option<Arc<Ledger>> {
+        let reg = lock_registry();
+        let epoch = EPOCH.load(Ordering::Relaxed);
+        let ledger = reg.ledgers.get(&stream_id).cloned();
+        drop(reg);
+        remember(epoch, stream_id, ledger.clone());
+        ledger
     }
 
     /// The ledger of stream `stream_id`, made if needed.
     pub(crate) fn get(stream_id: u64) -> Arc<Ledger> {
-        registry()
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(stream_id)
-            .or_insert_with(|| {
-                Arc::new(Ledger {
-                    stream_id,
+        match cached(stream_id) {
+            Some(Some(ledger)) => ledger,
+            _ => Self::get_fresh(stream_id),
+        }
+    }
+
+    /// [`get`](Self::get), from the registry itself.
+    pub(crate) fn get_fresh(stream_id: u64) -> Arc<Ledger> {
+        let mut reg = lock_registry();
+        let mut dropped = Vec::new();
+        let ledger = match reg.ledgers.get(&stream_id) {
+            Some(l) => l.clone(),
+            None => {
+                if reg.ledgers.len() >= reg.sweep_at {
+                    reg.sweep(&mut dropped);
+                }
+                let l = Arc::new(Ledger {
                     state: Mutex::new(LedgerState::default()),
-                })
-            })
-            .clone()
+                });
+                reg.ledgers.insert(stream_id, l.clone());
+                EPOCH.fetch_add(1, Ordering::Release);
+                l
+            }
+        };
+        let epoch = EPOCH.load(Ordering::Relaxed);
+        drop(reg);
+        // Timelines the sweep looked at go only now, outside every lock (dropping the last
+        // handle of one with pending stream waits fails it, which takes ledgers' locks).
+        drop(dropped);
+        remember(epoch, stream_id, Some(ledger.clone()));
+        ledger
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, LedgerState> {
@@ -115,25 +248,37 @@ impl Ledger {
     }
 
     /// A wait for `value` of `timeline` is being enqueued: returns its sequence number.
-    pub(crate) fn add_wait(&self, timeline: Weak<dyn FailTarget>, value: u64) -> u64 {
+    pub(crate) fn add_wait(
+        &self,
+        timeline: &Weak<dyn FailTarget>,
+        value: u64,
+    ) -> Result<u64, Retired> {
         let mut st = self.lock();
+        if st.retired {
+            return Err(Retired);
+        }
         let seq = st.next_seq;
         st.next_seq += 1;
         st.prune_waits();
-        st.waits.push(PendingWait { timeline, value });
-        seq
+        st.waits.push(PendingWait {
+            timeline: timeline.clone(),
+            value,
+        });
+        Ok(seq)
     }
 
-    /// A signal of `timeline` is being enqueued. `Err(cause)`: the stream is poisoned, fail the
-    /// timeline instead.
+    /// A signal of `timeline` is being enqueued (see [`Refused`] for when it is not).
     pub(crate) fn add_signal(
         &self,
-        timeline: Weak<dyn FailTarget>,
+        timeline: &Weak<dyn FailTarget>,
         value: u64,
-    ) -> Result<(), Arc<Error>> {
+    ) -> Result<(), Refused> {
         let mut st = self.lock();
+        if st.retired {
+            return Err(Refused::Retired);
+        }
         if let Some((_, cause)) = &st.poison {
-            return Err(cause.clone());
+            return Err(Refused::Poisoned(cause.clone()));
         }
         let seq = st.next_seq;
         st.next_seq += 1;
@@ -143,7 +288,7 @@ impl Ledger {
             st.prune_signals();
             st.signals.push_back(PendingSignal {
                 seq,
-                timeline,
+                timeline: timeline.clone(),
                 value,
             });
         }
@@ -169,30 +314,38 @@ impl Ledger {
             .map(|t| (t, cause.clone()))
             .collect()
     }
+}
 
-    /// Forget this ledger if it holds nothing worth keeping (no poison, nothing pending; pruned
-    /// amortized, so a ledger may stay a while after its last wait resolved).
-    pub(crate) fn release_if_idle(self: &Arc<Self>) {
-        let mut reg = registry().lock().unwrap_or_else(|e| e.into_inner());
-        let mut st = self.lock();
-        st.prune_waits();
-        if st.waits.is_empty() {
-            st.signals.clear();
-        }
-        if st.poison.is_none() && st.waits.is_empty() {
-            if let Some(l) = reg.get(&self.stream_id) {
-                if Arc::ptr_eq(l, self) {
-                    reg.remove(&self.stream_id);
-                }
-            }
-        }
+impl Registry {
+    /// Remove the idle ledgers (no poison, every wait satisfied), marking them retired; the
+    /// timelines looked at go to `dropped`, to be dropped outside the locks.
+    fn sweep(&mut self, dropped: &mut Vec<Arc<dyn FailTarget>>) {
+        // The epoch moves before any ledger is marked: whoever sees a mark sees the move.
+        EPOCH.fetch_add(1, Ordering::Release);
+        self.ledgers.retain(|_, l| {
+            let mut st = l.lock();
+            let idle = st.poison.is_none()
+                && st.waits.iter().all(|w| match w.timeline.upgrade() {
+                    Some(t) => {
+                        let reached = t.reached(w.value);
+                        dropped.push(t);
+                        reached
+                    }
+                    None => true,
+                });
+            st.retired = idle;
+            !idle
+        });
+        self.sweep_at = (self.ledgers.len() * 2).max(SWEEP_MIN);
     }
 }
 
 impl LedgerState {
     fn prune_waits(&mut self) {
         if self.waits.len() >= self.prune_waits_at {
-            self.waits.retain(|w| !is_resolved(w));
+            let mut timelines = Upgrades::default();
+            self.waits
+                .retain(|w| !is_resolved(timelines.get(&w.timeline), w.value));
             self.prune_waits_at = (self.waits.len() * 2).max(8);
         }
     }
@@ -200,15 +353,103 @@ impl LedgerState {
     fn prune_signals(&mut self) {
         if self.signals.len() >= self.prune_signals_at {
             // A signal that landed can no longer be failed by the stream's waits.
-            self.signals
-                .retain(|s| s.timeline.upgrade().is_some_and(|t| !t.reached(s.value)));
+            let mut timelines = Upgrades::default();
+            self.signals.retain(|s| {
+                timelines
+                    .get(&s.timeline)
+                    .is_some_and(|t| !t.reached(s.value))
+            });
             self.prune_signals_at = (self.signals.len() * 2).max(8);
         }
     }
 }
 
-fn is_resolved(w: &PendingWait) -> bool {
+/// Upgrades of the timelines of consecutive entries, made once per run of entries on the same
+/// timeline (a stream mostly waits on and signals a few timelines: an upgrade is two
+/// read-modify-writes, the rest of a check two loads).
+#[derive(Default)]
+struct Upgrades {
+    last: Option<(*const (), Option<Arc<dyn FailTarget>>)>,
+}
+
+impl Upgrades {
+    fn get(&mut self, w: &Weak<dyn FailTarget>) -> Option<&Arc<dyn FailTarget>> {
+        let ptr = w.as_ptr() as *const ();
+        if !matches!(&self.last, Some((p, _)) if *p == ptr) {
+            self.last = Some((ptr, w.upgrade()));
+        }
+        self.last.as_ref().and_then(|(_, t)| t.as_ref())
+    }
+}
+
+fn is_resolved(timeline: Option<&Arc<dyn FailTarget>>, value: u64) -> bool {
     // A dropped timeline was failed first if the wait was pending, which poisoned the stream;
     // so a wait on a dropped timeline is resolved either way.
-    w.timeline.upgrade().is_none_or(|t| t.reached(w.value))
+    timeline.is_none_or(|t| t.reached(value))
+}
+
+#[cfg(all(test, not(seqsync_loom)))]
+mod tests {
+    use super::*;
+    use crate::timeline::Timeline;
+    use crate::HostBackend;
+    use std::time::Duration;
+
+    fn sweep_now() {
+        let mut dropped = Vec::new();
+        lock_registry().sweep(&mut dropped);
+    }
+
+    fn unique_id() -> u64 {
+        static NEXT: AtomicU64 = AtomicU64::new(1 << 61);
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    }
+
+    #[test]
+    fn a_lookup_sees_a_ledger_made_after_it_was_cached() {
+        let id = unique_id();
+        assert!(Ledger::find(id).is_none());
+        assert!(Ledger::find(id).is_none()); // from the cache
+                                             // Made by another thread: this one's cache must not hide it.
+        let made = std::thread::spawn(move || Ledger::get(id)).join().unwrap();
+        let found = Ledger::find(id).expect("the epoch moved: looked up again");
+        assert!(Arc::ptr_eq(&made, &found));
+        assert!(Arc::ptr_eq(&Ledger::get(id), &made));
+    }
+
+    #[test]
+    fn a_swept_idle_ledger_is_retired_and_its_stream_gets_a_new_one() {
+        let id = unique_id();
+        let old = Ledger::get(id);
+        sweep_now();
+        let dead: Weak<dyn FailTarget> =
+            Weak::<crate::timeline::shared::Shared<HostBackend>>::new();
+        assert!(old.add_wait(&dead, 1).is_err());
+        assert!(matches!(old.add_signal(&dead, 1), Err(Refused::Retired)));
+        let new = Ledger::get(id);
+        assert!(!Arc::ptr_eq(&old, &new));
+        assert_eq!(new.add_wait(&dead, 1).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_sweep_keeps_ledgers_with_pending_waits_so_failures_still_spread() {
+        let host = HostBackend::new();
+        let s = host.new_stream("s");
+        let (a, b) = (
+            Timeline::new(&host, "a", 0).unwrap(),
+            Timeline::new(&host, "b", 0).unwrap(),
+        );
+        a.wait_on(&s, 1).unwrap();
+        sweep_now();
+        b.signal_on(&s, 1).unwrap();
+        sweep_now();
+        a.fail(Error::Cancelled("upstream".into()));
+        let err = b.wait(1, Duration::from_secs(5)).unwrap_err();
+        assert!(err.to_string().contains("upstream"), "{err}");
+        // The stream stays poisoned through later sweeps.
+        sweep_now();
+        let c = Timeline::new(&host, "c", 0).unwrap();
+        c.signal_on(&s, 1).unwrap();
+        assert!(c.wait(1, Duration::from_secs(5)).is_err());
+    }
 }

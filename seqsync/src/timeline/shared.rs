@@ -44,6 +44,8 @@ pub(crate) struct Shared<B: Backend> {
     /// a stream's older write lands after a host signal (see the CUDA backend).
     pub(crate) floor: AtomicU64,
     pub(crate) waiters: Arc<Waiters>,
+    /// This timeline as the ledgers see it (made once: cloning a `Weak` is one atomic add).
+    pub(crate) target: Weak<dyn FailTarget>,
 }
 
 impl<B: Backend> Shared<B> {
@@ -65,7 +67,8 @@ impl<B: Backend> Shared<B> {
                 }
             }),
         )?;
-        Ok(Arc::new(Shared {
+        Ok(Arc::new_cyclic(|me: &Weak<Shared<B>>| Shared {
+            target: me.clone(),
             backend: backend.clone(),
             name: name.to_owned(),
             sem,
@@ -97,7 +100,12 @@ impl<B: Backend> Shared<B> {
         }
         match self.sem.load() {
             Ok(word) if word & FAILED_BIT == 0 => {
-                let floor = self.floor.fetch_max(word, Ordering::AcqRel);
+                // Raise the floor only when the word is above it: most loads are not, and a
+                // load costs less than a read-modify-write.
+                let floor = self.floor.load(Ordering::Acquire);
+                if word > floor {
+                    self.floor.fetch_max(word, Ordering::AcqRel);
+                }
                 Ok(floor.max(word))
             }
             Ok(word) => {
@@ -232,10 +240,4 @@ pub(crate) fn out_of_range(name: &str, got: u64) -> Error {
         got,
         max: MAX_VALUE,
     }
-}
-
-/// `Weak<dyn FailTarget>` of a timeline, for the ledgers.
-pub(crate) fn target<B: Backend>(shared: &Arc<Shared<B>>) -> Weak<dyn FailTarget> {
-    let t: Arc<dyn FailTarget> = shared.clone();
-    Arc::downgrade(&t)
 }
