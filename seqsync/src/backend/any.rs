@@ -100,6 +100,13 @@ impl Semaphore for AnySemaphore {
             AnySemaphore::Cuda(s) => s.load(),
         }
     }
+    fn peek(&self) -> Option<u64> {
+        match self {
+            AnySemaphore::Host(s) => s.peek(),
+            #[cfg(feature = "cuda")]
+            AnySemaphore::Cuda(s) => s.peek(),
+        }
+    }
     fn store(&self, value: u64) -> Result<()> {
         match self {
             AnySemaphore::Host(s) => s.store(value),

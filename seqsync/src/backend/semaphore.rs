@@ -94,6 +94,14 @@ pub trait Semaphore: Send + Sync + 'static {
     /// will never change again.
     fn load(&self) -> Result<u64>;
 
+    /// The word as far as the host knows it without asking the device: never higher than
+    /// [`Semaphore::load`] would return, possibly lower (CUDA events: the highest value known
+    /// reached, without a `cuEventQuery`). `None` when only `load` can tell. For checks on hot
+    /// paths (is a stream wait needed at all?) where a low answer only costs a wait.
+    fn peek(&self) -> Option<u64> {
+        self.load().ok()
+    }
+
     /// Host signal: the word becomes `value` (the caller checked that it grows), and streams
     /// waiting for any value `<= value` are released.
     fn store(&self, value: u64) -> Result<()>;

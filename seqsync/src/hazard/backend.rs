@@ -95,6 +95,9 @@ impl<S: Semaphore> Semaphore for ValidatingSemaphore<S> {
     fn load(&self) -> Result<u64> {
         self.inner.load()
     }
+    fn peek(&self) -> Option<u64> {
+        self.inner.peek()
+    }
     fn store(&self, value: u64) -> Result<()> {
         self.inner.store(value)
     }

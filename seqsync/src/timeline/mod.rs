@@ -252,7 +252,7 @@ impl<B: Backend> Timeline<B> {
     pub fn wait_on(&self, stream: &B::Stream, v: u64) -> Result<()> {
         self.check_value(v)?;
         let s = &self.shared;
-        let current = match s.observe() {
+        let current = match s.observe_known() {
             Ok(c) if c >= v => return Ok(()),
             Ok(c) => Some(c),
             Err(_) => None,

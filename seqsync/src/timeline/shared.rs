@@ -124,6 +124,21 @@ impl<B: Backend> Shared<B> {
         }
     }
 
+    /// As [`Shared::observe`], from what the backend knows without asking the device
+    /// ([`Semaphore::peek`]): possibly lower than `observe`, never higher. For `wait_on`'s "is
+    /// a wait needed at all?", where a low answer only costs a wait that is released at once.
+    pub(crate) fn observe_known(self: &Arc<Self>) -> Result<u64> {
+        if self.failed.load(Ordering::Acquire) {
+            return Err(self.current_failure());
+        }
+        match self.sem.peek() {
+            Some(word) if word & FAILED_BIT == 0 => {
+                Ok(word.max(self.floor.load(Ordering::Acquire)))
+            }
+            _ => self.observe(),
+        }
+    }
+
     fn current_failure(&self) -> Error {
         let st = self.lock();
         let f = st

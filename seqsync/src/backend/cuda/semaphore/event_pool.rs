@@ -110,7 +110,7 @@ impl EventPoints {
             self.spare.push(ev);
             return Err(driver_error("cuEventRecord", e));
         }
-        self.points.push(value, ev);
+        self.points.push(value, stream.cu_stream() as usize, ev);
         Ok(())
     }
 
@@ -145,8 +145,8 @@ impl EventPoints {
         }
     }
 
-    /// The highest value whose event completed (a `cuEventQuery` from the highest point down),
-    /// or the highest known reached.
+    /// The highest value whose event completed (`cuEventQuery`, a few per stream in flight: see
+    /// [`Points::poll`]), or the highest known reached.
     pub(crate) fn poll(&mut self) -> Result<u64> {
         let spare = &mut self.spare;
         let r = self.points.poll(

@@ -150,6 +150,12 @@ impl EventsWord {
         p.poll().inspect_err(|e| remember(&self.failure, e))
     }
 
+    /// The highest value known reached (or the failed word), without a driver call.
+    pub(crate) fn peek(&self) -> u64 {
+        let p = self.points();
+        p.points.failed().unwrap_or(p.points.reached())
+    }
+
     /// The caller made the context current.
     fn record_point(&self, stream: &Arc<CudaStream>, value: u64) -> Result<()> {
         self.points().record(&self.ctx, stream, value)

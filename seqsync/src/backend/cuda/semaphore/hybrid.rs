@@ -115,6 +115,11 @@ impl HybridWord {
         st.events.poll().inspect_err(|e| self.word.note_failure(e))
     }
 
+    /// The stored word, without a driver call (completed points may be ahead of it).
+    pub(crate) fn peek(&self) -> u64 {
+        self.word.load()
+    }
+
     pub(crate) fn store(&self, value: u64) -> Result<()> {
         let mut st = self.state();
         let r = self.word.store(value);

@@ -296,6 +296,17 @@ impl Semaphore for CudaSemaphore {
         }
     }
 
+    /// No driver call: the word as stored (stream memory operations, and `events+memops`,
+    /// whose completed points may be ahead of it), or the highest value known reached
+    /// (events).
+    fn peek(&self) -> Option<u64> {
+        Some(match &self.word {
+            Word::Hybrid(w) => w.peek(),
+            Word::MemOps(w) => w.load(),
+            Word::Events(w) => w.peek(),
+        })
+    }
+
     fn store(&self, value: u64) -> Result<()> {
         debug_assert!(value <= MAX_VALUE);
         match &self.word {

@@ -13,8 +13,9 @@ pub(crate) struct Points<E> {
     reached: u64,
     /// The failed word, once the timeline failed.
     failed: Option<u64>,
-    /// `(value, event)`, ascending by value, every value above `reached`.
-    pending: VecDeque<(u64, E)>,
+    /// `(value, lane, event)`, ascending by value, every value above `reached`. The lane is
+    /// the stream the event was recorded on: on one lane, events complete in value order.
+    pending: VecDeque<(u64, usize, E)>,
 }
 
 /// What a stream wait for a value needs.
@@ -55,14 +56,15 @@ impl<E> Points<E> {
         self.pending.len()
     }
 
-    /// Add the point of `value` (values normally come in ascending order: an append).
-    pub(crate) fn push(&mut self, value: u64, ev: E) {
+    /// Add the point of `value`, recorded on stream `lane` (values normally come in ascending
+    /// order: an append).
+    pub(crate) fn push(&mut self, value: u64, lane: usize, ev: E) {
         match self.pending.back() {
-            Some((last, _)) if *last >= value => {
-                let at = self.pending.partition_point(|(v, _)| *v < value);
-                self.pending.insert(at, (value, ev));
+            Some((last, _, _)) if *last >= value => {
+                let at = self.pending.partition_point(|(v, _, _)| *v < value);
+                self.pending.insert(at, (value, lane, ev));
             }
-            _ => self.pending.push_back((value, ev)),
+            _ => self.pending.push_back((value, lane, ev)),
         }
     }
 
@@ -71,9 +73,9 @@ impl<E> Points<E> {
         if self.failed.is_some() || self.reached >= value {
             return WaitPlan::Nothing;
         }
-        let at = self.pending.partition_point(|(v, _)| *v < value);
+        let at = self.pending.partition_point(|(v, _, _)| *v < value);
         match self.pending.get(at) {
-            Some((_, ev)) => WaitPlan::Event(ev),
+            Some((_, _, ev)) => WaitPlan::Event(ev),
             None => WaitPlan::NoPoint,
         }
     }
@@ -86,28 +88,68 @@ impl<E> Points<E> {
         while self
             .pending
             .front()
-            .is_some_and(|(v, _)| *v <= self.reached)
+            .is_some_and(|(v, _, _)| *v <= self.reached)
         {
-            let (_, ev) = self.pending.pop_front().expect("front exists");
+            let (_, _, ev) = self.pending.pop_front().expect("front exists");
             free(ev);
         }
     }
 
-    /// The highest pending point for which `done` says yes, asking from the highest down
-    /// (once one is complete every lower one is reached), then [`Points::reach`] it.
+    /// The highest pending point for which `done` says yes, then [`Points::reach`] it;
+    /// returns the value known reached.
+    ///
+    /// Once a point is complete every lower value is reached, so the answer is the highest
+    /// complete point. Events of one stream (lane) complete in recording order, which is value
+    /// order, so each lane is searched on its own: its highest point, then its lowest, then a
+    /// bisection between the lowest known complete and the highest known not. That is at most
+    /// `2 + log2(points)` questions per lane in flight (usually one or two lanes), where asking
+    /// every point from the highest down took one question per point still in flight (a host
+    /// query behind a busy GPU). The answer is exact.
     pub(crate) fn poll<X>(
         &mut self,
         mut done: impl FnMut(&E) -> Result<bool, X>,
         free: impl FnMut(E),
     ) -> Result<u64, X> {
-        let mut hit = None;
-        for (v, ev) in self.pending.iter().rev() {
-            if done(ev)? {
-                hit = Some(*v);
-                break;
+        let mut lanes: Vec<usize> = Vec::new();
+        for (_, lane, _) in self.pending.iter().rev() {
+            if !lanes.contains(lane) {
+                lanes.push(*lane);
             }
         }
-        if let Some(v) = hit {
+        let mut best: Option<u64> = None;
+        for lane in lanes {
+            // This lane's points, ascending; only those above the best found so far matter.
+            let idx: Vec<usize> = (0..self.pending.len())
+                .filter(|&i| {
+                    let (v, l, _) = &self.pending[i];
+                    *l == lane && best.is_none_or(|b| *v > b)
+                })
+                .collect();
+            let Some(&top) = idx.last() else { continue };
+            let ask =
+                |i: usize, done: &mut dyn FnMut(&E) -> Result<bool, X>| done(&self.pending[i].2);
+            let hit = if ask(top, &mut done)? {
+                Some(top)
+            } else if idx.len() == 1 || !ask(idx[0], &mut done)? {
+                None
+            } else {
+                // idx[lo] is complete, idx[hi] is not.
+                let (mut lo, mut hi) = (0, idx.len() - 1);
+                while hi - lo > 1 {
+                    let mid = lo + (hi - lo) / 2;
+                    if ask(idx[mid], &mut done)? {
+                        lo = mid;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                Some(idx[lo])
+            };
+            if let Some(i) = hit {
+                best = Some(self.pending[i].0);
+            }
+        }
+        if let Some(v) = best {
             self.reach(v, free);
         }
         Ok(self.reached)
@@ -115,7 +157,7 @@ impl<E> Points<E> {
 
     /// Every pending event (the timeline is going away).
     pub(crate) fn drain(&mut self) -> impl Iterator<Item = E> + '_ {
-        self.pending.drain(..).map(|(_, e)| e)
+        self.pending.drain(..).map(|(_, _, e)| e)
     }
 }
 
@@ -159,8 +201,8 @@ mod tests {
     #[test]
     fn an_ordered_wait_uses_the_lowest_point_at_or_above_it() {
         let mut p = Points::new(0);
-        p.push(2, "e2");
-        p.push(5, "e5");
+        p.push(2, 0, "e2");
+        p.push(5, 0, "e5");
         assert_eq!(p.plan_wait(1), WaitPlan::Event(&"e2"));
         assert_eq!(p.plan_wait(3), WaitPlan::Event(&"e5"));
         assert_eq!(p.plan_wait(5), WaitPlan::Event(&"e5"));
@@ -170,8 +212,8 @@ mod tests {
     #[test]
     fn points_out_of_order_are_kept_sorted() {
         let mut p = Points::new(0);
-        p.push(5, "e5");
-        p.push(2, "e2");
+        p.push(5, 0, "e5");
+        p.push(2, 0, "e2");
         assert_eq!(p.plan_wait(1), WaitPlan::Event(&"e2"));
         assert_eq!(p.plan_wait(4), WaitPlan::Event(&"e5"));
     }
@@ -180,7 +222,7 @@ mod tests {
     fn reaching_a_value_frees_the_points_at_or_below_it() {
         let mut p = Points::new(0);
         for v in 1..=4 {
-            p.push(v, v);
+            p.push(v, 0, v);
         }
         let mut freed = vec![];
         p.reach(2, |e| freed.push(e));
@@ -195,10 +237,10 @@ mod tests {
     }
 
     #[test]
-    fn poll_asks_from_the_highest_point_down_and_stops_at_the_first_done() {
+    fn poll_asks_the_highest_then_the_lowest_then_bisects() {
         let mut p = Points::new(0);
         for v in 1..=5 {
-            p.push(v, v);
+            p.push(v, 0, v);
         }
         let mut asked = vec![];
         let mut freed = vec![];
@@ -210,9 +252,59 @@ mod tests {
             |e| freed.push(e),
         );
         assert_eq!(r, Ok(3));
-        assert_eq!(asked, [5, 4, 3]);
+        assert_eq!(asked, [5, 1, 3, 4]);
         assert_eq!(freed, [1, 2, 3]);
         assert_eq!(p.poll(|_| Err("driver"), |_| ()), Err("driver"));
+    }
+
+    #[test]
+    fn poll_of_many_points_in_flight_asks_few_questions() {
+        let mut p = Points::new(0);
+        for v in 1..=1000u64 {
+            p.push(v, 0, v);
+        }
+        // Nothing complete: the highest and the lowest only.
+        let mut asked = 0;
+        let r: Result<u64, ()> = p.poll(
+            |_| {
+                asked += 1;
+                Ok(false)
+            },
+            |_| (),
+        );
+        assert_eq!((r, asked), (Ok(0), 2));
+        // The first 700 complete: found exactly, in at most 2 + log2(1000) questions.
+        let mut asked = 0;
+        let r: Result<u64, ()> = p.poll(
+            |e| {
+                asked += 1;
+                Ok(*e <= 700)
+            },
+            |_| (),
+        );
+        assert_eq!(r, Ok(700));
+        assert!(asked <= 12, "{asked} questions");
+        assert_eq!(p.pending(), 300);
+    }
+
+    #[test]
+    fn poll_finds_the_highest_complete_point_across_lanes() {
+        // Lane 0 holds 1, 3, 5 (5 not complete); lane 1 holds 2, 4, 6 (only 2 complete): the
+        // answer is 3, although 4 (lane 1) is not complete and 5 (lane 0) neither.
+        let mut p = Points::new(0);
+        for v in 1..=6u64 {
+            p.push(v, (v % 2 == 0) as usize, v);
+        }
+        let r: Result<u64, ()> = p.poll(|e| Ok(*e <= 3), |_| ());
+        assert_eq!(r, Ok(3));
+        // A higher point complete on a lane whose lower points are not (another lane's lower
+        // point is slow): still found.
+        let mut p = Points::new(0);
+        p.push(5, 0, 5);
+        p.push(6, 1, 6);
+        p.push(7, 0, 7);
+        let r: Result<u64, ()> = p.poll(|e| Ok(*e == 6), |_| ());
+        assert_eq!(r, Ok(6));
     }
 
     #[test]
