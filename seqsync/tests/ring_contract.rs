@@ -291,10 +291,13 @@ fn stop_wakes_blocked_wait<B: Harness>(b: &B) {
 }
 
 /// A host thread blocked in `synchronize` on an event whose device work is still running
-/// wakes within a millisecond of `stop` (best of three tries, to keep CI noise out).
+/// wakes within a millisecond of `stop`. Tries until one wake-up is that quick, at most
+/// `TRIES` times (a loaded machine can be slow to run the woken thread once or twice; an
+/// implementation that does not wake it waits out the 400 ms of device work every time).
 fn stop_wakes_synchronize_on_pending_event<B: Harness>(b: &B) {
-    let mut best = Duration::MAX;
-    for _ in 0..3 {
+    const TRIES: usize = 5;
+    let mut tries = Vec::new();
+    while tries.len() < TRIES {
         let s = b.stream();
         let r = EventRingbuf::new(b, "r", 1, 1).unwrap();
         b.busy(&s, Duration::from_millis(400));
@@ -311,11 +314,18 @@ fn stop_wakes_synchronize_on_pending_event<B: Harness>(b: &B) {
             assert!(err.is_stopped(), "{err}");
             woke.duration_since(t0)
         });
-        best = best.min(latency);
         b.sync_stream(&s);
+        tries.push(latency);
+        if latency < Duration::from_millis(1) {
+            break;
+        }
     }
-    eprintln!("stop -> synchronize wake-up: {best:?}");
-    assert!(best < Duration::from_millis(1), "woke {best:?} after stop");
+    eprintln!("stop -> synchronize wake-up, try by try: {tries:?}");
+    let best = tries.iter().min().unwrap();
+    assert!(
+        *best < Duration::from_millis(1),
+        "woke {best:?} after stop at best, in {TRIES} tries: {tries:?}"
+    );
 }
 
 fn later_calls_return_stopped_with_reason<B: Harness>(b: &B) {
