@@ -610,7 +610,7 @@ fn ordered_fact_is_transitive<G: Mem>(g: &G) -> Timing {
 /// A re-recorded event carries its stream's ordered fact as it is at the new record: `e2` was
 /// recorded on `t` before `t` waited for `e1`, then again after; the second recording covers
 /// `s`'s write through `e1` (a snapshot kept from the first record would not).
-fn ordered_fact_is_transitive_after_a_rerecord<G: Mem>(g: &G) {
+fn ordered_fact_is_transitive_after_a_rerecord<G: Mem>(g: &G) -> Timing {
     let st = Setup::new(g);
     let (s, t, u) = (st.stream("s"), st.stream("t"), st.stream("u"));
     let a = st.buf("a");
@@ -618,16 +618,17 @@ fn ordered_fact_is_transitive_after_a_rerecord<G: Mem>(g: &G) {
     let (e1, e2) = (st.event(), st.event());
     st.tb.record(&e2, &t).unwrap(); // t is ordered after nothing yet
     st.tb.record(&e1, &s).unwrap();
-    g.busy(s.inner(), BUSY);
+    let busy = Busy::queue(g, s.inner(), BUSY);
     st.tb.wait(&t, &e1).unwrap();
     st.tb.record(&e2, &t).unwrap(); // now t is ordered after the fill
     st.tb.wait(&u, &e2).unwrap();
-    let (waits, took) = timed(&st, &u, || st.add(&u, &a, 1, Duration::ZERO));
+    let (waits, done) = moved(&st, &u, || st.add(&u, &a, 1, Duration::ZERO));
     assert_eq!(waits, 0, "{:?}", st.stats());
     assert_eq!(st.stats().ordered, 1, "{:?}", st.stats());
-    assert_overlaps("ordered through a re-recorded event", took, BUSY);
+    let timing = overlaps("ordered through a re-recorded event", done, busy);
     st.sync(&s);
     assert_eq!(st.value(&a), 2);
+    timing
 }
 
 /// Streams taken over from finished owners avoid waiting: a thread wrote `a` on `s` and
