@@ -5,7 +5,7 @@
 //!   backend;
 //! - a host `query` against a raw event query (`cuEventQuery`), likewise;
 //! - the timeline layer's own cost: the same pair on a backend whose stream operations cost
-//!   nothing ([`NullBackend`](super::null_backend::NullBackend)) against that backend's own
+//!   nothing ([`NullBackend`]) against that backend's own
 //!   `signal_on` + `wait_on`;
 //! - a cross-stream ping-pong (two streams handing a value back and forth, every wait enqueued
 //!   before its signal), per round trip, against the same ping-pong on raw events (enqueued in

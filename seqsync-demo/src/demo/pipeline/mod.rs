@@ -1,5 +1,8 @@
 //! The seed's pipeline, written by hand on five [`EventRingbuf`]s, as in the seed document.
 //!
+//! It may use: seqsync's public API (rings, the [`Backend`](seqsync::backend::Backend) trait) and
+//! the demo's device layer (`demo::device`: kernels, layout, streams) and traces.
+//!
 //! Two host threads (h2g, g2h), five streams (s_h2g, s_f, s_g, s_h, s_g2h), four device ring
 //! buffers `in` (nin slots), `x` (nx), `y` (ny), `out` (nout):
 //!

@@ -1,5 +1,8 @@
 //! The pipeline runtime: runs a derived [`Plan`] with one user closure per stage.
 //!
+//! It may use: the derived [`Plan`] (nothing re-resolves names here), the ring
+//! ([`EventRingbuf`]), and `backend` through the [`Backend`] trait only.
+//!
 //! | file | what it is |
 //! |---|---|
 //! | `mod.rs` | [`run`] and [`RunConfig`]: rings made, threads spawned and joined, streams drained |
