@@ -29,11 +29,13 @@ pub mod handoff;
 mod native;
 mod point;
 mod pool;
+mod pool_config;
 mod size_class;
 mod stats;
 
 pub use allocation::{AllocFlags, Allocation, Block, StreamAllocator};
 pub use native::NativePool;
 pub use point::{Point, Wait};
-pub use pool::{Pool, PoolConfig};
+pub use pool::Pool;
+pub use pool_config::PoolConfig;
 pub use stats::PoolStats;

@@ -5,53 +5,9 @@ use std::sync::{Mutex, MutexGuard};
 
 use super::point::Clocks;
 use super::size_class::class_size;
-use super::{AllocFlags, Allocation, Block, Point, PoolStats, StreamAllocator, Wait};
+use super::{AllocFlags, Allocation, Block, Point, PoolConfig, PoolStats, StreamAllocator, Wait};
 use crate::backend::MemoryBackend;
 use crate::error::{Error, Result};
-
-/// How a [`Pool`] is sized.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PoolConfig {
-    /// Bytes of one slab: blocks of a size class are carved from slabs of this size (a larger
-    /// block gets a slab of its own).
-    pub slab_bytes: usize,
-    /// The most bytes the pool may hold; beyond it, a request is served by reuse, an allowed
-    /// wait, or not at all.
-    pub max_bytes: usize,
-    /// The largest single allocation (at most `max_bytes`).
-    pub max_alloc: usize,
-    /// Every block's address is a multiple of this (a power of two).
-    pub alignment: usize,
-    /// After a free, while the pool holds more than this, it gives back slabs that are wholly
-    /// free and whose frees have completed (checked without waiting). `usize::MAX` (the
-    /// default): keep everything until [`Pool::trim_to`].
-    pub release_threshold: usize,
-}
-
-impl Default for PoolConfig {
-    fn default() -> Self {
-        PoolConfig {
-            slab_bytes: 2 << 20,
-            max_bytes: usize::MAX,
-            max_alloc: usize::MAX,
-            alignment: 256,
-            release_threshold: usize::MAX,
-        }
-    }
-}
-
-impl PoolConfig {
-    /// A pool of exactly `count` blocks of `block_bytes` each (IREE's "fixed-block pool"):
-    /// slabs of one block, `max_bytes = count * block_bytes`.
-    pub fn fixed_blocks(block_bytes: usize, count: usize) -> Self {
-        PoolConfig {
-            slab_bytes: block_bytes,
-            max_bytes: block_bytes.saturating_mul(count),
-            max_alloc: block_bytes,
-            ..PoolConfig::default()
-        }
-    }
-}
 
 /// A stream-ordered pool: [`alloc`](Self::alloc) and [`free`](Self::free) are enqueued on
 /// streams with wait lists, return at once, and never block the host.
