@@ -205,3 +205,42 @@ fn host_wait_of_100ms_uses_at_most_5_percent_of_a_core() {
         );
     }
 }
+
+/// `wait_on` racing `fail` on another thread: every stream that waited on the failing timeline
+/// (for a value it never reaches) is poisoned, whether its wait was enqueued before, during or
+/// after the failure, so every timeline it signals afterwards fails.
+#[test]
+fn waits_racing_a_failure_all_poison_their_streams() {
+    let host = HostBackend::new();
+    for round in 0..6 {
+        let a = Timeline::new(&host, "a", 0).unwrap();
+        let streams: Vec<_> = (0..32).map(|i| host.new_stream(&format!("s{i}"))).collect();
+        let signalled: Vec<_> = (0..32)
+            .map(|i| Timeline::new(&host, &format!("b{i}"), 0).unwrap())
+            .collect();
+        let wait_then_signal = |i: usize| {
+            a.wait_on(&streams[i], 1).unwrap();
+            signalled[i].signal_on(&streams[i], 1).unwrap();
+        };
+        let started = std::sync::Barrier::new(2);
+        std::thread::scope(|scope| {
+            (0..8).for_each(wait_then_signal); // before the failure
+            let failer = scope.spawn(|| {
+                started.wait();
+                std::thread::sleep(Duration::from_micros(10 * round));
+                a.fail(Error::Cancelled("upstream".into()));
+            });
+            started.wait();
+            (8..24).for_each(wait_then_signal); // racing it
+            failer.join().unwrap();
+        });
+        (24..32).for_each(wait_then_signal); // after it
+        for (i, b) in signalled.iter().enumerate() {
+            let err = b.wait(1, LONG).unwrap_err();
+            assert!(
+                err.to_string().contains("upstream"),
+                "round {round}, stream {i}: {err}"
+            );
+        }
+    }
+}

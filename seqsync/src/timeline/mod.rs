@@ -79,7 +79,7 @@ pub use crate::backend::semaphore::{Mechanism, MAX_VALUE};
 use crate::backend::{Backend, Semaphore};
 use crate::error::{Error, Result};
 use propagate::{Ledger, Refused, Retired};
-use shared::{out_of_range, Shared, StreamWait};
+use shared::{out_of_range, Shared};
 use wait::{block_until, WaitOn};
 
 /// A 64-bit timeline (see the [module docs](self)). Cheap to clone: clones are the same
@@ -91,8 +91,24 @@ pub struct Timeline<B: Backend> {
 
 impl<B: Backend> Clone for Timeline<B> {
     fn clone(&self) -> Self {
+        self.shared
+            .handles
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Timeline {
             shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<B: Backend> Drop for Timeline<B> {
+    fn drop(&mut self) {
+        if self
+            .shared
+            .handles
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel)
+            == 1
+        {
+            self.shared.last_handle_dropped();
         }
     }
 }
@@ -252,48 +268,33 @@ impl<B: Backend> Timeline<B> {
     pub fn wait_on(&self, stream: &B::Stream, v: u64) -> Result<()> {
         self.check_value(v)?;
         let s = &self.shared;
-        let current = match s.observe_known() {
-            Ok(c) if c >= v => return Ok(()),
-            Ok(c) => Some(c),
-            Err(_) => None,
-        };
+        if matches!(s.observe_known(), Ok(c) if c >= v) {
+            return Ok(());
+        }
         let id = s.backend.stream_id(stream);
         let mut ledger = Ledger::get(id);
-        loop {
-            let mut st = s.lock();
-            if let Some(f) = &st.failure {
-                let (value, err) = (f.value, Arc::new(s.failed_error(f)));
-                drop(st);
-                if v > value {
-                    match ledger.add_wait(&s.target, v) {
-                        Ok(seq) => propagate::apply(ledger.poison_from(seq, err)),
-                        Err(Retired) => {
-                            ledger = Ledger::get_fresh(id);
-                            continue;
-                        }
-                    }
-                }
-                return Ok(());
+        let seq = loop {
+            match ledger.add_wait(&s.target, v) {
+                Ok(seq) => break seq,
+                Err(Retired) => ledger = Ledger::get_fresh(id),
             }
-            let seq = match ledger.add_wait(&s.target, v) {
-                Ok(seq) => seq,
-                Err(Retired) => {
-                    drop(st);
-                    ledger = Ledger::get_fresh(id);
-                    continue;
-                }
-            };
-            Shared::<B>::add_stream_wait(
-                &mut st,
-                current.unwrap_or(0),
-                StreamWait {
-                    ledger,
-                    value: v,
-                    seq,
-                },
-            );
-            return s.backend.wait_on(stream, &s.sem, v);
+        };
+        // A failure marks the timeline failed, then looks for waits in the ledgers: either it
+        // finds this one (added above), or this sees the mark.
+        if s.failed.load(crate::primitive::Ordering::Acquire) {
+            let st = s.lock();
+            let f = st
+                .failure
+                .as_ref()
+                .expect("failed flag set without a failure");
+            let (value, err) = (f.value, Arc::new(s.failed_error(f)));
+            drop(st);
+            if v > value {
+                propagate::apply(ledger.poison_from(seq, err));
+            }
+            return Ok(());
         }
+        s.backend.wait_on(stream, &s.sem, v)
     }
 
     /// Block the calling thread until the value is `≥ v`, or `timeout` passes

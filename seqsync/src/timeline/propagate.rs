@@ -10,6 +10,13 @@
 //! failure; the device then only has to release its waits (the failed word does that), so no
 //! kernel or host function runs per signal.
 //!
+//! A timeline keeps no list of the stream waits on it: a failure (rare) finds them by searching
+//! every ledger ([`waits_on`]), so that `wait_on` takes only its stream's ledger lock. The
+//! timeline is marked failed before the search, and `wait_on` looks at that mark after adding
+//! its entry, so no wait is missed. A timeline whose last handle goes while streams still wait
+//! on it fails first, from the same search, while it is alive (so no prune has dropped the
+//! entries of a timeline that is going: a prune counts a dead timeline's waits as resolved).
+//!
 //! A poisoned stream stays poisoned (like a CUDA stream after a fault, or a host stream after a
 //! panic): use a new stream after a failure.
 //!
@@ -64,6 +71,7 @@ pub(crate) fn apply(mut work: Vec<Propagation>) {
 }
 
 struct PendingWait {
+    seq: u64,
     timeline: Weak<dyn FailTarget>,
     value: u64,
 }
@@ -261,6 +269,7 @@ impl Ledger {
         st.next_seq += 1;
         st.prune_waits();
         st.waits.push(PendingWait {
+            seq,
             timeline: timeline.clone(),
             value,
         });
@@ -314,6 +323,24 @@ impl Ledger {
             .map(|t| (t, cause.clone()))
             .collect()
     }
+}
+
+/// The waits enqueued on any stream for values above `above` of the timeline whose `Weak`s
+/// point to `timeline`, not yet pruned: their ledgers and sequence numbers. A failure poisons
+/// their streams from there; a timeline dropped with some fails first.
+pub(crate) fn waits_on(timeline: *const (), above: u64) -> Vec<(Arc<Ledger>, u64)> {
+    let reg = lock_registry();
+    let mut found = Vec::new();
+    for ledger in reg.ledgers.values() {
+        let st = ledger.lock();
+        found.extend(
+            st.waits
+                .iter()
+                .filter(|w| w.value > above && w.timeline.as_ptr() as *const () == timeline)
+                .map(|w| (ledger.clone(), w.seq)),
+        );
+    }
+    found
 }
 
 impl Registry {
@@ -383,8 +410,9 @@ impl Upgrades {
 }
 
 fn is_resolved(timeline: Option<&Arc<dyn FailTarget>>, value: u64) -> bool {
-    // A dropped timeline was failed first if the wait was pending, which poisoned the stream;
-    // so a wait on a dropped timeline is resolved either way.
+    // A dropped timeline was failed first if the wait was pending (by its last handle, while
+    // it was still alive), which poisoned the stream; so a wait on a dropped timeline is
+    // resolved either way.
     timeline.is_none_or(|t| t.reached(value))
 }
 

@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Weak};
 
-use super::propagate::{self, FailTarget, Ledger, Propagation};
+use super::propagate::{self, FailTarget, Propagation};
 use super::wait::Waiters;
 use crate::backend::semaphore::{FAILED_BIT, MAX_VALUE};
 use crate::backend::{Backend, Semaphore};
@@ -17,20 +17,10 @@ pub(crate) struct Failure {
     pub(crate) value: u64,
 }
 
-/// A stream wait enqueued on this timeline, not yet known satisfied.
-pub(crate) struct StreamWait {
-    pub(crate) ledger: Arc<Ledger>,
-    pub(crate) value: u64,
-    pub(crate) seq: u64,
-}
-
 pub(crate) struct State {
     /// The highest value signalled or enqueued (a signal must exceed it).
     pub(crate) last_enqueued: u64,
     pub(crate) failure: Option<Failure>,
-    pub(crate) stream_waits: Vec<StreamWait>,
-    /// Prune `stream_waits` when it grows to this length.
-    prune_at: usize,
 }
 
 pub(crate) struct Shared<B: Backend> {
@@ -44,6 +34,9 @@ pub(crate) struct Shared<B: Backend> {
     /// a stream's older write lands after a host signal (see the CUDA backend).
     pub(crate) floor: AtomicU64,
     pub(crate) waiters: Arc<Waiters>,
+    /// `Timeline` handles alive: the last one to go fails the timeline if streams still wait
+    /// on it (while this is alive, so the ledgers' entries for it are still found).
+    pub(crate) handles: std::sync::atomic::AtomicUsize,
     /// This timeline as the ledgers see it (made once: cloning a `Weak` is one atomic add).
     pub(crate) target: Weak<dyn FailTarget>,
 }
@@ -69,14 +62,13 @@ impl<B: Backend> Shared<B> {
         )?;
         Ok(Arc::new_cyclic(|me: &Weak<Shared<B>>| Shared {
             target: me.clone(),
+            handles: std::sync::atomic::AtomicUsize::new(1),
             backend: backend.clone(),
             name: name.to_owned(),
             sem,
             state: Mutex::new(State {
                 last_enqueued: initial,
                 failure: None,
-                stream_waits: Vec::new(),
-                prune_at: 16,
             }),
             failed: AtomicBool::new(false),
             floor: AtomicU64::new(initial),
@@ -175,16 +167,21 @@ impl<B: Backend> Shared<B> {
         };
         let err = Arc::new(self.failed_error(&failure));
         st.failure = Some(failure);
+        // Marked before the ledgers are searched: a `wait_on` adds its entry, then looks at
+        // this flag, so either the search finds the entry or the `wait_on` sees the flag.
         self.failed.store(true, Ordering::Release);
-        let waits = std::mem::take(&mut st.stream_waits);
         drop(st);
         Some(
-            waits
+            propagate::waits_on(self.id(), value)
                 .into_iter()
-                .filter(|w| w.value > value)
-                .flat_map(|w| w.ledger.poison_from(w.seq, err.clone()))
+                .flat_map(|(ledger, seq)| ledger.poison_from(seq, err.clone()))
                 .collect(),
         )
+    }
+
+    /// This timeline's identity in the ledgers (the address its `Weak`s point to).
+    fn id(&self) -> *const () {
+        self as *const Self as *const ()
     }
 
     /// Release the failed word and wake host waiters.
@@ -192,24 +189,6 @@ impl<B: Backend> Shared<B> {
         let value = self.lock().failure.as_ref().map_or(0, |f| f.value);
         self.sem.fail(value);
         self.waiters.wake_all();
-    }
-
-    /// Record a stream wait (its ledger entry was just made), pruning satisfied ones.
-    pub(crate) fn add_stream_wait(st: &mut State, current: u64, wait: StreamWait) {
-        if st.stream_waits.len() >= st.prune_at {
-            st.stream_waits.retain(|w| w.value > current);
-            st.prune_at = (st.stream_waits.len() * 2).max(16);
-        }
-        st.stream_waits.push(wait);
-    }
-
-    /// Stream waits for values above the current one.
-    pub(crate) fn pending_stream_waits(&self, st: &State) -> usize {
-        let current = match self.sem.load() {
-            Ok(w) if w & FAILED_BIT == 0 => w,
-            _ => return 0,
-        };
-        st.stream_waits.iter().filter(|w| w.value > current).count()
     }
 }
 
@@ -231,14 +210,22 @@ impl<B: Backend> FailTarget for Shared<B> {
     }
 }
 
-impl<B: Backend> Drop for Shared<B> {
-    fn drop(&mut self) {
+impl<B: Backend> Shared<B> {
+    /// The last `Timeline` handle is going: if streams still wait on the timeline for values
+    /// it has not reached, fail it first, so that they go on.
+    pub(crate) fn last_handle_dropped(&self) {
         let st = self.lock();
-        let pending = self.pending_stream_waits(&st);
-        let value = st.last_enqueued;
-        let failed = st.failure.is_some();
+        let (value, failed) = (st.last_enqueued, st.failure.is_some());
         drop(st);
-        if pending > 0 && !failed {
+        let current = match self.sem.load() {
+            Ok(w) if w & FAILED_BIT == 0 => w.max(self.floor.load(Ordering::Acquire)),
+            _ => return,
+        };
+        if failed {
+            return;
+        }
+        let pending = propagate::waits_on(self.id(), current).len();
+        if pending > 0 {
             let cause = Error::TimelineDropped {
                 timeline: self.name.clone(),
                 value: self.floor.load(Ordering::Acquire).min(value),
