@@ -10,16 +10,16 @@
 //!
 //! | elapsed since the wait began | what the waiter does |
 //! |---|---|
-//! | `< SPIN` | spin (a short wait ends here with a spinning wait's latency) |
-//! | before `expected - SPIN_AHEAD` (or with no expectation yet) | sleep `elapsed / 8` between polls (at least [`FINE_POLL`], at most [`POLL_MAX`]), never past `expected - SPIN_AHEAD` |
-//! | `expected - SPIN_AHEAD .. expected + SPIN_AFTER` | spin |
+//! | `< SPIN` (100 µs) | spin (a short wait ends here with a spinning wait's latency) |
+//! | before `expected - SPIN_AHEAD` (200 µs) (or with no expectation yet) | sleep `elapsed / 8` between polls (at least `FINE_POLL`, 20 µs, at most `POLL_MAX`, 2 ms), never past `expected - SPIN_AHEAD` |
+//! | `expected - SPIN_AHEAD .. expected + SPIN_AFTER` (200 µs) | spin |
 //! | later | sleep `(elapsed - expected) / 4` between polls (same bounds): a wait a little late is noticed soon, a very late one cheaply |
 //!
 //! A sleep is thus a fraction of how long the wait has lasted (or of how late it is), so a wait
 //! that ends at a surprising time is noticed within about that fraction of its length, and a
 //! long wait wakes about `8 ln(POLL_MAX / FINE_POLL)` times, then once per `POLL_MAX`. A
 //! waiter that *is* woken on completion (the host backend's timelines) sleeps up to
-//! [`PARK_MAX`] instead of polling, but still spins around the expected end, where a spin is
+//! `PARK_MAX` (50 ms) instead of polling, but still spins around the expected end, where a spin is
 //! faster than a wake-up.
 //!
 //! Sleeps run with the thread's timer slack lowered to 1 µs (`TightTimerSlack`): with Linux's
@@ -40,17 +40,17 @@ use std::time::{Duration, Instant};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// How long a wait spins before it first sleeps.
-pub const SPIN: Duration = Duration::from_micros(100);
+pub(crate) const SPIN: Duration = Duration::from_micros(100);
 /// How long before the expected end a wait starts spinning again.
-pub const SPIN_AHEAD: Duration = Duration::from_micros(200);
+pub(crate) const SPIN_AHEAD: Duration = Duration::from_micros(200);
 /// How long after the expected end a wait keeps spinning.
-pub const SPIN_AFTER: Duration = Duration::from_micros(200);
+pub(crate) const SPIN_AFTER: Duration = Duration::from_micros(200);
 /// The shortest sleep between polls.
-pub const FINE_POLL: Duration = Duration::from_micros(20);
+pub(crate) const FINE_POLL: Duration = Duration::from_micros(20);
 /// The longest sleep between polls.
-pub const POLL_MAX: Duration = Duration::from_millis(2);
+pub(crate) const POLL_MAX: Duration = Duration::from_millis(2);
 /// The longest sleep of a waiter that is woken on completion (a safety net only).
-pub const PARK_MAX: Duration = Duration::from_millis(50);
+pub(crate) const PARK_MAX: Duration = Duration::from_millis(50);
 
 /// How long waits of one kind took lately: a moving average (see the [module docs](self)).
 /// Shared by the waits it describes (a ring's host synchronizes, a timeline's host waits).
@@ -77,7 +77,7 @@ impl Expectation {
     }
 
     /// A wait ended after `after` and by `by` (the last poll that found it pending, and the
-    /// one that found it done). Seen precisely (`by - after` at most two [`FINE_POLL`]s), `by`
+    /// one that found it done). Seen precisely (`by - after` at most two `FINE_POLL`s (20 µs each)), `by`
     /// goes into a moving average (a quarter's weight). Seen after a long sleep, an
     /// expectation outside that interval was wrong: it moves to the interval's start at once,
     /// so that the next wait spins from a little early (and sees the end precisely) rather

@@ -1,5 +1,5 @@
 //! Running a [`GraphSpec`] (a `seqsync graph` file) for its makespan: kernels spin for their
-//! `us`, host functions sleep for theirs, copies and fills move [`MOVE_WORDS`] words.
+//! `us`, host functions sleep for theirs, copies and fills move `MOVE_WORDS` (16 Ki) words.
 
 use std::time::{Duration, Instant};
 
@@ -14,7 +14,7 @@ use crate::backend::replay::GraphBackend;
 use crate::error::Result;
 
 /// Words each copy or fill of a graph file moves.
-pub const MOVE_WORDS: usize = 1 << 14;
+pub(crate) const MOVE_WORDS: usize = 1 << 14;
 
 /// The makespan of a run, against the two bounds a schedule lies between.
 #[derive(Debug, Clone, Serialize)]

@@ -63,7 +63,7 @@
 //!
 //! [`Timeline::wait`], [`wait_all`] and [`wait_any`] follow the crate's
 //! [wait strategy](crate::wait_strategy), as the ring's host `synchronize` does: they spin for
-//! [`SPIN`](crate::wait_strategy::SPIN), then park; on the host backend a signal wakes them, so
+//! `SPIN` (100 µs), then park; on the host backend a signal wakes them, so
 //! a long wait costs no CPU. On CUDA nothing wakes them: they poll the word, and spin around
 //! the end they learnt from earlier waits, so a periodic wait (a 100 ms frame) wakes with a
 //! spinning wait's latency for a few percent of a core at most.
