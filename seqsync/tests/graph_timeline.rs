@@ -146,6 +146,10 @@ fn a_failed_wait_fails_the_signals<B: GraphBackend>(b: &B) {
         waits: &[(&ready, 1)],
         signals: &[(&done, 1)],
     };
+    if !waits_hold_commands(&ready) {
+        refused_before_its_signal(pool.submit_with(&mut exe, &how), 1);
+        return;
+    }
     pool.submit_with(&mut exe, &how).unwrap();
     ready.fail(Error::Stage {
         stage: "upstream".into(),

@@ -243,14 +243,17 @@ impl<B: CommandBackend> StreamPool<B> {
     /// # Errors
     /// As [`submit`](Self::submit); a timeline error (a non-monotonic signal, a value out of
     /// range); [`Error::WaitBeforeSignalUnsupported`](crate::Error::WaitBeforeSignalUnsupported)
-    /// for a wait whose signal is not enqueued yet on the CUDA `events` mechanism (nothing is
-    /// enqueued then).
+    /// for a wait whose signal is not enqueued yet on the CUDA `events` mechanism, in a
+    /// submission with commands (nothing is enqueued then).
     pub fn submit_with(
         &mut self,
         exe: &mut Executable<B>,
         how: &Submit<'_, B>,
     ) -> Result<Submitted> {
-        how.check_waits_hold_commands()?;
+        if !exe.schedule.order.is_empty() {
+            // A barrier (no commands) holds only its signals, which every mechanism holds.
+            how.check_waits_hold_commands()?;
+        }
         let queue = how.affinity.single();
         // An empty buffer still orders its signals after its waits (a queue barrier): on one
         // stream.
