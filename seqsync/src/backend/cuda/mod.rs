@@ -372,13 +372,16 @@ impl Backend for CudaBackend {
         self.timelines.create(&self.ctx, initial)
     }
 
+    /// As [`record`](Backend::record): no context need be current for a stream whose handle
+    /// names its context (the semaphore's driver calls bind and retry if the driver disagrees);
+    /// a handle that names none binds its own first.
     fn signal_on(&self, stream: &Arc<CudaStream>, sem: &CudaSemaphore, value: u64) -> Result<()> {
-        self.bind()?;
+        bind_for(stream)?;
         sem.signal_on(stream, value)
     }
 
     fn wait_on(&self, stream: &Arc<CudaStream>, sem: &CudaSemaphore, value: u64) -> Result<()> {
-        self.bind()?;
+        bind_for(stream)?;
         sem.wait_on(stream, value)
     }
 }

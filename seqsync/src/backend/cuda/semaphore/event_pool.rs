@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::{sys, CudaContext, CudaStream};
 
 use super::points::{Points, WaitPlan};
+use crate::backend::cuda::context::with_context;
 use crate::backend::cuda::{driver_error, make_current, CudaEvent, Deferred};
 use crate::error::{Error, Result};
 
@@ -91,8 +92,8 @@ impl EventPoints {
         }
     }
 
-    /// Record the point of `value` at the current end of `stream`. The caller made the
-    /// stream's context current.
+    /// Record the point of `value` at the current end of `stream`. The caller bound a stream
+    /// handle that names no context (`bind_for`); a refill makes `ctx` current itself.
     pub(crate) fn record(
         &mut self,
         ctx: &Arc<CudaContext>,
@@ -105,17 +106,22 @@ impl EventPoints {
         let ev = self.spare.pop().expect("refilled");
         // SAFETY: both handles are live and belong to `ctx`; re-recording a reused event is
         // allowed (see the module docs for why no one needs its previous state).
-        let r = unsafe { sys::cuEventRecord(ev.raw, stream.cu_stream()) };
-        if let Err(e) = r.result() {
+        // Both handles name their context, so none need be current (a driver that still finds
+        // none usable gets it made current and a second try).
+        let r = with_context(ctx, "cuEventRecord", || unsafe {
+            sys::cuEventRecord(ev.raw, stream.cu_stream())
+        });
+        if let Err(e) = r {
             self.spare.push(ev);
-            return Err(driver_error("cuEventRecord", e));
+            return Err(e);
         }
         self.points.push(value, stream.cu_stream() as usize, ev);
         Ok(())
     }
 
     /// Make `stream` wait for `value` on its point. `Ok(true)`: done (a wait enqueued, or none
-    /// needed); `Ok(false)`: no point covers `value` yet. The caller made the context current.
+    /// needed); `Ok(false)`: no point covers `value` yet. No context need be current (the
+    /// caller bound a stream whose handle names none).
     pub(crate) fn try_wait(&self, stream: &CudaStream, value: u64) -> Result<bool> {
         match self.points.plan_wait(value) {
             WaitPlan::Nothing => Ok(true),
@@ -123,9 +129,9 @@ impl EventPoints {
             WaitPlan::Event(ev) => {
                 // SAFETY: both handles are live (the event is owned by the points, borrowed
                 // under the caller's lock) and belong to this context.
-                let r = unsafe { sys::cuStreamWaitEvent(stream.cu_stream(), ev.raw, 0) };
-                r.result()
-                    .map_err(|e| driver_error("cuStreamWaitEvent", e))?;
+                with_context(stream.context(), "cuStreamWaitEvent", || unsafe {
+                    sys::cuStreamWaitEvent(stream.cu_stream(), ev.raw, 0)
+                })?;
                 Ok(true)
             }
         }

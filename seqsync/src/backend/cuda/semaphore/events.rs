@@ -156,7 +156,7 @@ impl EventsWord {
         p.points.failed().unwrap_or(p.points.reached())
     }
 
-    /// The caller made the context current.
+    /// The caller bound a stream handle that names no context (`bind_for`).
     fn record_point(&self, stream: &Arc<CudaStream>, value: u64) -> Result<()> {
         self.points().record(&self.ctx, stream, value)
     }
@@ -167,7 +167,7 @@ impl EventsWord {
         self.points().try_wait(stream, value)
     }
 
-    /// Context made current by the caller.
+    /// The caller bound a stream handle that names no context (`bind_for`).
     pub(crate) fn signal_on(self: &Arc<Self>, stream: &Arc<CudaStream>, value: u64) -> Result<()> {
         if !self.deferred.any.load(Ordering::SeqCst) {
             // No queue, so none of this stream: record now. A wait deferred meanwhile on
@@ -183,7 +183,7 @@ impl EventsWord {
         self.deferred.replay(&mut queues)
     }
 
-    /// Context made current by the caller.
+    /// The caller bound a stream handle that names no context (`bind_for`).
     pub(crate) fn wait_on(self: &Arc<Self>, stream: &Arc<CudaStream>, value: u64) -> Result<()> {
         if !self.deferred.any.load(Ordering::SeqCst) && self.try_wait(stream, value)? {
             return Ok(());

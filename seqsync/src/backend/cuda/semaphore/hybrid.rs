@@ -70,7 +70,7 @@ impl HybridWord {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Context made current by the caller.
+    /// The caller bound a stream handle that names no context (`bind_for`).
     pub(crate) fn signal_on(&self, stream: &Arc<CudaStream>, value: u64) -> Result<()> {
         let mut st = self.state();
         st.events.record(&self.ctx, stream, value)?;
@@ -81,7 +81,7 @@ impl HybridWord {
         Ok(())
     }
 
-    /// Context made current by the caller.
+    /// The caller bound a stream handle that names no context (`bind_for`).
     pub(crate) fn wait_on(&self, stream: &Arc<CudaStream>, value: u64) -> Result<()> {
         let mut st = self.state();
         let word = self.word.load();

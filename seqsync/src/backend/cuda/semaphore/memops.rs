@@ -22,6 +22,7 @@ use std::time::Instant;
 use cudarc::driver::{sys, CudaContext, CudaStream};
 
 use super::slots::{self, Pool, Slot};
+use crate::backend::cuda::context::with_context;
 use crate::backend::cuda::{driver_error, make_current};
 use crate::backend::semaphore::FAILED_BIT;
 use crate::error::{Error, Result};
@@ -79,9 +80,11 @@ impl MemOpsWord {
     }
 
     fn write_on(&self, stream: &CudaStream, value: u64) -> Result<()> {
-        // SAFETY: `stream` is a live stream of this word's context (the caller bound it) and
-        // `slot.dev` the device address of live pinned memory; flags 0 = with memory barrier.
-        check("cuStreamWriteValue64", unsafe {
+        // SAFETY: `stream` is a live stream of this word's context (a handle that names no
+        // context was bound by the caller; with_context binds and retries should the driver
+        // find no usable context) and `slot.dev` the device address of live pinned memory;
+        // flags 0 = with memory barrier.
+        with_context(&self.ctx, "cuStreamWriteValue64", || unsafe {
             sys::cuStreamWriteValue64_v2(stream.cu_stream(), self.slot.dev, value, 0)
         })
     }
@@ -89,7 +92,7 @@ impl MemOpsWord {
     fn wait_geq(&self, stream: &CudaStream, value: u64) -> Result<()> {
         let geq = sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32;
         // SAFETY: as in `write_on`.
-        check("cuStreamWaitValue64", unsafe {
+        with_context(&self.ctx, "cuStreamWaitValue64", || unsafe {
             sys::cuStreamWaitValue64_v2(stream.cu_stream(), self.slot.dev, value, geq)
         })
     }
