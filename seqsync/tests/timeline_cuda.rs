@@ -191,6 +191,12 @@ fn events_mechanism_holds_later_timeline_operations_until_the_signal() {
 /// Stream `late` fills a buffer with 7 after 20 ms and signals; stream `early` (enqueued
 /// first) waits for that signal, then fills it with 9. Only if the wait held does 9 win.
 fn kernels_ordered_by_wait_before_signal(m: TimelineMechanism) {
+    kernels_ordered_by_wait_before_signal_with(m, &|| {})
+}
+
+/// As [`kernels_ordered_by_wait_before_signal`], with `disturb` run before every timeline call
+/// (to change the thread's current context under it).
+fn kernels_ordered_by_wait_before_signal_with(m: TimelineMechanism, disturb: &dyn Fn()) {
     let Some((g, b)) = with(m) else {
         return;
     };
@@ -214,21 +220,26 @@ fn kernels_ordered_by_wait_before_signal(m: TimelineMechanism) {
         // the test; the two fills are ordered by the timeline (that is what is tested).
         unsafe { l.launch(cfg) }.expect("launch slow_fill");
     };
+    disturb();
     t.wait_on(&early, 1).unwrap();
     if m == TimelineMechanism::Events {
         // Events hold only timeline operations: the fill must follow the signal's enqueue.
         fill(&late, 7.0, 20_000_000);
+        disturb();
         t.signal_on(&late, 1).unwrap();
         fill(&early, 9.0, 0);
     } else {
         fill(&early, 9.0, 0);
         fill(&late, 7.0, 20_000_000);
+        disturb();
         t.signal_on(&late, 1).unwrap();
     }
     // SAFETY: the copy is ordered after the second fill on `early`; `host` is read after
     // `done`, which `early` signals after the copy.
     unsafe { buf.copy_to_pinned_async(&host, &early) }.unwrap();
+    disturb();
     done.signal_on(&early, 1).unwrap();
+    disturb();
     done.wait(1, LONG).unwrap();
     // SAFETY: the copy completed (done reached 1 after it on the same stream).
     let out = unsafe { host.as_slice() };
@@ -295,4 +306,66 @@ fn events_deferred_waits_racing_signals_are_all_replayed() {
     signals.join().unwrap();
     assert_eq!(b.deferred_timeline_ops(), 0, "an operation stayed held");
     after.wait(N, LONG).unwrap();
+}
+
+/// The timeline's stream calls bind no context for streams whose handles name theirs: they
+/// must still order the kernels with no context, or another one, current on the thread.
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn kernels_ordered_with_no_or_another_context_current() {
+    use seqsync::backend::cuda::CudaContext;
+    use seqsync::cudarc::driver::sys;
+    if common::gpu::gpu().is_none() {
+        return;
+    }
+    let set = |raw: sys::CUcontext| {
+        // SAFETY: `raw` is NULL (unbinds the thread) or a live context kept alive below.
+        unsafe { sys::cuCtxSetCurrent(raw) }
+            .result()
+            .expect("cuCtxSetCurrent");
+    };
+    let other = CudaContext::new_non_primary(0, 0).expect("a second CUDA context");
+    for m in [
+        TimelineMechanism::Hybrid,
+        TimelineMechanism::StreamMemOps,
+        TimelineMechanism::Events,
+    ] {
+        kernels_ordered_by_wait_before_signal_with(m, &|| set(std::ptr::null_mut()));
+        kernels_ordered_by_wait_before_signal_with(m, &|| set(other.cu_ctx()));
+    }
+    set(std::ptr::null_mut());
+}
+
+/// Stream ids (which key the timelines' failure ledgers): one per stream, the same from every
+/// thread, and never the id of a stream that was dropped, even at its address.
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn stream_ids_are_stable_and_never_reused() {
+    use seqsync::backend::Backend;
+    let Some((_, b)) = with(TimelineMechanism::Auto) else {
+        return;
+    };
+    let (s1, s2) = (b.new_stream().unwrap(), b.new_stream().unwrap());
+    let (a, c) = (b.stream_id(&s1), b.stream_id(&s2));
+    assert_ne!(a, c);
+    assert_eq!(b.stream_id(&s1), a);
+    let (b2, s1c) = (b.clone(), s1.clone());
+    let from_other_thread = std::thread::spawn(move || b2.stream_id(&s1c))
+        .join()
+        .unwrap();
+    assert_eq!(from_other_thread, a);
+    drop(s1);
+    let mut seen = std::collections::HashSet::from([a, c]);
+    for _ in 0..64 {
+        let s = b.new_stream().unwrap();
+        let id = b.stream_id(&s);
+        assert!(seen.insert(id), "stream id {id} given twice");
+        assert_eq!(b.stream_id(&s), id);
+    }
 }
