@@ -532,14 +532,25 @@ fn seed_pipeline_reports_name_stage_stream_buffer_and_seq() {
 /// `consumer_waits` is false) and reads the slot on that stream. The producer reuses a slot
 /// only once it has synchronized on the stream's read of it.
 fn host_stage_feeds_a_stream(consumer_waits: bool) -> Vec<Hazard> {
+    let vb = ValidatingBackend::new(HostBackend::new());
+    host_stage_feeds_a_stream_on(&vb, &vb, |s| s, consumer_waits)
+}
+
+/// [`host_stage_feeds_a_stream`] with the rings on `b`, a backend over `vb` (`validating`
+/// gives `vb`'s stream of one of `b`'s).
+fn host_stage_feeds_a_stream_on<B: Backend>(
+    b: &B,
+    vb: &ValidatingBackend<HostBackend>,
+    validating: impl Fn(&B::Stream) -> &<ValidatingBackend<HostBackend> as Backend>::Stream + Sync,
+    consumer_waits: bool,
+) -> Vec<Hazard> {
     const N: usize = 2;
     const BATCHES: i64 = 8;
-    let vb = ValidatingBackend::new(HostBackend::new());
-    let s_read = vb.new_stream("s_read").unwrap();
+    let s_read = b.new_stream("s_read").unwrap();
     // Room for every batch: without the consumer's wait nothing releases a seq, and the host
     // stage must still publish each one through the backend.
-    let produced = EventRingbuf::new(&vb, "produce", 1, BATCHES as usize).unwrap();
-    let consumed = EventRingbuf::new(&vb, "consume", 1, N).unwrap();
+    let produced = EventRingbuf::new(b, "produce", 1, BATCHES as usize).unwrap();
+    let consumed = EventRingbuf::new(b, "consume", 1, N).unwrap();
     std::thread::scope(|scope| {
         let host_stage = std::thread::Builder::new()
             .name("host_stage".into())
@@ -562,7 +573,10 @@ fn host_stage_feeds_a_stream(consumer_waits: bool) -> Vec<Hazard> {
                         // Blocks until `s` is recorded, but orders nothing (and consumes nothing).
                         produced.synchronize_with_producer(s)?;
                     }
-                    vb.access(&s_read, Access::read("consume", "buf", s as usize % N, s));
+                    vb.access(
+                        validating(&s_read),
+                        Access::read("consume", "buf", s as usize % N, s),
+                    );
                     consumed.record(&s_read, s, Blocking::Yes)?;
                 }
                 Ok(())
@@ -571,8 +585,21 @@ fn host_stage_feeds_a_stream(consumer_waits: bool) -> Vec<Hazard> {
         host_stage.join().unwrap().unwrap();
         consumer.join().unwrap().unwrap();
     });
-    vb.synchronize_stream(&s_read).unwrap();
+    b.synchronize_stream(&s_read).unwrap();
     vb.checker().hazards()
+}
+
+/// The buffer tracker forwards a host stage's `record_host` to the backend it wraps, so a
+/// checker under it still sees the host stage's order (and still reports a dropped wait).
+#[test]
+fn a_host_record_through_the_buffer_tracker_reaches_the_checker() {
+    use seqsync::memory::handoff::TrackingBackend;
+    for waits in [true, false] {
+        let vb = ValidatingBackend::new(HostBackend::new());
+        let tb = TrackingBackend::new(vb.clone());
+        let hazards = host_stage_feeds_a_stream_on(&tb, &vb, |s| s.inner(), waits);
+        assert_eq!(hazards.is_empty(), waits, "{}", lines(&hazards));
+    }
 }
 
 #[test]

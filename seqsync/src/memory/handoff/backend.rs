@@ -380,6 +380,13 @@ impl<B: Backend> Backend for TrackingBackend<B> {
         })
     }
 
+    /// Forwarded as is: a host thread's work makes no stream use, so the tracker has nothing
+    /// to close; a wrapped [`ValidatingBackend`](crate::hazard::ValidatingBackend) still sees
+    /// the host thread's order.
+    fn record_host(&self, event: &Self::Event) {
+        self.inner.record_host(&event.inner);
+    }
+
     /// Waits, and orders the stream's later work after what the event covers (the
     /// *ordered* fact). Made under the tracker's lock, so no record slips in between: the
     /// backend wait and the joined snapshot are of the same recording. Host waits
