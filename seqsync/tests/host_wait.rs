@@ -3,7 +3,7 @@
 //! timeline's host `wait` must poll, by the crate's wait strategy. Each case measures the
 //! strategy against a spinning wait on the same completion: the wake-up latency (from the end
 //! of the stream's work, stamped by the work itself, to the waiter's return) and the waiting
-//! thread's CPU time (getrusage).
+//! thread's CPU time (the thread CPU clock).
 //!
 //! The latency bounds are medians over several waits and allow 250 µs of scheduling noise on a
 //! loaded 2-core machine on top of the target (2 × the spin; without its learnt expectation the
@@ -29,14 +29,11 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// CPU time of the calling thread (getrusage, RUSAGE_THREAD).
+/// CPU time the calling thread has used so far (`CLOCK_THREAD_CPUTIME_ID`, through `cpu-time`).
 fn thread_cpu() -> Duration {
-    // SAFETY: an all-zero rusage is a valid value to be overwritten.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `u` is a valid out-pointer; RUSAGE_THREAD reads the calling thread's usage.
-    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) }, 0);
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(u.ru_utime) + tv(u.ru_stime)
+    cpu_time::ThreadTime::try_now()
+        .expect("the thread CPU clock")
+        .as_duration()
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {

@@ -175,14 +175,11 @@ fn failing_stream_fails_its_later_signals() {
         .contains("kernel fault"));
 }
 
-/// CPU time of the calling thread (getrusage, RUSAGE_THREAD).
+/// CPU time the calling thread has used so far (`CLOCK_THREAD_CPUTIME_ID`, through `cpu-time`).
 fn thread_cpu() -> Duration {
-    // SAFETY: an all-zero rusage is a valid value to be overwritten.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `u` is a valid out-pointer; RUSAGE_THREAD reads the calling thread's usage.
-    assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) }, 0);
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(u.ru_utime) + tv(u.ru_stime)
+    cpu_time::ThreadTime::try_now()
+        .expect("the thread CPU clock")
+        .as_duration()
 }
 
 /// A host wait of 100 ms of stream work costs at most 5 % of a core (it spins for `SPIN`, then
