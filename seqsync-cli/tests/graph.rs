@@ -68,25 +68,38 @@ fn levels_lowering_reports_false_dependencies() {
     assert!(v["false_dependencies"].as_u64().unwrap() > 0, "{v}");
 }
 
+/// The makespan lies between the critical path (every attempt: work only sleeps longer on a
+/// loaded machine) and the serial sum (the streams overlap: 25.5 ms of work in about 12 ms).
+/// The upper bound is a timing: a loaded machine can stall the stream threads past it, so
+/// a miss is measured again (the median of 3 runs, at most 3 times); a lowering that put
+/// everything on one stream misses it every time.
 #[test]
 fn graph_run_on_host_reports_a_makespan_above_the_critical_path() {
-    let v = json(&[
-        "graph",
-        example(),
-        "--run",
-        "--runs",
-        "1",
-        "--backend",
-        "host",
-        "--json",
-    ]);
-    assert_eq!(v["backend"], "host");
-    assert_eq!(v["critical_path_us"], 10500);
-    assert!(v["makespan_us"].as_f64().unwrap() >= 10500.0, "{v}");
-    assert!(
-        v["makespan_us"].as_f64().unwrap() < v["serial_us"].as_f64().unwrap(),
-        "{v}"
-    );
+    let mut misses = Vec::new();
+    for _ in 0..3 {
+        let v = json(&[
+            "graph",
+            example(),
+            "--run",
+            "--runs",
+            "3",
+            "--backend",
+            "host",
+            "--json",
+        ]);
+        assert_eq!(v["backend"], "host");
+        assert_eq!(v["critical_path_us"], 10500);
+        let (makespan, serial) = (
+            v["makespan_us"].as_f64().unwrap(),
+            v["serial_us"].as_f64().unwrap(),
+        );
+        assert!(makespan >= 10500.0, "{v}");
+        if makespan < serial {
+            return;
+        }
+        misses.push(v);
+    }
+    panic!("the makespan was never below the serial sum: {misses:#?}");
 }
 
 #[test]
