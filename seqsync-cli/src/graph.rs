@@ -4,8 +4,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 use seqsync::backend::{Backend, GraphBackend};
-use seqsync::graph::{report, run, spec_toml, Analysis, Lowering, Report};
+use seqsync::graph::{report, spec_toml, Analysis, Lowering, Report};
 use seqsync::{AnyBackend, BackendKind};
+use seqsync_demo::graph_run as run;
 
 use crate::Failure;
 

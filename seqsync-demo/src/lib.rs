@@ -7,6 +7,7 @@
 //! | [`demo`] | the seed's pipeline end to end: seqsync's main job (`cargo run --release`) |
 //! | [`bench`](mod@bench) | the ring against the raw backend calls (`seqsync bench`) |
 //! | [`selftest`] | built-in checking stages for any declared pipeline (`seqsync run`) |
+//! | [`graph_run`] | a graph file's workload run for its makespan (`seqsync graph --run`) |
 //!
 //! It uses the library only through its public API: [`seqsync::backend::Backend`], rings and the
 //! pipeline layer.
@@ -15,6 +16,7 @@
 
 pub mod bench;
 pub mod demo;
+pub mod graph_run;
 pub mod selftest;
 
 use seqsync::Error;

@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use crate::graph_run::RunReport;
 use seqsync::backend::{GraphBackend, Op};
-use seqsync::graph::run::RunReport;
 use seqsync::graph::spec_toml::GraphSpec;
 use seqsync::graph::{Affinity, CommandKind, Dag, DagBuilder, Graph, Lowering, StreamPool};
 use seqsync::Result;
@@ -228,7 +228,7 @@ fn run_on<B: GraphBackend>(b: &B, cfg: &GraphBenchConfig) -> Result<GraphBenchRe
     let mut makespan = Vec::new();
     let mut critical = 0;
     for lowering in [Lowering::Streams, Lowering::CudaGraph, Lowering::Levels] {
-        let r: RunReport = seqsync::graph::run::run(b, &spec, lowering, cfg.reps.min(10))?;
+        let r: RunReport = crate::graph_run::run(b, &spec, lowering, cfg.reps.min(10))?;
         critical = r.critical_path_us;
         makespan.push(MakespanRow {
             lowering: match lowering {

@@ -20,7 +20,6 @@
 //! | [`schedule`] | [`Schedule`] and its [`Report`] (false dependencies counted, not assumed) |
 //! | `executable.rs` | [`Executable`]: a graph lowered to a schedule, ready to submit |
 //! | [`exec`] | [`StreamPool`] (streams spanning submissions), [`Affinity`], [`Submit`] (timeline waits and signals) |
-//! | [`run`](mod@run) | running a graph file for its makespan (`seqsync graph --run`) |
 //! | [`spec_toml`] | the `seqsync graph` file format |
 //! | [`error`] | [`GraphError`] |
 //!
@@ -38,7 +37,6 @@ pub mod lower_levels;
 pub mod lower_streams;
 pub mod record;
 pub mod reduce;
-pub mod run;
 pub mod schedule;
 pub mod spec_toml;
 

@@ -1,17 +1,16 @@
-//! Running a [`GraphSpec`] (a `seqsync graph` file) for its makespan: kernels spin for their
-//! `us`, host functions sleep for theirs, copies and fills move `MOVE_WORDS` (16 Ki) words.
+//! Running a [`GraphSpec`] (a `seqsync graph` file) for its makespan (`seqsync graph --run`,
+//! `seqsync bench graph`): kernels spin for their `us`, host functions sleep for theirs, copies
+//! and fills move `MOVE_WORDS` (16 Ki) words. A workload, so it lives here, not in the library.
 
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::exec::{Affinity, StreamPool};
-use super::record::{Graph, Op};
-use super::spec_toml::GraphSpec;
-use super::Lowering;
-use crate::backend::command::{CommandBackend, CopyOp, FillOp};
-use crate::backend::replay::GraphBackend;
-use crate::error::Result;
+use seqsync::backend::command::{CommandBackend, CopyOp, FillOp};
+use seqsync::backend::GraphBackend;
+use seqsync::graph::spec_toml::GraphSpec;
+use seqsync::graph::{Affinity, CommandKind, Graph, Lowering, Op, StreamPool};
+use seqsync::Result;
 
 /// Words each copy or fill of a graph file moves.
 pub(crate) const MOVE_WORDS: usize = 1 << 14;
@@ -36,18 +35,18 @@ pub fn build<B: CommandBackend>(backend: &B, spec: &GraphSpec) -> Result<Graph<B
     for c in 0..dag.len() {
         let us = spec.us[c];
         ops.push(match dag.kind(c) {
-            super::CommandKind::Kernel => Op::Kernel(backend.spin_kernel(us)?),
-            super::CommandKind::Host => Op::Host(std::sync::Arc::new(move || {
+            CommandKind::Kernel => Op::Kernel(backend.spin_kernel(us)?),
+            CommandKind::Host => Op::Host(std::sync::Arc::new(move || {
                 std::thread::sleep(Duration::from_micros(us))
             })),
-            super::CommandKind::Copy => Op::Copy(CopyOp {
+            CommandKind::Copy => Op::Copy(CopyOp {
                 src: backend.alloc_words(MOVE_WORDS)?,
                 src_offset: 0,
                 dst: backend.alloc_words(MOVE_WORDS)?,
                 dst_offset: 0,
                 words: MOVE_WORDS,
             }),
-            super::CommandKind::Fill => Op::Fill(FillOp {
+            CommandKind::Fill => Op::Fill(FillOp {
                 dst: backend.alloc_words(MOVE_WORDS)?,
                 offset: 0,
                 words: MOVE_WORDS,
