@@ -18,7 +18,7 @@ use crate::error::Result;
 /// not depend on which [`CudaBackend`] (or [`crate::AnyBackend`]) asks.
 ///
 /// Timelines ask on every `signal_on` and `wait_on`, so each thread keeps the last few answers
-/// ([`Recent`]) in front of the process-wide registry and its lock.
+/// in front of the process-wide registry and its lock.
 pub fn stream_id(stream: &Arc<CudaStream>) -> u64 {
     RECENT
         .try_with(|r| r.borrow_mut().id(stream))
