@@ -254,6 +254,21 @@ impl<B: Backend> EventRingbuf<B> {
 
     /// [`new`](Self::new), with the ring's events created with `options` (for instance
     /// `blocking_sync`).
+    ///
+    /// ```
+    /// use seqsync::backend::EventOptions;
+    /// use seqsync::{Error, EventRingbuf, HostBackend};
+    ///
+    /// let host = HostBackend::new();
+    /// let ring = EventRingbuf::with_event_options(&host, "r", 1, 4, EventOptions::default())?;
+    /// assert_eq!(ring.max_size(), 4);
+    /// let err = EventRingbuf::with_event_options(&host, "r", 1, 0, EventOptions::default());
+    /// assert!(matches!(err, Err(Error::InvalidArgument { .. })));
+    /// # Ok::<(), seqsync::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
     pub fn with_event_options(
         backend: &B,
         name: impl Into<String>,
@@ -616,6 +631,19 @@ impl<B: Backend> EventRingbuf<B> {
 
     /// Block until `seq` has been recorded (or already recycled); consumes nothing. A no-op for
     /// seq < 0.
+    ///
+    /// ```
+    /// use seqsync::{Blocking, Error, EventRingbuf, HostBackend};
+    ///
+    /// let host = HostBackend::new();
+    /// let ring = EventRingbuf::new(&host, "r", 1, 2)?;
+    /// ring.synchronize_with_producer(-1)?; // before the first seq: nothing to wait for
+    /// ring.record_host(0, Blocking::No)?;
+    /// ring.synchronize_with_producer(0)?; // recorded: returns at once, consumes nothing
+    /// ring.stop("shutting down");
+    /// assert!(matches!(ring.synchronize_with_producer(1), Err(Error::Stopped { .. })));
+    /// # Ok::<(), seqsync::Error>(())
+    /// ```
     ///
     /// # Errors
     /// [`Error::Stopped`] only: when the ring is or gets stopped (by [`stop`](Self::stop) or by

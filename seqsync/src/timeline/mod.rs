@@ -1,5 +1,8 @@
 //! Timelines: 64-bit values that only grow, which streams and host threads signal and wait on.
 //!
+//! It may use: `backend`, through the [`Backend`] and [`Semaphore`]
+//! traits only (never a concrete backend), and `primitive` / `wait_strategy` below it.
+//!
 //! A [`Timeline`] is the general form of the ring's "batch `s` is done" (a ring is a timeline
 //! whose values are `seq + 1`), and what IREE, Vulkan and D3D12 call a timeline semaphore or a
 //! fence. Any value may be signalled (jumps are fine), any number of waits may ask for any

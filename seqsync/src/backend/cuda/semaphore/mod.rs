@@ -1,6 +1,9 @@
 //! Timelines on CUDA: the semaphore word, by one of three mechanisms (see
 //! [`crate::backend::Mechanism`]).
 //!
+//! It may use: the rest of `backend/cuda` (driver, context, events, deferred errors) and
+//! `backend/semaphore.rs` (the word's contract); nothing above `backend/`.
+//!
 //! - **events + stream memory operations** (`hybrid`, named `events+memops`): the default where
 //!   the device runs stream memory operations. A wait whose signal is already enqueued is an
 //!   event wait (on the H200 an event record + wait costs ~0.25 us, a memory-operation write +
