@@ -192,16 +192,7 @@ impl<B: Backend> Timeline<B> {
         self.check_value(v)?;
         let s = &self.shared;
         let mut st = s.lock();
-        if let Some(f) = &st.failure {
-            return Err(s.failed_error(f));
-        }
-        if v <= st.last_enqueued {
-            return Err(Error::NonMonotonic {
-                timeline: s.name.clone(),
-                current: st.last_enqueued,
-                got: v,
-            });
-        }
+        s.admit(&st, v)?;
         st.last_enqueued = v;
         let r = s.sem.store(v);
         drop(st);
@@ -229,16 +220,7 @@ impl<B: Backend> Timeline<B> {
         let mut ledger = Ledger::find(id);
         loop {
             let mut st = s.lock();
-            if let Some(f) = &st.failure {
-                return Err(s.failed_error(f));
-            }
-            if v <= st.last_enqueued {
-                return Err(Error::NonMonotonic {
-                    timeline: s.name.clone(),
-                    current: st.last_enqueued,
-                    got: v,
-                });
-            }
+            s.admit(&st, v)?;
             if let Some(l) = &ledger {
                 match l.add_signal(&s.target, v) {
                     Ok(()) => {}

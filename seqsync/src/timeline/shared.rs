@@ -116,6 +116,22 @@ impl<B: Backend> Shared<B> {
         }
     }
 
+    /// May `v` be signalled now (by the host or enqueued)? Not on a failed timeline, nor if it
+    /// does not exceed every value signalled or enqueued so far.
+    pub(crate) fn admit(&self, st: &State, v: u64) -> Result<()> {
+        if let Some(f) = &st.failure {
+            return Err(self.failed_error(f));
+        }
+        if v <= st.last_enqueued {
+            return Err(Error::NonMonotonic {
+                timeline: self.name.clone(),
+                current: st.last_enqueued,
+                got: v,
+            });
+        }
+        Ok(())
+    }
+
     /// As [`Shared::observe`], from what the backend knows without asking the device
     /// ([`Semaphore::peek`]): possibly lower than `observe`, never higher. For `wait_on`'s "is
     /// a wait needed at all?", where a low answer only costs a wait that is released at once.
