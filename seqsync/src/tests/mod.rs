@@ -3,5 +3,6 @@
 //! It may use: anything in the crate (these are its tests), through loom's atomics, locks and
 //! threads; a model backend stands in for a real one.
 
+mod loom_lock;
 mod loom_ring;
 mod loom_timeline;

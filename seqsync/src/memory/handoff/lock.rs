@@ -11,16 +11,23 @@
 //! the spinning; one that does (the holder was descheduled, or a backend call blocks on a
 //! full queue) costs little CPU and wakes within its nap.
 
-use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-/// A value behind the lock.
-#[derive(Debug, Default)]
+use crate::primitive::{AtomicBool, Ordering, UnsafeCell};
+
+/// A value behind the lock. Its atomic and cell come from `crate::primitive`, so the loom model
+/// in `src/tests/loom_lock.rs` checks that it excludes and publishes.
+#[derive(Debug)]
 pub(crate) struct Lock<T> {
     locked: AtomicBool,
     value: UnsafeCell<T>,
+}
+
+impl<T: Default> Default for Lock<T> {
+    fn default() -> Self {
+        Lock::new(T::default())
+    }
 }
 
 // SAFETY: the value is reached only through a `Guard`, and at most one guard exists at a time
@@ -31,6 +38,13 @@ unsafe impl<T: Send> Sync for Lock<T> {}
 // (`Send` is automatic: `UnsafeCell<T>` is `Send` when `T` is.)
 
 impl<T> Lock<T> {
+    pub(crate) fn new(value: T) -> Self {
+        Lock {
+            locked: AtomicBool::new(false),
+            value: UnsafeCell::new(value),
+        }
+    }
+
     /// Take the lock (never poisoned: a panic under it gives it back, see
     /// [`Registry::lock`](super::buffer::Registry) for why that is safe here).
     #[inline]
@@ -61,7 +75,11 @@ impl<T> Lock<T> {
                 return;
             }
             tries += 1;
-            if tries < 64 {
+            if cfg!(seqsync_loom) {
+                // Loom explores every interleaving: a spin must let the holder run.
+                #[cfg(seqsync_loom)]
+                loom::thread::yield_now();
+            } else if tries < 64 {
                 std::hint::spin_loop();
             } else if tries < 128 {
                 std::thread::yield_now();
@@ -84,7 +102,7 @@ impl<T> Deref for Guard<'_, T> {
     type Target = T;
     fn deref(&self) -> &T {
         // SAFETY: this guard is the only one (see `Sync` above), so no `&mut T` exists.
-        unsafe { &*self.lock.value.get() }
+        self.lock.value.with(|p| unsafe { &*p })
     }
 }
 
@@ -92,7 +110,7 @@ impl<T> DerefMut for Guard<'_, T> {
     fn deref_mut(&mut self) -> &mut T {
         // SAFETY: this guard is the only one, and `&mut self` makes this the only reference
         // through it.
-        unsafe { &mut *self.lock.value.get() }
+        self.lock.value.with_mut(|p| unsafe { &mut *p })
     }
 }
 
@@ -105,7 +123,7 @@ impl<T> Drop for Guard<'_, T> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(seqsync_loom)))]
 mod tests {
     use super::Lock;
     use std::sync::Arc;

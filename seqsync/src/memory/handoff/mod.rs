@@ -122,7 +122,7 @@
 
 mod backend;
 mod buffer;
-mod lock;
+pub(crate) mod lock;
 mod state;
 mod task;
 
