@@ -5,8 +5,10 @@ use std::sync::Arc;
 
 use cudarc::driver::{sys, CudaContext, CudaStream};
 
+use super::context::make_current;
 use super::deferred::Deferred;
-use crate::error::Error;
+use super::driver::check;
+use crate::error::{Error, Result};
 
 /// A CUDA event owned by seqsync (a raw `CUevent`; destroyed on drop).
 #[derive(Debug)]
@@ -24,6 +26,28 @@ unsafe impl Send for CudaEvent {}
 unsafe impl Sync for CudaEvent {}
 
 impl CudaEvent {
+    /// A new event of `ctx` with `flags` (`CUevent_flags`), made with `ctx` current (an event
+    /// belongs to the context current at its creation, whatever other code made current);
+    /// its drop's error goes to `deferred`.
+    pub(super) fn create(
+        ctx: &Arc<CudaContext>,
+        deferred: &Arc<Deferred>,
+        flags: u32,
+    ) -> Result<Self> {
+        make_current(ctx)?;
+        let mut raw: sys::CUevent = std::ptr::null_mut();
+        // SAFETY: `ctx` is current on this thread (above) and `raw` is a valid out-pointer; on
+        // success the driver hands us ownership of a new event.
+        check("cuEventCreate", unsafe {
+            sys::cuEventCreate(&mut raw, flags)
+        })?;
+        Ok(CudaEvent {
+            raw,
+            ctx: ctx.clone(),
+            deferred: deferred.clone(),
+        })
+    }
+
     /// The raw handle, for driver calls of your own. It stays owned by this `CudaEvent`.
     pub fn cu_event(&self) -> sys::CUevent {
         self.raw

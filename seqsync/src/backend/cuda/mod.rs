@@ -279,9 +279,6 @@ impl Backend for CudaBackend {
     }
 
     fn create_event(&self, options: EventOptions) -> Result<CudaEvent> {
-        // An event belongs to the context current at its creation: make ours current, whatever
-        // other code made current on this thread.
-        self.bind()?;
         let mut flags = 0u32;
         if !options.timing {
             flags |= sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
@@ -289,17 +286,7 @@ impl Backend for CudaBackend {
         if options.blocking_sync {
             flags |= sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32;
         }
-        let mut raw: sys::CUevent = std::ptr::null_mut();
-        // SAFETY: the context is current on this thread (bind above) and `raw` is a valid
-        // out-pointer; on success the driver hands us ownership of a new event.
-        check("cuEventCreate", unsafe {
-            sys::cuEventCreate(&mut raw, flags)
-        })?;
-        Ok(CudaEvent {
-            raw,
-            ctx: self.ctx.clone(),
-            deferred: self.deferred.clone(),
-        })
+        CudaEvent::create(&self.ctx, &self.deferred, flags)
     }
 
     #[inline]

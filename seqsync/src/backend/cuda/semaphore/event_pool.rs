@@ -13,7 +13,7 @@ use cudarc::driver::{sys, CudaContext, CudaStream};
 
 use super::points::{Points, WaitPlan};
 use crate::backend::cuda::context::with_context;
-use crate::backend::cuda::{driver_error, make_current, CudaEvent, Deferred};
+use crate::backend::cuda::{driver_error, CudaEvent, Deferred};
 use crate::error::{Error, Result};
 
 /// Events a timeline keeps for its next signals before giving them to the backend's list.
@@ -51,17 +51,8 @@ impl EventPool {
         if !spare.is_empty() {
             return Ok(());
         }
-        make_current(ctx)?;
-        let mut raw: sys::CUevent = std::ptr::null_mut();
         let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
-        // SAFETY: the context is current and `raw` a valid out-pointer.
-        let r = unsafe { sys::cuEventCreate(&mut raw, flags) };
-        r.result().map_err(|e| driver_error("cuEventCreate", e))?;
-        spare.push(CudaEvent {
-            raw,
-            ctx: ctx.clone(),
-            deferred: self.errors.clone(),
-        });
+        spare.push(CudaEvent::create(ctx, &self.errors, flags)?);
         Ok(())
     }
 

@@ -134,17 +134,8 @@ fn record_now(
     deferred: &Arc<Deferred>,
     stream: &CudaStream,
 ) -> Result<CudaEvent> {
-    make_current(ctx)?;
-    let mut raw: sys::CUevent = std::ptr::null_mut();
     let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
-    // SAFETY: the context is current and `raw` a valid out-pointer.
-    let r = unsafe { sys::cuEventCreate(&mut raw, flags) };
-    r.result().map_err(|e| driver_error("cuEventCreate", e))?;
-    let ev = CudaEvent {
-        raw,
-        ctx: ctx.clone(),
-        deferred: deferred.clone(),
-    };
+    let ev = CudaEvent::create(ctx, deferred, flags)?;
     // SAFETY: both handles are live and belong to `ctx`.
     let r = unsafe { sys::cuEventRecord(ev.raw, stream.cu_stream()) };
     r.result().map_err(|e| driver_error("cuEventRecord", e))?;
