@@ -74,23 +74,31 @@ impl<T> Lock<T> {
             {
                 return;
             }
-            tries += 1;
-            if cfg!(seqsync_loom) {
-                // Loom explores every interleaving: a spin must let the holder run.
-                #[cfg(seqsync_loom)]
-                loom::thread::yield_now();
-            } else if tries < 64 {
-                std::hint::spin_loop();
-            } else if tries < 128 {
-                std::thread::yield_now();
-            } else {
-                // The holder was descheduled (or blocks in a backend call): stop burning a
-                // core.
-                std::thread::sleep(nap);
-                nap = (nap * 2).min(Duration::from_millis(1));
-            }
+            back_off(&mut tries, &mut nap);
         }
     }
+}
+
+/// Between two tries at a taken lock: spin, then yield, then nap (`tries` and `nap` carry the
+/// progression).
+#[cfg(not(seqsync_loom))]
+fn back_off(tries: &mut u32, nap: &mut Duration) {
+    *tries += 1;
+    if *tries < 64 {
+        std::hint::spin_loop();
+    } else if *tries < 128 {
+        std::thread::yield_now();
+    } else {
+        // The holder was descheduled (or blocks in a backend call): stop burning a core.
+        std::thread::sleep(*nap);
+        *nap = (*nap * 2).min(Duration::from_millis(1));
+    }
+}
+
+/// Under loom, which explores every interleaving, a try must let the holder run.
+#[cfg(seqsync_loom)]
+fn back_off(_: &mut u32, _: &mut Duration) {
+    loom::thread::yield_now();
 }
 
 /// The lock, held.
