@@ -386,29 +386,6 @@ fn report<B: Backend>(
 
 #[cfg(feature = "cuda")]
 fn run_cuda(gpu: &seqsync::backend::cuda::CudaBackend, cfg: &BenchConfig) -> Result<HandoffReport> {
-    use seqsync::cudarc::driver::{CudaStream, LaunchConfig, PushKernelArg};
-    use std::sync::Arc;
-    const SPIN: &str = r#"
-extern "C" __global__ void spin_ns(unsigned long long ns) {
-    unsigned long long start, now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < ns);
-}
-"#;
-    let spin = gpu.load_kernels(SPIN, &["spin_ns"])?.remove(0);
-    let busy = |s: &Arc<CudaStream>, d: Duration| -> Result<()> {
-        let ns = d.as_nanos() as u64;
-        let mut l = s.launch_builder(&spin);
-        l.arg(&ns);
-        let cfg = LaunchConfig {
-            grid_dim: (1, 1, 1),
-            block_dim: (1, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: spin_ns takes one u64 by value and touches no memory.
-        unsafe { l.launch(cfg) }
-            .map(|_| ())
-            .map_err(|e| seqsync::backend::cuda::driver_error("cuLaunchKernel", e))
-    };
+    let busy = super::cuda_busy(gpu);
     report(gpu, gpu.device_name()?, &busy, cfg)
 }

@@ -383,37 +383,27 @@ pub fn run_on_host(h: &seqsync::HostBackend, cfg: &BenchConfig) -> Result<BenchR
     })
 }
 
+/// Keep a CUDA stream busy for a while: the library's spinning kernel
+/// ([`CommandBackend::spin_kernel`](seqsync::backend::CommandBackend::spin_kernel), one thread
+/// on the globaltimer), launched on the stream. The benches' stand-in for work of a known
+/// length.
+#[cfg(feature = "cuda")]
+pub(crate) fn cuda_busy(
+    gpu: &seqsync::backend::cuda::CudaBackend,
+) -> impl Fn(&std::sync::Arc<seqsync::cudarc::driver::CudaStream>, Duration) -> Result<()> + Copy + '_
+{
+    use seqsync::backend::CommandBackend;
+    move |s, d| gpu.launch_kernel(s, &gpu.spin_kernel(d.as_micros() as u64)?)
+}
+
 #[cfg(feature = "cuda")]
 fn run_cuda(gpu: &seqsync::backend::cuda::CudaBackend, cfg: &BenchConfig) -> Result<BenchReport> {
-    use seqsync::cudarc::driver::{LaunchConfig, PushKernelArg};
-    const SPIN: &str = r#"
-extern "C" __global__ void spin_ns(unsigned long long ns) {
-    unsigned long long start, now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < ns);
-}
-"#;
-    let spin = gpu.load_kernels(SPIN, &["spin_ns"])?.remove(0);
     let mk = || gpu.new_stream();
     let (p, c) = (mk()?, mk()?);
     let mut ops = single_thread(gpu, &p, &c, cfg)?;
     let streams = [mk()?, mk()?, mk()?, mk()?, mk()?];
     ops.push(four_consumers(gpu, &streams, cfg)?);
-    let busy =
-        |s: &std::sync::Arc<seqsync::cudarc::driver::CudaStream>, d: Duration| -> Result<()> {
-            let ns = d.as_nanos() as u64;
-            let mut b = s.launch_builder(&spin);
-            b.arg(&ns);
-            let cfg = LaunchConfig {
-                grid_dim: (1, 1, 1),
-                block_dim: (1, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            // SAFETY: spin_ns takes one u64 by value and touches no memory.
-            unsafe { b.launch(cfg) }
-                .map(|_| ())
-                .map_err(|e| seqsync::backend::cuda::driver_error("cuLaunchKernel", e))
-        };
+    let busy = cuda_busy(gpu);
     let mut rows = sync_latency(
         gpu,
         &p,

@@ -362,15 +362,6 @@ fn run_cuda(
     cfg: &TimelineBenchConfig,
 ) -> Result<TimelineBenchReport> {
     use seqsync::backend::cuda::TimelineMechanism;
-    use seqsync::cudarc::driver::{LaunchConfig, PushKernelArg};
-    const SPIN: &str = r#"
-extern "C" __global__ void spin_ns(unsigned long long ns) {
-    unsigned long long start, now;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < ns);
-}
-"#;
-    let spin = gpu.load_kernels(SPIN, &["spin_ns"])?.remove(0);
     let (s1, s2) = (gpu.new_stream()?, gpu.new_stream()?);
     let mechanism = Timeline::new(gpu, "default", 0)?.mechanism().to_string();
     let (mut ops, mut ping) = (vec![], vec![]);
@@ -392,21 +383,7 @@ extern "C" __global__ void spin_ns(unsigned long long ns) {
             Err(e) => return Err(e),
         }
     }
-    let busy =
-        |s: &std::sync::Arc<seqsync::cudarc::driver::CudaStream>, d: Duration| -> Result<()> {
-            let ns = d.as_nanos() as u64;
-            let mut b = s.launch_builder(&spin);
-            b.arg(&ns);
-            let cfg = LaunchConfig {
-                grid_dim: (1, 1, 1),
-                block_dim: (1, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            // SAFETY: spin_ns takes one u64 by value and touches no memory.
-            unsafe { b.launch(cfg) }
-                .map(|_| ())
-                .map_err(|e| seqsync::backend::cuda::driver_error("cuLaunchKernel", e))
-        };
+    let busy = super::cuda_busy(gpu);
     ops.push(layer_alone(cfg)?);
     Ok(TimelineBenchReport {
         backend: "cuda".into(),
