@@ -257,12 +257,6 @@ pub fn run(kind: seqsync::BackendKind, cfg: &GraphBenchConfig) -> Result<GraphBe
         seqsync::AnyBackend::Host(h) => run_on(&h, cfg),
         #[cfg(feature = "cuda")]
         seqsync::AnyBackend::Cuda(c) => run_on(&c, cfg),
-        other => Err(crate::invalid(
-            "bench",
-            format!(
-                "no graph benchmark for the {} backend",
-                seqsync::backend::Backend::name(&other)
-            ),
-        )),
+        other => Err(super::unsupported("graph", &other)),
     }
 }

@@ -335,10 +335,7 @@ pub fn run(kind: seqsync::BackendKind, cfg: &BenchConfig) -> Result<HandoffRepor
         }
         #[cfg(feature = "cuda")]
         seqsync::AnyBackend::Cuda(c) => run_cuda(&c, cfg),
-        other => Err(crate::invalid(
-            "bench",
-            format!("no handoff benchmark for the {} backend", other.name()),
-        )),
+        other => Err(super::unsupported("handoff", &other)),
     }
 }
 
@@ -359,10 +356,7 @@ pub fn run_overhead(kind: seqsync::BackendKind, cfg: &BenchConfig) -> Result<Han
         seqsync::AnyBackend::Host(h) => ops(&h, "host".into(), cfg),
         #[cfg(feature = "cuda")]
         seqsync::AnyBackend::Cuda(c) => ops(&c, c.device_name()?, cfg),
-        other => Err(crate::invalid(
-            "bench",
-            format!("no handoff benchmark for the {} backend", other.name()),
-        )),
+        other => Err(super::unsupported("handoff", &other)),
     }
 }
 

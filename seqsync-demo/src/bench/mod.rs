@@ -332,19 +332,30 @@ pub(crate) fn sync_latency<B: Backend>(
     Ok(rows)
 }
 
+/// The error of a benchmark (`what`: "pool", "graph", …; "" for the ring's) asked to run on a
+/// backend it has no measurement for.
+pub(crate) fn unsupported(what: &str, backend: &seqsync::AnyBackend) -> seqsync::Error {
+    let what = if what.is_empty() {
+        String::new()
+    } else {
+        format!("{what} ")
+    };
+    crate::invalid(
+        "bench",
+        format!(
+            "no {what}benchmark for the {} backend",
+            seqsync::backend::Backend::name(backend)
+        ),
+    )
+}
+
 /// Run every measurement on the backend `kind` picks.
 pub fn run(kind: seqsync::BackendKind, cfg: &BenchConfig) -> Result<BenchReport> {
     match seqsync::AnyBackend::new(kind)? {
         seqsync::AnyBackend::Host(h) => run_on_host(&h, cfg),
         #[cfg(feature = "cuda")]
         seqsync::AnyBackend::Cuda(c) => run_cuda(&c, cfg),
-        other => Err(crate::invalid(
-            "bench",
-            format!(
-                "no benchmark for the {} backend",
-                seqsync::backend::Backend::name(&other)
-            ),
-        )),
+        other => Err(unsupported("", &other)),
     }
 }
 

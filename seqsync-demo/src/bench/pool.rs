@@ -271,12 +271,6 @@ pub fn run(kind: seqsync::BackendKind, cfg: &PoolBenchConfig) -> Result<PoolBenc
             let name = c.device_name()?;
             run_on(&c, &name, cfg)
         }
-        other => Err(crate::invalid(
-            "bench pool",
-            format!(
-                "no pool benchmark for the {} backend",
-                seqsync::backend::Backend::name(&other)
-            ),
-        )),
+        other => Err(super::unsupported("pool", &other)),
     }
 }

@@ -324,13 +324,7 @@ pub fn run(kind: seqsync::BackendKind, cfg: &TimelineBenchConfig) -> Result<Time
         seqsync::AnyBackend::Host(h) => run_on_host(&h, cfg),
         #[cfg(feature = "cuda")]
         seqsync::AnyBackend::Cuda(c) => run_cuda(&c, cfg),
-        other => Err(crate::invalid(
-            "bench",
-            format!(
-                "no timeline benchmark for the {} backend",
-                seqsync::backend::Backend::name(&other)
-            ),
-        )),
+        other => Err(super::unsupported("timeline", &other)),
     }
 }
 
