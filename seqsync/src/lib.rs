@@ -59,6 +59,7 @@ pub mod backend;
 mod error;
 pub mod graph;
 pub mod hazard;
+mod lock;
 pub mod memory;
 pub mod pipeline;
 mod primitive;

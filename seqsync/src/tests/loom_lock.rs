@@ -1,4 +1,4 @@
-//! Loom model of the buffer tracker's lock (`memory/handoff/lock.rs`): one compare-and-swap
+//! Loom model of the crate's lock (`src/lock.rs`, the buffer tracker's, the timelines' and their ledgers'): one compare-and-swap
 //! to take it, a release store to give it back. Two threads each make a two-step update of the
 //! value under the lock (read, then write back one more); a lock that let both in at once, or
 //! that did not publish a holder's write to the next holder, loses an update or shows loom a
@@ -7,10 +7,10 @@
 use loom::sync::Arc;
 use loom::thread;
 
-use crate::memory::handoff::lock::Lock;
+use crate::lock::Lock;
 
 #[test]
-fn loom_tracker_lock_excludes_and_publishes() {
+fn loom_lock_excludes_and_publishes() {
     loom::model(|| {
         let lock = Arc::new(Lock::new((0u32, 0u32)));
         let threads: Vec<_> = (0..2)

@@ -1,7 +1,7 @@
 //! Timelines: 64-bit values that only grow, which streams and host threads signal and wait on.
 //!
 //! It may use: `backend`, through the [`Backend`] and [`Semaphore`]
-//! traits only (never a concrete backend), and `primitive` / `wait_strategy` below it.
+//! traits only (never a concrete backend), and `primitive` / `lock` / `wait_strategy` below it.
 //!
 //! A [`Timeline`] is the general form of the ring's "batch `s` is done" (a ring is a timeline
 //! whose values are `seq + 1`), and what IREE, Vulkan and D3D12 call a timeline semaphore or a
@@ -81,7 +81,7 @@ use std::time::Duration;
 pub use crate::backend::semaphore::{Mechanism, MAX_VALUE};
 use crate::backend::{Backend, Semaphore};
 use crate::error::{Error, Result};
-use propagate::{Ledger, Refused, Retired};
+use propagate::{Refused, Retired};
 use shared::{out_of_range, Shared};
 use wait::{block_until, WaitOn};
 
@@ -217,28 +217,25 @@ impl<B: Backend> Timeline<B> {
         self.check_value(v)?;
         let s = &self.shared;
         let id = s.backend.stream_id(stream);
-        let mut ledger = Ledger::find(id);
-        loop {
-            let mut st = s.lock();
-            s.admit(&st, v)?;
-            if let Some(l) = &ledger {
-                match l.add_signal(&s.target, v) {
-                    Ok(()) => {}
-                    Err(Refused::Poisoned(cause)) => {
-                        drop(st);
-                        s.fail(Error::clone(&cause), None);
-                        return Ok(());
-                    }
-                    Err(Refused::Retired) => {
-                        drop(st);
-                        ledger = Ledger::find_fresh(id);
-                        continue;
-                    }
-                }
-            }
-            st.last_enqueued = v;
-            return s.backend.signal_on(stream, &s.sem, v);
+        // Under the timeline's lock from admission to the backend's enqueue: signals reach the
+        // backend in value order, and none after a failure is marked.
+        let mut st = s.lock();
+        s.admit(&st, v)?;
+        let added = propagate::with_ledger(id, false, |ledger| match ledger {
+            None => Ok(Ok(())),
+            Some(l) => match l.add_signal(&s.target, v) {
+                Ok(()) => Ok(Ok(())),
+                Err(Refused::Poisoned(cause)) => Ok(Err(cause)),
+                Err(Refused::Retired) => Err(Retired),
+            },
+        });
+        if let Err(cause) = added {
+            drop(st);
+            s.fail(Error::clone(&cause), None);
+            return Ok(());
         }
+        st.last_enqueued = v;
+        s.backend.signal_on(stream, &s.sem, v)
     }
 
     /// Enqueue a wait on `stream`: work enqueued on it afterwards runs once the value is `≥ v`,
@@ -257,16 +254,16 @@ impl<B: Backend> Timeline<B> {
             return Ok(());
         }
         let id = s.backend.stream_id(stream);
-        let mut ledger = Ledger::get(id);
-        let seq = loop {
-            match ledger.add_wait(&s.target, v) {
-                Ok(seq) => break seq,
-                Err(Retired) => ledger = Ledger::get_fresh(id),
-            }
-        };
         // A failure marks the timeline failed, then looks for waits in the ledgers: either it
-        // finds this one (added above), or this sees the mark.
-        if s.failed.load(crate::primitive::Ordering::Acquire) {
+        // finds this one (added first), or this sees the mark.
+        let failed = propagate::with_ledger(id, true, |ledger| {
+            let ledger = ledger.expect("made when asked");
+            let seq = ledger.add_wait(&s.target, v)?;
+            Ok(s.failed
+                .load(crate::primitive::Ordering::Acquire)
+                .then(|| (ledger.clone(), seq)))
+        });
+        if let Some((ledger, seq)) = failed {
             let st = s.lock();
             let f = st
                 .failure

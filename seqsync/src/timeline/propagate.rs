@@ -29,7 +29,15 @@
 //! (no poison, every wait satisfied) are not removed on the hot path either: the registry is
 //! swept when it has doubled since the last sweep. A swept ledger is marked retired under its
 //! lock (after the epoch moved), so a thread that raced with the sweep sees it when it adds
-//! its entry, and looks the stream up again.
+//! its entry, and looks the stream up again. A hit runs the caller's update on the cached
+//! ledger in place ([`with_ledger`]), so it takes no reference either.
+//!
+//! # Entries cost no reference count
+//!
+//! An entry names its timeline by address; the ledger keeps one `Weak` per timeline its
+//! entries name (which keeps the address from being reused), cloned when a timeline first
+//! appears and dropped by the prune after its last entry. The ledger's lock is the crate's
+//! one-CAS lock. So an ordered `wait_on` costs the ledger one compare-and-swap and a push.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -37,12 +45,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use crate::error::Error;
+use crate::lock::{Guard, Lock};
 
 /// What the ledger needs of a timeline (object-safe, so one ledger serves every backend).
 pub(crate) trait FailTarget: Send + Sync {
-    /// Has the timeline reached `value` (successfully)? A dropped or failed-below timeline has
-    /// not.
-    fn reached(&self, value: u64) -> bool;
+    /// The highest value the timeline reached successfully (a failed timeline: the value it
+    /// reached before failing; a word that cannot be read: 0). A wait for `v` or a signal of
+    /// `v` is resolved once this is `>= v`.
+    fn reached_value(&self) -> u64;
     /// Mark it failed because work that signals it waited on a failed timeline (host side
     /// only: its word is not released yet). `None` if it had failed already; else the further
     /// failures this causes (applied by the caller, so chains do not recurse).
@@ -70,25 +80,32 @@ pub(crate) fn apply(mut work: Vec<Propagation>) {
     }
 }
 
-struct PendingWait {
-    seq: u64,
-    timeline: Weak<dyn FailTarget>,
-    value: u64,
+/// A timeline as a ledger's entries name it: the address its `Weak`s point to. The ledger
+/// keeps one `Weak` of each timeline its entries name (see [`LedgerState::timelines`]), which
+/// keeps that address from being reused while the entries exist.
+type TimelineId = usize;
+
+fn id_of(timeline: &Weak<dyn FailTarget>) -> TimelineId {
+    timeline.as_ptr() as *const () as usize
 }
 
-struct PendingSignal {
+/// A wait or a signal enqueued on the stream.
+struct Entry {
     seq: u64,
-    timeline: Weak<dyn FailTarget>,
+    timeline: TimelineId,
     value: u64,
 }
 
 #[derive(Default)]
 struct LedgerState {
     next_seq: u64,
-    waits: Vec<PendingWait>,
-    signals: VecDeque<PendingSignal>,
-    /// Prune `waits` / `signals` of resolved entries when they grow to these lengths (amortized:
-    /// the next limit is twice what is left).
+    /// One `Weak` per timeline that an entry names, so that an entry costs no reference count
+    /// (a stream mostly waits on and signals a few timelines: a scan of a short list).
+    timelines: Vec<Weak<dyn FailTarget>>,
+    waits: Vec<Entry>,
+    signals: VecDeque<Entry>,
+    /// Prune `waits` / `signals` of resolved entries when one grows to its limit (amortized:
+    /// the next limits are twice what is left).
     prune_waits_at: usize,
     prune_signals_at: usize,
     /// The earliest failed wait's sequence number, and its failure.
@@ -102,6 +119,7 @@ struct LedgerState {
 pub(crate) struct Retired;
 
 /// Why a signal was not added.
+#[derive(Debug)]
 pub(crate) enum Refused {
     /// The stream is poisoned: fail the timeline with this cause instead.
     Poisoned(Arc<Error>),
@@ -109,9 +127,10 @@ pub(crate) enum Refused {
     Retired,
 }
 
-/// One stream's waits and signals (see the [module docs](self)).
+/// One stream's waits and signals (see the [module docs](self)). Its lock is the crate's
+/// one-CAS lock: every section is a few field updates (and, amortized, a prune).
 pub(crate) struct Ledger {
-    state: Mutex<LedgerState>,
+    state: Lock<LedgerState>,
 }
 
 struct Registry {
@@ -119,6 +138,11 @@ struct Registry {
     /// Sweep idle ledgers when the map grows to this size.
     sweep_at: usize,
 }
+
+/// Smallest list length that triggers a prune. A prune reads each timeline's value, which may
+/// ask the device (a CUDA event query, ~0.1–0.3 µs): at 64 entries that is a few nanoseconds
+/// per wait, for 1.5 KiB of entries per stream at most between prunes when the device keeps up.
+const PRUNE_MIN: usize = 64;
 
 /// Smallest registry size that triggers a sweep.
 const SWEEP_MIN: usize = 64;
@@ -158,30 +182,13 @@ thread_local! {
     };
 }
 
-/// `Some(lookup)` if this thread looked `stream_id` up in the current epoch.
-fn cached(stream_id: u64) -> Option<Option<Arc<Ledger>>> {
-    let epoch = EPOCH.load(Ordering::Acquire);
-    CACHE
-        .try_with(|c| {
-            let mut c = c.borrow_mut();
-            if c.epoch != epoch {
-                c.entries.clear();
-                c.epoch = epoch;
-                return None;
-            }
-            c.entries
-                .iter()
-                .find(|(id, _)| *id == stream_id)
-                .map(|(_, l)| l.clone())
-        })
-        .ok()
-        .flatten()
-}
-
-/// Remember a lookup made under the registry's lock in `epoch`.
+/// Remember a lookup made under the registry's lock in `epoch` (skipped if the cache is in
+/// use further up this thread's stack).
 fn remember(epoch: u64, stream_id: u64, ledger: Option<Arc<Ledger>>) {
     let _ = CACHE.try_with(|c| {
-        let mut c = c.borrow_mut();
+        let Ok(mut c) = c.try_borrow_mut() else {
+            return;
+        };
         if c.epoch != epoch {
             c.entries.clear();
             c.epoch = epoch;
@@ -197,17 +204,62 @@ fn remember(epoch: u64, stream_id: u64, ledger: Option<Arc<Ledger>>) {
     });
 }
 
-impl Ledger {
-    /// The ledger of stream `stream_id`, if it has one.
-    pub(crate) fn find(stream_id: u64) -> Option<Arc<Ledger>> {
-        match cached(stream_id) {
-            Some(hit) => hit,
-            None => Self::find_fresh(stream_id),
+/// Run `f` on stream `stream_id`'s ledger: made if needed when `create`, else `None` when the
+/// stream has none. `f` runs again on the stream's new ledger if a sweep retired the one it
+/// got.
+///
+/// The fast path runs `f` on the ledger this thread cached in the current epoch, without
+/// taking a reference (no atomic operation besides the epoch's load); `f` must not call this
+/// again (it would only miss the cache).
+#[inline]
+pub(crate) fn with_ledger<R>(
+    stream_id: u64,
+    create: bool,
+    mut f: impl FnMut(Option<&Arc<Ledger>>) -> Result<R, Retired>,
+) -> R {
+    let epoch = EPOCH.load(Ordering::Acquire);
+    let hit = CACHE
+        .try_with(|c| {
+            let c = c.try_borrow().ok()?;
+            if c.epoch != epoch {
+                return None;
+            }
+            match c.entries.iter().find(|(id, _)| *id == stream_id)? {
+                (_, Some(ledger)) => Some(f(Some(ledger))),
+                (_, None) if !create => Some(f(None)),
+                (_, None) => None,
+            }
+        })
+        .ok()
+        .flatten();
+    match hit {
+        Some(Ok(r)) => r,
+        _ => with_ledger_fresh(stream_id, create, f),
+    }
+}
+
+/// [`with_ledger`] from the registry itself.
+#[cold]
+fn with_ledger_fresh<R>(
+    stream_id: u64,
+    create: bool,
+    mut f: impl FnMut(Option<&Arc<Ledger>>) -> Result<R, Retired>,
+) -> R {
+    loop {
+        let ledger = if create {
+            Some(Ledger::get_fresh(stream_id))
+        } else {
+            Ledger::find_fresh(stream_id)
+        };
+        if let Ok(r) = f(ledger.as_ref()) {
+            return r;
         }
     }
+}
 
-    /// [`find`](Self::find), from the registry itself.
-    pub(crate) fn find_fresh(stream_id: u64) -> Option<Arc<Ledger>> {
+impl Ledger {
+    /// The ledger of stream `stream_id`, if it has one, from the registry.
+    fn find_fresh(stream_id: u64) -> Option<Arc<Ledger>> {
         let reg = lock_registry();
         let epoch = EPOCH.load(Ordering::Relaxed);
         let ledger = reg.ledgers.get(&stream_id).cloned();
@@ -216,16 +268,8 @@ impl Ledger {
         ledger
     }
 
-    /// The ledger of stream `stream_id`, made if needed.
-    pub(crate) fn get(stream_id: u64) -> Arc<Ledger> {
-        match cached(stream_id) {
-            Some(Some(ledger)) => ledger,
-            _ => Self::get_fresh(stream_id),
-        }
-    }
-
-    /// [`get`](Self::get), from the registry itself.
-    pub(crate) fn get_fresh(stream_id: u64) -> Arc<Ledger> {
+    /// The ledger of stream `stream_id`, made if needed, from the registry.
+    fn get_fresh(stream_id: u64) -> Arc<Ledger> {
         let mut reg = lock_registry();
         let mut dropped = Vec::new();
         let ledger = match reg.ledgers.get(&stream_id) {
@@ -235,7 +279,7 @@ impl Ledger {
                     reg.sweep(&mut dropped);
                 }
                 let l = Arc::new(Ledger {
-                    state: Mutex::new(LedgerState::default()),
+                    state: Lock::new(LedgerState::default()),
                 });
                 reg.ledgers.insert(stream_id, l.clone());
                 EPOCH.fetch_add(1, Ordering::Release);
@@ -244,15 +288,15 @@ impl Ledger {
         };
         let epoch = EPOCH.load(Ordering::Relaxed);
         drop(reg);
-        // Timelines the sweep looked at go only now, outside every lock (dropping the last
-        // handle of one with pending stream waits fails it, which takes ledgers' locks).
+        // Timelines the sweep looked at go only now, outside every lock.
         drop(dropped);
         remember(epoch, stream_id, Some(ledger.clone()));
         ledger
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, LedgerState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    /// A panic under the lock (a prune's `reached`) leaves at worst entries not yet pruned.
+    fn lock(&self) -> Guard<'_, LedgerState> {
+        self.state.lock()
     }
 
     /// A wait for `value` of `timeline` is being enqueued: returns its sequence number.
@@ -267,10 +311,13 @@ impl Ledger {
         }
         let seq = st.next_seq;
         st.next_seq += 1;
-        st.prune_waits();
-        st.waits.push(PendingWait {
+        if st.waits.len() >= st.prune_waits_at {
+            st.prune();
+        }
+        let timeline = st.name(timeline);
+        st.waits.push(Entry {
             seq,
-            timeline: timeline.clone(),
+            timeline,
             value,
         });
         Ok(seq)
@@ -291,13 +338,15 @@ impl Ledger {
         }
         let seq = st.next_seq;
         st.next_seq += 1;
-        st.prune_waits();
+        if st.waits.len() >= st.prune_waits_at || st.signals.len() >= st.prune_signals_at {
+            st.prune();
+        }
         // A signal after only satisfied waits can never be poisoned: no need to keep it.
         if !st.waits.is_empty() {
-            st.prune_signals();
-            st.signals.push_back(PendingSignal {
+            let timeline = st.name(timeline);
+            st.signals.push_back(Entry {
                 seq,
-                timeline: timeline.clone(),
+                timeline,
                 value,
             });
         }
@@ -307,19 +356,25 @@ impl Ledger {
     /// A wait enqueued as `seq` was released by the failure `cause`: poison the stream from
     /// there, and return the failures of the signals enqueued after it.
     pub(crate) fn poison_from(&self, seq: u64, cause: Arc<Error>) -> Vec<Propagation> {
-        let mut st = self.lock();
-        if st.poison.as_ref().is_some_and(|(p, _)| *p <= seq) {
-            return Vec::new(); // everything after `seq` already failed
-        }
-        st.poison = Some((seq, cause.clone()));
-        // Signals are in enqueue order: those after the wait fail, earlier ones stay (an
-        // earlier wait may still fail them).
-        let keep = st.signals.iter().take_while(|s| s.seq < seq).count();
-        let failed: Vec<_> = st.signals.drain(keep..).collect();
-        drop(st);
+        let failed: Vec<Weak<dyn FailTarget>> = {
+            let mut guard = self.lock();
+            let st = &mut *guard;
+            if st.poison.as_ref().is_some_and(|(p, _)| *p <= seq) {
+                return Vec::new(); // everything after `seq` already failed
+            }
+            st.poison = Some((seq, cause.clone()));
+            // Signals are in enqueue order: those after the wait fail, earlier ones stay (an
+            // earlier wait may still fail them).
+            let keep = st.signals.iter().take_while(|s| s.seq < seq).count();
+            st.signals
+                .drain(keep..)
+                .filter_map(|s| st.timelines.iter().find(|t| id_of(t) == s.timeline))
+                .cloned()
+                .collect()
+        };
         failed
             .into_iter()
-            .filter_map(|s| s.timeline.upgrade())
+            .filter_map(|t| t.upgrade())
             .map(|t| (t, cause.clone()))
             .collect()
     }
@@ -336,7 +391,7 @@ pub(crate) fn waits_on(timeline: *const (), above: u64) -> Vec<(Arc<Ledger>, u64
         found.extend(
             st.waits
                 .iter()
-                .filter(|w| w.value > above && w.timeline.as_ptr() as *const () == timeline)
+                .filter(|w| w.value > above && w.timeline == timeline as usize)
                 .map(|w| (ledger.clone(), w.seq)),
         );
     }
@@ -351,15 +406,11 @@ impl Registry {
         EPOCH.fetch_add(1, Ordering::Release);
         self.ledgers.retain(|_, l| {
             let mut st = l.lock();
-            let idle = st.poison.is_none()
-                && st.waits.iter().all(|w| match w.timeline.upgrade() {
-                    Some(t) => {
-                        let reached = t.reached(w.value);
-                        dropped.push(t);
-                        reached
-                    }
-                    None => true,
-                });
+            let st = &mut *st;
+            let mut now = Reached::new(&st.timelines);
+            let idle =
+                st.poison.is_none() && st.waits.iter().all(|w| now.resolves(w.timeline, w.value));
+            dropped.extend(now.into_upgraded());
             st.retired = idle;
             !idle
         });
@@ -368,52 +419,80 @@ impl Registry {
 }
 
 impl LedgerState {
-    fn prune_waits(&mut self) {
-        if self.waits.len() >= self.prune_waits_at {
-            let mut timelines = Upgrades::default();
-            self.waits
-                .retain(|w| !is_resolved(timelines.get(&w.timeline), w.value));
-            self.prune_waits_at = (self.waits.len() * 2).max(8);
+    /// The id of `timeline`, listed if new.
+    #[inline]
+    fn name(&mut self, timeline: &Weak<dyn FailTarget>) -> TimelineId {
+        let id = id_of(timeline);
+        if !self.timelines.iter().any(|t| id_of(t) == id) {
+            self.timelines.push(timeline.clone());
         }
+        id
     }
 
-    fn prune_signals(&mut self) {
-        if self.signals.len() >= self.prune_signals_at {
-            // A signal that landed can no longer be failed by the stream's waits.
-            let mut timelines = Upgrades::default();
-            self.signals.retain(|s| {
-                timelines
-                    .get(&s.timeline)
-                    .is_some_and(|t| !t.reached(s.value))
-            });
-            self.prune_signals_at = (self.signals.len() * 2).max(8);
-        }
-    }
-}
-
-/// Upgrades of the timelines of consecutive entries, made once per run of entries on the same
-/// timeline (a stream mostly waits on and signals a few timelines: an upgrade is two
-/// read-modify-writes, the rest of a check two loads).
-#[derive(Default)]
-struct Upgrades {
-    last: Option<(*const (), Option<Arc<dyn FailTarget>>)>,
-}
-
-impl Upgrades {
-    fn get(&mut self, w: &Weak<dyn FailTarget>) -> Option<&Arc<dyn FailTarget>> {
-        let ptr = w.as_ptr() as *const ();
-        if !matches!(&self.last, Some((p, _)) if *p == ptr) {
-            self.last = Some((ptr, w.upgrade()));
-        }
-        self.last.as_ref().and_then(|(_, t)| t.as_ref())
+    /// Drop the resolved entries: waits whose value is reached (they can no longer release
+    /// anything by failing), signals whose value landed (they can no longer be failed), then
+    /// the timelines no entry names. One value read per timeline.
+    #[cold]
+    fn prune(&mut self) {
+        let mut now = Reached::new(&self.timelines);
+        self.waits.retain(|w| !now.resolves(w.timeline, w.value));
+        self.signals.retain(|s| !now.resolves(s.timeline, s.value));
+        let (waits, signals) = (&self.waits, &self.signals);
+        self.timelines.retain(|t| {
+            let id = id_of(t);
+            waits.iter().any(|w| w.timeline == id) || signals.iter().any(|s| s.timeline == id)
+        });
+        self.prune_waits_at = (self.waits.len() * 2).max(PRUNE_MIN);
+        self.prune_signals_at = (self.signals.len() * 2).max(PRUNE_MIN);
     }
 }
 
-fn is_resolved(timeline: Option<&Arc<dyn FailTarget>>, value: u64) -> bool {
-    // A dropped timeline was failed first if the wait was pending (by its last handle, while
-    // it was still alive), which poisoned the stream; so a wait on a dropped timeline is
-    // resolved either way.
-    timeline.is_none_or(|t| t.reached(value))
+/// A timeline's upgrade, and the value it reached (`None`: dropped).
+type Read = (Option<Arc<dyn FailTarget>>, Option<u64>);
+
+/// The values the timelines of a ledger have reached, each read once (an upgrade is two
+/// read-modify-writes and a read of the word may ask the device).
+struct Reached<'a> {
+    timelines: &'a [Weak<dyn FailTarget>],
+    /// Per timeline (same index), once read.
+    read: Vec<Option<Read>>,
+}
+
+impl<'a> Reached<'a> {
+    fn new(timelines: &'a [Weak<dyn FailTarget>]) -> Self {
+        Reached {
+            timelines,
+            read: (0..timelines.len()).map(|_| None).collect(),
+        }
+    }
+
+    /// The upgrade and reached value of `id` (read on first use).
+    fn get(&mut self, id: TimelineId) -> &Read {
+        let i = self
+            .timelines
+            .iter()
+            .position(|t| id_of(t) == id)
+            .expect("an entry names a listed timeline");
+        self.read[i].get_or_insert_with(|| {
+            let t = self.timelines[i].upgrade();
+            let value = t.as_ref().map(|t| t.reached_value());
+            (t, value)
+        })
+    }
+
+    /// Is an entry for `value` of `id` resolved? A signal is once its value landed (or its
+    /// timeline is gone: it fails nothing). A wait is once its value is reached; a dropped
+    /// timeline was failed first if a wait on it was pending (by its last handle, while it was
+    /// still alive), which poisoned the stream; so a wait on a dropped timeline is resolved
+    /// either way.
+    fn resolves(&mut self, id: TimelineId, value: u64) -> bool {
+        self.get(id).1.is_none_or(|reached| reached >= value)
+    }
+
+    /// The timelines upgraded, to be dropped where no lock is held.
+    fn into_upgraded(self) -> impl Iterator<Item = Arc<dyn FailTarget>> {
+        self.read.into_iter().flatten().filter_map(|(t, _)| t)
+    }
 }
 
 #[cfg(all(test, not(seqsync_loom)))]
@@ -422,6 +501,14 @@ mod tests {
     use crate::timeline::Timeline;
     use crate::HostBackend;
     use std::time::Duration;
+
+    fn find(id: u64) -> Option<Arc<Ledger>> {
+        with_ledger(id, false, |l| Ok(l.cloned()))
+    }
+
+    fn get(id: u64) -> Arc<Ledger> {
+        with_ledger(id, true, |l| Ok(l.expect("made when asked").clone()))
+    }
 
     fn sweep_now() {
         let mut dropped = Vec::new();
@@ -439,32 +526,32 @@ mod tests {
         let host = HostBackend::new();
         let t = Timeline::new(&host, "never reached", 0).unwrap();
         let target = t.shared.target.clone();
-        assert!(Ledger::find(id).is_none());
-        assert!(Ledger::find(id).is_none()); // from the cache
-                                             // Made by another thread (with a pending wait, so that the other tests' sweeps keep
-                                             // it): this one's cache must not hide it.
+        assert!(find(id).is_none());
+        assert!(find(id).is_none()); // from the cache
+                                     // Made by another thread (with a pending wait, so that the other tests' sweeps keep
+                                     // it): this one's cache must not hide it.
         let made = std::thread::spawn(move || {
-            let l = Ledger::get(id);
+            let l = get(id);
             l.add_wait(&target, 1).unwrap();
             l
         })
         .join()
         .unwrap();
-        let found = Ledger::find(id).expect("the epoch moved: looked up again");
+        let found = find(id).expect("the epoch moved: looked up again");
         assert!(Arc::ptr_eq(&made, &found));
-        assert!(Arc::ptr_eq(&Ledger::get(id), &made));
+        assert!(Arc::ptr_eq(&get(id), &made));
     }
 
     #[test]
     fn a_swept_idle_ledger_is_retired_and_its_stream_gets_a_new_one() {
         let id = unique_id();
-        let old = Ledger::get(id);
+        let old = get(id);
         sweep_now();
         let dead: Weak<dyn FailTarget> =
             Weak::<crate::timeline::shared::Shared<HostBackend>>::new();
         assert!(old.add_wait(&dead, 1).is_err());
         assert!(matches!(old.add_signal(&dead, 1), Err(Refused::Retired)));
-        assert!(!Arc::ptr_eq(&old, &Ledger::get(id)));
+        assert!(!Arc::ptr_eq(&old, &get(id)));
     }
 
     #[test]
@@ -487,5 +574,95 @@ mod tests {
         let c = Timeline::new(&host, "c", 0).unwrap();
         c.signal_on(&s, 1).unwrap();
         assert!(c.wait(1, Duration::from_secs(5)).is_err());
+    }
+
+    /// A timeline for the ledger alone: its value is set by hand, and it counts the reads.
+    struct Fake {
+        value: AtomicU64,
+        reads: AtomicU64,
+    }
+
+    impl FailTarget for Fake {
+        fn reached_value(&self) -> u64 {
+            self.reads.fetch_add(1, Ordering::Relaxed);
+            self.value.load(Ordering::Relaxed)
+        }
+        fn mark_failed(&self, _: Arc<Error>) -> Option<Vec<Propagation>> {
+            None
+        }
+        fn release(&self) {}
+    }
+
+    fn fake() -> (Arc<Fake>, Weak<dyn FailTarget>) {
+        let t = Arc::new(Fake {
+            value: AtomicU64::new(0),
+            reads: AtomicU64::new(0),
+        });
+        let arc: Arc<dyn FailTarget> = t.clone();
+        let weak = Arc::downgrade(&arc);
+        (t, weak)
+    }
+
+    fn ledger() -> Ledger {
+        Ledger {
+            state: Lock::new(LedgerState::default()),
+        }
+    }
+
+    #[test]
+    fn a_prune_reads_each_timeline_once_and_keeps_the_unreached_waits() {
+        let (a, wa) = fake();
+        let (b, wb) = fake();
+        let l = ledger();
+        for v in 1..=PRUNE_MIN as u64 {
+            l.add_wait(if v % 2 == 0 { &wa } else { &wb }, v).unwrap();
+        }
+        a.value.store(PRUNE_MIN as u64, Ordering::Relaxed); // every wait on `a` is reached
+        l.add_wait(&wa, 1000).unwrap(); // the list is full: this prunes first
+        assert_eq!(a.reads.load(Ordering::Relaxed), 1);
+        assert_eq!(b.reads.load(Ordering::Relaxed), 1);
+        let st = l.lock();
+        // b's 32 waits, and the new one on a.
+        assert_eq!(st.waits.len(), PRUNE_MIN / 2 + 1);
+        assert_eq!(st.timelines.len(), 2);
+    }
+
+    #[test]
+    fn a_prune_forgets_the_timelines_no_entry_names() {
+        let (a, wa) = fake();
+        let (_b, wb) = fake();
+        let l = ledger();
+        l.add_wait(&wa, 1).unwrap();
+        l.add_signal(&wa, 2).unwrap();
+        a.value.store(2, Ordering::Relaxed);
+        for v in 1..=PRUNE_MIN as u64 {
+            l.add_wait(&wb, v).unwrap();
+        }
+        let st = l.lock();
+        assert_eq!(st.timelines.len(), 1, "only b is named now");
+        assert!(st.signals.is_empty());
+        drop(st);
+        // With no `Weak` left in the ledger, a's allocation goes with its last `Arc`.
+        assert_eq!(Arc::weak_count(&a), 1, "the test's own Weak only");
+    }
+
+    #[test]
+    fn a_poison_fails_exactly_the_signals_after_the_wait() {
+        let (_a, wa) = fake();
+        let (b, wb) = fake();
+        let (c, wc) = fake();
+        let l = ledger();
+        l.add_wait(&wa, 1).unwrap();
+        l.add_signal(&wb, 1).unwrap();
+        let seq = l.add_wait(&wa, 2).unwrap();
+        l.add_signal(&wc, 1).unwrap();
+        let failed = l.poison_from(seq, Arc::new(Error::Cancelled("a".into())));
+        let ptrs: Vec<_> = failed
+            .iter()
+            .map(|(t, _)| Arc::as_ptr(t) as *const ())
+            .collect();
+        assert_eq!(ptrs, [Arc::as_ptr(&c) as *const ()]);
+        assert!(!ptrs.contains(&(Arc::as_ptr(&b) as *const ())));
+        assert!(matches!(l.add_signal(&wb, 2), Err(Refused::Poisoned(_))));
     }
 }

@@ -8,7 +8,8 @@ use super::wait::Waiters;
 use crate::backend::semaphore::{FAILED_BIT, MAX_VALUE};
 use crate::backend::{Backend, Semaphore};
 use crate::error::{Error, Result};
-use crate::primitive::{AtomicBool, AtomicU64, Mutex, MutexGuard, Ordering};
+use crate::lock::{Guard, Lock};
+use crate::primitive::{AtomicBool, AtomicU64, Ordering};
 
 /// A failure: why, and the last value reached before it.
 #[derive(Clone)]
@@ -27,7 +28,8 @@ pub(crate) struct Shared<B: Backend> {
     pub(crate) backend: B,
     pub(crate) name: String,
     pub(crate) sem: B::Semaphore,
-    pub(crate) state: Mutex<State>,
+    /// The crate's one-CAS lock: `signal_on` holds it from admission to the backend's enqueue.
+    pub(crate) state: Lock<State>,
     /// Set once `state.failure` is (a fast path for the hot calls).
     pub(crate) failed: AtomicBool,
     /// The highest value the host has seen reached: a word may briefly read lower on CUDA while
@@ -42,8 +44,11 @@ pub(crate) struct Shared<B: Backend> {
 }
 
 impl<B: Backend> Shared<B> {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    /// A panic under the lock (a backend call) leaves `last_enqueued` at most one signal
+    /// behind or ahead: a later signal of that value is refused or let through, as it would
+    /// be without the panic.
+    pub(crate) fn lock(&self) -> Guard<'_, State> {
+        self.state.lock()
     }
 
     pub(crate) fn new(backend: &B, name: &str, initial: u64) -> Result<Arc<Self>> {
@@ -66,7 +71,7 @@ impl<B: Backend> Shared<B> {
             backend: backend.clone(),
             name: name.to_owned(),
             sem,
-            state: Mutex::new(State {
+            state: Lock::new(State {
                 last_enqueued: initial,
                 failure: None,
             }),
@@ -209,11 +214,11 @@ impl<B: Backend> Shared<B> {
 }
 
 impl<B: Backend> FailTarget for Shared<B> {
-    fn reached(&self, value: u64) -> bool {
+    fn reached_value(&self) -> u64 {
         match self.sem.load() {
-            Ok(w) if w & FAILED_BIT == 0 => w.max(self.floor.load(Ordering::Acquire)) >= value,
-            Ok(w) => w & MAX_VALUE >= value,
-            Err(_) => false,
+            Ok(w) if w & FAILED_BIT == 0 => w.max(self.floor.load(Ordering::Acquire)),
+            Ok(w) => w & MAX_VALUE,
+            Err(_) => 0,
         }
     }
 

@@ -145,7 +145,7 @@ impl<B: Backend> TrackingBackend<B> {
         &self.inner
     }
 
-    fn lock(&self) -> super::lock::Guard<'_, State> {
+    fn lock(&self) -> crate::lock::Guard<'_, State> {
         self.shared.registry.lock()
     }
 

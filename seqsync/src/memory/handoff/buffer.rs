@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::lock::{Guard, Lock};
+use crate::lock::{Guard, Lock};
 
 use super::state::State;
 use crate::hazard::AccessKind;

@@ -122,7 +122,6 @@
 
 mod backend;
 mod buffer;
-pub(crate) mod lock;
 mod state;
 mod task;
 

@@ -29,6 +29,7 @@ use super::event_pool::{remember, EventPoints, EventPool};
 use crate::backend::cuda::make_current;
 use crate::backend::semaphore::failed_word;
 use crate::error::{Error, Result};
+use crate::lock::{Guard, Lock};
 
 enum HeldOp {
     Wait(Arc<EventsWord>, u64),
@@ -118,7 +119,8 @@ impl DeferredQueues {
 pub(crate) struct EventsWord {
     ctx: Arc<CudaContext>,
     deferred: Arc<DeferredQueues>,
-    points: Mutex<EventPoints>,
+    /// The crate's one-CAS lock: held for an event record or stream wait, and the list.
+    points: Lock<EventPoints>,
     failure: Mutex<Option<Error>>,
 }
 
@@ -132,13 +134,15 @@ impl EventsWord {
         EventsWord {
             ctx: ctx.clone(),
             deferred: deferred.clone(),
-            points: Mutex::new(EventPoints::new(pool, initial)),
+            points: Lock::new(EventPoints::new(pool, initial)),
             failure: Mutex::new(None),
         }
     }
 
-    fn points(&self) -> MutexGuard<'_, EventPoints> {
-        self.points.lock().unwrap_or_else(|e| e.into_inner())
+    /// A panic under the lock (none is expected: driver errors are values) leaves at worst a
+    /// point not listed: a later wait is deferred, a later load asks again.
+    fn points(&self) -> Guard<'_, EventPoints> {
+        self.points.lock()
     }
 
     /// The word: the highest value whose event completed, or the failed word.

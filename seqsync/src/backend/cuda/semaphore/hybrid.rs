@@ -16,7 +16,7 @@
 //! memory operation; a wait-before-signal costs one word wait and, at its signal, one write.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaContext, CudaStream};
 
@@ -26,6 +26,7 @@ use super::points::WordWaits;
 use super::slots::Pool;
 use crate::backend::semaphore::{failed_word, FAILED_BIT};
 use crate::error::{Error, Result};
+use crate::lock::{Guard, Lock};
 
 /// Word writes and word waits the `events+memops` timelines of a backend enqueued (a
 /// diagnostic: an ordered pair must enqueue neither).
@@ -43,7 +44,8 @@ struct State {
 pub(crate) struct HybridWord {
     ctx: Arc<CudaContext>,
     word: MemOpsWord,
-    state: Mutex<State>,
+    /// The crate's one-CAS lock: held for an event record or stream wait, and the lists.
+    state: Lock<State>,
     ops: Arc<WordOps>,
 }
 
@@ -58,7 +60,7 @@ impl HybridWord {
         Ok(HybridWord {
             ctx: ctx.clone(),
             word: MemOpsWord::new(ctx, slots, initial)?,
-            state: Mutex::new(State {
+            state: Lock::new(State {
                 events: EventPoints::new(events, initial),
                 word_waits: WordWaits::default(),
             }),
@@ -66,8 +68,10 @@ impl HybridWord {
         })
     }
 
-    fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    /// A panic under the lock (none is expected: driver errors are values) leaves at worst a
+    /// point or a word wait not listed: a later wait takes the word, a later load asks again.
+    fn state(&self) -> Guard<'_, State> {
+        self.state.lock()
     }
 
     /// The caller bound a stream handle that names no context (`bind_for`).

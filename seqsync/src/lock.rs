@@ -1,15 +1,21 @@
-//! The tracker's lock: one compare-and-swap to take it, a plain release store to give it
-//! back.
+//! The crate's short-section lock: one compare-and-swap to take it, a plain release store to
+//! give it back.
 //!
 //! `std::sync::Mutex` gives itself back with an atomic swap (it must see whether a thread
-//! sleeps on it), so an uncontended lock and unlock is two atomic read-modify-writes — most of
-//! what a tracked `record` or `wait` used to cost. Here nobody sleeps on the lock: a thread
+//! sleeps on it), so an uncontended lock and unlock is two atomic read-modify-writes: on the
+//! hot calls that take a lock or two (a tracked `record` or `wait`, a timeline's `signal_on`
+//! and `wait_on`) that was most of their cost. Here nobody sleeps on the lock: a thread
 //! that finds it taken spins briefly, then yields, then naps for a few microseconds between
-//! tries (10 µs, doubling up to 1 ms), so giving it back needs no read. The critical sections
-//! are a few field updates and at most a couple of backend calls (a record or stream wait,
-//! [`submit`](super::TrackingBackend::submit)'s fallback waits), so a waiter rarely gets past
-//! the spinning; one that does (the holder was descheduled, or a backend call blocks on a
-//! full queue) costs little CPU and wakes within its nap.
+//! tries (10 µs, doubling up to 1 ms), so giving it back needs no read.
+//!
+//! Use it only where every critical section is a few field updates and at most a backend
+//! call that enqueues (a record, a stream wait, a word write): a waiter then rarely gets past
+//! the spinning; one that does (the holder was descheduled, or a backend call blocks on a full
+//! queue) costs little CPU and wakes within its nap. Never hold it across a host wait.
+//!
+//! Its users: the buffer tracker's registries (`memory/handoff`), a timeline's admission state
+//! and its streams' ledgers (`timeline/`), and the event-based CUDA timeline words
+//! (`backend/cuda/semaphore`).
 
 use std::ops::{Deref, DerefMut};
 use std::time::Duration;
@@ -17,7 +23,8 @@ use std::time::Duration;
 use crate::primitive::{AtomicBool, Ordering, UnsafeCell};
 
 /// A value behind the lock. Its atomic and cell come from `crate::primitive`, so the loom model
-/// in `src/tests/loom_lock.rs` checks that it excludes and publishes.
+/// in `src/tests/loom_lock.rs` checks that it excludes and publishes (and the models of the
+/// timelines run through it).
 #[derive(Debug)]
 pub(crate) struct Lock<T> {
     locked: AtomicBool,
@@ -45,8 +52,8 @@ impl<T> Lock<T> {
         }
     }
 
-    /// Take the lock (never poisoned: a panic under it gives it back, see
-    /// [`Registry::lock`](super::buffer::Registry) for why that is safe here).
+    /// Take the lock. It is never poisoned: a panic under it gives it back, so each user
+    /// says why a half-done update is safe to see (or makes none).
     #[inline]
     pub(crate) fn lock(&self) -> Guard<'_, T> {
         // Acquire: everything the previous holder wrote before its release store is visible.
