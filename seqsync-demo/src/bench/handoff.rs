@@ -29,7 +29,8 @@ pub struct HandoffRow {
     pub baseline_ns: f64,
     /// What the baseline is.
     pub baseline: String,
-    /// `tracked_ns - baseline_ns`.
+    /// What tracking adds: `tracked_ns - baseline_ns`, or, where both sides ran back to back
+    /// in each round, the median of the rounds' differences.
     pub extra_ns: f64,
     /// `tracked_ns / baseline_ns`.
     pub ratio: f64,
@@ -164,26 +165,34 @@ pub fn record_wait<B: Backend>(b: &B, cfg: &BenchConfig) -> Result<Vec<HandoffRo
     let (mut rec, mut rec_raw, mut wait, mut wait_raw) = (vec![], vec![], vec![], vec![]);
     let per_op = |t: Instant| t.elapsed().as_nanos() as f64 / n as f64;
     for round in 0..cfg.rounds + 5 {
-        let t = Instant::now();
-        for e in &raw_events {
-            b.record(e, p.inner())?;
+        // The order alternates, so that neither side always runs on the other's warm cache.
+        let tracked_first = round % 2 == 1;
+        let (mut r1, mut r2, mut r3, mut r4) = (0.0, 0.0, 0.0, 0.0);
+        for side in [tracked_first, !tracked_first] {
+            if side {
+                let t = Instant::now();
+                for e in &events {
+                    tb.record(e, &p)?;
+                }
+                r3 = per_op(t);
+                let t = Instant::now();
+                for e in &events {
+                    tb.wait(&c, e)?;
+                }
+                r4 = per_op(t);
+            } else {
+                let t = Instant::now();
+                for e in &raw_events {
+                    b.record(e, p.inner())?;
+                }
+                r1 = per_op(t);
+                let t = Instant::now();
+                for e in &raw_events {
+                    b.wait(c.inner(), e)?;
+                }
+                r2 = per_op(t);
+            }
         }
-        let r1 = per_op(t);
-        let t = Instant::now();
-        for e in &raw_events {
-            b.wait(c.inner(), e)?;
-        }
-        let r2 = per_op(t);
-        let t = Instant::now();
-        for e in &events {
-            tb.record(e, &p)?;
-        }
-        let r3 = per_op(t);
-        let t = Instant::now();
-        for e in &events {
-            tb.wait(&c, e)?;
-        }
-        let r4 = per_op(t);
         if round % 16 == 0 {
             b.synchronize_stream(p.inner())?;
             b.synchronize_stream(c.inner())?;
@@ -196,9 +205,20 @@ pub fn record_wait<B: Backend>(b: &B, cfg: &BenchConfig) -> Result<Vec<HandoffRo
         }
     }
     Ok(vec![
-        row("record", rec, rec_raw, "raw record"),
-        row("wait (stream wait)", wait, wait_raw, "raw stream wait"),
+        paired_row("record", rec, rec_raw, "raw record"),
+        paired_row("wait (stream wait)", wait, wait_raw, "raw stream wait"),
     ])
+}
+
+/// As [`row`], for rounds that measured both sides back to back: the extra cost is the median
+/// of the per-round differences, which a drift of the machine's speed between rounds (the
+/// H200's host has two regimes) moves far less than a difference of medians.
+fn paired_row(name: &str, tracked: Vec<f64>, baseline: Vec<f64>, what: &str) -> HandoffRow {
+    let diffs = tracked.iter().zip(&baseline).map(|(t, b)| t - b).collect();
+    HandoffRow {
+        extra_ns: super::median(diffs),
+        ..row(name, tracked, baseline, what)
+    }
 }
 
 /// Move `bufs` (last written on `from`) to `to` with one submission each; the waits inserted.
