@@ -3,6 +3,9 @@
 //! - a `signal_on` + `wait_on` pair against a raw event record + stream wait
 //!   (`cuEventRecord` + `cuStreamWaitEvent` on CUDA), for each timeline mechanism of the
 //!   backend;
+//! - the same pair made by the backend alone (its own `signal_on` + `wait_on` on a word, no
+//!   timeline layer), in the same rounds: what the pair costs above the raw calls splits into
+//!   the layer's part and the backend's;
 //! - a host `query` against a raw event query (`cuEventQuery`), likewise;
 //! - the timeline layer's own cost: the same pair on a backend whose stream operations cost
 //!   nothing ([`NullBackend`]) against that backend's own
@@ -21,9 +24,13 @@ use serde::Serialize;
 
 use super::null_backend::NullBackend;
 use super::{median, thread_cpu_time, SyncRow};
-use seqsync::backend::{Backend, EventOptions};
+use seqsync::backend::{Backend, EventOptions, Semaphore};
 use seqsync::timeline::Timeline;
 use seqsync::Result;
+
+/// Rounds run before the measured ones (the first rounds of a run pay for cold caches, lazy
+/// driver state and the host's clock ramping up).
+const WARM_UP: usize = 5;
 
 /// One per-call comparison.
 #[derive(Debug, Clone, Serialize)]
@@ -119,25 +126,56 @@ pub(crate) fn per_call<B: Backend>(
     let events = (0..n)
         .map(|_| b.create_event(EventOptions::default()))
         .collect::<Result<Vec<_>>>()?;
-    let (mut pair_t, mut pair_raw) = (vec![], vec![]);
-    let mut v = 0u64;
-    for _ in 0..cfg.rounds {
-        let t0 = Instant::now();
-        for _ in 0..n {
-            v += 1;
-            t.signal_on(s1, v)?;
-            t.wait_on(s2, v)?;
+    // The backend's own signal_on + wait_on on a word of its own, without the timeline layer:
+    // splits the pair's extra cost into the layer's and the backend's.
+    let sem = b.create_semaphore(0, std::sync::Arc::new(|| {}))?;
+    let (mut pair_t, mut pair_raw, mut pair_b) = (vec![], vec![], vec![]);
+    let (mut v, mut w) = (0u64, 0u64);
+    for round in 0..cfg.rounds + WARM_UP {
+        let (mut tl, mut raw, mut alone) = (0.0, 0.0, 0.0);
+        // The order rotates, so that no contender always runs first (on a cold cache, or
+        // right after the streams drained).
+        for k in 0..3 {
+            match (round + k) % 3 {
+                0 => {
+                    let t0 = Instant::now();
+                    for _ in 0..n {
+                        v += 1;
+                        t.signal_on(s1, v)?;
+                        t.wait_on(s2, v)?;
+                    }
+                    tl = t0.elapsed().as_nanos() as f64 / n as f64;
+                }
+                1 => {
+                    let t0 = Instant::now();
+                    for ev in &events {
+                        b.record(ev, s1)?;
+                        b.wait(s2, ev)?;
+                    }
+                    raw = t0.elapsed().as_nanos() as f64 / n as f64;
+                }
+                _ => {
+                    let t0 = Instant::now();
+                    for _ in 0..n {
+                        w += 1;
+                        b.signal_on(s1, &sem, w)?;
+                        b.wait_on(s2, &sem, w)?;
+                    }
+                    alone = t0.elapsed().as_nanos() as f64 / n as f64;
+                }
+            }
         }
-        pair_t.push(t0.elapsed().as_nanos() as f64 / n as f64);
-        let t0 = Instant::now();
-        for ev in &events {
-            b.record(ev, s1)?;
-            b.wait(s2, ev)?;
+        if round >= WARM_UP {
+            pair_t.push(tl);
+            pair_raw.push(raw);
+            pair_b.push(alone);
         }
-        pair_raw.push(t0.elapsed().as_nanos() as f64 / n as f64);
         // Keep the queues short: let both streams drain.
         t.wait(v, Duration::from_secs(60))?;
         b.synchronize(&events[n - 1])?;
+        b.synchronize_stream(s1)?;
+        b.synchronize_stream(s2)?;
+        sem.load()?; // the word's points up to `w` are reached: their events are reused
     }
     b.synchronize_stream(s2)?;
     let (mut q_t, mut q_raw) = (vec![], vec![]);
@@ -160,7 +198,13 @@ pub(crate) fn per_call<B: Backend>(
                 name,
                 "signal_on + wait_on (raw: record + stream wait)",
                 pair_t,
-                pair_raw,
+                pair_raw.clone(),
+            ),
+            row(
+                name,
+                "  backend alone (no timeline layer)",
+                pair_b,
+                pair_raw.clone(),
             ),
             row(name, "host query (raw: event query)", q_t, q_raw),
         ],

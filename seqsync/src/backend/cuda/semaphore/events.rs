@@ -20,7 +20,7 @@
 //! ([`crate::Error::WaitBeforeSignalUnsupported`], nothing enqueued).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use cudarc::driver::{CudaContext, CudaStream};
@@ -121,6 +121,9 @@ pub(crate) struct EventsWord {
     deferred: Arc<DeferredQueues>,
     /// The crate's one-CAS lock: held for an event record or stream wait, and the list.
     points: Lock<EventPoints>,
+    /// What `points` knows, published under its lock after every change (the highest value
+    /// known reached, or the failed word), so that [`peek`](Self::peek) takes no lock.
+    known: AtomicU64,
     failure: Mutex<Option<Error>>,
 }
 
@@ -135,6 +138,7 @@ impl EventsWord {
             ctx: ctx.clone(),
             deferred: deferred.clone(),
             points: Lock::new(EventPoints::new(pool, initial)),
+            known: AtomicU64::new(initial),
             failure: Mutex::new(None),
         }
     }
@@ -145,19 +149,27 @@ impl EventsWord {
         self.points.lock()
     }
 
+    /// Publish what `p` knows to [`peek`](Self::peek) (under `p`'s lock, so in order).
+    fn publish(&self, p: &EventPoints) -> u64 {
+        let known = p.points.failed().unwrap_or(p.points.reached());
+        self.known.store(known, Ordering::Release);
+        known
+    }
+
     /// The word: the highest value whose event completed, or the failed word.
     pub(crate) fn load(&self) -> Result<u64> {
         let mut p = self.points();
         if let Some(w) = p.points.failed() {
             return Ok(w);
         }
-        p.poll().inspect_err(|e| remember(&self.failure, e))
+        let r = p.poll().inspect_err(|e| remember(&self.failure, e));
+        self.publish(&p);
+        r
     }
 
-    /// The highest value known reached (or the failed word), without a driver call.
+    /// The highest value known reached (or the failed word), without a driver call or a lock.
     pub(crate) fn peek(&self) -> u64 {
-        let p = self.points();
-        p.points.failed().unwrap_or(p.points.reached())
+        self.known.load(Ordering::Acquire)
     }
 
     /// The caller bound a stream handle that names no context (`bind_for`).
@@ -215,12 +227,20 @@ impl EventsWord {
     }
 
     pub(crate) fn store(&self, value: u64) -> Result<()> {
-        self.points().reach(value);
+        {
+            let mut p = self.points();
+            p.reach(value);
+            self.publish(&p);
+        }
         self.deferred.replay_if_held()
     }
 
     pub(crate) fn fail(&self, last_value: u64) {
-        self.points().points.fail(failed_word(last_value));
+        {
+            let mut p = self.points();
+            p.points.fail(failed_word(last_value));
+            self.publish(&p);
+        }
         // Errors here belong to other operations of the queues; they were dropped.
         let _ = self.deferred.replay_if_held();
     }

@@ -73,6 +73,13 @@ impl<E> Points<E> {
         if self.failed.is_some() || self.reached >= value {
             return WaitPlan::Nothing;
         }
+        // Mostly a wait for the value signalled last: its point is the last one.
+        let n = self.pending.len();
+        if let Some((last, _, ev)) = self.pending.back() {
+            if *last >= value && (n == 1 || self.pending[n - 2].0 < value) {
+                return WaitPlan::Event(ev);
+            }
+        }
         let at = self.pending.partition_point(|(v, _, _)| *v < value);
         match self.pending.get(at) {
             Some((_, _, ev)) => WaitPlan::Event(ev),
