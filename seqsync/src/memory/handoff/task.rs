@@ -83,8 +83,10 @@ impl Users {
             self.anonymous = true;
             return false;
         };
+        // The caller's own task is alive (a finished task is never current: `end_task` and the
+        // thread's exit replace or remove it first), so the fast path reads no task's flag.
         if self.tasks.len() == 1 && Arc::ptr_eq(&self.tasks[0], task) {
-            return !self.anonymous && task.is_alive();
+            return !self.anonymous;
         }
         self.tasks.retain(|t| t.is_alive());
         if !self.tasks.iter().any(|t| Arc::ptr_eq(t, task)) {
