@@ -456,6 +456,8 @@ struct Reached<'a> {
     timelines: &'a [Weak<dyn FailTarget>],
     /// Per timeline (same index), once read.
     read: Vec<Option<Read>>,
+    /// The last timeline asked for and its index (entries come in runs of one timeline).
+    last: Option<(TimelineId, usize)>,
 }
 
 impl<'a> Reached<'a> {
@@ -463,16 +465,24 @@ impl<'a> Reached<'a> {
         Reached {
             timelines,
             read: (0..timelines.len()).map(|_| None).collect(),
+            last: None,
         }
     }
 
     /// The upgrade and reached value of `id` (read on first use).
     fn get(&mut self, id: TimelineId) -> &Read {
-        let i = self
-            .timelines
-            .iter()
-            .position(|t| id_of(t) == id)
-            .expect("an entry names a listed timeline");
+        let i = match self.last {
+            Some((last, i)) if last == id => i,
+            _ => {
+                let i = self
+                    .timelines
+                    .iter()
+                    .position(|t| id_of(t) == id)
+                    .expect("an entry names a listed timeline");
+                self.last = Some((id, i));
+                i
+            }
+        };
         self.read[i].get_or_insert_with(|| {
             let t = self.timelines[i].upgrade();
             let value = t.as_ref().map(|t| t.reached_value());

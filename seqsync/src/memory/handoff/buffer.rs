@@ -15,6 +15,7 @@ pub(crate) struct Registry {
 }
 
 impl Registry {
+    #[inline]
     pub(crate) fn lock(&self) -> Guard<'_, State> {
         // A panic under the lock leaves at worst a use stamped twice or an epoch closed
         // without its snapshot: more waits later, never fewer.

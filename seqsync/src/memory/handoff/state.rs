@@ -269,6 +269,7 @@ impl State {
     }
 
     /// `task` made `t` wait for `event` (after the backend's wait, under the same lock).
+    #[inline]
     pub(crate) fn stream_wait(&mut self, t: ActorId, event: usize, task: Option<&Arc<Task>>) {
         self.enter(t, task);
         let ev = self.events.get_mut(event);

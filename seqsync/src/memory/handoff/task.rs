@@ -43,6 +43,7 @@ thread_local!(static CURRENT: Current = Current(RefCell::new(Task::new())));
 
 /// Run `f` with the calling thread's task (`None` while the thread's thread-locals are being
 /// destroyed: such a call counts as an anonymous task).
+#[inline]
 pub(crate) fn with_current<R>(f: impl FnOnce(Option<&Arc<Task>>) -> R) -> R {
     let mut f = Some(f);
     match CURRENT.try_with(|c| (f.take().expect("called once"))(Some(&c.0.borrow()))) {

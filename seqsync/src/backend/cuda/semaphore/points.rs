@@ -16,6 +16,9 @@ pub(crate) struct Points<E> {
     /// `(value, lane, event)`, ascending by value, every value above `reached`. The lane is
     /// the stream the event was recorded on: on one lane, events complete in value order.
     pending: VecDeque<(u64, usize, E)>,
+    /// The lanes of `pending` and how many points each has there (usually one lane), so that
+    /// a poll knows without a scan whether a single bisection covers every point.
+    lanes: Vec<(usize, usize)>,
 }
 
 /// What a stream wait for a value needs.
@@ -35,6 +38,7 @@ impl<E> Points<E> {
             reached: initial,
             failed: None,
             pending: VecDeque::new(),
+            lanes: Vec::new(),
         }
     }
 
@@ -59,6 +63,10 @@ impl<E> Points<E> {
     /// Add the point of `value`, recorded on stream `lane` (values normally come in ascending
     /// order: an append).
     pub(crate) fn push(&mut self, value: u64, lane: usize, ev: E) {
+        match self.lanes.iter_mut().find(|(l, _)| *l == lane) {
+            Some((_, count)) => *count += 1,
+            None => self.lanes.push((lane, 1)),
+        }
         match self.pending.back() {
             Some((last, _, _)) if *last >= value => {
                 let at = self.pending.partition_point(|(v, _, _)| *v < value);
@@ -66,6 +74,18 @@ impl<E> Points<E> {
             }
             _ => self.pending.push_back((value, lane, ev)),
         }
+    }
+
+    /// The point at the front is gone: count it off its lane.
+    fn forget_front(&mut self) -> Option<E> {
+        let (_, lane, ev) = self.pending.pop_front()?;
+        if let Some(i) = self.lanes.iter().position(|(l, _)| *l == lane) {
+            self.lanes[i].1 -= 1;
+            if self.lanes[i].1 == 0 {
+                self.lanes.swap_remove(i);
+            }
+        }
+        Some(ev)
     }
 
     /// How a stream waits for `value`.
@@ -97,8 +117,7 @@ impl<E> Points<E> {
             .front()
             .is_some_and(|(v, _, _)| *v <= self.reached)
         {
-            let (_, _, ev) = self.pending.pop_front().expect("front exists");
-            free(ev);
+            free(self.forget_front().expect("front exists"));
         }
     }
 
@@ -117,6 +136,33 @@ impl<E> Points<E> {
         mut done: impl FnMut(&E) -> Result<bool, X>,
         free: impl FnMut(E),
     ) -> Result<u64, X> {
+        if self.lanes.len() == 1 {
+            // One lane (the usual case): one bisection over every point, no allocation.
+            let n = self.pending.len();
+            let ask =
+                |i: usize, done: &mut dyn FnMut(&E) -> Result<bool, X>| done(&self.pending[i].2);
+            let hit = if ask(n - 1, &mut done)? {
+                Some(n - 1)
+            } else if n == 1 || !ask(0, &mut done)? {
+                None
+            } else {
+                let (mut lo, mut hi) = (0, n - 1);
+                while hi - lo > 1 {
+                    let mid = lo + (hi - lo) / 2;
+                    if ask(mid, &mut done)? {
+                        lo = mid;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                Some(lo)
+            };
+            if let Some(i) = hit {
+                let v = self.pending[i].0;
+                self.reach(v, free);
+            }
+            return Ok(self.reached);
+        }
         let mut lanes: Vec<usize> = Vec::new();
         for (_, lane, _) in self.pending.iter().rev() {
             if !lanes.contains(lane) {
@@ -164,6 +210,7 @@ impl<E> Points<E> {
 
     /// Every pending event (the timeline is going away).
     pub(crate) fn drain(&mut self) -> impl Iterator<Item = E> + '_ {
+        self.lanes.clear();
         self.pending.drain(..).map(|(_, _, e)| e)
     }
 }
@@ -312,6 +359,24 @@ mod tests {
         p.push(7, 0, 7);
         let r: Result<u64, ()> = p.poll(|e| Ok(*e == 6), |_| ());
         assert_eq!(r, Ok(6));
+    }
+
+    #[test]
+    fn lanes_are_counted_through_push_and_reach() {
+        let mut p = Points::new(0);
+        p.push(1, 7, 1);
+        p.push(2, 8, 2);
+        p.push(3, 7, 3);
+        assert_eq!(p.lanes.len(), 2);
+        p.reach(2, |_| ());
+        // Lane 8's only point is gone: one lane left, so a poll bisects all points at once.
+        assert_eq!(p.lanes, [(7, 1)]);
+        p.push(4, 9, 4);
+        assert_eq!(p.lanes.len(), 2);
+        // Two lanes again: lane 9's point completes while lane 7's does not.
+        let r: Result<u64, ()> = p.poll(|e| Ok(*e == 4), |_| ());
+        assert_eq!(r, Ok(4));
+        assert!(p.lanes.is_empty());
     }
 
     #[test]
