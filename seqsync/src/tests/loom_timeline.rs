@@ -168,3 +168,96 @@ fn loom_wait_any_vs_signal() {
         signaller.join().unwrap();
     });
 }
+
+/// A backend whose streams are only ids: stream signals and waits enqueue nothing (the model
+/// is about the host's failure bookkeeping, not the device). Each model iteration takes fresh
+/// stream ids, so the process-wide ledgers of earlier iterations play no part.
+#[derive(Clone)]
+struct StreamIdBackend;
+
+fn fresh_stream_id() -> u64 {
+    // Far above the host backend's ids; std's atomic: a counter, not state to model.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1 << 60);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+impl Backend for StreamIdBackend {
+    type Stream = u64;
+    type Event = ();
+    fn name(&self) -> &'static str {
+        "stream-id-model"
+    }
+    fn new_stream(&self, _: &str) -> Result<u64> {
+        Ok(fresh_stream_id())
+    }
+    fn launch_host(&self, _: &u64, _: Box<dyn FnOnce() + Send + 'static>) -> Result<()> {
+        no_streams()
+    }
+    fn synchronize_stream(&self, _: &u64) -> Result<()> {
+        Ok(())
+    }
+    fn create_event(&self, _: EventOptions) -> Result<()> {
+        no_streams()
+    }
+    fn record(&self, _: &(), _: &u64) -> Result<()> {
+        no_streams()
+    }
+    fn wait(&self, _: &u64, _: &()) -> Result<()> {
+        no_streams()
+    }
+    fn synchronize(&self, _: &()) -> Result<()> {
+        no_streams()
+    }
+    fn synchronize_interruptible(&self, _: &(), _: &dyn Interrupt) -> Result<SyncOutcome> {
+        no_streams()
+    }
+    fn query(&self, _: &()) -> Result<bool> {
+        no_streams()
+    }
+    type Semaphore = ModelWord;
+    fn stream_id(&self, s: &u64) -> u64 {
+        *s
+    }
+    fn create_semaphore(&self, initial: u64, waker: SemaphoreWaker) -> Result<ModelWord> {
+        WordBackend.create_semaphore(initial, waker)
+    }
+    fn signal_on(&self, _: &u64, _: &ModelWord, _: u64) -> Result<()> {
+        Ok(())
+    }
+    fn wait_on(&self, _: &u64, _: &ModelWord, _: u64) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// A stream waits on `t` for a value `t` never reaches, then signals `u`, while another thread
+/// fails `t`: in every interleaving `u` fails. The failure either finds the wait in the
+/// stream's ledger (and poisons the stream, failing the signal already there or refusing the
+/// next), or the `wait_on` sees the failure after adding its entry. A `wait_on` that looked
+/// for the failure before adding its entry would let `u` succeed.
+///
+/// The ledger is made before the threads start, so the model explores the race itself (the
+/// registry's lock and lookup caches are loom's too: see `timeline/propagate.rs`).
+#[test]
+fn loom_wait_on_racing_a_failure_poisons_the_stream() {
+    loom::model(|| {
+        let b = StreamIdBackend;
+        let s = b.new_stream("s").unwrap();
+        let t = Arc::new(Timeline::new(&b, "t", 0).unwrap());
+        let u = Arc::new(Timeline::new(&b, "u", 0).unwrap());
+        // The stream's ledger exists now (a wait on a timeline nobody fails or signals).
+        let idle = Timeline::new(&b, "idle", 0).unwrap();
+        idle.wait_on(&s, 1).unwrap();
+        let stream = {
+            let (t, u) = (t.clone(), u.clone());
+            thread::spawn(move || {
+                t.wait_on(&s, 1).unwrap();
+                u.signal_on(&s, 1).unwrap();
+            })
+        };
+        t.fail(Error::Cancelled("upstream".into()));
+        stream.join().unwrap();
+        let err = u.query().unwrap_err();
+        assert!(matches!(err.root_cause(), Error::Cancelled(m) if m == "upstream"));
+        idle.fail(Error::Cancelled("end of the model".into()));
+    });
+}

@@ -41,8 +41,12 @@
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::atomic::Ordering;
+#[cfg(not(seqsync_loom))]
+use std::sync::OnceLock;
+use std::sync::{Arc, Weak};
+
+use crate::primitive::{AtomicU64, Mutex, MutexGuard};
 
 use crate::error::Error;
 use crate::lock::{Guard, Lock};
@@ -147,22 +151,40 @@ const PRUNE_MIN: usize = 64;
 /// Smallest registry size that triggers a sweep.
 const SWEEP_MIN: usize = 64;
 
-fn registry() -> &'static Mutex<Registry> {
-    static LEDGERS: OnceLock<Mutex<Registry>> = OnceLock::new();
-    LEDGERS.get_or_init(|| {
-        Mutex::new(Registry {
-            ledgers: HashMap::new(),
-            sweep_at: SWEEP_MIN,
-        })
-    })
+fn new_registry() -> Registry {
+    Registry {
+        ledgers: HashMap::new(),
+        sweep_at: SWEEP_MIN,
+    }
 }
 
-fn lock_registry() -> std::sync::MutexGuard<'static, Registry> {
-    registry().lock().unwrap_or_else(|e| e.into_inner())
+#[cfg(not(seqsync_loom))]
+fn registry() -> &'static Mutex<Registry> {
+    static LEDGERS: OnceLock<Mutex<Registry>> = OnceLock::new();
+    LEDGERS.get_or_init(|| Mutex::new(new_registry()))
 }
 
 /// Moves (under the registry's lock) whenever a ledger is added to or removed from it.
+#[cfg(not(seqsync_loom))]
 static EPOCH: AtomicU64 = AtomicU64::new(0);
+
+// Under loom the registry, its epoch and the lookup caches are loom's: made anew for each
+// model iteration (a ledger's lock is a loom atomic), and a model thread that waits for the
+// registry's lock lets the others run.
+#[cfg(seqsync_loom)]
+loom::lazy_static! {
+    static ref LEDGERS: Mutex<Registry> = Mutex::new(new_registry());
+    static ref EPOCH: AtomicU64 = AtomicU64::new(0);
+}
+
+#[cfg(seqsync_loom)]
+fn registry() -> &'static Mutex<Registry> {
+    &LEDGERS
+}
+
+fn lock_registry() -> MutexGuard<'static, Registry> {
+    registry().lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// How many lookups a thread remembers.
 const CACHE_ENTRIES: usize = 8;
@@ -173,6 +195,7 @@ struct Cache {
     entries: Vec<(u64, Option<Arc<Ledger>>)>,
 }
 
+#[cfg(not(seqsync_loom))]
 thread_local! {
     static CACHE: RefCell<Cache> = const {
         RefCell::new(Cache {
@@ -180,6 +203,14 @@ thread_local! {
             entries: Vec::new(),
         })
     };
+}
+
+#[cfg(seqsync_loom)]
+loom::thread_local! {
+    static CACHE: RefCell<Cache> = RefCell::new(Cache {
+        epoch: u64::MAX,
+        entries: Vec::new(),
+    });
 }
 
 /// Remember a lookup made under the registry's lock in `epoch` (skipped if the cache is in
