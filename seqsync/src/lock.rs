@@ -17,6 +17,7 @@
 //! and its streams' ledgers (`timeline/`), and the event-based CUDA timeline words
 //! (`backend/cuda/semaphore`).
 
+use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::time::Duration;
 
@@ -64,7 +65,10 @@ impl<T> Lock<T> {
         {
             self.lock_contended();
         }
-        Guard { lock: self }
+        Guard {
+            lock: self,
+            _not_sync_unless_t_is: PhantomData,
+        }
     }
 
     #[cold]
@@ -108,9 +112,11 @@ fn back_off(_: &mut u32, _: &mut Duration) {
     loom::thread::yield_now();
 }
 
-/// The lock, held.
+/// The lock, held. Like std's `MutexGuard`, `Sync` only where `T` is (it hands out `&T`):
+/// the marker makes it so, where `&Lock<T>` alone would be `Sync` for any `T: Send`.
 pub(crate) struct Guard<'a, T> {
     lock: &'a Lock<T>,
+    _not_sync_unless_t_is: PhantomData<&'a mut T>,
 }
 
 impl<T> Deref for Guard<'_, T> {

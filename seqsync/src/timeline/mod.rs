@@ -218,24 +218,44 @@ impl<B: Backend> Timeline<B> {
         let s = &self.shared;
         let id = s.backend.stream_id(stream);
         // Under the timeline's lock from admission to the backend's enqueue: signals reach the
-        // backend in value order, and none after a failure is marked.
-        let mut st = s.lock();
-        s.admit(&st, v)?;
-        let added = propagate::with_ledger(id, false, |ledger| match ledger {
+        // backend in value order, and none after a failure is marked. The stream's ledger comes
+        // from this thread's cache; on a miss it is looked up (the registry's lock) without the
+        // timeline's lock, then the admission starts over.
+        let add = |ledger: Option<&Arc<propagate::Ledger>>| match ledger {
             None => Ok(Ok(())),
             Some(l) => match l.add_signal(&s.target, v) {
                 Ok(()) => Ok(Ok(())),
                 Err(Refused::Poisoned(cause)) => Ok(Err(cause)),
                 Err(Refused::Retired) => Err(Retired),
             },
-        });
-        if let Err(cause) = added {
-            drop(st);
-            s.fail(Error::clone(&cause), None);
-            return Ok(());
+        };
+        let mut looked_up = false;
+        loop {
+            let mut st = s.lock();
+            s.admit(&st, v)?;
+            let added = if looked_up {
+                // Still not cached (no thread-local cache here, or it is in use): the
+                // registry, under the timeline's lock.
+                propagate::with_ledger(id, false, &add)
+            } else {
+                match propagate::with_cached_ledger(id, &add) {
+                    Some(added) => added,
+                    None => {
+                        drop(st);
+                        propagate::look_up(id);
+                        looked_up = true;
+                        continue;
+                    }
+                }
+            };
+            if let Err(cause) = added {
+                drop(st);
+                s.fail(Error::clone(&cause), None);
+                return Ok(());
+            }
+            st.last_enqueued = v;
+            return s.backend.signal_on(stream, &s.sem, v);
         }
-        st.last_enqueued = v;
-        s.backend.signal_on(stream, &s.sem, v)
     }
 
     /// Enqueue a wait on `stream`: work enqueued on it afterwards runs once the value is `≥ v`,

@@ -241,15 +241,48 @@ fn remember(epoch: u64, stream_id: u64, ledger: Option<Arc<Ledger>>) {
 ///
 /// The fast path runs `f` on the ledger this thread cached in the current epoch, without
 /// taking a reference (no atomic operation besides the epoch's load); `f` must not call this
-/// again (it would only miss the cache).
+/// again (it would only miss the cache). A miss takes the registry's lock.
 #[inline]
 pub(crate) fn with_ledger<R>(
     stream_id: u64,
     create: bool,
     mut f: impl FnMut(Option<&Arc<Ledger>>) -> Result<R, Retired>,
 ) -> R {
+    match cached(stream_id, create, &mut f) {
+        Some(Ok(r)) => r,
+        _ => with_ledger_fresh(stream_id, create, f),
+    }
+}
+
+/// [`with_ledger`] (never making a ledger) from this thread's cache only: `None` on a miss (or
+/// a retired ledger), so that a caller holding a lock can [`look_up`] without it and retry.
+#[inline]
+pub(crate) fn with_cached_ledger<R>(
+    stream_id: u64,
+    mut f: impl FnMut(Option<&Arc<Ledger>>) -> Result<R, Retired>,
+) -> Option<R> {
+    match cached(stream_id, false, &mut f) {
+        Some(Ok(r)) => Some(r),
+        _ => None,
+    }
+}
+
+/// Look stream `stream_id`'s ledger up in the registry, for this thread's cache.
+#[cold]
+pub(crate) fn look_up(stream_id: u64) {
+    drop(Ledger::find_fresh(stream_id));
+}
+
+/// `f` on the ledger this thread cached for `stream_id` in the current epoch; `None` if there
+/// is no such entry (or, with `create`, the entry says the stream has no ledger).
+#[inline]
+fn cached<R>(
+    stream_id: u64,
+    create: bool,
+    f: &mut impl FnMut(Option<&Arc<Ledger>>) -> Result<R, Retired>,
+) -> Option<Result<R, Retired>> {
     let epoch = EPOCH.load(Ordering::Acquire);
-    let hit = CACHE
+    CACHE
         .try_with(|c| {
             let c = c.try_borrow().ok()?;
             if c.epoch != epoch {
@@ -262,11 +295,7 @@ pub(crate) fn with_ledger<R>(
             }
         })
         .ok()
-        .flatten();
-    match hit {
-        Some(Ok(r)) => r,
-        _ => with_ledger_fresh(stream_id, create, f),
-    }
+        .flatten()
 }
 
 /// [`with_ledger`] from the registry itself.
@@ -325,7 +354,8 @@ impl Ledger {
         ledger
     }
 
-    /// A panic under the lock (a prune's `reached`) leaves at worst entries not yet pruned.
+    /// A panic under the lock (a prune's read of a timeline's value, made before the prune
+    /// changes anything) leaves at worst entries not yet pruned.
     fn lock(&self) -> Guard<'_, LedgerState> {
         self.state.lock()
     }
@@ -342,15 +372,19 @@ impl Ledger {
         }
         let seq = st.next_seq;
         st.next_seq += 1;
-        if st.waits.len() >= st.prune_waits_at {
-            st.prune();
-        }
+        let upgraded = if st.waits.len() >= st.prune_waits_at {
+            st.prune()
+        } else {
+            Vec::new()
+        };
         let timeline = st.name(timeline);
         st.waits.push(Entry {
             seq,
             timeline,
             value,
         });
+        drop(st);
+        drop(upgraded);
         Ok(seq)
     }
 
@@ -369,9 +403,12 @@ impl Ledger {
         }
         let seq = st.next_seq;
         st.next_seq += 1;
-        if st.waits.len() >= st.prune_waits_at || st.signals.len() >= st.prune_signals_at {
-            st.prune();
-        }
+        let upgraded =
+            if st.waits.len() >= st.prune_waits_at || st.signals.len() >= st.prune_signals_at {
+                st.prune()
+            } else {
+                Vec::new()
+            };
         // A signal after only satisfied waits can never be poisoned: no need to keep it.
         if !st.waits.is_empty() {
             let timeline = st.name(timeline);
@@ -381,6 +418,8 @@ impl Ledger {
                 value,
             });
         }
+        drop(st);
+        drop(upgraded);
         Ok(())
     }
 
@@ -463,11 +502,15 @@ impl LedgerState {
     /// Drop the resolved entries: waits whose value is reached (they can no longer release
     /// anything by failing), signals whose value landed (they can no longer be failed), then
     /// the timelines no entry names. One value read per timeline.
+    /// Returns the timelines it upgraded, to be dropped once the ledger's lock is given back
+    /// (the last reference to a timeline may be among them).
     #[cold]
-    fn prune(&mut self) {
+    #[must_use]
+    fn prune(&mut self) -> Vec<Arc<dyn FailTarget>> {
         let mut now = Reached::new(&self.timelines);
         self.waits.retain(|w| !now.resolves(w.timeline, w.value));
         self.signals.retain(|s| !now.resolves(s.timeline, s.value));
+        let upgraded: Vec<_> = now.into_upgraded().collect();
         let (waits, signals) = (&self.waits, &self.signals);
         self.timelines.retain(|t| {
             let id = id_of(t);
@@ -475,6 +518,7 @@ impl LedgerState {
         });
         self.prune_waits_at = (self.waits.len() * 2).max(PRUNE_MIN);
         self.prune_signals_at = (self.signals.len() * 2).max(PRUNE_MIN);
+        upgraded
     }
 }
 
@@ -485,22 +529,31 @@ type Read = (Option<Arc<dyn FailTarget>>, Option<u64>);
 /// read-modify-writes and a read of the word may ask the device).
 struct Reached<'a> {
     timelines: &'a [Weak<dyn FailTarget>],
-    /// Per timeline (same index), once read.
-    read: Vec<Option<Read>>,
+    /// Per timeline (same index).
+    read: Vec<Read>,
     /// The last timeline asked for and its index (entries come in runs of one timeline).
     last: Option<(TimelineId, usize)>,
 }
 
 impl<'a> Reached<'a> {
+    /// Every listed timeline's upgrade and value, read now: before the prune changes anything
+    /// (a panic in a read leaves the lists as they were).
     fn new(timelines: &'a [Weak<dyn FailTarget>]) -> Self {
         Reached {
             timelines,
-            read: (0..timelines.len()).map(|_| None).collect(),
+            read: timelines
+                .iter()
+                .map(|w| {
+                    let t = w.upgrade();
+                    let value = t.as_ref().map(|t| t.reached_value());
+                    (t, value)
+                })
+                .collect(),
             last: None,
         }
     }
 
-    /// The upgrade and reached value of `id` (read on first use).
+    /// The upgrade and reached value of `id`.
     fn get(&mut self, id: TimelineId) -> &Read {
         let i = match self.last {
             Some((last, i)) if last == id => i,
@@ -514,11 +567,7 @@ impl<'a> Reached<'a> {
                 i
             }
         };
-        self.read[i].get_or_insert_with(|| {
-            let t = self.timelines[i].upgrade();
-            let value = t.as_ref().map(|t| t.reached_value());
-            (t, value)
-        })
+        &self.read[i]
     }
 
     /// Is an entry for `value` of `id` resolved? A signal is once its value landed (or its
@@ -532,7 +581,7 @@ impl<'a> Reached<'a> {
 
     /// The timelines upgraded, to be dropped where no lock is held.
     fn into_upgraded(self) -> impl Iterator<Item = Arc<dyn FailTarget>> {
-        self.read.into_iter().flatten().filter_map(|(t, _)| t)
+        self.read.into_iter().filter_map(|(t, _)| t)
     }
 }
 
@@ -615,6 +664,27 @@ mod tests {
         let c = Timeline::new(&host, "c", 0).unwrap();
         c.signal_on(&s, 1).unwrap();
         assert!(c.wait(1, Duration::from_secs(5)).is_err());
+    }
+
+    #[test]
+    fn a_signal_sees_the_poison_of_a_ledger_another_thread_made_after_this_one_looked() {
+        let host = HostBackend::new();
+        let s = host.new_stream("s");
+        let (a, b) = (
+            Timeline::new(&host, "a", 0).unwrap(),
+            Timeline::new(&host, "b", 0).unwrap(),
+        );
+        // This thread looks `s` up and caches "no ledger".
+        b.signal_on(&s, 1).unwrap();
+        // Another thread's wait makes the ledger (the epoch moves), then `a` fails.
+        std::thread::scope(|scope| {
+            scope.spawn(|| a.wait_on(&s, 1).unwrap()).join().unwrap();
+        });
+        a.fail(Error::Cancelled("upstream".into()));
+        // The cached "no ledger" is stale: the signal must find the poisoned ledger.
+        b.signal_on(&s, 2).unwrap();
+        let err = b.wait(2, Duration::from_secs(5)).unwrap_err();
+        assert!(err.to_string().contains("upstream"), "{err}");
     }
 
     /// A timeline for the ledger alone: its value is set by hand, and it counts the reads.
