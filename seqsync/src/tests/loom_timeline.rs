@@ -1,6 +1,7 @@
 //! Loom models of a timeline's host side: host signals, stream signals (the backend's waker
-//! path) and failures racing with parked host waiters, and `wait_any`. A lost wake-up shows as
-//! a deadlock (loom's condition variables never time out).
+//! path) and failures racing with parked host waiters, `wait_any`, and a stream wait racing a
+//! failure (the ledgers). A lost wake-up shows as a deadlock (loom's condition variables never
+//! time out).
 
 use std::time::Duration;
 
@@ -13,10 +14,6 @@ use crate::backend::SyncOutcome;
 use crate::backend::{Backend, EventOptions, Interrupt, Mechanism, Semaphore, SemaphoreWaker};
 use crate::timeline::{wait_any, Timeline};
 use crate::{Error, Result};
-
-/// A backend with no streams; its semaphore word is a loom atomic.
-#[derive(Clone)]
-struct WordBackend;
 
 struct ModelWord {
     word: AtomicU64,
@@ -54,46 +51,59 @@ impl Semaphore for ModelWord {
     }
 }
 
-fn no_streams<T>() -> Result<T> {
-    Err(Error::invalid("model", "no streams in the timeline model"))
+fn not_modelled<T>() -> Result<T> {
+    Err(Error::invalid("model", "host work and events are not in the timeline model"))
 }
 
-impl Backend for WordBackend {
-    type Stream = ();
+/// The models' backend: its semaphore word is a loom atomic, and its streams are only ids
+/// (stream signals and waits enqueue nothing: the models are about the host side, not the
+/// device). Each model iteration takes fresh stream ids, so the process-wide ledgers of
+/// earlier iterations play no part.
+#[derive(Clone)]
+struct ModelBackend;
+
+fn fresh_stream_id() -> u64 {
+    // Far above the host backend's ids; std's atomic: a counter, not state to model.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1 << 60);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+impl Backend for ModelBackend {
+    type Stream = u64;
     type Event = ();
     fn name(&self) -> &'static str {
-        "word-model"
+        "timeline-model"
     }
-    fn new_stream(&self, _: &str) -> Result<()> {
-        no_streams()
+    fn new_stream(&self, _: &str) -> Result<u64> {
+        Ok(fresh_stream_id())
     }
-    fn launch_host(&self, _: &(), _: Box<dyn FnOnce() + Send + 'static>) -> Result<()> {
-        no_streams()
+    fn launch_host(&self, _: &u64, _: Box<dyn FnOnce() + Send + 'static>) -> Result<()> {
+        not_modelled()
     }
-    fn synchronize_stream(&self, _: &()) -> Result<()> {
-        no_streams()
+    fn synchronize_stream(&self, _: &u64) -> Result<()> {
+        Ok(())
     }
     fn create_event(&self, _: EventOptions) -> Result<()> {
-        no_streams()
+        not_modelled()
     }
-    fn record(&self, _: &(), _: &()) -> Result<()> {
-        no_streams()
+    fn record(&self, _: &(), _: &u64) -> Result<()> {
+        not_modelled()
     }
-    fn wait(&self, _: &(), _: &()) -> Result<()> {
-        no_streams()
+    fn wait(&self, _: &u64, _: &()) -> Result<()> {
+        not_modelled()
     }
     fn synchronize(&self, _: &()) -> Result<()> {
-        no_streams()
+        not_modelled()
     }
     fn synchronize_interruptible(&self, _: &(), _: &dyn Interrupt) -> Result<SyncOutcome> {
-        no_streams()
+        not_modelled()
     }
     fn query(&self, _: &()) -> Result<bool> {
-        no_streams()
+        not_modelled()
     }
     type Semaphore = ModelWord;
-    fn stream_id(&self, _: &()) -> u64 {
-        0
+    fn stream_id(&self, s: &u64) -> u64 {
+        *s
     }
     fn create_semaphore(&self, initial: u64, waker: SemaphoreWaker) -> Result<ModelWord> {
         Ok(ModelWord {
@@ -101,11 +111,11 @@ impl Backend for WordBackend {
             waker,
         })
     }
-    fn signal_on(&self, _: &(), _: &ModelWord, _: u64) -> Result<()> {
-        no_streams()
+    fn signal_on(&self, _: &u64, _: &ModelWord, _: u64) -> Result<()> {
+        Ok(())
     }
-    fn wait_on(&self, _: &(), _: &ModelWord, _: u64) -> Result<()> {
-        no_streams()
+    fn wait_on(&self, _: &u64, _: &ModelWord, _: u64) -> Result<()> {
+        Ok(())
     }
 }
 
@@ -114,7 +124,7 @@ const FOREVER: Duration = Duration::MAX;
 #[test]
 fn loom_host_signal_vs_waiters() {
     loom::model(|| {
-        let t = Arc::new(Timeline::new(&WordBackend, "t", 0).unwrap());
+        let t = Arc::new(Timeline::new(&ModelBackend, "t", 0).unwrap());
         let waiter = {
             let t = t.clone();
             thread::spawn(move || t.wait(2, FOREVER))
@@ -129,7 +139,7 @@ fn loom_host_signal_vs_waiters() {
 #[test]
 fn loom_stream_signal_vs_waiter() {
     loom::model(|| {
-        let t = Arc::new(Timeline::new(&WordBackend, "t", 0).unwrap());
+        let t = Arc::new(Timeline::new(&ModelBackend, "t", 0).unwrap());
         let stream = {
             let t = t.clone();
             thread::spawn(move || t.semaphore().stream_signal(1))
@@ -142,7 +152,7 @@ fn loom_stream_signal_vs_waiter() {
 #[test]
 fn loom_fail_vs_waiters() {
     loom::model(|| {
-        let t = Arc::new(Timeline::new(&WordBackend, "t", 0).unwrap());
+        let t = Arc::new(Timeline::new(&ModelBackend, "t", 0).unwrap());
         let waiter = {
             let t = t.clone();
             thread::spawn(move || t.wait(1, FOREVER))
@@ -158,8 +168,8 @@ fn loom_fail_vs_waiters() {
 #[test]
 fn loom_wait_any_vs_signal() {
     loom::model(|| {
-        let a = Arc::new(Timeline::new(&WordBackend, "a", 0).unwrap());
-        let b = Arc::new(Timeline::new(&WordBackend, "b", 0).unwrap());
+        let a = Arc::new(Timeline::new(&ModelBackend, "a", 0).unwrap());
+        let b = Arc::new(Timeline::new(&ModelBackend, "b", 0).unwrap());
         let signaller = {
             let b = b.clone();
             thread::spawn(move || b.semaphore().stream_signal(1))
@@ -167,66 +177,6 @@ fn loom_wait_any_vs_signal() {
         assert_eq!(wait_any(&[(&*a, 1), (&*b, 1)], FOREVER).unwrap(), Some(1));
         signaller.join().unwrap();
     });
-}
-
-/// A backend whose streams are only ids: stream signals and waits enqueue nothing (the model
-/// is about the host's failure bookkeeping, not the device). Each model iteration takes fresh
-/// stream ids, so the process-wide ledgers of earlier iterations play no part.
-#[derive(Clone)]
-struct StreamIdBackend;
-
-fn fresh_stream_id() -> u64 {
-    // Far above the host backend's ids; std's atomic: a counter, not state to model.
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1 << 60);
-    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-}
-
-impl Backend for StreamIdBackend {
-    type Stream = u64;
-    type Event = ();
-    fn name(&self) -> &'static str {
-        "stream-id-model"
-    }
-    fn new_stream(&self, _: &str) -> Result<u64> {
-        Ok(fresh_stream_id())
-    }
-    fn launch_host(&self, _: &u64, _: Box<dyn FnOnce() + Send + 'static>) -> Result<()> {
-        no_streams()
-    }
-    fn synchronize_stream(&self, _: &u64) -> Result<()> {
-        Ok(())
-    }
-    fn create_event(&self, _: EventOptions) -> Result<()> {
-        no_streams()
-    }
-    fn record(&self, _: &(), _: &u64) -> Result<()> {
-        no_streams()
-    }
-    fn wait(&self, _: &u64, _: &()) -> Result<()> {
-        no_streams()
-    }
-    fn synchronize(&self, _: &()) -> Result<()> {
-        no_streams()
-    }
-    fn synchronize_interruptible(&self, _: &(), _: &dyn Interrupt) -> Result<SyncOutcome> {
-        no_streams()
-    }
-    fn query(&self, _: &()) -> Result<bool> {
-        no_streams()
-    }
-    type Semaphore = ModelWord;
-    fn stream_id(&self, s: &u64) -> u64 {
-        *s
-    }
-    fn create_semaphore(&self, initial: u64, waker: SemaphoreWaker) -> Result<ModelWord> {
-        WordBackend.create_semaphore(initial, waker)
-    }
-    fn signal_on(&self, _: &u64, _: &ModelWord, _: u64) -> Result<()> {
-        Ok(())
-    }
-    fn wait_on(&self, _: &u64, _: &ModelWord, _: u64) -> Result<()> {
-        Ok(())
-    }
 }
 
 /// A stream waits on `t` for a value `t` never reaches, then signals `u`, while another thread
@@ -240,7 +190,7 @@ impl Backend for StreamIdBackend {
 #[test]
 fn loom_wait_on_racing_a_failure_poisons_the_stream() {
     loom::model(|| {
-        let b = StreamIdBackend;
+        let b = ModelBackend;
         let s = b.new_stream("s").unwrap();
         let t = Arc::new(Timeline::new(&b, "t", 0).unwrap());
         let u = Arc::new(Timeline::new(&b, "u", 0).unwrap());
