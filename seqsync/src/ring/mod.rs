@@ -959,13 +959,14 @@ impl<B: Backend> Interrupt for StopInterrupt<'_, B> {
 #[cfg(all(test, not(seqsync_loom)))]
 mod tests {
     use super::*;
-    use crate::HostBackend;
+    use crate::{AnyBackend, BackendKind};
 
     /// The producer turns on wrap-safe reading before it publishes seq 2^40.
     #[test]
     fn tags_wrap_is_set_when_the_producer_reaches_2_pow_40() {
-        let host = HostBackend::new();
-        let s = host.new_stream("s");
+        // The host backend, through the `Backend` trait (this layer names no concrete one).
+        let host = AnyBackend::new(BackendKind::Host).unwrap();
+        let s = host.new_stream("s").unwrap();
         let ring = EventRingbuf::starting_at(&host, "w", 1, 2, TAGS_WRAP_FROM - 2).unwrap();
         for seq in TAGS_WRAP_FROM - 2..TAGS_WRAP_FROM {
             ring.record(&s, seq, Blocking::No).unwrap();

@@ -52,7 +52,10 @@ impl Semaphore for ModelWord {
 }
 
 fn not_modelled<T>() -> Result<T> {
-    Err(Error::invalid("model", "host work and events are not in the timeline model"))
+    Err(Error::invalid(
+        "model",
+        "host work and events are not in the timeline model",
+    ))
 }
 
 /// The models' backend: its semaphore word is a loom atomic, and its streams are only ids

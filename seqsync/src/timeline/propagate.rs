@@ -589,8 +589,13 @@ impl<'a> Reached<'a> {
 mod tests {
     use super::*;
     use crate::timeline::Timeline;
-    use crate::HostBackend;
+    use crate::{AnyBackend, BackendKind};
     use std::time::Duration;
+
+    /// The host backend, through the `Backend` trait (this layer names no concrete backend).
+    fn host() -> AnyBackend {
+        AnyBackend::new(BackendKind::Host).unwrap()
+    }
 
     fn find(id: u64) -> Option<Arc<Ledger>> {
         with_ledger(id, false, |l| Ok(l.cloned()))
@@ -613,13 +618,12 @@ mod tests {
     #[test]
     fn a_lookup_sees_a_ledger_made_after_it_was_cached() {
         let id = unique_id();
-        let host = HostBackend::new();
-        let t = Timeline::new(&host, "never reached", 0).unwrap();
-        let target = t.shared.target.clone();
+        // Never reached (and alive to the end): a wait on it keeps the ledger through the
+        // other tests' sweeps.
+        let (_never_reached, target) = fake();
         assert!(find(id).is_none());
         assert!(find(id).is_none()); // from the cache
-                                     // Made by another thread (with a pending wait, so that the other tests' sweeps keep
-                                     // it): this one's cache must not hide it.
+                                     // Made by another thread: this one's cache must not hide it.
         let made = std::thread::spawn(move || {
             let l = get(id);
             l.add_wait(&target, 1).unwrap();
@@ -637,8 +641,7 @@ mod tests {
         let id = unique_id();
         let old = get(id);
         sweep_now();
-        let dead: Weak<dyn FailTarget> =
-            Weak::<crate::timeline::shared::Shared<HostBackend>>::new();
+        let dead: Weak<dyn FailTarget> = Weak::<Fake>::new();
         assert!(old.add_wait(&dead, 1).is_err());
         assert!(matches!(old.add_signal(&dead, 1), Err(Refused::Retired)));
         assert!(!Arc::ptr_eq(&old, &get(id)));
@@ -646,8 +649,8 @@ mod tests {
 
     #[test]
     fn a_sweep_keeps_ledgers_with_pending_waits_so_failures_still_spread() {
-        let host = HostBackend::new();
-        let s = host.new_stream("s");
+        let host = host();
+        let s = host.new_stream("s").unwrap();
         let (a, b) = (
             Timeline::new(&host, "a", 0).unwrap(),
             Timeline::new(&host, "b", 0).unwrap(),
@@ -668,8 +671,8 @@ mod tests {
 
     #[test]
     fn a_signal_sees_the_poison_of_a_ledger_another_thread_made_after_this_one_looked() {
-        let host = HostBackend::new();
-        let s = host.new_stream("s");
+        let host = host();
+        let s = host.new_stream("s").unwrap();
         let (a, b) = (
             Timeline::new(&host, "a", 0).unwrap(),
             Timeline::new(&host, "b", 0).unwrap(),
