@@ -136,72 +136,33 @@ impl<E> Points<E> {
         mut done: impl FnMut(&E) -> Result<bool, X>,
         free: impl FnMut(E),
     ) -> Result<u64, X> {
-        if self.lanes.len() == 1 {
-            // One lane (the usual case): one bisection over every point, no allocation.
+        let best = if self.lanes.len() == 1 {
+            // One lane (the usual case): every point, no list of indices to build.
             let n = self.pending.len();
-            let ask =
-                |i: usize, done: &mut dyn FnMut(&E) -> Result<bool, X>| done(&self.pending[i].2);
-            let hit = if ask(n - 1, &mut done)? {
-                Some(n - 1)
-            } else if n == 1 || !ask(0, &mut done)? {
-                None
-            } else {
-                let (mut lo, mut hi) = (0, n - 1);
-                while hi - lo > 1 {
-                    let mid = lo + (hi - lo) / 2;
-                    if ask(mid, &mut done)? {
-                        lo = mid;
-                    } else {
-                        hi = mid;
-                    }
+            highest_done(n, |k| k, |i| done(&self.pending[i].2))?.map(|i| self.pending[i].0)
+        } else {
+            let mut lanes: Vec<usize> = Vec::new();
+            for (_, lane, _) in self.pending.iter().rev() {
+                if !lanes.contains(lane) {
+                    lanes.push(*lane);
                 }
-                Some(lo)
-            };
-            if let Some(i) = hit {
-                let v = self.pending[i].0;
-                self.reach(v, free);
             }
-            return Ok(self.reached);
-        }
-        let mut lanes: Vec<usize> = Vec::new();
-        for (_, lane, _) in self.pending.iter().rev() {
-            if !lanes.contains(lane) {
-                lanes.push(*lane);
-            }
-        }
-        let mut best: Option<u64> = None;
-        for lane in lanes {
-            // This lane's points, ascending; only those above the best found so far matter.
-            let idx: Vec<usize> = (0..self.pending.len())
-                .filter(|&i| {
-                    let (v, l, _) = &self.pending[i];
-                    *l == lane && best.is_none_or(|b| *v > b)
-                })
-                .collect();
-            let Some(&top) = idx.last() else { continue };
-            let ask =
-                |i: usize, done: &mut dyn FnMut(&E) -> Result<bool, X>| done(&self.pending[i].2);
-            let hit = if ask(top, &mut done)? {
-                Some(top)
-            } else if idx.len() == 1 || !ask(idx[0], &mut done)? {
-                None
-            } else {
-                // idx[lo] is complete, idx[hi] is not.
-                let (mut lo, mut hi) = (0, idx.len() - 1);
-                while hi - lo > 1 {
-                    let mid = lo + (hi - lo) / 2;
-                    if ask(idx[mid], &mut done)? {
-                        lo = mid;
-                    } else {
-                        hi = mid;
-                    }
+            let mut best: Option<u64> = None;
+            for lane in lanes {
+                // This lane's points, ascending; only those above the best found so far matter.
+                let idx: Vec<usize> = (0..self.pending.len())
+                    .filter(|&i| {
+                        let (v, l, _) = &self.pending[i];
+                        *l == lane && best.is_none_or(|b| *v > b)
+                    })
+                    .collect();
+                if let Some(i) = highest_done(idx.len(), |k| idx[k], |i| done(&self.pending[i].2))?
+                {
+                    best = Some(self.pending[i].0);
                 }
-                Some(idx[lo])
-            };
-            if let Some(i) = hit {
-                best = Some(self.pending[i].0);
             }
-        }
+            best
+        };
         if let Some(v) = best {
             self.reach(v, free);
         }
@@ -213,6 +174,36 @@ impl<E> Points<E> {
         self.lanes.clear();
         self.pending.drain(..).map(|(_, _, e)| e)
     }
+}
+
+/// The highest of `len` points of one lane (the `k`-th, ascending, is pending index `at(k)`)
+/// for which `ask` says done, or `None`: the highest, then the lowest, then a bisection between
+/// the lowest known done and the highest known not (points of a lane complete in order).
+fn highest_done<X>(
+    len: usize,
+    at: impl Fn(usize) -> usize,
+    mut ask: impl FnMut(usize) -> Result<bool, X>,
+) -> Result<Option<usize>, X> {
+    if len == 0 {
+        return Ok(None);
+    }
+    if ask(at(len - 1))? {
+        return Ok(Some(at(len - 1)));
+    }
+    if len == 1 || !ask(at(0))? {
+        return Ok(None);
+    }
+    // at(lo) is done, at(hi) is not.
+    let (mut lo, mut hi) = (0, len - 1);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if ask(at(mid))? {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(Some(at(lo)))
 }
 
 /// Stream waits on the word (`events+memops`) that no word write enqueued so far releases.
