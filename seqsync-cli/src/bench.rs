@@ -254,8 +254,8 @@ fn run_timeline(a: BenchArgs) -> Result<(), Failure> {
         return Ok(());
     }
     println!(
-        "seqsync bench timeline on {} ({}), mechanism {}",
-        r.backend, r.device, r.mechanism
+        "seqsync bench timeline on {} ({}), mechanism {}, locks {}",
+        r.backend, r.device, r.mechanism, r.locks
     );
     println!(
         "  {:<16}{:<50}{:>12}{:>10}{:>8}",

@@ -6,13 +6,13 @@
 
 #[cfg(not(seqsync_loom))]
 pub(crate) use std::sync::{
-    atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering},
+    atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering},
     Condvar, Mutex, MutexGuard,
 };
 
 #[cfg(seqsync_loom)]
 pub(crate) use loom::sync::{
-    atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering},
+    atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering},
     Condvar, Mutex, MutexGuard,
 };
 

@@ -69,6 +69,9 @@ pub struct TimelineBenchReport {
     pub device: String,
     /// The mechanism a timeline gets by default (with the fallback reason, if any).
     pub mechanism: String,
+    /// The crate's locks: "biased" to their thread, or "shared" and why
+    /// ([`seqsync::lock_biasing`]).
+    pub locks: String,
     /// Per-call costs, per mechanism.
     pub ops: Vec<TimelineRow>,
     /// Cross-stream round trips, per mechanism.
@@ -109,6 +112,14 @@ fn row(mechanism: &str, name: &str, t: Vec<f64>, raw: Vec<f64>) -> TimelineRow {
         timeline_ns,
         raw_ns,
         ratio: timeline_ns / raw_ns,
+    }
+}
+
+/// How the crate's locks run in this process.
+fn locks() -> String {
+    match seqsync::lock_biasing() {
+        Ok(()) => "biased".into(),
+        Err(why) => format!("shared ({why})"),
     }
 }
 
@@ -388,6 +399,7 @@ pub fn run_on_host(
         backend: "host".into(),
         device: super::host_device(h),
         mechanism,
+        locks: locks(),
         ops,
         ping_pong: vec![ping_pong(h, cfg)?],
         wait: waits(h, busy, cfg)?,
@@ -427,6 +439,7 @@ fn run_cuda(
         backend: "cuda".into(),
         device: gpu.device_name()?,
         mechanism,
+        locks: locks(),
         ops,
         ping_pong: ping,
         wait: waits(gpu, busy, cfg)?,
