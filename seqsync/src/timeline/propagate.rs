@@ -37,7 +37,9 @@
 //! An entry names its timeline by address; the ledger keeps one `Weak` per timeline its
 //! entries name (which keeps the address from being reused), cloned when a timeline first
 //! appears and dropped by the prune after its last entry. The ledger's lock is the crate's
-//! one-CAS lock. So an ordered `wait_on` costs the ledger one compare-and-swap and a push.
+//! short-section lock, biased to the thread that enqueues on the stream (`lock/`). A wait right
+//! after a wait on the same timeline joins its entry (see [`Ledger::add_wait`]). So an ordered
+//! `wait_on` costs the ledger two plain stores, a load and a push (or an update in place).
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -133,7 +135,7 @@ pub(crate) enum Refused {
 }
 
 /// One stream's waits and signals (see the [module docs](self)). Its lock is the crate's
-/// one-CAS lock: every section is a few field updates (and, amortized, a prune).
+/// short-section lock: every section is a few field updates (and, amortized, a prune).
 pub(crate) struct Ledger {
     state: Lock<LedgerState>,
 }

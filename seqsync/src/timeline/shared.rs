@@ -28,7 +28,8 @@ pub(crate) struct Shared<B: Backend> {
     pub(crate) backend: B,
     pub(crate) name: String,
     pub(crate) sem: B::Semaphore,
-    /// The crate's one-CAS lock: `signal_on` holds it from admission to the backend's enqueue.
+    /// The crate's short-section lock (`lock/`): `signal_on` holds it from admission to the
+    /// backend's enqueue.
     pub(crate) state: Lock<State>,
     /// Set once `state.failure` is (a fast path for the hot calls).
     pub(crate) failed: AtomicBool,

@@ -358,8 +358,8 @@ impl<B: Backend> Backend for TrackingBackend<B> {
     /// Records, and closes the stream's epoch: the event covers it if the calling thread is
     /// the only live task submitting to the stream, else nothing.
     ///
-    /// What must be atomic with what (the backend call is made under the tracker's lock, one
-    /// compare-and-swap, see `lock.rs`): the backend record and the snapshot it publishes,
+    /// What must be atomic with what (the backend call is made under the tracker's lock, see
+    /// `lock/`): the backend record and the snapshot it publishes,
     /// against a stream wait on the same event (which must join the snapshot of the very
     /// recording its own backend call waited for) and against a submission's stamps on the
     /// stream (a stamp read before the close must be of work enqueued before the backend
