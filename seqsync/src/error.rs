@@ -250,7 +250,8 @@ pub enum Error {
         timeline: String,
         /// Its value when dropped.
         value: u64,
-        /// Stream waits for higher values it still had.
+        /// Stream waits for higher values it still had (waits of one stream on it one right
+        /// after the other, with nothing enqueued between them, count once).
         pending: usize,
     },
 

@@ -12,8 +12,8 @@
 //! `asymmetricLightBarrier` / `asymmetricHeavyBarrier`.
 //!
 //! Where the heavy barrier is not to be had (not Linux, a kernel before 4.14, a sandbox that
-//! refuses the call, or `SEQSYNC_BIASED_LOCKS=off`), [`available`] says why and locks are never
-//! biased. Under loom both barriers are `SeqCst` fences, which is what the pair guarantees.
+//! refuses the call, Miri, or `SEQSYNC_BIASED_LOCKS=off`), [`available`] says why and locks are
+//! never biased. Under loom both barriers are `SeqCst` fences, which is what the pair guarantees.
 
 /// Whether the heavy barrier works in this process (asked once, then remembered); `Err` says
 /// why not.
@@ -21,10 +21,12 @@
 pub(crate) fn available() -> Result<(), &'static str> {
     static AVAILABLE: std::sync::OnceLock<Result<(), &'static str>> = std::sync::OnceLock::new();
     *AVAILABLE.get_or_init(|| {
-        if matches!(
-            std::env::var("SEQSYNC_BIASED_LOCKS").as_deref(),
-            Ok("off" | "0" | "no")
-        ) {
+        let off = std::env::var("SEQSYNC_BIASED_LOCKS").is_ok_and(|v| {
+            ["off", "0", "no", "false"]
+                .iter()
+                .any(|o| v.trim().eq_ignore_ascii_case(o))
+        });
+        if off {
             return Err("turned off by SEQSYNC_BIASED_LOCKS");
         }
         sys::register()
@@ -48,16 +50,30 @@ pub(crate) fn light() {
 }
 
 /// The taker's side: every running thread of the process executes a full barrier before this
-/// returns. Only called where [`available`] said yes.
+/// returns `Ok`. Only called where [`available`] said yes; an error (the call worked then, and
+/// is refused now) means no barrier was made.
 #[cold]
-pub(crate) fn heavy() {
+pub(crate) fn heavy() -> std::io::Result<()> {
+    #[cfg(all(test, not(seqsync_loom)))]
+    if FAIL_NEXT_HEAVY.with(|f| f.replace(false)) {
+        return Err(std::io::Error::other("refused by the test"));
+    }
     #[cfg(not(seqsync_loom))]
-    sys::heavy();
+    return sys::heavy();
     #[cfg(seqsync_loom)]
-    loom::sync::atomic::fence(loom::sync::atomic::Ordering::SeqCst);
+    {
+        loom::sync::atomic::fence(loom::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
 }
 
-#[cfg(all(target_os = "linux", not(seqsync_loom)))]
+#[cfg(all(test, not(seqsync_loom)))]
+thread_local! {
+    /// Tests: this thread's next heavy barrier fails.
+    pub(crate) static FAIL_NEXT_HEAVY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+#[cfg(all(target_os = "linux", not(seqsync_loom), not(miri)))]
 mod sys {
     // From <linux/membarrier.h>.
     const MEMBARRIER_CMD_QUERY: libc::c_long = 0;
@@ -88,23 +104,23 @@ mod sys {
         Ok(())
     }
 
-    pub(super) fn heavy() {
-        // It worked when `register` tried it, and a registered process keeps it: a failure now
-        // would leave a biased lock unsafe to take over, so it is fatal.
+    pub(super) fn heavy() -> std::io::Result<()> {
+        // It worked when `register` tried it, and a registered process keeps it (a sandbox
+        // that starts refusing it later is the caller's error to report).
         if membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0 {
-            let e = std::io::Error::last_os_error();
-            panic!("membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) failed after it worked: {e}");
+            return Err(std::io::Error::last_os_error());
         }
+        Ok(())
     }
 }
 
-#[cfg(all(not(target_os = "linux"), not(seqsync_loom)))]
+#[cfg(all(any(not(target_os = "linux"), miri), not(seqsync_loom)))]
 mod sys {
     pub(super) fn register() -> Result<(), &'static str> {
         Err("no heavy memory barrier on this system (only Linux's membarrier(2) is used)")
     }
 
-    pub(super) fn heavy() {
+    pub(super) fn heavy() -> std::io::Result<()> {
         unreachable!("never called where `register` failed")
     }
 }

@@ -32,7 +32,7 @@
 //! waiter then rarely gets past the spinning; one that does (the holder was descheduled, or a
 //! backend call blocks on a full queue) costs little CPU and wakes within its nap. Never hold
 //! it across a host wait, and never take it again while holding it (a shared lock would spin
-//! forever, a biased one would let the thread in twice: debug builds assert).
+//! forever; a biased one panics rather than let the thread in twice).
 //!
 //! Its users: the buffer tracker's registries (`memory/handoff`), a timeline's admission state
 //! and its streams' ledgers (`timeline/`), and the event-based CUDA timeline words
@@ -57,7 +57,9 @@ const REVOKING: usize = 2;
 
 /// This thread's token: the address of a thread-local byte (never 0, 1 or 2), unique among the
 /// threads alive. A thread that reuses a gone owner's address inherits its bias, which is
-/// harmless: the gone thread holds nothing.
+/// harmless: the gone thread holds nothing, and what it wrote is visible to the new one (a
+/// thread's end is ordered before the reuse of its thread-local storage by whatever hands the
+/// memory on: the C library's stack cache lock, or the allocator).
 #[inline(always)]
 fn token() -> usize {
     #[cfg(not(seqsync_loom))]
@@ -92,11 +94,12 @@ impl<T: Default> Default for Lock<T> {
 }
 
 // SAFETY: the value is reached only through a `Guard`, and at most one guard exists at a time:
-// a biased lock hands one out only to its owner thread (with `busy` set, which a revoking
-// thread waits to see cleared), and never twice at once (the guard is not `Send`, so it is
-// dropped on the owner's thread before the owner takes the lock again); a shared one only
-// after swapping `locked` from false to true. So the value moves between threads like one
-// behind a `Mutex`: `T: Send` suffices for both.
+// a biased lock hands one out only to its owner thread, with `busy` set (which a revoking
+// thread waits to see cleared), and never while `busy` is set already (`enter_biased` panics
+// instead: the owner taking it again while holding it); the guard is not `Send`, so `busy` is
+// cleared by the owner thread itself. A shared lock hands one out only after swapping `locked`
+// from false to true. So the value moves between threads like one behind a `Mutex`: `T: Send`
+// suffices for both.
 unsafe impl<T: Send> Sync for Lock<T> {}
 // (`Send` is automatic: `UnsafeCell<T>` is `Send` when `T` is.)
 
@@ -153,7 +156,9 @@ impl<T> Lock<T> {
     /// The owner's way in: `None` if the lock was taken away meanwhile.
     #[inline(always)]
     fn enter_biased(&self, me: usize) -> Option<Guard<'_, T>> {
-        debug_assert!(
+        // A second guard would alias the first (a shared lock would spin forever instead): a
+        // load of a line this thread wrote last, and a branch that is never taken.
+        assert!(
             !self.busy.load(Ordering::Relaxed),
             "the crate's lock taken twice by one thread"
         );
@@ -227,7 +232,7 @@ impl<T> Lock<T> {
                         .compare_exchange(owner, REVOKING, Ordering::Acquire, Ordering::Relaxed)
                         .is_ok()
                     {
-                        self.revoke();
+                        self.revoke(owner);
                     }
                 }
             }
@@ -236,9 +241,14 @@ impl<T> Lock<T> {
 
     /// This thread marked the lock revoking: wait until its owner is out, then make it shared.
     #[cold]
-    fn revoke(&self) {
+    fn revoke(&self, owner: usize) {
         // After the barrier an owner that did not see the mark shows `busy` (see `barrier`).
-        barrier::heavy();
+        if let Err(e) = barrier::heavy() {
+            // Nothing changed but the mark: give the lock back to its owner, so that it (and
+            // whoever unwinds through a lock) goes on, then report.
+            self.bias.store(owner, Ordering::Release);
+            panic!("membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) failed after it worked: {e}");
+        }
         let mut tries = 0u32;
         let mut nap = Duration::from_micros(10);
         // Acquire: what the owner wrote inside is visible once it is out.
@@ -418,11 +428,38 @@ mod tests {
         }
     }
 
-    /// A biased lock taken again by its own thread (a bug: a shared lock would spin forever)
-    /// panics in debug builds instead of letting the thread in twice.
+    /// A heavy barrier refused after it worked (a sandbox that starts refusing `membarrier`):
+    /// the thread that tried to take the lock away panics, and the lock is its owner's again,
+    /// not stuck half taken; a later try takes it away.
     #[test]
-    #[cfg(debug_assertions)]
-    fn a_biased_lock_taken_twice_by_its_thread_panics_in_debug_builds() {
+    fn a_refused_barrier_gives_the_lock_back_to_its_owner() {
+        if let Err(why) = super::biasing() {
+            eprintln!("skipped: locks are not biased here ({why})");
+            return;
+        }
+        let lock = Arc::new(Lock::new(0u32));
+        *lock.lock() += 1;
+        assert!(lock.is_biased());
+        let l = lock.clone();
+        let refused = std::thread::spawn(move || {
+            super::barrier::FAIL_NEXT_HEAVY.with(|f| f.set(true));
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| *l.lock() += 1)).is_err()
+        })
+        .join()
+        .unwrap();
+        assert!(refused, "the taker panics");
+        assert!(lock.is_biased(), "the owner's again");
+        *lock.lock() += 1;
+        let l = lock.clone();
+        std::thread::spawn(move || *l.lock() += 1).join().unwrap();
+        assert!(!lock.is_biased());
+        assert_eq!(*lock.lock(), 3);
+    }
+
+    /// A biased lock taken again by its own thread (a bug: a shared lock would spin forever)
+    /// panics instead of letting the thread in twice.
+    #[test]
+    fn a_biased_lock_taken_twice_by_its_thread_panics() {
         if let Err(why) = super::biasing() {
             eprintln!("skipped: locks are not biased here ({why})");
             return;

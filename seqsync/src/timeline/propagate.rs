@@ -470,8 +470,9 @@ impl Ledger {
 }
 
 /// The waits enqueued on any stream for values above `above` of the timeline whose `Weak`s
-/// point to `timeline`, not yet pruned: their ledgers and sequence numbers. A failure poisons
-/// their streams from there; a timeline dropped with some fails first.
+/// point to `timeline`, not yet pruned (a run of waits with nothing between them is one entry):
+/// their ledgers and sequence numbers. A failure poisons their streams from there; a timeline
+/// dropped with some fails first.
 pub(crate) fn waits_on(timeline: *const (), above: u64) -> Vec<(Arc<Ledger>, u64)> {
     let reg = lock_registry();
     let mut found = Vec::new();
