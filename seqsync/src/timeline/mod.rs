@@ -111,7 +111,7 @@ impl<B: Backend> Drop for Timeline<B> {
             .fetch_sub(1, std::sync::atomic::Ordering::AcqRel)
             == 1
         {
-            self.shared.last_handle_dropped();
+            let _looked = self.shared.last_handle_dropped();
         }
     }
 }
@@ -276,6 +276,11 @@ impl<B: Backend> Timeline<B> {
         let id = s.backend.stream_id(stream);
         // A failure marks the timeline failed, then looks for waits in the ledgers: either it
         // finds this one (added first), or this sees the mark.
+        // Before the entry: a last handle's drop that sees no flag finds no entry either.
+        if !s.stream_waited.load(std::sync::atomic::Ordering::Relaxed) {
+            s.stream_waited
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         let failed = propagate::with_ledger(id, true, |ledger| {
             let ledger = ledger.expect("made when asked");
             let seq = ledger.add_wait(&s.target, v)?;

@@ -635,6 +635,27 @@ mod tests {
         NEXT.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// The last handle's drop searches the ledgers (taking every ledger's lock, so taking
+    /// biased ones away from their threads) only for a timeline some stream waited on.
+    #[test]
+    fn only_a_timeline_a_stream_waited_on_searches_the_ledgers_when_dropped() {
+        let b = host();
+        let s = b.new_stream("s").unwrap();
+        let signalled = Timeline::new(&b, "signalled", 0).unwrap();
+        signalled.signal_on(&s, 1).unwrap();
+        signalled.signal(2).unwrap();
+        assert!(signalled.wait(2, Duration::from_secs(5)).is_ok());
+        assert!(
+            !signalled.shared.last_handle_dropped(),
+            "no stream waited on it"
+        );
+        let waited = Timeline::new(&b, "waited", 0).unwrap();
+        waited.wait_on(&s, 5).unwrap();
+        waited.signal(5).unwrap();
+        assert!(waited.shared.last_handle_dropped(), "a stream waited on it");
+        assert!(!waited.is_failed(), "nothing was pending");
+    }
+
     #[test]
     fn a_lookup_sees_a_ledger_made_after_it_was_cached() {
         let id = unique_id();

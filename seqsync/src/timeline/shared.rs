@@ -40,6 +40,11 @@ pub(crate) struct Shared<B: Backend> {
     /// `Timeline` handles alive: the last one to go fails the timeline if streams still wait
     /// on it (while this is alive, so the ledgers' entries for it are still found).
     pub(crate) handles: std::sync::atomic::AtomicUsize,
+    /// A stream wait on it was ever added to a ledger. While not, the last handle's drop need
+    /// not search the ledgers (a search takes every ledger's lock: a lock biased to another
+    /// thread is taken away from it). Set through a handle, read by the last handle's drop,
+    /// whose acquire decrement of `handles` sees it.
+    pub(crate) stream_waited: std::sync::atomic::AtomicBool,
     /// This timeline as the ledgers see it (made once: cloning a `Weak` is one atomic add).
     pub(crate) target: Weak<dyn FailTarget>,
 }
@@ -69,6 +74,7 @@ impl<B: Backend> Shared<B> {
         Ok(Arc::new_cyclic(|me: &Weak<Shared<B>>| Shared {
             target: me.clone(),
             handles: std::sync::atomic::AtomicUsize::new(1),
+            stream_waited: std::sync::atomic::AtomicBool::new(false),
             backend: backend.clone(),
             name: name.to_owned(),
             sem,
@@ -234,17 +240,23 @@ impl<B: Backend> FailTarget for Shared<B> {
 
 impl<B: Backend> Shared<B> {
     /// The last `Timeline` handle is going: if streams still wait on the timeline for values
-    /// it has not reached, fail it first, so that they go on.
-    pub(crate) fn last_handle_dropped(&self) {
+    /// it has not reached, fail it first, so that they go on. Returns whether it looked.
+    pub(crate) fn last_handle_dropped(&self) -> bool {
+        if !self
+            .stream_waited
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return false;
+        }
         let st = self.lock();
         let (value, failed) = (st.last_enqueued, st.failure.is_some());
         drop(st);
         let current = match self.sem.load() {
             Ok(w) if w & FAILED_BIT == 0 => w.max(self.floor.load(Ordering::Acquire)),
-            _ => return,
+            _ => return true,
         };
         if failed {
-            return;
+            return true;
         }
         let pending = propagate::waits_on(self.id(), current).len();
         if pending > 0 {
@@ -255,6 +267,7 @@ impl<B: Backend> Shared<B> {
             };
             self.fail(cause, None);
         }
+        true
     }
 }
 
