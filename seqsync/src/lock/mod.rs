@@ -336,6 +336,14 @@ mod tests {
 
     /// Threads that increment a plain counter under the lock lose no increment: the lock
     /// excludes, and the release store publishes each holder's write to the next.
+    /// Two dependent writes under the lock: a torn critical section shows as a mismatch.
+    fn bump(g: &mut (u64, u64)) {
+        let v = g.0;
+        std::hint::black_box(&mut *g);
+        g.0 = v + 1;
+        g.1 += 1;
+    }
+
     #[test]
     fn the_lock_excludes_and_publishes() {
         let (threads, per) = (4, 20_000u64);
@@ -345,12 +353,7 @@ mod tests {
                 let lock = lock.clone();
                 s.spawn(move || {
                     for _ in 0..per {
-                        let mut g = lock.lock();
-                        // Two dependent writes: a torn critical section shows as a mismatch.
-                        let v = g.0;
-                        std::hint::black_box(&mut *g);
-                        g.0 = v + 1;
-                        g.1 += 1;
+                        bump(&mut lock.lock());
                     }
                 });
             }
@@ -378,10 +381,7 @@ mod tests {
                             assert!(lock.is_biased(), "biased to its first thread");
                             g = lock.lock();
                         }
-                        let v = g.0;
-                        std::hint::black_box(&mut *g);
-                        g.0 = v + 1;
-                        g.1 += 1;
+                        bump(&mut g);
                         drop(g);
                         if i == per / 4 {
                             started.wait();
@@ -394,11 +394,7 @@ mod tests {
                 s.spawn(move || {
                     started.wait();
                     for _ in 0..per {
-                        let mut g = lock.lock();
-                        let v = g.0;
-                        std::hint::black_box(&mut *g);
-                        g.0 = v + 1;
-                        g.1 += 1;
+                        bump(&mut lock.lock());
                     }
                 });
             }
