@@ -92,8 +92,7 @@ pub use timeline::Timeline;
 /// `Err` says why locks are not biased in this process: not Linux, a kernel without private
 /// expedited `membarrier` (before 4.14) or a sandbox that refuses it, or the environment
 /// variable `SEQSYNC_BIASED_LOCKS` set to `off`, `0`, `no` or `false` (any case; read once, at
-/// the first lock). Nothing else changes:
-/// every lock is then an ordinary one from the start.
+/// the first lock). Nothing else changes: every lock is then an ordinary one from the start.
 ///
 /// ```
 /// match seqsync::lock_biasing() {

@@ -334,8 +334,6 @@ mod tests {
     use super::Lock;
     use std::sync::Arc;
 
-    /// Threads that increment a plain counter under the lock lose no increment: the lock
-    /// excludes, and the release store publishes each holder's write to the next.
     /// Two dependent writes under the lock: a torn critical section shows as a mismatch.
     fn bump(g: &mut (u64, u64)) {
         let v = g.0;
@@ -344,6 +342,8 @@ mod tests {
         g.1 += 1;
     }
 
+    /// Threads that increment a plain counter under the lock lose no increment: the lock
+    /// excludes, and the release store publishes each holder's write to the next.
     #[test]
     fn the_lock_excludes_and_publishes() {
         let (threads, per) = (4, 20_000u64);

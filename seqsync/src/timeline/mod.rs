@@ -274,13 +274,13 @@ impl<B: Backend> Timeline<B> {
             return Ok(());
         }
         let id = s.backend.stream_id(stream);
-        // A failure marks the timeline failed, then looks for waits in the ledgers: either it
-        // finds this one (added first), or this sees the mark.
         // Before the entry: a last handle's drop that sees no flag finds no entry either.
         if !s.stream_waited.load(std::sync::atomic::Ordering::Relaxed) {
             s.stream_waited
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
+        // A failure marks the timeline failed, then looks for waits in the ledgers: either it
+        // finds this one (added first), or this sees the mark.
         let failed = propagate::with_ledger(id, true, |ledger| {
             let ledger = ledger.expect("made when asked");
             let seq = ledger.add_wait(&s.target, v)?;

@@ -359,17 +359,16 @@ impl<B: Backend> Backend for TrackingBackend<B> {
     /// the only live task submitting to the stream, else nothing.
     ///
     /// What must be atomic with what (the backend call is made under the tracker's lock, see
-    /// `lock/`): the backend record and the snapshot it publishes,
-    /// against a stream wait on the same event (which must join the snapshot of the very
-    /// recording its own backend call waited for) and against a submission's stamps on the
-    /// stream (a stamp read before the close must be of work enqueued before the backend
-    /// record). Taking the call out of the lock is possible: close and publish under the
-    /// lock *before* the call (a stamp read before the close is then of work enqueued before
-    /// the backend record), mark the event in flight until the call is made (a wait that
-    /// starts meanwhile counts for nothing), and let a record that finds another record of
-    /// the event in flight cover nothing. Built and measured, that was no faster on the host
-    /// (a lock section is needed either way, and the mark adds stores), so the call stays
-    /// under the lock.
+    /// `lock/`): the backend record and the snapshot it publishes, against a stream wait on
+    /// the same event (which must join the snapshot of the very recording its own backend call
+    /// waited for) and against a submission's stamps on the stream (a stamp read before the
+    /// close must be of work enqueued before the backend record). Taking the call out of the
+    /// lock is possible: close and publish under the lock *before* the call (a stamp read
+    /// before the close is then of work enqueued before the backend record), mark the event in
+    /// flight until the call is made (a wait that starts meanwhile counts for nothing), and let
+    /// a record that finds another record of the event in flight cover nothing. Built and
+    /// measured, that was no faster on the host (a lock section is needed either way, and the
+    /// mark adds stores), so the call stays under the lock.
     fn record(&self, event: &Self::Event, stream: &Self::Stream) -> Result<()> {
         self.check_stream(stream)?;
         with_current(|task| {

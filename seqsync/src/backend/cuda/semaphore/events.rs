@@ -119,7 +119,8 @@ impl DeferredQueues {
 pub(crate) struct EventsWord {
     ctx: Arc<CudaContext>,
     deferred: Arc<DeferredQueues>,
-    /// The crate's short-section lock (`lock/`): held for an event record or stream wait, and the list.
+    /// The crate's short-section lock (`lock/`): held for an event record or stream wait, and
+    /// the list.
     points: Lock<EventPoints>,
     /// What `points` knows, published under its lock after every change (the highest value
     /// known reached, or the failed word), so that [`peek`](Self::peek) takes no lock.

@@ -44,7 +44,8 @@ struct State {
 pub(crate) struct HybridWord {
     ctx: Arc<CudaContext>,
     word: MemOpsWord,
-    /// The crate's short-section lock (`lock/`): held for an event record or stream wait, and the lists.
+    /// The crate's short-section lock (`lock/`): held for an event record or stream wait, and
+    /// the lists.
     state: Lock<State>,
     ops: Arc<WordOps>,
 }
