@@ -367,6 +367,7 @@ impl Ledger {
 
     /// A wait for `value` of `timeline` is being enqueued: returns its sequence number (that of
     /// the run of waits it joins).
+    #[inline(always)]
     pub(crate) fn add_wait(
         &self,
         timeline: &Weak<dyn FailTarget>,
@@ -408,6 +409,7 @@ impl Ledger {
     }
 
     /// A signal of `timeline` is being enqueued (see [`Refused`] for when it is not).
+    #[inline(always)]
     pub(crate) fn add_signal(
         &self,
         timeline: &Weak<dyn FailTarget>,

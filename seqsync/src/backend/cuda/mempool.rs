@@ -19,6 +19,7 @@ use crate::error::Result;
 ///
 /// Timelines ask on every `signal_on` and `wait_on`, so each thread keeps the last few answers
 /// in front of the process-wide registry and its lock.
+#[inline(always)]
 pub fn stream_id(stream: &Arc<CudaStream>) -> u64 {
     RECENT
         .try_with(|r| r.borrow_mut().id(stream))
@@ -52,6 +53,7 @@ struct Recent {
 }
 
 impl Recent {
+    #[inline(always)]
     fn id(&mut self, stream: &Arc<CudaStream>) -> u64 {
         let at = Arc::as_ptr(stream);
         for (weak, id) in self.entries.iter().flatten() {

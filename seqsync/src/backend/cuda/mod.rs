@@ -362,11 +362,13 @@ impl Backend for CudaBackend {
     /// As [`record`](Backend::record): no context need be current for a stream whose handle
     /// names its context (the semaphore's driver calls bind and retry if the driver disagrees);
     /// a handle that names none binds its own first.
+    #[inline]
     fn signal_on(&self, stream: &Arc<CudaStream>, sem: &CudaSemaphore, value: u64) -> Result<()> {
         bind_for(stream)?;
         sem.signal_on(stream, value)
     }
 
+    #[inline]
     fn wait_on(&self, stream: &Arc<CudaStream>, sem: &CudaSemaphore, value: u64) -> Result<()> {
         bind_for(stream)?;
         sem.wait_on(stream, value)

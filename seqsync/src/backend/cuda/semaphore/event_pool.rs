@@ -1,6 +1,6 @@
-//! Events reused across signals: a backend-wide free list, and per timeline the points with a
-//! small spare list in front of it, so that a signal neither creates an event nor takes a
-//! shared lock once the lists are warm.
+//! Events reused across signals: a backend-wide free list, and per timeline a ring of points
+//! whose slots past the points hold spare events (see [`Points`]), so that a signal neither
+//! creates nor moves an event, nor takes a shared lock, once the ring is warm.
 //!
 //! An event goes back to a list once nobody can wait on it any more: its value is reached
 //! (its completion was seen, the host stored a value at or above it, or the word showed one).
@@ -16,7 +16,8 @@ use crate::backend::cuda::context::with_context;
 use crate::backend::cuda::{driver_error, CudaEvent, Deferred};
 use crate::error::{Error, Result};
 
-/// Events a timeline keeps for its next signals before giving them to the backend's list.
+/// Slots a timeline's ring keeps at least (more while more points are in flight) when it gives
+/// spare events back to the backend's list.
 const SPARE: usize = 64;
 /// Events the backend's list keeps (more are destroyed).
 const FREE: usize = 4096;
@@ -67,52 +68,63 @@ impl EventPool {
     }
 }
 
-/// A timeline's points (see [`Points`]) with their events, and its spare events.
+/// A timeline's points (see [`Points`]), whose ring also holds its spare events.
 pub(crate) struct EventPoints {
     pub(crate) points: Points<CudaEvent>,
-    spare: Vec<CudaEvent>,
     pool: Arc<EventPool>,
+    /// Reaches until the ring is next asked for spare events beyond its need.
+    until_trim: u32,
 }
+
+/// Reaches between two looks for spare events to give back.
+const TRIM_EVERY: u32 = 64;
 
 impl EventPoints {
     pub(crate) fn new(pool: &Arc<EventPool>, initial: u64) -> Self {
         EventPoints {
             points: Points::new(initial),
-            spare: Vec::new(),
             pool: pool.clone(),
+            until_trim: TRIM_EVERY,
         }
     }
 
     /// Record the point of `value` at the current end of `stream`. The caller bound a stream
     /// handle that names no context (`bind_for`); a refill makes `ctx` current itself.
+    #[inline(always)]
     pub(crate) fn record(
         &mut self,
         ctx: &Arc<CudaContext>,
         stream: &CudaStream,
         value: u64,
     ) -> Result<()> {
-        if self.spare.is_empty() {
-            self.pool.refill(ctx, &mut self.spare)?;
-        }
-        let ev = self.spare.pop().expect("refilled");
+        let ev = match self.points.next_event() {
+            Some(ev) => ev,
+            None => self.refill(ctx)?,
+        };
         // SAFETY: both handles are live and belong to `ctx`; re-recording a reused event is
         // allowed (see the module docs for why no one needs its previous state).
         // Both handles name their context, so none need be current (a driver that still finds
-        // none usable gets it made current and a second try).
-        let r = with_context(ctx, "cuEventRecord", || unsafe {
+        // none usable gets it made current and a second try). On an error nothing changed.
+        with_context(ctx, "cuEventRecord", || unsafe {
             sys::cuEventRecord(ev.raw, stream.cu_stream())
-        });
-        if let Err(e) = r {
-            self.spare.push(ev);
-            return Err(e);
-        }
-        self.points.push(value, stream.cu_stream() as usize, ev);
+        })?;
+        self.points.push(value, stream.cu_stream() as usize);
         Ok(())
+    }
+
+    /// Every slot holds a point: add spare events from the backend's list.
+    #[cold]
+    fn refill(&mut self, ctx: &Arc<CudaContext>) -> Result<&CudaEvent> {
+        let mut spare = Vec::new();
+        self.pool.refill(ctx, &mut spare)?;
+        self.points.add_spare(spare);
+        Ok(self.points.next_event().expect("refilled"))
     }
 
     /// Make `stream` wait for `value` on its point. `Ok(true)`: done (a wait enqueued, or none
     /// needed); `Ok(false)`: no point covers `value` yet. No context need be current (the
     /// caller bound a stream whose handle names none).
+    #[inline(always)]
     pub(crate) fn try_wait(&self, stream: &CudaStream, value: u64) -> Result<bool> {
         match self.points.plan_wait(value) {
             WaitPlan::Nothing => Ok(true),
@@ -128,36 +140,39 @@ impl EventPoints {
         }
     }
 
-    /// `value` is reached: free the points at or below it.
+    /// `value` is reached: the points at or below it are done.
     pub(crate) fn reach(&mut self, value: u64) {
-        let spare = &mut self.spare;
-        self.points.reach(value, |ev| spare.push(ev));
+        self.points.reach(value);
         self.trim();
     }
 
-    /// Give the spare events beyond [`SPARE`] to the backend's list (one lock).
+    /// Now and then, give the spare events beyond what the timeline needs to the backend's
+    /// list (see [`Points::spare_beyond`]).
     fn trim(&mut self) {
-        if self.spare.len() > SPARE {
-            self.pool.put(self.spare.drain(SPARE..));
+        self.until_trim -= 1;
+        if self.until_trim == 0 {
+            self.until_trim = TRIM_EVERY;
+            let extra = self.points.spare_beyond(SPARE);
+            if !extra.is_empty() {
+                self.pool.put(extra);
+            }
         }
     }
 
     /// The highest value whose event completed (`cuEventQuery`, a few per stream in flight: see
     /// [`Points::poll`]), or the highest known reached.
     pub(crate) fn poll(&mut self) -> Result<u64> {
-        let spare = &mut self.spare;
-        let r = self.points.poll(
-            // SAFETY: a live event handle owned by the points; cuEventQuery only reads it.
-            |ev| match unsafe { sys::cuEventQuery(ev.raw) } {
+        // SAFETY: a live event handle owned by the points; cuEventQuery only reads it.
+        let r = self
+            .points
+            .poll(|ev| match unsafe { sys::cuEventQuery(ev.raw) } {
                 sys::CUresult::CUDA_SUCCESS => Ok(true),
                 sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
                 other => Err(other
                     .result()
                     .map_err(|e| driver_error("cuEventQuery", e))
                     .expect_err("not a success code")),
-            },
-            |ev| spare.push(ev),
-        );
+            });
         self.trim();
         r
     }
@@ -165,8 +180,8 @@ impl EventPoints {
 
 impl Drop for EventPoints {
     fn drop(&mut self) {
-        let pending: Vec<_> = self.points.drain().collect();
-        self.pool.put(self.spare.drain(..).chain(pending));
+        let all: Vec<_> = self.points.drain().collect();
+        self.pool.put(all);
     }
 }
 

@@ -76,6 +76,7 @@ impl HybridWord {
     }
 
     /// The caller bound a stream handle that names no context (`bind_for`).
+    #[inline(always)]
     pub(crate) fn signal_on(&self, stream: &Arc<CudaStream>, value: u64) -> Result<()> {
         let mut st = self.state();
         st.events.record(&self.ctx, stream, value)?;
@@ -87,6 +88,7 @@ impl HybridWord {
     }
 
     /// The caller bound a stream handle that names no context (`bind_for`).
+    #[inline(always)]
     pub(crate) fn wait_on(&self, stream: &Arc<CudaStream>, value: u64) -> Result<()> {
         let mut st = self.state();
         let word = self.word.load();

@@ -273,6 +273,7 @@ impl std::fmt::Debug for CudaSemaphore {
 }
 
 impl CudaSemaphore {
+    #[inline(always)]
     pub(crate) fn signal_on(&self, stream: &Arc<CudaStream>, value: u64) -> Result<()> {
         match &self.word {
             Word::Hybrid(w) => w.signal_on(stream, value),
@@ -281,6 +282,7 @@ impl CudaSemaphore {
         }
     }
 
+    #[inline(always)]
     pub(crate) fn wait_on(&self, stream: &Arc<CudaStream>, value: u64) -> Result<()> {
         match &self.word {
             Word::Hybrid(w) => w.wait_on(stream, value),

@@ -5,20 +5,34 @@
 //!
 //! `E` is the event type (`CudaEvent` in the backend, anything in tests).
 
-use std::collections::VecDeque;
-
-/// Points of one timeline: enqueued signals not yet known complete, in ascending value order.
+/// Points of one timeline: enqueued signals not yet known complete, in ascending value order,
+/// in a ring of slots that each hold an event. The slots after the points hold the spare
+/// events, recorded again in place by the next signals: a signal moves no event, and a point
+/// that completes leaves its event where the ring reuses it.
 pub(crate) struct Points<E> {
     /// The highest value known reached (an event completed, a host store, a word load).
     reached: u64,
     /// The failed word, once the timeline failed.
     failed: Option<u64>,
-    /// `(value, lane, event)`, ascending by value, every value above `reached`. The lane is
-    /// the stream the event was recorded on: on one lane, events complete in value order.
-    pending: VecDeque<(u64, usize, E)>,
-    /// The lanes of `pending` and how many points each has there (usually one lane), so that
-    /// a poll knows without a scan whether a single bisection covers every point.
+    /// The ring: `len` points from `head` on (wrapping), ascending by value, every value above
+    /// `reached`; then the free slots, whose events nobody waits on any more.
+    slots: Vec<Slot<E>>,
+    head: usize,
+    len: usize,
+    /// The lanes of the points and how many points each has (usually one lane), so that a poll
+    /// knows without a scan whether a single bisection covers every point.
     lanes: Vec<(usize, usize)>,
+    /// The most points in flight seen at a [`reach`](Self::reach) since
+    /// [`spare_beyond`](Self::spare_beyond) last looked.
+    peak: usize,
+}
+
+/// A point (`value`, recorded on stream `lane`: on one lane, events complete in value order),
+/// or, past the points, a spare event.
+struct Slot<E> {
+    value: u64,
+    lane: usize,
+    ev: E,
 }
 
 /// What a stream wait for a value needs.
@@ -37,8 +51,11 @@ impl<E> Points<E> {
         Points {
             reached: initial,
             failed: None,
-            pending: VecDeque::new(),
+            slots: Vec::new(),
+            head: 0,
+            len: 0,
             lanes: Vec::new(),
+            peak: 0,
         }
     }
 
@@ -57,67 +74,131 @@ impl<E> Points<E> {
     /// Enqueued points not yet known complete.
     #[cfg(test)]
     pub(crate) fn pending(&self) -> usize {
-        self.pending.len()
+        self.len
     }
 
-    /// Add the point of `value`, recorded on stream `lane` (values normally come in ascending
-    /// order: an append).
-    pub(crate) fn push(&mut self, value: u64, lane: usize, ev: E) {
+    /// The slot of the `i`-th point (or, from `len` on, spare event).
+    #[inline]
+    fn at(&self, i: usize) -> usize {
+        let j = self.head + i;
+        if j >= self.slots.len() {
+            j - self.slots.len()
+        } else {
+            j
+        }
+    }
+
+    #[inline]
+    fn point(&self, i: usize) -> &Slot<E> {
+        &self.slots[self.at(i)]
+    }
+
+    /// The event the next point will be recorded on, `None` if every slot holds a point (then
+    /// [`add_spare`](Self::add_spare) first).
+    #[inline]
+    pub(crate) fn next_event(&self) -> Option<&E> {
+        (self.len < self.slots.len()).then(|| &self.point(self.len).ev)
+    }
+
+    /// Add spare events (after the points).
+    #[cold]
+    pub(crate) fn add_spare(&mut self, evs: impl IntoIterator<Item = E>) {
+        // Straighten the ring first, so that the new slots follow the last spare one.
+        self.slots.rotate_left(self.head);
+        self.head = 0;
+        self.slots.extend(evs.into_iter().map(|ev| Slot {
+            value: 0,
+            lane: 0,
+            ev,
+        }));
+    }
+
+    /// The event [`next_event`](Self::next_event) gave was recorded on stream `lane` as the
+    /// point of `value` (values normally come in ascending order: an append).
+    #[inline(always)]
+    pub(crate) fn push(&mut self, value: u64, lane: usize) {
+        debug_assert!(self.len < self.slots.len(), "no spare event to record");
+        let i = self.len;
+        let s = self.at(i);
+        let slot = &mut self.slots[s];
+        slot.value = value;
+        slot.lane = lane;
+        self.len += 1;
         match self.lanes.iter_mut().find(|(l, _)| *l == lane) {
             Some((_, count)) => *count += 1,
             None => self.lanes.push((lane, 1)),
         }
-        match self.pending.back() {
-            Some((last, _, _)) if *last >= value => {
-                let at = self.pending.partition_point(|(v, _, _)| *v < value);
-                self.pending.insert(at, (value, lane, ev));
-            }
-            _ => self.pending.push_back((value, lane, ev)),
+        if i > 0 && self.point(i - 1).value >= value {
+            self.sort_last();
         }
     }
 
-    /// The point at the front is gone: count it off its lane.
-    fn forget_front(&mut self) -> Option<E> {
-        let (_, lane, ev) = self.pending.pop_front()?;
+    /// The last point came out of order: move it down to its place.
+    #[cold]
+    fn sort_last(&mut self) {
+        let mut i = self.len - 1;
+        while i > 0 && self.point(i - 1).value >= self.point(i).value {
+            let (a, b) = (self.at(i - 1), self.at(i));
+            self.slots.swap(a, b);
+            i -= 1;
+        }
+    }
+
+    /// The point at the front is done: count it off its lane; its event becomes spare.
+    fn forget_front(&mut self) {
+        let lane = self.point(0).lane;
+        self.head = self.at(1);
+        self.len -= 1;
         if let Some(i) = self.lanes.iter().position(|(l, _)| *l == lane) {
             self.lanes[i].1 -= 1;
             if self.lanes[i].1 == 0 {
                 self.lanes.swap_remove(i);
             }
         }
-        Some(ev)
+    }
+
+    /// The index of the lowest point whose value is `>= value` (`len` if none).
+    fn first_at_or_above(&self, value: u64) -> usize {
+        let (mut lo, mut hi) = (0, self.len);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.point(mid).value < value {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
     }
 
     /// How a stream waits for `value`.
+    #[inline(always)]
     pub(crate) fn plan_wait(&self, value: u64) -> WaitPlan<'_, E> {
         if self.failed.is_some() || self.reached >= value {
             return WaitPlan::Nothing;
         }
         // Mostly a wait for the value signalled last: its point is the last one.
-        let n = self.pending.len();
-        if let Some((last, _, ev)) = self.pending.back() {
-            if *last >= value && (n == 1 || self.pending[n - 2].0 < value) {
-                return WaitPlan::Event(ev);
+        let n = self.len;
+        if n > 0 {
+            let last = self.point(n - 1);
+            if last.value >= value && (n == 1 || self.point(n - 2).value < value) {
+                return WaitPlan::Event(&last.ev);
             }
         }
-        let at = self.pending.partition_point(|(v, _, _)| *v < value);
-        match self.pending.get(at) {
-            Some((_, _, ev)) => WaitPlan::Event(ev),
-            None => WaitPlan::NoPoint,
+        match self.first_at_or_above(value) {
+            i if i < n => WaitPlan::Event(&self.point(i).ev),
+            _ => WaitPlan::NoPoint,
         }
     }
 
-    /// `value` is reached: the points at or below it are done; `free` gets their events (nobody
+    /// `value` is reached: the points at or below it are done, and their events spare (nobody
     /// needs them any more: a later wait for those values needs nothing, and a stream wait
     /// already enqueued on an event took its state when it was enqueued).
-    pub(crate) fn reach(&mut self, value: u64, mut free: impl FnMut(E)) {
+    pub(crate) fn reach(&mut self, value: u64) {
+        self.peak = self.peak.max(self.len);
         self.reached = self.reached.max(value);
-        while self
-            .pending
-            .front()
-            .is_some_and(|(v, _, _)| *v <= self.reached)
-        {
-            free(self.forget_front().expect("front exists"));
+        while self.len > 0 && self.point(0).value <= self.reached {
+            self.forget_front();
         }
     }
 
@@ -134,45 +215,65 @@ impl<E> Points<E> {
     pub(crate) fn poll<X>(
         &mut self,
         mut done: impl FnMut(&E) -> Result<bool, X>,
-        free: impl FnMut(E),
     ) -> Result<u64, X> {
         let best = if self.lanes.len() == 1 {
             // One lane (the usual case): every point, no list of indices to build.
-            let n = self.pending.len();
-            highest_done(n, |k| k, |i| done(&self.pending[i].2))?.map(|i| self.pending[i].0)
+            highest_done(self.len, |k| k, |i| done(&self.point(i).ev))?.map(|i| self.point(i).value)
         } else {
             let mut lanes: Vec<usize> = Vec::new();
-            for (_, lane, _) in self.pending.iter().rev() {
-                if !lanes.contains(lane) {
-                    lanes.push(*lane);
+            for i in (0..self.len).rev() {
+                let lane = self.point(i).lane;
+                if !lanes.contains(&lane) {
+                    lanes.push(lane);
                 }
             }
             let mut best: Option<u64> = None;
             for lane in lanes {
                 // This lane's points, ascending; only those above the best found so far matter.
-                let idx: Vec<usize> = (0..self.pending.len())
+                let idx: Vec<usize> = (0..self.len)
                     .filter(|&i| {
-                        let (v, l, _) = &self.pending[i];
-                        *l == lane && best.is_none_or(|b| *v > b)
+                        let p = self.point(i);
+                        p.lane == lane && best.is_none_or(|b| p.value > b)
                     })
                     .collect();
-                if let Some(i) = highest_done(idx.len(), |k| idx[k], |i| done(&self.pending[i].2))?
-                {
-                    best = Some(self.pending[i].0);
+                if let Some(i) = highest_done(idx.len(), |k| idx[k], |i| done(&self.point(i).ev))? {
+                    best = Some(self.point(i).value);
                 }
             }
             best
         };
         if let Some(v) = best {
-            self.reach(v, free);
+            self.reach(v);
         }
         Ok(self.reached)
     }
 
-    /// Every pending event (the timeline is going away).
+    /// Spare events beyond what the timeline needs, for another to use: asked from time to
+    /// time, it keeps `keep_at_least` slots, or twice the most points seen in flight since it
+    /// last looked if that is more.
+    pub(crate) fn spare_beyond(&mut self, keep_at_least: usize) -> Vec<E> {
+        let keep = keep_at_least.max(2 * self.peak).max(self.len);
+        self.peak = self.len;
+        if self.slots.len() <= keep {
+            return Vec::new();
+        }
+        self.slots.rotate_left(self.head);
+        self.head = 0;
+        self.slots.drain(keep..).map(|s| s.ev).collect()
+    }
+
+    /// Slots in the ring (points and spare events).
+    #[cfg(test)]
+    pub(crate) fn slots(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Every event, pending or spare (the timeline is going away).
     pub(crate) fn drain(&mut self) -> impl Iterator<Item = E> + '_ {
         self.lanes.clear();
-        self.pending.drain(..).map(|(_, _, e)| e)
+        self.head = 0;
+        self.len = 0;
+        self.slots.drain(..).map(|s| s.ev)
     }
 }
 
@@ -220,6 +321,7 @@ impl WordWaits {
 
     /// A signal of `value` is being enqueued: must it also write the word? Yes when a word
     /// wait for a value `<= value` has no write yet; those waits are then covered.
+    #[inline(always)]
     pub(crate) fn signal_needs_write(&mut self, value: u64) -> bool {
         if !self.uncovered.iter().any(|w| *w <= value) {
             return false;
@@ -243,11 +345,24 @@ impl WordWaits {
 mod tests {
     use super::*;
 
+    /// Record `ev` as the point of `value` on `lane` (a test's events are named by what they
+    /// stand for, so the spare event the ring would reuse is replaced by `ev`).
+    fn push<E>(p: &mut Points<E>, value: u64, lane: usize, ev: E) {
+        match p.next_event() {
+            None => p.add_spare([ev]),
+            Some(_) => {
+                let s = p.at(p.len);
+                p.slots[s].ev = ev;
+            }
+        }
+        p.push(value, lane);
+    }
+
     #[test]
     fn an_ordered_wait_uses_the_lowest_point_at_or_above_it() {
         let mut p = Points::new(0);
-        p.push(2, 0, "e2");
-        p.push(5, 0, "e5");
+        push(&mut p, 2, 0, "e2");
+        push(&mut p, 5, 0, "e5");
         assert_eq!(p.plan_wait(1), WaitPlan::Event(&"e2"));
         assert_eq!(p.plan_wait(3), WaitPlan::Event(&"e5"));
         assert_eq!(p.plan_wait(5), WaitPlan::Event(&"e5"));
@@ -257,76 +372,136 @@ mod tests {
     #[test]
     fn points_out_of_order_are_kept_sorted() {
         let mut p = Points::new(0);
-        p.push(5, 0, "e5");
-        p.push(2, 0, "e2");
+        push(&mut p, 5, 0, "e5");
+        push(&mut p, 2, 0, "e2");
         assert_eq!(p.plan_wait(1), WaitPlan::Event(&"e2"));
         assert_eq!(p.plan_wait(4), WaitPlan::Event(&"e5"));
     }
 
     #[test]
-    fn reaching_a_value_frees_the_points_at_or_below_it() {
+    fn reaching_a_value_makes_the_points_at_or_below_it_spare() {
         let mut p = Points::new(0);
         for v in 1..=4 {
-            p.push(v, 0, v);
+            push(&mut p, v, 0, v);
         }
-        let mut freed = vec![];
-        p.reach(2, |e| freed.push(e));
-        assert_eq!(freed, [1, 2]);
+        assert_eq!(p.next_event(), None, "every slot holds a point");
+        p.reach(2);
         assert_eq!(p.reached(), 2);
         assert_eq!(p.pending(), 2);
         assert_eq!(p.plan_wait(2), WaitPlan::Nothing);
         assert_eq!(p.plan_wait(3), WaitPlan::Event(&3));
+        // The oldest point's event is recorded again first.
+        assert_eq!(p.next_event(), Some(&1));
         // Reaching never goes back.
-        p.reach(1, |e| freed.push(e));
+        p.reach(1);
         assert_eq!(p.reached(), 2);
+    }
+
+    #[test]
+    fn the_ring_reuses_its_events_in_place_and_wraps() {
+        // A signal records the next spare event where it lies; points wrap around the ring.
+        let mut p = Points::new(0);
+        p.add_spare(["a", "b", "c"]);
+        let mut used = vec![];
+        for v in 1..=7u64 {
+            used.push(*p.next_event().expect("a spare event"));
+            p.push(v, 0);
+            if v % 2 == 0 {
+                p.reach(v - 1);
+            }
+        }
+        assert_eq!(used, ["a", "b", "c", "a", "b", "c", "a"]);
+        assert_eq!(p.slots(), 3, "no event was added");
+        // 6 and 7 are in flight.
+        assert_eq!(p.pending(), 2);
+        assert_eq!(p.plan_wait(6), WaitPlan::Event(&"c"));
+        assert_eq!(p.plan_wait(7), WaitPlan::Event(&"a"));
+        assert_eq!(p.plan_wait(8), WaitPlan::NoPoint);
+        // Spare events added to a wrapped ring come after the last spare slot.
+        p.add_spare(["d"]);
+        p.push(8, 0);
+        p.push(9, 0);
+        assert_eq!(p.plan_wait(8), WaitPlan::Event(&"b"));
+        assert_eq!(p.plan_wait(9), WaitPlan::Event(&"d"));
+        let mut all: Vec<_> = p.drain().collect();
+        all.sort();
+        assert_eq!(all, ["a", "b", "c", "d"]);
+    }
+
+    #[test]
+    fn a_point_out_of_order_is_sorted_across_the_wrap() {
+        let mut p = Points::new(0);
+        p.add_spare(["a", "b", "c"]);
+        p.push(1, 0);
+        p.push(2, 0);
+        p.reach(1);
+        p.push(5, 0); // on "c", the last slot
+        p.push(3, 1); // on "a", the first slot (wrapped), below 5: moved before it
+        assert_eq!(p.plan_wait(2), WaitPlan::Event(&"b"));
+        assert_eq!(p.plan_wait(3), WaitPlan::Event(&"a"));
+        assert_eq!(p.plan_wait(4), WaitPlan::Event(&"c"));
+        assert_eq!(p.plan_wait(5), WaitPlan::Event(&"c"));
+        p.reach(3);
+        assert_eq!(p.pending(), 1);
+        assert_eq!(p.plan_wait(4), WaitPlan::Event(&"c"));
+    }
+
+    #[test]
+    fn spare_events_beyond_twice_the_peak_go_back() {
+        let mut p = Points::new(0);
+        for v in 1..=100u64 {
+            push(&mut p, v, 0, v);
+        }
+        p.reach(100);
+        // 100 in flight at the reach: up to 200 slots are kept.
+        assert!(p.spare_beyond(8).is_empty());
+        push(&mut p, 101, 0, 101);
+        p.reach(101);
+        // Since then one point at most: 8 slots are kept, the other 92 go.
+        assert_eq!(p.spare_beyond(8).len(), 92);
+        assert_eq!(p.slots(), 8);
+        for v in 102..=120u64 {
+            push(&mut p, v, 0, v);
+        }
+        assert_eq!(p.plan_wait(102), WaitPlan::Event(&102));
     }
 
     #[test]
     fn poll_asks_the_highest_then_the_lowest_then_bisects() {
         let mut p = Points::new(0);
         for v in 1..=5 {
-            p.push(v, 0, v);
+            push(&mut p, v, 0, v);
         }
         let mut asked = vec![];
-        let mut freed = vec![];
-        let r: Result<u64, ()> = p.poll(
-            |e| {
-                asked.push(*e);
-                Ok(*e <= 3)
-            },
-            |e| freed.push(e),
-        );
+        let r: Result<u64, ()> = p.poll(|e| {
+            asked.push(*e);
+            Ok(*e <= 3)
+        });
         assert_eq!(r, Ok(3));
         assert_eq!(asked, [5, 1, 3, 4]);
-        assert_eq!(freed, [1, 2, 3]);
-        assert_eq!(p.poll(|_| Err("driver"), |_| ()), Err("driver"));
+        assert_eq!(p.pending(), 2);
+        assert_eq!(p.poll(|_| Err("driver")), Err("driver"));
     }
 
     #[test]
     fn poll_of_many_points_in_flight_asks_few_questions() {
         let mut p = Points::new(0);
         for v in 1..=1000u64 {
-            p.push(v, 0, v);
+            push(&mut p, v, 0, v);
         }
         // Nothing complete: the highest and the lowest only.
         let mut asked = 0;
-        let r: Result<u64, ()> = p.poll(
-            |_| {
-                asked += 1;
-                Ok(false)
-            },
-            |_| (),
-        );
+        let r: Result<u64, ()> = p.poll(|_| {
+            asked += 1;
+            Ok(false)
+        });
         assert_eq!((r, asked), (Ok(0), 2));
         // The first 700 complete: found exactly, in at most 2 + log2(1000) questions.
         let mut asked = 0;
-        let r: Result<u64, ()> = p.poll(
-            |e| {
-                asked += 1;
-                Ok(*e <= 700)
-            },
-            |_| (),
-        );
+        let r: Result<u64, ()> = p.poll(|e| {
+            asked += 1;
+            Ok(*e <= 700)
+        });
         assert_eq!(r, Ok(700));
         assert!(asked <= 12, "{asked} questions");
         assert_eq!(p.pending(), 300);
@@ -338,34 +513,34 @@ mod tests {
         // answer is 3, although 4 (lane 1) is not complete and 5 (lane 0) neither.
         let mut p = Points::new(0);
         for v in 1..=6u64 {
-            p.push(v, (v % 2 == 0) as usize, v);
+            push(&mut p, v, (v % 2 == 0) as usize, v);
         }
-        let r: Result<u64, ()> = p.poll(|e| Ok(*e <= 3), |_| ());
+        let r: Result<u64, ()> = p.poll(|e| Ok(*e <= 3));
         assert_eq!(r, Ok(3));
         // A higher point complete on a lane whose lower points are not (another lane's lower
         // point is slow): still found.
         let mut p = Points::new(0);
-        p.push(5, 0, 5);
-        p.push(6, 1, 6);
-        p.push(7, 0, 7);
-        let r: Result<u64, ()> = p.poll(|e| Ok(*e == 6), |_| ());
+        push(&mut p, 5, 0, 5);
+        push(&mut p, 6, 1, 6);
+        push(&mut p, 7, 0, 7);
+        let r: Result<u64, ()> = p.poll(|e| Ok(*e == 6));
         assert_eq!(r, Ok(6));
     }
 
     #[test]
     fn lanes_are_counted_through_push_and_reach() {
         let mut p = Points::new(0);
-        p.push(1, 7, 1);
-        p.push(2, 8, 2);
-        p.push(3, 7, 3);
+        push(&mut p, 1, 7, 1);
+        push(&mut p, 2, 8, 2);
+        push(&mut p, 3, 7, 3);
         assert_eq!(p.lanes.len(), 2);
-        p.reach(2, |_| ());
+        p.reach(2);
         // Lane 8's only point is gone: one lane left, so a poll bisects all points at once.
         assert_eq!(p.lanes, [(7, 1)]);
-        p.push(4, 9, 4);
+        push(&mut p, 4, 9, 4);
         assert_eq!(p.lanes.len(), 2);
         // Two lanes again: lane 9's point completes while lane 7's does not.
-        let r: Result<u64, ()> = p.poll(|e| Ok(*e == 4), |_| ());
+        let r: Result<u64, ()> = p.poll(|e| Ok(*e == 4));
         assert_eq!(r, Ok(4));
         assert!(p.lanes.is_empty());
     }
