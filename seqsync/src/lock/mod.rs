@@ -76,7 +76,10 @@ fn token() -> usize {
 /// A value behind the lock. Its atomics and cell come from `crate::primitive`, so the loom
 /// models in `src/tests/loom_lock.rs` check that it excludes and publishes, biased, shared and
 /// across a revocation (and the models of the timelines run through it).
+/// `repr(C)`: the lock's words, then the value, so that a user can lay its hot fields out
+/// right after them.
 #[derive(Debug)]
+#[repr(C)]
 pub(crate) struct Lock<T> {
     /// [`UNCLAIMED`], the owner's [`token`], [`REVOKING`] or [`SHARED`].
     bias: AtomicUsize,

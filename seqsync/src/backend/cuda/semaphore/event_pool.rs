@@ -68,7 +68,9 @@ impl EventPool {
     }
 }
 
-/// A timeline's points (see [`Points`]), whose ring also holds its spare events.
+/// A timeline's points (see [`Points`]), whose ring also holds its spare events. `repr(C)`:
+/// the points' hot fields first.
+#[repr(C)]
 pub(crate) struct EventPoints {
     pub(crate) points: Points<CudaEvent>,
     pool: Arc<EventPool>,

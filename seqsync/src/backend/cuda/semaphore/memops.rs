@@ -71,6 +71,12 @@ impl MemOpsWord {
     }
 
     fn word(&self) -> &AtomicU64 {
+        self.at()
+    }
+
+    /// The word's memory. The pool never frees it, but gives the slot to another word once
+    /// this one is dropped: hold the reference no longer than the word.
+    pub(crate) fn at(&self) -> &'static AtomicU64 {
         // SAFETY: the slot comes from the pool and is owned by this word until drop.
         unsafe { slots::atomic(&self.slot) }
     }

@@ -30,6 +30,7 @@ mod memops;
 mod points;
 mod slots;
 
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -150,6 +151,7 @@ impl TimelineSupport {
 
     pub(crate) fn create(&self, ctx: &Arc<CudaContext>, initial: u64) -> Result<CudaSemaphore> {
         let use_events = |reason: Option<String>| CudaSemaphore {
+            at: None,
             word: Word::Events(Arc::new(EventsWord::new(
                 ctx,
                 &self.events,
@@ -172,8 +174,10 @@ impl TimelineSupport {
             }
             TimelineMechanism::StreamMemOps => {
                 self.probe_or_fail(ctx)?;
+                let word = MemOpsWord::new(ctx, &self.pool, initial)?;
                 Ok(CudaSemaphore {
-                    word: Word::MemOps(Box::new(MemOpsWord::new(ctx, &self.pool, initial)?)),
+                    at: Some(word.at()),
+                    word: Word::MemOps(Box::new(word)),
                     mechanism: Mechanism::StreamMemOps,
                 })
             }
@@ -193,6 +197,7 @@ impl TimelineSupport {
     fn hybrid(&self, ctx: &Arc<CudaContext>, initial: u64) -> Result<CudaSemaphore> {
         let word = HybridWord::new(ctx, &self.pool, &self.events, &self.word_ops, initial)?;
         Ok(CudaSemaphore {
+            at: Some(word.at()),
             word: Word::Hybrid(Box::new(word)),
             mechanism: Mechanism::Hybrid,
         })
@@ -259,7 +264,13 @@ enum Word {
 /// A CUDA semaphore word: events with stream memory operations for waits before their signal,
 /// stream memory operations only, or events per value with host-side deferral (see
 /// [`Mechanism`] and [`TimelineMechanism`]).
+///
+/// `repr(C)`: the word's address first, so that [`Semaphore::peek`] reads it next to whatever
+/// holds this (a timeline's hot fields) and then the word, nothing between.
+#[repr(C)]
 pub struct CudaSemaphore {
+    /// The word in host memory (`events+memops` and stream memory operations), owned by `word`.
+    at: Option<&'static AtomicU64>,
     word: Word,
     mechanism: Mechanism,
 }
@@ -304,11 +315,13 @@ impl Semaphore for CudaSemaphore {
     /// No driver call: the word as stored (stream memory operations, and `events+memops`,
     /// whose completed points may be ahead of it), or the highest value known reached
     /// (events).
+    #[inline]
     fn peek(&self) -> Option<u64> {
-        Some(match &self.word {
-            Word::Hybrid(w) => w.peek(),
-            Word::MemOps(w) => w.load(),
-            Word::Events(w) => w.peek(),
+        Some(match (self.at, &self.word) {
+            (Some(at), _) => at.load(std::sync::atomic::Ordering::SeqCst),
+            (None, Word::Events(w)) => w.peek(),
+            (None, Word::Hybrid(w)) => w.at().load(std::sync::atomic::Ordering::SeqCst),
+            (None, Word::MemOps(w)) => w.load(),
         })
     }
 

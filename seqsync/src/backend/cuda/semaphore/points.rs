@@ -5,23 +5,29 @@
 //!
 //! `E` is the event type (`CudaEvent` in the backend, anything in tests).
 
+use crate::backend::semaphore::FAILED_BIT;
+
 /// Points of one timeline: enqueued signals not yet known complete, in ascending value order,
 /// in a ring of slots that each hold an event. The slots after the points hold the spare
 /// events, recorded again in place by the next signals: a signal moves no event, and a point
 /// that completes leaves its event where the ring reuses it.
+///
+/// `repr(C)`: what a signal or a stream wait reads comes first, in 64 bytes (one cache line
+/// where the owner aligns it: see the `events+memops` word).
+#[repr(C)]
 pub(crate) struct Points<E> {
-    /// The highest value known reached (an event completed, a host store, a word load).
-    reached: u64,
-    /// The failed word, once the timeline failed.
-    failed: Option<u64>,
     /// The ring: `len` points from `head` on (wrapping), ascending by value, every value above
     /// `reached`; then the free slots, whose events nobody waits on any more.
     slots: Vec<Slot<E>>,
     head: usize,
     len: usize,
-    /// The lanes of the points and how many points each has (usually one lane), so that a poll
-    /// knows without a scan whether a single bisection covers every point.
-    lanes: Vec<(usize, usize)>,
+    /// The highest value known reached (an event completed, a host store, a word load).
+    reached: u64,
+    /// The failed word once the timeline failed (it has [`FAILED_BIT`] set), else 0.
+    failed: u64,
+    /// The lane every point is on, or [`MIXED`] (not known to be one), so that a poll knows
+    /// without a scan whether a single bisection covers every point.
+    lane: usize,
     /// The most points in flight seen at a [`reach`](Self::reach) since
     /// [`spare_beyond`](Self::spare_beyond) last looked.
     peak: usize,
@@ -46,15 +52,18 @@ pub(crate) enum WaitPlan<'a, E> {
     NoPoint,
 }
 
+/// [`Points::lane`] when the points may be on more than one lane.
+const MIXED: usize = usize::MAX;
+
 impl<E> Points<E> {
     pub(crate) fn new(initial: u64) -> Self {
         Points {
-            reached: initial,
-            failed: None,
             slots: Vec::new(),
             head: 0,
             len: 0,
-            lanes: Vec::new(),
+            reached: initial,
+            failed: 0,
+            lane: MIXED,
             peak: 0,
         }
     }
@@ -64,11 +73,12 @@ impl<E> Points<E> {
     }
 
     pub(crate) fn failed(&self) -> Option<u64> {
-        self.failed
+        (self.failed != 0).then_some(self.failed)
     }
 
     pub(crate) fn fail(&mut self, word: u64) {
-        self.failed = Some(word);
+        debug_assert!(word & FAILED_BIT != 0);
+        self.failed = word;
     }
 
     /// Enqueued points not yet known complete.
@@ -124,9 +134,10 @@ impl<E> Points<E> {
         slot.value = value;
         slot.lane = lane;
         self.len += 1;
-        match self.lanes.iter_mut().find(|(l, _)| *l == lane) {
-            Some((_, count)) => *count += 1,
-            None => self.lanes.push((lane, 1)),
+        if i == 0 {
+            self.lane = lane;
+        } else if self.lane != lane {
+            self.lane = MIXED;
         }
         if i > 0 && self.point(i - 1).value >= value {
             self.sort_last();
@@ -144,17 +155,25 @@ impl<E> Points<E> {
         }
     }
 
-    /// The point at the front is done: count it off its lane; its event becomes spare.
+    /// The point at the front is done: its event becomes spare.
     fn forget_front(&mut self) {
-        let lane = self.point(0).lane;
         self.head = self.at(1);
         self.len -= 1;
-        if let Some(i) = self.lanes.iter().position(|(l, _)| *l == lane) {
-            self.lanes[i].1 -= 1;
-            if self.lanes[i].1 == 0 {
-                self.lanes.swap_remove(i);
+    }
+
+    /// Look at the points' lanes again (after a poll of points on several lanes).
+    fn relane(&mut self) {
+        self.lane = match self.len {
+            0 => MIXED,
+            n => {
+                let first = self.point(0).lane;
+                if (1..n).all(|i| self.point(i).lane == first) {
+                    first
+                } else {
+                    MIXED
+                }
             }
-        }
+        };
     }
 
     /// The index of the lowest point whose value is `>= value` (`len` if none).
@@ -174,7 +193,7 @@ impl<E> Points<E> {
     /// How a stream waits for `value`.
     #[inline(always)]
     pub(crate) fn plan_wait(&self, value: u64) -> WaitPlan<'_, E> {
-        if self.failed.is_some() || self.reached >= value {
+        if self.failed != 0 || self.reached >= value {
             return WaitPlan::Nothing;
         }
         // Mostly a wait for the value signalled last: its point is the last one.
@@ -216,7 +235,7 @@ impl<E> Points<E> {
         &mut self,
         mut done: impl FnMut(&E) -> Result<bool, X>,
     ) -> Result<u64, X> {
-        let best = if self.lanes.len() == 1 {
+        let best = if self.lane != MIXED {
             // One lane (the usual case): every point, no list of indices to build.
             highest_done(self.len, |k| k, |i| done(&self.point(i).ev))?.map(|i| self.point(i).value)
         } else {
@@ -240,7 +259,11 @@ impl<E> Points<E> {
                     best = Some(self.point(i).value);
                 }
             }
-            best
+            if let Some(v) = best {
+                self.reach(v);
+            }
+            self.relane();
+            return Ok(self.reached);
         };
         if let Some(v) = best {
             self.reach(v);
@@ -270,7 +293,7 @@ impl<E> Points<E> {
 
     /// Every event, pending or spare (the timeline is going away).
     pub(crate) fn drain(&mut self) -> impl Iterator<Item = E> + '_ {
-        self.lanes.clear();
+        self.lane = MIXED;
         self.head = 0;
         self.len = 0;
         self.slots.drain(..).map(|s| s.ev)
@@ -308,36 +331,57 @@ fn highest_done<X>(
 }
 
 /// Stream waits on the word (`events+memops`) that no word write enqueued so far releases.
-#[derive(Debug, Default)]
+#[derive(Debug)]
+#[repr(C)]
 pub(crate) struct WordWaits {
+    /// The lowest of `uncovered` (`u64::MAX` if none): a signal below it needs no write, which
+    /// it learns from this word alone.
+    lowest: u64,
     uncovered: Vec<u64>,
+}
+
+impl Default for WordWaits {
+    fn default() -> Self {
+        WordWaits {
+            lowest: u64::MAX,
+            uncovered: Vec::new(),
+        }
+    }
 }
 
 impl WordWaits {
     /// A stream now waits on the word for `value`.
     pub(crate) fn add(&mut self, value: u64) {
         self.uncovered.push(value);
+        self.lowest = self.lowest.min(value);
     }
 
     /// A signal of `value` is being enqueued: must it also write the word? Yes when a word
     /// wait for a value `<= value` has no write yet; those waits are then covered.
     #[inline(always)]
     pub(crate) fn signal_needs_write(&mut self, value: u64) -> bool {
-        if !self.uncovered.iter().any(|w| *w <= value) {
+        if value < self.lowest {
             return false;
         }
-        self.uncovered.retain(|w| *w > value);
+        self.covered_up_to(value);
         true
     }
 
     /// The host wrote the word (a store of `value`): waits up to it are released.
     pub(crate) fn stored(&mut self, value: u64) {
+        self.covered_up_to(value);
+    }
+
+    #[cold]
+    fn covered_up_to(&mut self, value: u64) {
         self.uncovered.retain(|w| *w > value);
+        self.lowest = self.uncovered.iter().copied().min().unwrap_or(u64::MAX);
     }
 
     /// The word failed: every wait is released.
     pub(crate) fn clear(&mut self) {
         self.uncovered.clear();
+        self.lowest = u64::MAX;
     }
 }
 
@@ -528,21 +572,29 @@ mod tests {
     }
 
     #[test]
-    fn lanes_are_counted_through_push_and_reach() {
+    fn a_poll_bisects_all_points_at_once_while_they_are_on_one_lane() {
         let mut p = Points::new(0);
         push(&mut p, 1, 7, 1);
         push(&mut p, 2, 8, 2);
         push(&mut p, 3, 7, 3);
-        assert_eq!(p.lanes.len(), 2);
-        p.reach(2);
-        // Lane 8's only point is gone: one lane left, so a poll bisects all points at once.
-        assert_eq!(p.lanes, [(7, 1)]);
-        push(&mut p, 4, 9, 4);
-        assert_eq!(p.lanes.len(), 2);
-        // Two lanes again: lane 9's point completes while lane 7's does not.
-        let r: Result<u64, ()> = p.poll(|e| Ok(*e == 4));
-        assert_eq!(r, Ok(4));
-        assert!(p.lanes.is_empty());
+        assert_eq!(p.lane, MIXED);
+        // Two lanes: each is searched on its own (lane 8's 2 completes, lane 7's 1 too).
+        let r: Result<u64, ()> = p.poll(|e| Ok(*e <= 2));
+        assert_eq!(r, Ok(2));
+        // Lane 7's 3 is left alone: one lane again.
+        assert_eq!(p.lane, 7);
+        push(&mut p, 4, 7, 4);
+        assert_eq!(p.lane, 7);
+        // A point on lane 9 makes them mixed.
+        push(&mut p, 5, 9, 5);
+        assert_eq!(p.lane, MIXED);
+        // Lane 9's point completes while lane 7's do not.
+        let r: Result<u64, ()> = p.poll(|e| Ok(*e == 5));
+        assert_eq!(r, Ok(5));
+        assert_eq!(p.pending(), 0);
+        assert_eq!(p.lane, MIXED, "no points, no lane");
+        push(&mut p, 6, 3, 6);
+        assert_eq!(p.lane, 3);
     }
 
     #[test]
