@@ -103,19 +103,23 @@ struct Entry {
     value: u64,
 }
 
-/// `repr(C)`: what `add_wait` reads (the lock's words, `next_seq`, `waits`, its prune limit and
-/// `retired`) fills the ledger's first cache line (see [`Ledger`]).
+/// `repr(C)`: what a wait that joins the last wait's entry reads (the lock's words,
+/// `next_seq`, `last_wait` and `retired`) fills the ledger's first cache line (see [`Ledger`]).
 #[derive(Default)]
 #[repr(C)]
 struct LedgerState {
     next_seq: u64,
-    waits: Vec<Entry>,
+    /// The newest wait entry, kept out of `waits` so that a wait that joins it touches no list
+    /// (see [`Ledger::add_wait`]).
+    last_wait: Option<Entry>,
+    /// Removed from the registry by a sweep: entries must go to the stream's new ledger.
+    retired: bool,
     /// Prune `waits` / `signals` of resolved entries when one grows to its limit (amortized:
     /// the next limits are twice what is left).
     prune_waits_at: u32,
-    /// Removed from the registry by a sweep: entries must go to the stream's new ledger.
-    retired: bool,
     prune_signals_at: u32,
+    /// The older wait entries, in enqueue order (all before `last_wait`).
+    waits: Vec<Entry>,
     /// The earliest failed wait's sequence number, and its failure.
     poison: Option<(u64, Arc<Error>)>,
     signals: VecDeque<Entry>,
@@ -429,7 +433,7 @@ impl Ledger {
         // waits on one timeline again and again keeps one entry.
         let next = st.next_seq;
         let id = id_of(timeline);
-        if let Some(last) = st.waits.last_mut() {
+        if let Some(last) = &mut st.last_wait {
             if last.seq + 1 == next && last.timeline == id {
                 last.value = last.value.max(value);
                 return Ok(last.seq);
@@ -437,17 +441,18 @@ impl Ledger {
         }
         let seq = next;
         st.next_seq += 1;
-        let upgraded = if st.waits.len() >= st.prune_waits_at as usize {
+        let upgraded = if st.wait_count() >= st.prune_waits_at as usize {
             st.prune()
         } else {
             Vec::new()
         };
         let timeline = st.name(timeline);
-        st.waits.push(Entry {
+        let older = st.last_wait.replace(Entry {
             seq,
             timeline,
             value,
         });
+        st.waits.extend(older);
         drop(st);
         drop(upgraded);
         Ok(seq)
@@ -469,7 +474,7 @@ impl Ledger {
         }
         let seq = st.next_seq;
         st.next_seq += 1;
-        let upgraded = if st.waits.len() >= st.prune_waits_at as usize
+        let upgraded = if st.wait_count() >= st.prune_waits_at as usize
             || st.signals.len() >= st.prune_signals_at as usize
         {
             st.prune()
@@ -477,7 +482,7 @@ impl Ledger {
             Vec::new()
         };
         // A signal after only satisfied waits can never be poisoned: no need to keep it.
-        if !st.waits.is_empty() {
+        if st.last_wait.is_some() || !st.waits.is_empty() {
             let timeline = st.name(timeline);
             st.signals.push_back(Entry {
                 seq,
@@ -527,8 +532,7 @@ pub(crate) fn waits_on(timeline: *const (), above: u64) -> Vec<(Arc<Ledger>, u64
     for ledger in reg.ledgers.values() {
         let st = ledger.lock();
         found.extend(
-            st.waits
-                .iter()
+            st.all_waits()
                 .filter(|w| w.value > above && w.timeline == timeline as usize)
                 .map(|w| (ledger.clone(), w.seq)),
         );
@@ -547,7 +551,7 @@ impl Registry {
             let st = &mut *st;
             let mut now = Reached::new(&st.timelines);
             let idle =
-                st.poison.is_none() && st.waits.iter().all(|w| now.resolves(w.timeline, w.value));
+                st.poison.is_none() && st.all_waits().all(|w| now.resolves(w.timeline, w.value));
             dropped.extend(now.into_upgraded());
             st.retired = idle;
             !idle
@@ -557,6 +561,16 @@ impl Registry {
 }
 
 impl LedgerState {
+    /// Wait entries.
+    fn wait_count(&self) -> usize {
+        self.waits.len() + usize::from(self.last_wait.is_some())
+    }
+
+    /// Every wait entry, in enqueue order.
+    fn all_waits(&self) -> impl Iterator<Item = &Entry> {
+        self.waits.iter().chain(&self.last_wait)
+    }
+
     /// The id of `timeline`, listed if new.
     #[inline]
     fn name(&mut self, timeline: &Weak<dyn FailTarget>) -> TimelineId {
@@ -577,14 +591,21 @@ impl LedgerState {
     fn prune(&mut self) -> Vec<Arc<dyn FailTarget>> {
         let mut now = Reached::new(&self.timelines);
         self.waits.retain(|w| !now.resolves(w.timeline, w.value));
+        if let Some(w) = &self.last_wait {
+            if now.resolves(w.timeline, w.value) {
+                self.last_wait = None;
+            }
+        }
         self.signals.retain(|s| !now.resolves(s.timeline, s.value));
         let upgraded: Vec<_> = now.into_upgraded().collect();
-        let (waits, signals) = (&self.waits, &self.signals);
-        self.timelines.retain(|t| {
+        let mut timelines = std::mem::take(&mut self.timelines);
+        timelines.retain(|t| {
             let id = id_of(t);
-            waits.iter().any(|w| w.timeline == id) || signals.iter().any(|s| s.timeline == id)
+            self.all_waits().any(|w| w.timeline == id)
+                || self.signals.iter().any(|s| s.timeline == id)
         });
-        self.prune_waits_at = limit(self.waits.len());
+        self.timelines = timelines;
+        self.prune_waits_at = limit(self.wait_count());
         self.prune_signals_at = limit(self.signals.len());
         upgraded
     }
@@ -826,7 +847,7 @@ mod tests {
         assert_eq!(b.reads.load(Ordering::Relaxed), 1);
         let st = l.lock();
         // b's waits, and the new one on b; `a` is named by no entry any more.
-        assert_eq!(st.waits.len(), PRUNE_MIN / 2 + 1);
+        assert_eq!(st.all_waits().count(), PRUNE_MIN / 2 + 1);
         assert_eq!(st.timelines.len(), 1);
     }
 
@@ -862,7 +883,7 @@ mod tests {
         let other = l.add_wait(&wb, 1).unwrap();
         assert_ne!(other, first, "another timeline starts an entry");
         let st = l.lock();
-        let waits: Vec<_> = st.waits.iter().map(|w| (w.seq, w.value)).collect();
+        let waits: Vec<_> = st.all_waits().map(|w| (w.seq, w.value)).collect();
         assert_eq!(
             waits,
             [(first, 1000), (other, 1)],
@@ -884,7 +905,7 @@ mod tests {
         assert!(l
             .poison_from(second, Arc::new(Error::Cancelled("a".into())))
             .is_empty());
-        let first_wait = l.lock().waits.first().map(|w| (w.seq, w.value));
+        let first_wait = l.lock().all_waits().next().map(|w| (w.seq, w.value));
         assert_eq!(first_wait, Some((first, 5)));
         drop(b);
     }

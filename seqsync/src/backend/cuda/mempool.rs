@@ -35,7 +35,13 @@ fn registry_id(stream: &Arc<CudaStream>) -> u64 {
 }
 
 thread_local! {
-    static RECENT: RefCell<Recent> = RefCell::default();
+    // Const-initialized: an access checks no lazy initialization.
+    static RECENT: RefCell<Recent> = const {
+        RefCell::new(Recent {
+            entries: [const { None }; RECENT_LEN],
+            next: 0,
+        })
+    };
 }
 
 /// How many streams a thread's [`Recent`] remembers.
@@ -45,7 +51,6 @@ const RECENT_LEN: usize = 4;
 /// keeps the stream's allocation (not the stream) alive: while cached, no other stream can be
 /// allocated at that address, so an `Arc` at the cached address *is* the cached stream, and a
 /// hit needs no atomic operation and no lock.
-#[derive(Default)]
 struct Recent {
     entries: [Option<(Weak<CudaStream>, u64)>; RECENT_LEN],
     /// The entry replaced next (round robin).
