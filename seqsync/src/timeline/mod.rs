@@ -218,17 +218,27 @@ impl<B: Backend> Timeline<B> {
         let s = &self.shared;
         let id = s.backend.stream_id(stream);
         // Under the timeline's lock from admission to the backend's enqueue: signals reach the
-        // backend in value order, and none after a failure is marked. The stream's ledger comes
-        // from this thread's cache; on a miss it is looked up (the registry's lock) without the
-        // timeline's lock, then the admission starts over.
-        let add = |ledger: Option<&Arc<propagate::Ledger>>| match ledger {
-            None => Ok(Ok(())),
-            Some(l) => match l.add_signal(&s.target, v) {
-                Ok(()) => Ok(Ok(())),
-                Err(Refused::Poisoned(cause)) => Ok(Err(cause)),
-                Err(Refused::Retired) => Err(Retired),
-            },
-        };
+        // backend in value order, and none after a failure is marked. The fast path finds the
+        // stream's ledger (or that it has none) in this thread's cache.
+        let mut st = s.lock();
+        s.admit(&st, v)?;
+        if let Some(Ok(())) = propagate::with_cached_ledger(id, |l| add_signal(s, l, v)) {
+            st.last_enqueued = v;
+            return s.backend.signal_on(stream, &s.sem, v);
+        }
+        drop(st);
+        self.signal_on_slow(stream, id, v)
+    }
+
+    /// [`signal_on`](Self::signal_on) when the stream's ledger is not cached (or was retired),
+    /// or the stream is poisoned: the whole admission again (the fast path changed nothing).
+    /// On a miss the ledger is looked up (the registry's lock) without the timeline's lock,
+    /// then the admission starts over.
+    #[cold]
+    #[inline(never)]
+    fn signal_on_slow(&self, stream: &B::Stream, id: u64, v: u64) -> Result<()> {
+        let s = &self.shared;
+        let add = |l: Option<&Arc<propagate::Ledger>>| add_signal(s, l, v);
         let mut looked_up = false;
         loop {
             let mut st = s.lock();
@@ -236,9 +246,9 @@ impl<B: Backend> Timeline<B> {
             let added = if looked_up {
                 // Still not cached (no thread-local cache here, or it is in use): the
                 // registry, under the timeline's lock.
-                propagate::with_ledger(id, false, &add)
+                propagate::with_ledger(id, false, add)
             } else {
-                match propagate::with_cached_ledger(id, &add) {
+                match propagate::with_cached_ledger(id, add) {
                     Some(added) => added,
                     None => {
                         drop(st);
@@ -289,19 +299,28 @@ impl<B: Backend> Timeline<B> {
                 .then(|| (ledger.clone(), seq)))
         });
         if let Some((ledger, seq)) = failed {
-            let st = s.lock();
-            let f = st
-                .failure
-                .as_ref()
-                .expect("failed flag set without a failure");
-            let (value, err) = (f.value, Arc::new(s.failed_error(f)));
-            drop(st);
-            if v > value {
-                propagate::apply(ledger.poison_from(seq, err));
-            }
+            self.wait_on_failed(&ledger, seq, v);
             return Ok(());
         }
         s.backend.wait_on(stream, &s.sem, v)
+    }
+
+    /// A wait for `v`, entered in `ledger` as `seq`, found the timeline failed: poison the
+    /// stream from there if the failure came before `v` (nothing is enqueued).
+    #[cold]
+    #[inline(never)]
+    fn wait_on_failed(&self, ledger: &propagate::Ledger, seq: u64, v: u64) {
+        let s = &self.shared;
+        let st = s.lock();
+        let f = st
+            .failure
+            .as_ref()
+            .expect("failed flag set without a failure");
+        let (value, err) = (f.value, Arc::new(s.failed_error(f)));
+        drop(st);
+        if v > value {
+            propagate::apply(ledger.poison_from(seq, err));
+        }
     }
 
     /// Block the calling thread until the value is `≥ v`, or `timeout` passes
@@ -399,6 +418,24 @@ impl<B: Backend> Timeline<B> {
             Err(_) => "failed".into(),
         };
         format!("timeline '{}' to reach {v} (at {now})", self.shared.name)
+    }
+}
+
+/// Enter a signal of `v` in the stream's ledger, if it has one: `Ok(Err(cause))` if the stream
+/// is poisoned (the timeline must fail instead), `Err(Retired)` if the ledger was retired.
+#[inline(always)]
+fn add_signal<B: Backend>(
+    s: &Shared<B>,
+    ledger: Option<&Arc<propagate::Ledger>>,
+    v: u64,
+) -> std::result::Result<std::result::Result<(), Arc<Error>>, Retired> {
+    match ledger {
+        None => Ok(Ok(())),
+        Some(l) => match l.add_signal(&s.target, v) {
+            Ok(()) => Ok(Ok(())),
+            Err(Refused::Poisoned(cause)) => Ok(Err(cause)),
+            Err(Refused::Retired) => Err(Retired),
+        },
     }
 }
 

@@ -52,7 +52,22 @@ pub(super) fn with_context(
     op: &'static str,
     call: impl Fn() -> sys::CUresult,
 ) -> Result<()> {
-    let r = call();
+    match call() {
+        sys::CUresult::CUDA_SUCCESS => Ok(()),
+        r => retry_or_fail(ctx, op, r, &call),
+    }
+}
+
+/// [`with_context`] off its fast path (kept out of line, so that the callers' hot code stays
+/// short): bind and call again after `CUDA_ERROR_INVALID_CONTEXT`, else the error.
+#[cold]
+#[inline(never)]
+fn retry_or_fail(
+    ctx: &CudaContext,
+    op: &'static str,
+    r: sys::CUresult,
+    call: &dyn Fn() -> sys::CUresult,
+) -> Result<()> {
     if r == sys::CUresult::CUDA_ERROR_INVALID_CONTEXT {
         make_current(ctx)?;
         return check(op, call());

@@ -23,6 +23,16 @@ pub fn driver_error(op: &'static str, e: DriverError) -> Error {
 }
 
 /// The raw driver call `op`'s result as seqsync's.
+#[inline]
 pub(super) fn check(op: &'static str, r: sys::CUresult) -> Result<()> {
-    r.result().map_err(|e| driver_error(op, e))
+    match r {
+        sys::CUresult::CUDA_SUCCESS => Ok(()),
+        r => Err(call_failed(op, r)),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn call_failed(op: &'static str, r: sys::CUresult) -> Error {
+    driver_error(op, r.result().expect_err("not a success code"))
 }

@@ -93,10 +93,17 @@ impl HybridWord {
         let mut st = self.state();
         st.events.record(&self.ctx, stream, value)?;
         if st.word_waits.signal_needs_write(value) {
-            self.ops.writes.fetch_add(1, Ordering::Relaxed);
-            self.word.signal_on(stream, value)?;
+            return self.write_word(stream, value);
         }
         Ok(())
+    }
+
+    /// The signal of `value` also writes the word, for the word waits it releases.
+    #[cold]
+    #[inline(never)]
+    fn write_word(&self, stream: &Arc<CudaStream>, value: u64) -> Result<()> {
+        self.ops.writes.fetch_add(1, Ordering::Relaxed);
+        self.word.signal_on(stream, value)
     }
 
     /// The caller bound a stream handle that names no context (`bind_for`).
@@ -110,7 +117,13 @@ impl HybridWord {
         if st.events.try_wait(stream, value)? {
             return Ok(());
         }
-        // Wait-before-signal: on the word, which the signal of `value` will write.
+        self.wait_on_word(&mut st, stream, value)
+    }
+
+    /// Wait-before-signal: on the word, which the signal of `value` will write.
+    #[cold]
+    #[inline(never)]
+    fn wait_on_word(&self, st: &mut State, stream: &Arc<CudaStream>, value: u64) -> Result<()> {
         self.ops.waits.fetch_add(1, Ordering::Relaxed);
         self.word.wait_on(stream, value)?;
         st.word_waits.add(value);
