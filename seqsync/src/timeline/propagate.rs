@@ -144,9 +144,9 @@ pub(crate) enum Refused {
 /// One stream's waits and signals (see the [module docs](self)). Its lock is the crate's
 /// short-section lock: every section is a few field updates (and, amortized, a prune).
 ///
-/// Aligned to a cache line, so that an ordered `wait_on`'s entry touches one line of it and the
-/// last entry's (each line an enqueue touches costs ~1 ns at the host's usual speed and
-/// ~3.5 ns while it runs slow, H200 profile).
+/// Aligned to a cache line, so that an ordered `wait_on` that joins the last wait's entry
+/// touches one line of it (each line an enqueue touches costs ~1 ns at the host's usual speed
+/// and ~3.5 ns while it runs slow, H200 profile).
 #[repr(align(64))]
 pub(crate) struct Ledger {
     state: Lock<LedgerState>,

@@ -41,7 +41,7 @@ pub(crate) struct WordOps {
 #[repr(C)]
 struct State {
     events: EventPoints,
-    /// The word (`word`'s slot), for the reads of `wait_on` and `load`.
+    /// The word (`word`'s slot), for `wait_on`'s read.
     at: &'static AtomicU64,
     word_waits: WordWaits,
 }

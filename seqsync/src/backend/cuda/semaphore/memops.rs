@@ -70,10 +70,6 @@ impl MemOpsWord {
         })
     }
 
-    fn word(&self) -> &AtomicU64 {
-        self.at()
-    }
-
     /// The word's memory. The pool never frees it, but gives the slot to another word once
     /// this one is dropped: hold the reference no longer than the word.
     pub(crate) fn at(&self) -> &'static AtomicU64 {
@@ -82,7 +78,7 @@ impl MemOpsWord {
     }
 
     pub(crate) fn load(&self) -> u64 {
-        self.word().load(Ordering::SeqCst)
+        self.at().load(Ordering::SeqCst)
     }
 
     fn write_on(&self, stream: &CudaStream, value: u64) -> Result<()> {
@@ -136,7 +132,7 @@ impl MemOpsWord {
     /// Host store of `word` (a value or a failed word), written again after every lower write
     /// still pending on a stream.
     pub(crate) fn store(&self, word: u64) -> Result<()> {
-        let before = self.word().swap(word, Ordering::SeqCst);
+        let before = self.at().swap(word, Ordering::SeqCst);
         let mut writers = self.writers.lock().unwrap_or_else(|e| e.into_inner());
         let mut first_err = None;
         let mut bound = false;

@@ -235,7 +235,8 @@ impl<E> Points<E> {
         &mut self,
         mut done: impl FnMut(&E) -> Result<bool, X>,
     ) -> Result<u64, X> {
-        let best = if self.lane != MIXED {
+        let mixed = self.lane == MIXED;
+        let best = if !mixed {
             // One lane (the usual case): every point, no list of indices to build.
             highest_done(self.len, |k| k, |i| done(&self.point(i).ev))?.map(|i| self.point(i).value)
         } else {
@@ -259,14 +260,13 @@ impl<E> Points<E> {
                     best = Some(self.point(i).value);
                 }
             }
-            if let Some(v) = best {
-                self.reach(v);
-            }
-            self.relane();
-            return Ok(self.reached);
+            best
         };
         if let Some(v) = best {
             self.reach(v);
+        }
+        if mixed {
+            self.relane();
         }
         Ok(self.reached)
     }
