@@ -274,11 +274,17 @@ fn cts_barrier_signals<B: GraphBackend>(b: &B) {
     };
     pool.submit_with(&mut empty, &how).unwrap();
     s.wait(1, LONG).unwrap();
-    let how = Submit {
+    let mut how = Submit {
         affinity: Affinity::queue(0),
         waits: &[(&t, 1)],
         signals: &[(&s, 2)],
     };
+    if !waits_hold_commands(&t) {
+        // On a queue, the barrier would hold the queue's later work with end events the
+        // mechanism cannot hold: refused. On no queue it holds only its signals.
+        refused_before_its_signal(pool.submit_with(&mut empty, &how), 1);
+        how.affinity = Affinity::ANY;
+    }
     pool.submit_with(&mut empty, &how).unwrap();
     std::thread::sleep(Duration::from_millis(20));
     assert_eq!(s.query().unwrap(), 1);
@@ -286,7 +292,137 @@ fn cts_barrier_signals<B: GraphBackend>(b: &B) {
     s.wait(2, LONG).unwrap();
 }
 
+/// Commands on a stream each: writer `i` sleeps `delays[i]` ms and stores 1 in `cells[i]`.
+fn writers<B: GraphBackend>(cells: &Arc<Vec<AtomicUsize>>, delays: &[u64]) -> CommandBuffer<B> {
+    let mut cb = CommandBuffer::<B>::new();
+    for (i, &ms) in delays.iter().enumerate() {
+        let c = cells.clone();
+        cb.host(
+            &format!("w{i}"),
+            move || {
+                std::thread::sleep(Duration::from_millis(ms));
+                c[i].store(1, Ordering::SeqCst);
+            },
+            &[],
+        );
+    }
+    cb
+}
+
+/// One command that stores the sum of `cells` in `seen`.
+fn reader<B: GraphBackend>(
+    cells: &Arc<Vec<AtomicUsize>>,
+    seen: &Arc<AtomicUsize>,
+) -> CommandBuffer<B> {
+    let mut cb = CommandBuffer::<B>::new();
+    let (c, s) = (cells.clone(), seen.clone());
+    cb.host(
+        "read",
+        move || {
+            let sum = c.iter().map(|x| x.load(Ordering::SeqCst)).sum();
+            s.store(sum, Ordering::SeqCst);
+        },
+        &[],
+    );
+    cb
+}
+
+fn empty<B: GraphBackend>() -> seqsync::graph::Executable<B> {
+    CommandBuffer::<B>::new()
+        .finish()
+        .unwrap()
+        .lower(Lowering::Streams)
+}
+
+/// A queue orders its submissions whatever their shape: an empty command buffer (no waits, no
+/// signals) between two submissions of one queue leaves the third behind both writers of the
+/// first (it used to erase the queue's last end, so the reader ran before the slow writer).
+fn an_empty_submission_keeps_the_queue_order<B: GraphBackend>(b: &B) {
+    let mut pool = StreamPool::new(b.clone());
+    let done = Timeline::new(b, "done", 0).unwrap();
+    let cells = Arc::new(vec![AtomicUsize::new(0), AtomicUsize::new(0)]);
+    let seen = Arc::new(AtomicUsize::new(usize::MAX));
+    let mut first = writers::<B>(&cells, &[0, 60])
+        .finish()
+        .unwrap()
+        .lower(Lowering::Streams);
+    assert_eq!(first.report().streams, 2, "two independent writers");
+    let mut third = reader::<B>(&cells, &seen)
+        .finish()
+        .unwrap()
+        .lower(Lowering::Streams);
+    let q = Affinity::queue(0);
+    pool.submit_with(&mut first, &Submit::on(q)).unwrap();
+    pool.submit_with(&mut empty(), &Submit::on(q)).unwrap();
+    let how = Submit {
+        affinity: q,
+        waits: &[],
+        signals: &[(&done, 1)],
+    };
+    pool.submit_with(&mut third, &how).unwrap();
+    done.wait(1, LONG).unwrap();
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        2,
+        "the reader ran before a writer"
+    );
+}
+
+/// A submission with waits and no commands is a queue barrier: the next submission on its
+/// queue runs only once the barrier's waits are reached, with or without signals of its own
+/// (it used to enqueue nothing without signals).
+fn a_barrier_with_waits_holds_its_queue<B: GraphBackend>(b: &B) {
+    for with_signal in [false, true] {
+        let mut pool = StreamPool::new(b.clone());
+        let (gate, mark, done) = (
+            Timeline::new(b, "gate", 0).unwrap(),
+            Timeline::new(b, "mark", 0).unwrap(),
+            Timeline::new(b, "done", 0).unwrap(),
+        );
+        let cells = Arc::new(vec![AtomicUsize::new(0)]);
+        let seen = Arc::new(AtomicUsize::new(usize::MAX));
+        let q = Affinity::queue(3);
+        let signals: &[(&Timeline<B>, u64)] = if with_signal { &[(&mark, 1)] } else { &[] };
+        let barrier = Submit {
+            affinity: q,
+            waits: &[(&gate, 1)],
+            signals,
+        };
+        if !waits_hold_commands(&gate) {
+            refused_before_its_signal(pool.submit_with(&mut empty(), &barrier), 1);
+            assert!(pool.is_empty(), "a refused barrier took streams");
+            continue;
+        }
+        pool.submit_with(&mut empty(), &barrier).unwrap();
+        let mut next = reader::<B>(&cells, &seen)
+            .finish()
+            .unwrap()
+            .lower(Lowering::Streams);
+        let how = Submit {
+            affinity: q,
+            waits: &[],
+            signals: &[(&done, 1)],
+        };
+        pool.submit_with(&mut next, &how).unwrap();
+        std::thread::sleep(Duration::from_millis(40));
+        assert_eq!(
+            done.query().unwrap(),
+            0,
+            "ran past the barrier (signal: {with_signal})"
+        );
+        cells[0].store(1, Ordering::SeqCst);
+        gate.signal(1).unwrap();
+        done.wait(1, LONG).unwrap();
+        assert_eq!(seen.load(Ordering::SeqCst), 1, "signal: {with_signal}");
+        if with_signal {
+            mark.wait(1, LONG).unwrap();
+        }
+    }
+}
+
 on_both_backends!(
+    an_empty_submission_keeps_the_queue_order,
+    a_barrier_with_waits_holds_its_queue,
     cts_barrier_signals,
     submission_waits_for_a_value_signalled_later,
     signals_come_after_every_command,

@@ -250,16 +250,27 @@ impl<B: CommandBackend> StreamPool<B> {
         exe: &mut Executable<B>,
         how: &Submit<'_, B>,
     ) -> Result<Submitted> {
-        if !exe.schedule.order.is_empty() {
-            // A barrier (no commands) holds only its signals, which every mechanism holds.
+        let queue = how.affinity.single();
+        let empty = exe.schedule.order.is_empty();
+        // A submission with commands holds them behind its waits; a barrier (no commands) on a
+        // queue holds the queue's later work behind them, through the end events it records,
+        // which are commands too. Only a barrier on no queue holds nothing but its signals,
+        // which every mechanism holds.
+        if !empty || queue.is_some() {
             how.check_waits_hold_commands()?;
         }
-        let queue = how.affinity.single();
-        // An empty buffer still orders its signals after its waits (a queue barrier): on one
-        // stream.
-        let streams = exe.schedule.streams.len().max(usize::from(
-            exe.schedule.order.is_empty() && !how.signals.is_empty(),
-        ));
+        if empty && how.signals.is_empty() && (how.waits.is_empty() || queue.is_none()) {
+            // Nothing to hold and nothing to signal: the queue's last end stays what it was
+            // (a submission after this one is still behind the one before it).
+            return Ok(Submitted {
+                streams: Vec::new(),
+                queue_waits: 0,
+                new_streams: 0,
+            });
+        }
+        // A barrier orders its signals, and its queue's later work, after its waits and after
+        // the queue's previous submission: on one stream.
+        let streams = exe.schedule.streams.len().max(usize::from(empty));
         let (map, new_streams) = self.map_streams(streams, queue)?;
         let result = self.enqueue(exe, &map, how);
         match result {
