@@ -316,7 +316,130 @@ fn drop_with_pending_stream_waits_fails_first<B: Harness>(b: &B) {
     ok.wait(1, LONG).unwrap();
 }
 
+/// Dropping the last handle changes nothing for a value whose signal is already enqueued: the
+/// stream waiting for it still runs after the signal's stream got there, and what it signals
+/// does not fail (the drop used to fail the timeline at once, releasing the wait early).
+fn drop_with_its_signal_enqueued_changes_nothing<B: Harness>(b: &B) {
+    for wait_first in [true, false] {
+        let t = Timeline::new(b, "t", 0).unwrap();
+        let (written, after) = (
+            Timeline::new(b, "written", 0).unwrap(),
+            Timeline::new(b, "after", 0).unwrap(),
+        );
+        let (writer, reader) = (b.stream(), b.stream());
+        let wait = |t: &Timeline<B>| {
+            t.wait_on(&reader, 1).unwrap();
+            after.signal_on(&reader, 1).unwrap();
+        };
+        if wait_first {
+            wait(&t);
+        }
+        b.busy(&writer, Duration::from_millis(60));
+        written.signal_on(&writer, 1).unwrap();
+        t.signal_on(&writer, 1).unwrap();
+        if !wait_first {
+            wait(&t);
+        }
+        drop(t);
+        after
+            .wait(1, LONG)
+            .unwrap_or_else(|e| panic!("wait first: {wait_first}: {e}"));
+        assert_eq!(
+            written.query().unwrap(),
+            1,
+            "the reader ran before the writer"
+        );
+        b.sync_stream(&reader);
+    }
+}
+
+/// A drop with a wait no enqueued signal reaches and a wait one does reach: the first fails
+/// (once the enqueued signals have landed, so that the second is not released early), the
+/// second goes on in order.
+fn drop_fails_only_what_nothing_enqueued_reaches<B: Harness>(b: &B) {
+    let t = Timeline::new(b, "t", 0).unwrap();
+    let (written, reached, never) = (
+        Timeline::new(b, "written", 0).unwrap(),
+        Timeline::new(b, "reached", 0).unwrap(),
+        Timeline::new(b, "never", 0).unwrap(),
+    );
+    let (writer, r1, r5) = (b.stream(), b.stream(), b.stream());
+    t.wait_on(&r1, 1).unwrap();
+    reached.signal_on(&r1, 1).unwrap();
+    t.wait_on(&r5, 5).unwrap();
+    never.signal_on(&r5, 1).unwrap();
+    b.busy(&writer, Duration::from_millis(60));
+    written.signal_on(&writer, 1).unwrap();
+    t.signal_on(&writer, 1).unwrap();
+    drop(t);
+    reached.wait(1, LONG).unwrap();
+    assert_eq!(written.query().unwrap(), 1, "released before its signal");
+    let err = never.wait(1, LONG).unwrap_err();
+    assert!(
+        matches!(
+            err.root_cause(),
+            Error::TimelineDropped {
+                value: 1,
+                pending: 1,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    b.sync_stream(&r5);
+}
+
+/// A failure spreads to a later signal of a stream that waited on the failed timeline unless
+/// that signal's timeline has already reached the value (by another route): then there is
+/// nothing left to fail. The same whether or not the stream's bookkeeping was pruned first
+/// (it used to depend on that).
+fn a_failure_spreads_by_one_rule_whatever_was_pruned<B: Harness>(b: &B) {
+    for prune_first in [false, true] {
+        let (y, z, w1, w2) = (
+            Timeline::new(b, "y", 0).unwrap(),
+            Timeline::new(b, "z", 0).unwrap(),
+            Timeline::new(b, "w1", 0).unwrap(),
+            Timeline::new(b, "w2", 0).unwrap(),
+        );
+        let (s, other) = (b.stream(), b.stream());
+        y.wait_on(&s, 1).unwrap();
+        z.signal_on(&s, 300).unwrap();
+        z.signal(400).unwrap();
+        let unreached = Timeline::new(b, "unreached", 0).unwrap();
+        y.wait_on(&other, 1).unwrap();
+        unreached.signal_on(&other, 1).unwrap();
+        if prune_first {
+            // More wait entries than a ledger keeps before pruning (alternating timelines, so
+            // that no two join one entry), all reached, then one more: the prune drops every
+            // resolved entry, z's reached signal among them.
+            for v in 1..=300u64 {
+                (if v % 2 == 0 { &w1 } else { &w2 }).wait_on(&s, v).unwrap();
+            }
+            w1.signal(1000).unwrap();
+            w2.signal(1000).unwrap();
+            w1.wait_on(&s, 1000).unwrap();
+            w2.wait_on(&s, 1001).unwrap();
+            w2.signal(1001).unwrap();
+        }
+        y.fail(Error::Cancelled("y broke".into()));
+        assert_eq!(z.query().ok(), Some(400), "prune first: {prune_first}");
+        // A later signal of the poisoned stream, and one of a timeline not reached, fail.
+        assert!(
+            unreached.wait(1, LONG).is_err(),
+            "prune first: {prune_first}"
+        );
+        let later = Timeline::new(b, "later", 0).unwrap();
+        later.signal_on(&s, 1).unwrap();
+        assert!(later.wait(1, LONG).is_err(), "prune first: {prune_first}");
+        b.sync_stream(&s);
+        b.sync_stream(&other);
+    }
+}
+
 on_both_backends!(
+    drop_with_its_signal_enqueued_changes_nothing,
+    drop_fails_only_what_nothing_enqueued_reaches,
+    a_failure_spreads_by_one_rule_whatever_was_pruned,
     new_query_is_initial,
     signal_above_current_releases_waiters,
     signal_not_above_current_is_non_monotonic,
@@ -332,6 +455,9 @@ on_both_backends!(
 );
 
 on_polling_host!(
+    drop_with_its_signal_enqueued_changes_nothing,
+    drop_fails_only_what_nothing_enqueued_reaches,
+    a_failure_spreads_by_one_rule_whatever_was_pruned,
     new_query_is_initial,
     signal_above_current_releases_waiters,
     signal_not_above_current_is_non_monotonic,

@@ -71,6 +71,7 @@
 //! the end they learnt from earlier waits, so a periodic wait (a 100 ms frame) wakes with a
 //! spinning wait's latency for a few percent of a core at most.
 
+mod drain;
 mod propagate;
 mod shared;
 mod wait;

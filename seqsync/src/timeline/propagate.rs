@@ -17,6 +17,18 @@
 //! on it fails first, from the same search, while it is alive (so no prune has dropped the
 //! entries of a timeline that is going: a prune counts a dead timeline's waits as resolved).
 //!
+//! # The rule
+//!
+//! When timeline `y` fails at value `c` (the last value it reached), every stream wait on `y`
+//! for a value above `c` is released, and the stream is poisoned from that wait on: each
+//! signal enqueued on it after the wait fails its timeline, **unless that timeline has reached
+//! the signal's value already** when the failure arrives (by another route: a host signal, a
+//! signal of another stream). Such a signal could only land below a value the timeline has,
+//! so there is nothing left to fail. Bookkeeping never changes the outcome: a prune drops a
+//! wait only once its value is reached (no failure can release it any more) and a signal only
+//! once its value is reached (the rule fails nothing for it), so a pruned ledger and an
+//! unpruned one spread a failure to exactly the same timelines.
+//!
 //! A poisoned stream stays poisoned (like a CUDA stream after a fault, or a host stream after a
 //! panic): use a new stream after a failure.
 //!
@@ -496,9 +508,10 @@ impl Ledger {
     }
 
     /// A wait enqueued as `seq` was released by the failure `cause`: poison the stream from
-    /// there, and return the failures of the signals enqueued after it.
+    /// there, and return the failures of the signals enqueued after it whose timelines have
+    /// not reached their values (see [the rule](self#the-rule)).
     pub(crate) fn poison_from(&self, seq: u64, cause: Arc<Error>) -> Vec<Propagation> {
-        let failed: Vec<Weak<dyn FailTarget>> = {
+        let failed: Vec<(Weak<dyn FailTarget>, u64)> = {
             let mut guard = self.lock();
             let st = &mut *guard;
             if st.poison.as_ref().is_some_and(|(p, _)| *p <= seq) {
@@ -510,13 +523,18 @@ impl Ledger {
             let keep = st.signals.iter().take_while(|s| s.seq < seq).count();
             st.signals
                 .drain(keep..)
-                .filter_map(|s| st.timelines.iter().find(|t| id_of(t) == s.timeline))
-                .cloned()
+                .filter_map(|s| {
+                    let t = st.timelines.iter().find(|t| id_of(t) == s.timeline)?;
+                    Some((t.clone(), s.value))
+                })
                 .collect()
         };
+        // Read outside the ledger's lock. A signal whose value its timeline reached already
+        // (another route got there first) fails nothing: whether a prune dropped its entry
+        // first must not matter, and a prune drops exactly those.
         failed
             .into_iter()
-            .filter_map(|t| t.upgrade())
+            .filter_map(|(t, value)| t.upgrade().filter(|t| t.reached_value() < value))
             .map(|t| (t, cause.clone()))
             .collect()
     }

@@ -245,35 +245,57 @@ impl<B: Backend> FailTarget for Shared<B> {
 }
 
 impl<B: Backend> Shared<B> {
-    /// The last `Timeline` handle is going: if streams still wait on the timeline for values
-    /// it has not reached, fail it first, so that they go on. Returns whether it looked.
-    pub(crate) fn last_handle_dropped(&self) -> bool {
+    /// The last `Timeline` handle is going. Values whose signal is enqueued arrive: if some are
+    /// still in flight the timeline is kept alive until they land ([`super::drain`]); then
+    /// (or at once) the stream waits on it for values nothing enqueued reaches fail it, so
+    /// that they go on. Returns whether it looked at the ledgers.
+    pub(crate) fn last_handle_dropped(self: &Arc<Self>) -> bool {
         if !self
             .stream_waited
             .load(std::sync::atomic::Ordering::Relaxed)
         {
             return false;
         }
+        if !self.settle_dropped() {
+            super::drain::keep(self.clone());
+        }
+        true
+    }
+
+    /// After the last handle went: `false` while signals enqueued are still in flight; else
+    /// fail the timeline if streams wait on it for values above the last one enqueued (no
+    /// signal can come any more), and `true`.
+    fn settle_dropped(&self) -> bool {
         let st = self.lock();
-        let (value, failed) = (st.last_enqueued, st.failure.is_some());
+        let (last, failed) = (st.last_enqueued, st.failure.is_some());
         drop(st);
-        let current = match self.sem.load() {
-            Ok(w) if w & FAILED_BIT == 0 => w.max(self.floor.load(Ordering::Acquire)),
-            _ => return true,
-        };
         if failed {
             return true;
+        }
+        let current = match self.sem.load() {
+            Ok(w) if w & FAILED_BIT == 0 => w.max(self.floor.load(Ordering::Acquire)),
+            // Failed by the backend: the failure releases its waits.
+            _ => return true,
+        };
+        if current < last {
+            return false;
         }
         let pending = propagate::waits_on(self.id(), current).len();
         if pending > 0 {
             let cause = Error::TimelineDropped {
                 timeline: self.name.clone(),
-                value: self.floor.load(Ordering::Acquire).min(value),
+                value: current,
                 pending,
             };
             self.fail(cause, None);
         }
         true
+    }
+}
+
+impl<B: Backend> super::drain::Draining for Shared<B> {
+    fn settle(&self) -> bool {
+        self.settle_dropped()
     }
 }
 

@@ -1,0 +1,81 @@
+//! Timelines whose last handle went while signals of theirs were still in flight.
+//!
+//! Dropping the last [`Timeline`](super::Timeline) handle changes nothing for values whose
+//! signal is already enqueued: they arrive, and the stream waits for them are released by
+//! them, in order. Only the waits that nothing enqueued can ever satisfy must fail, and only
+//! once the enqueued signals have landed (a failure releases every wait on the timeline, the
+//! satisfiable ones too). So such a timeline is *kept* here, alive (a failure upstream of its
+//! signals still spreads through it), until it has reached the last value enqueued or failed;
+//! then it is settled: its unsatisfiable waits fail with
+//! [`Error::TimelineDropped`](crate::Error::TimelineDropped), and it goes.
+//!
+//! Nothing calls back when a CUDA stream writes a word, so one thread of the crate's (started
+//! when the first timeline is kept, ended when none is left) looks at the kept timelines every
+//! [`POLL`]. Memory: one entry per timeline dropped with signals in flight, gone once they
+//! land.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A timeline kept until its signals in flight have landed.
+pub(crate) trait Draining: Send + Sync {
+    /// Settle it if its signals have landed (or it failed): `true` once there is nothing
+    /// left to do.
+    fn settle(&self) -> bool;
+}
+
+/// How often the kept timelines are looked at.
+pub(crate) const POLL: Duration = Duration::from_millis(1);
+
+struct Kept {
+    list: Vec<Arc<dyn Draining>>,
+    /// A thread is looking at `list`.
+    running: bool,
+}
+
+static KEPT: Mutex<Kept> = Mutex::new(Kept {
+    list: Vec::new(),
+    running: false,
+});
+
+fn lock() -> std::sync::MutexGuard<'static, Kept> {
+    KEPT.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Keep `t` until it settles.
+pub(crate) fn keep(t: Arc<dyn Draining>) {
+    let mut k = lock();
+    k.list.push(t);
+    if k.running {
+        return;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("seqsync-drain".into())
+        .spawn(run);
+    // A thread that cannot be started now leaves the entry for the next `keep` to look at.
+    k.running = spawned.is_ok();
+}
+
+/// The thread: settle what can be, until nothing is kept.
+fn run() {
+    loop {
+        std::thread::sleep(POLL);
+        let list = std::mem::take(&mut lock().list);
+        // Settled outside the lock: settling fails timelines, and a timeline dropped here may
+        // keep another.
+        let mut left: Vec<_> = list.into_iter().filter(|t| !t.settle()).collect();
+        let mut k = lock();
+        left.append(&mut k.list);
+        k.list = left;
+        if k.list.is_empty() {
+            k.running = false;
+            return;
+        }
+    }
+}
+
+/// Timelines kept now (for tests).
+#[cfg(test)]
+pub(crate) fn kept() -> usize {
+    lock().list.len()
+}
