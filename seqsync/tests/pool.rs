@@ -979,7 +979,103 @@ fn cts_success_dependant_shared_across_queues_sync_validate<B: MemOps>(b: &B) {
     }
 }
 
+/// A free whose timeline wait fails *after* the call never makes the block available: the
+/// reader, released by the same failure, still reads it. Here the reader waits for its input,
+/// then reads the block slowly and signals `r`; the free waits on `r = 1`; the input fails.
+/// An allocation on the freeing stream (which would reuse the block at once) must get other
+/// memory, and the reader must read what was written before the free (it used to read the
+/// next user's fill). Both pools.
+fn a_free_whose_wait_fails_later_never_frees<B: MemOps>(b: &B) {
+    for native in [false, true] {
+        let p: Box<dyn StreamAllocator<B>> = if native {
+            Box::new(NativePool::new(b, "native", u64::MAX).unwrap())
+        } else {
+            Box::new(pool(b, PoolConfig::default()))
+        };
+        let (reader, freer) = (b.stream(), b.stream());
+        let (input, r) = (
+            Timeline::new(b, "input", 0).unwrap(),
+            Timeline::new(b, "r", 0).unwrap(),
+        );
+        let a = p
+            .alloc_with(&reader, 1024, &[], AllocFlags::default())
+            .unwrap();
+        let out = p
+            .alloc_with(&reader, 1024, &[], AllocFlags::default())
+            .unwrap();
+        b.fill_u32(&reader, a.block.addr(), 256, 7);
+        input.wait_on(&reader, 1).unwrap();
+        b.busy(&reader, Duration::from_millis(80));
+        b.copy(&reader, out.block.addr(), a.block.addr(), 1024);
+        r.signal_on(&reader, 1).unwrap();
+        p.free(&freer, a.block, &[Wait::Timeline(&r, 1)]).unwrap();
+        input.fail(Error::Cancelled("the input broke".into()));
+        assert!(r.query().is_err(), "the reader's completion failed too");
+        let next = p
+            .alloc_with(&freer, 1024, &[], AllocFlags::default())
+            .unwrap();
+        b.fill_u32(&freer, next.block.addr(), 256, 9);
+        assert!(
+            b.read_u32(&reader, out.block.addr(), 256)
+                .iter()
+                .all(|&v| v == 7),
+            "native: {native}: the block was handed out under its reader"
+        );
+        let s = p.stats();
+        if !native {
+            assert_ne!(next.block.addr(), a.block.addr(), "reused under its reader");
+        }
+        assert_eq!((s.quarantined, s.leaked), (0, 1), "native: {native}");
+        // Freeing it again is still a double free.
+        let e = p.free(&freer, a.block, &[]).unwrap_err();
+        assert!(
+            matches!(e, Error::DoubleFree { .. }),
+            "native: {native}: {e}"
+        );
+        b.sync_stream(&freer);
+    }
+}
+
+/// A free whose timeline wait is reached later frees as usual once it is: the block is held
+/// back (quarantined) until the host sees the value, then reused.
+fn a_free_whose_wait_is_reached_later_frees_then<B: MemOps>(b: &B) {
+    let p = pool(b, PoolConfig::default());
+    let q = b.stream();
+    let r = Timeline::new(b, "r", 0).unwrap();
+    let a = p.alloc(&q, 1024, &[]).unwrap();
+    p.free(&q, a.block, &[Wait::Timeline(&r, 1)]).unwrap();
+    assert_eq!(p.stats().quarantined, 1);
+    let held = p.alloc(&q, 1024, &[]).unwrap();
+    assert_ne!(
+        held.block.addr(),
+        a.block.addr(),
+        "handed out before its wait"
+    );
+    r.signal(1).unwrap();
+    b.sync_stream(&q);
+    let again = p.alloc(&q, 1024, &[]).unwrap();
+    assert_eq!(again.block.addr(), a.block.addr(), "reused once reached");
+    let s = p.stats();
+    assert_eq!((s.quarantined, s.leaked), (0, 0));
+    p.free(&q, held.block, &[]).unwrap();
+    p.free(&q, again.block, &[]).unwrap();
+    // The native pool enqueues the driver's free only once the value is reached.
+    let n = NativePool::new(b, "native", u64::MAX).unwrap();
+    let r2 = Timeline::new(b, "r2", 0).unwrap();
+    let a = n.alloc(&q, 1024, &[]).unwrap();
+    n.free(&q, a.block, &[Wait::Timeline(&r2, 1)]).unwrap();
+    assert_eq!(n.stats().quarantined, 1);
+    r2.signal(1).unwrap();
+    b.sync_stream(&q);
+    let c = n.alloc(&q, 1024, &[]).unwrap();
+    assert_eq!((n.stats().quarantined, n.stats().leaked), (0, 0));
+    n.free(&q, c.block, &[]).unwrap();
+    b.sync_stream(&q);
+}
+
 on_both_backends!(
+    a_free_whose_wait_fails_later_never_frees,
+    a_free_whose_wait_is_reached_later_frees_then,
     same_stream_reuse_needs_no_event,
     unordered_stream_gets_fresh_memory,
     ordered_stream_reuses,

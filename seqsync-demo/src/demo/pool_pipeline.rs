@@ -96,6 +96,7 @@ pub(crate) fn run<D: Device>(
         slab_allocs: after.slab_allocs - before.slab_allocs,
         slab_releases: after.slab_releases - before.slab_releases,
         host_syncs: after.host_syncs - before.host_syncs,
+        leaked: after.leaked - before.leaked,
         ..after
     };
     Ok((wall, checker.finish(), delta))

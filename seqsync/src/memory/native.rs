@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard};
 
-use super::point::Clocks;
+use super::point::{Clocks, Settled, Until};
 use super::{AllocFlags, Allocation, Block, Point, PoolStats, StreamAllocator, Wait};
 use crate::backend::MemoryBackend;
 use crate::error::{Error, Result};
@@ -45,8 +45,12 @@ struct State<B: MemoryBackend> {
     live: HashMap<u64, usize>,
     /// Freed addresses not handed out again since (for [`Error::DoubleFree`]).
     freed: HashSet<u64>,
+    /// Frees held back until the timeline values they waited on are reached (see [`Until`]):
+    /// the driver's free is enqueued only then, once their point has completed too.
+    quarantine: Vec<(u64, Point<B>, Until<B>)>,
     allocs: u64,
     frees: u64,
+    leaked: u64,
 }
 
 impl<B: MemoryBackend> std::fmt::Debug for NativePool<B> {
@@ -69,8 +73,10 @@ impl<B: MemoryBackend> NativePool<B> {
                 clocks: Clocks::new(),
                 live: HashMap::new(),
                 freed: HashSet::new(),
+                quarantine: Vec::new(),
                 allocs: 0,
                 frees: 0,
+                leaked: 0,
             }),
         })
     }
@@ -116,6 +122,7 @@ impl<B: MemoryBackend> NativePool<B> {
         Clocks::check_waits(&self.backend, waits)?;
         let sid = self.backend.stream_id(stream);
         let mut st = self.lock();
+        self.settle_quarantine(&mut st, stream);
         st.clocks.enqueue_waits(&self.backend, stream, sid, waits)?;
         let addr = self.backend.alloc_async(&self.pool, stream, size)?;
         let ready = if flags.signal {
@@ -144,7 +151,10 @@ impl<B: MemoryBackend> NativePool<B> {
     }
 
     /// Enqueue `waits` on `stream`, then the driver's free; returns the point after which the
-    /// memory is free.
+    /// memory is free. As with [`Pool::free`](super::Pool::free), a failed wait never frees:
+    /// with a [`Wait::Timeline`] not reached yet, the driver's free is enqueued only once the
+    /// host sees the value reached and the returned point completed (at a later call of this
+    /// pool, on that call's stream); if the timeline fails first, the block is leaked.
     ///
     /// # Errors
     /// [`Error::DoubleFree`], [`Error::ForeignMemory`]; a wait's error (the block stays
@@ -171,13 +181,59 @@ impl<B: MemoryBackend> NativePool<B> {
             });
         }
         Clocks::check_waits(&self.backend, waits)?;
+        self.settle_quarantine(&mut st, stream);
         st.clocks.enqueue_waits(&self.backend, stream, sid, waits)?;
+        if let Some(until) = Until::of(waits) {
+            // Not freed until the values are reached: the point is the proof it needs then.
+            let point = st.clocks.record(&self.backend, stream, sid)?;
+            st.live.remove(&block.addr);
+            st.freed.insert(block.addr);
+            st.frees += 1;
+            st.quarantine.push((block.addr, point.clone(), until));
+            return Ok(point);
+        }
         self.backend.free_async(&self.pool, stream, block.addr)?;
         st.live.remove(&block.addr);
         st.freed.insert(block.addr);
         st.frees += 1;
         // The memory is already freed in stream order; a failing record only loses the point.
         st.clocks.record(&self.backend, stream, sid)
+    }
+
+    /// Enqueue on `stream` the driver's free of each quarantined block whose timeline values
+    /// are reached and whose point has completed (nothing uses it any more, so any stream
+    /// will do); give up on those whose timeline failed (leaked, counted).
+    fn settle_quarantine(&self, st: &mut State<B>, stream: &B::Stream) {
+        let mut i = 0;
+        while i < st.quarantine.len() {
+            let (addr, point, until) = &mut st.quarantine[i];
+            let done = match until.settle() {
+                Settled::Pending => false,
+                Settled::Failed => {
+                    st.leaked += 1;
+                    true
+                }
+                Settled::Reached => match self.backend.query(point.event()) {
+                    Ok(true) => {
+                        // A driver error leaves the block allocated: leaked, not reused.
+                        if self.backend.free_async(&self.pool, stream, *addr).is_err() {
+                            st.leaked += 1;
+                        }
+                        true
+                    }
+                    Ok(false) => false,
+                    Err(_) => {
+                        st.leaked += 1;
+                        true
+                    }
+                },
+            };
+            if done {
+                st.quarantine.remove(i);
+            } else {
+                i += 1;
+            }
+        }
     }
 
     /// Record a point at the current end of `stream`.
@@ -208,6 +264,8 @@ impl<B: MemoryBackend> NativePool<B> {
             used_high: usage.used_high as usize,
             allocs: st.allocs,
             frees: st.frees,
+            quarantined: st.quarantine.len() as u64,
+            leaked: st.leaked,
             ..PoolStats::default()
         }
     }

@@ -9,6 +9,50 @@ use crate::backend::{Backend, EventOptions};
 use crate::error::Result;
 use crate::timeline::Timeline;
 
+/// The timeline values a free waited on that were not reached when it was called. A failure
+/// releases a stream wait whatever the value, so a stream's later point proves nothing about
+/// the work the value stands for until the host sees the value reached: until then the freed
+/// block is held back; if one of them fails first, the block is never handed out again.
+pub(crate) struct Until<B: Backend>(Vec<(Timeline<B>, u64)>);
+
+/// What an [`Until`] says now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Settled {
+    /// Every value reached: the free's point means what it says.
+    Reached,
+    /// Some value not reached yet.
+    Pending,
+    /// A timeline failed before reaching its value.
+    Failed,
+}
+
+impl<B: Backend> Until<B> {
+    /// The values of `waits` not reached yet; `None` if there is none (the free is plain).
+    pub(crate) fn of(waits: &[Wait<'_, B>]) -> Option<Self> {
+        let v: Vec<_> = waits.iter().filter_map(Wait::unreached).collect();
+        (!v.is_empty()).then_some(Until(v))
+    }
+
+    /// Look at the timelines again (a load of each word; never blocks).
+    pub(crate) fn settle(&mut self) -> Settled {
+        let mut failed = false;
+        self.0.retain(|(t, v)| match t.query() {
+            Ok(c) => c < *v,
+            Err(_) => {
+                failed = true;
+                true
+            }
+        });
+        if failed {
+            Settled::Failed
+        } else if self.0.is_empty() {
+            Settled::Reached
+        } else {
+            Settled::Pending
+        }
+    }
+}
+
 /// What a stream (or a point) is ordered after: for each stream id, the highest point seq of
 /// that stream it follows. A vector clock over the streams a pool has seen, sorted by id.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -154,8 +198,14 @@ pub enum Wait<'a, B: Backend> {
     Point(&'a Point<B>),
     /// A plain event of the backend: enqueued, but a pool learns nothing from it.
     Event(&'a B::Event),
-    /// A timeline value: enqueued with [`Timeline::wait_on`] (wait-before-signal allowed);
-    /// a pool learns nothing from it, and a failed timeline fails the call.
+    /// A timeline value: enqueued with [`Timeline::wait_on`] (wait-before-signal allowed,
+    /// except on a mechanism whose waits before their signal hold only timeline operations:
+    /// [`Error::WaitBeforeSignalUnsupported`](crate::Error::WaitBeforeSignalUnsupported),
+    /// nothing enqueued); a pool learns nothing from it, and a timeline that has failed
+    /// already fails the call. In a free, a value not reached yet when the free is called
+    /// holds the block back until the host sees it reached; if the timeline fails first, the
+    /// block is never handed out again ([`PoolStats::quarantined`](super::PoolStats),
+    /// `leaked`).
     Timeline(&'a Timeline<B>, u64),
 }
 
@@ -173,7 +223,24 @@ impl<B: Backend> Wait<'_, B> {
         match self {
             Wait::Point(p) => backend.query(p.event()).map(drop),
             Wait::Event(e) => backend.query(e).map(drop),
-            Wait::Timeline(t, _) => t.query().map(drop),
+            // A wait before its signal must hold the memory operation behind it: a mechanism
+            // that holds only timeline operations (CUDA `events`) cannot, so the call is
+            // refused before anything is enqueued.
+            Wait::Timeline(t, v) => {
+                t.query()?;
+                t.check_holds_commands(*v)
+            }
+        }
+    }
+
+    /// The timeline value this entry waits for, if it is one the host has not seen reached
+    /// (a timeline that failed counts: see [`Until`]).
+    pub(crate) fn unreached(&self) -> Option<(Timeline<B>, u64)> {
+        match self {
+            Wait::Timeline(t, v) if !matches!(t.query(), Ok(c) if c >= *v) => {
+                Some(((*t).clone(), *v))
+            }
+            _ => None,
         }
     }
 

@@ -1,9 +1,9 @@
 //! [`Pool`]: seqsync's stream-ordered allocator.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 
-use super::point::Clocks;
+use super::point::{Clocks, Settled, Until};
 use super::size_class::class_size;
 use super::{AllocFlags, Allocation, Block, Point, PoolConfig, PoolStats, StreamAllocator, Wait};
 use crate::backend::MemoryBackend;
@@ -64,6 +64,12 @@ struct State<B: MemoryBackend> {
     slabs: Vec<Option<Slab<B>>>,
     classes: HashMap<usize, Class<B>>,
     live: HashMap<u64, Live>,
+    /// Freed blocks whose free waited on timeline values not reached yet (see [`Until`]),
+    /// oldest first: still counted live in their slab until they settle.
+    quarantine: Vec<Quarantined<B>>,
+    /// Blocks whose free's timeline failed: never handed out again (for
+    /// [`Error::DoubleFree`]).
+    leaked: HashSet<u64>,
     stats: PoolStats,
     release_threshold: usize,
 }
@@ -91,6 +97,13 @@ struct Freed<B: MemoryBackend> {
     slab: usize,
     /// The point after which the block is free.
     death: Point<B>,
+}
+
+/// A freed block held back until its free's timeline values are reached.
+struct Quarantined<B: MemoryBackend> {
+    freed: Freed<B>,
+    class: usize,
+    until: Until<B>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -137,6 +150,8 @@ impl<B: MemoryBackend> Pool<B> {
                 slabs: Vec::new(),
                 classes: HashMap::new(),
                 live: HashMap::new(),
+                quarantine: Vec::new(),
+                leaked: HashSet::new(),
                 stats: PoolStats::default(),
                 release_threshold: config.release_threshold,
             }),
@@ -202,6 +217,7 @@ impl<B: MemoryBackend> Pool<B> {
         let sid = self.backend.stream_id(stream);
         let mut guard = self.lock();
         let st = &mut *guard;
+        settle_quarantine(st);
         st.clocks.enqueue_waits(&self.backend, stream, sid, waits)?;
         let entry = st.classes.entry(class).or_insert_with(|| Class {
             free: VecDeque::new(),
@@ -366,6 +382,14 @@ impl<B: MemoryBackend> Pool<B> {
     /// is free: a later allocation on `stream` may reuse it at once; one on another stream
     /// once that stream is ordered after this point.
     ///
+    /// **A failed wait never frees.** A [`Wait::Timeline`] whose value is not reached when
+    /// `free` is called holds the block back (*quarantined*, [`PoolStats::quarantined`]) until
+    /// the host sees the value reached: a failure releases the stream's wait whatever the
+    /// value, so only the value itself proves the work it stands for is done. If the timeline
+    /// fails first, the block is never handed out again ([`PoolStats::leaked`]; its slab stays
+    /// reserved and is leaked when the pool drops, rather than freed under a reader that the
+    /// same failure released).
+    ///
     /// # Errors
     /// - [`Error::DoubleFree`]: the block was freed already.
     /// - [`Error::ForeignMemory`]: this pool never handed it out.
@@ -387,18 +411,32 @@ impl<B: MemoryBackend> Pool<B> {
         st.clocks.enqueue_waits(&self.backend, stream, sid, waits)?;
         let death = st.clocks.record(&self.backend, stream, sid)?;
         st.live.remove(&block.addr);
-        if let Some(s) = st.slabs[live.slab].as_mut() {
-            s.live -= 1;
+        let freed = Freed {
+            addr: block.addr,
+            slab: live.slab,
+            death: death.clone(),
+        };
+        match Until::of(waits) {
+            // Its slab keeps counting it live until it settles.
+            Some(until) => {
+                st.quarantine.push(Quarantined {
+                    freed,
+                    class: live.class,
+                    until,
+                });
+                st.stats.quarantined += 1;
+            }
+            None => {
+                if let Some(s) = st.slabs[live.slab].as_mut() {
+                    s.live -= 1;
+                }
+                st.classes
+                    .get_mut(&live.class)
+                    .expect("a live block's class exists")
+                    .free
+                    .push_back(freed);
+            }
         }
-        st.classes
-            .get_mut(&live.class)
-            .expect("a live block's class exists")
-            .free
-            .push_back(Freed {
-                addr: block.addr,
-                slab: live.slab,
-                death: death.clone(),
-            });
         st.stats.frees += 1;
         st.stats.used_current -= live.class;
         if st.stats.reserved_current > st.release_threshold {
@@ -412,7 +450,9 @@ impl<B: MemoryBackend> Pool<B> {
         let freed = st
             .classes
             .values()
-            .any(|c| c.free.iter().any(|f| f.addr == addr));
+            .any(|c| c.free.iter().any(|f| f.addr == addr))
+            || st.quarantine.iter().any(|q| q.freed.addr == addr)
+            || st.leaked.contains(&addr);
         if freed {
             Error::DoubleFree {
                 pool: self.name.clone(),
@@ -429,6 +469,7 @@ impl<B: MemoryBackend> Pool<B> {
     /// Give back wholly free slabs whose frees have all completed (asked without waiting),
     /// until the pool holds at most `target` bytes. Returns the bytes given back.
     fn release_idle(&self, st: &mut State<B>, target: usize) -> Result<usize> {
+        settle_quarantine(st);
         let mut released = 0;
         for i in 0..st.slabs.len() {
             if st.stats.reserved_current <= target {
@@ -509,6 +550,37 @@ impl<B: MemoryBackend> Pool<B> {
     }
 }
 
+/// Hand the quarantined blocks whose timeline values are all reached back to their classes
+/// (oldest first, as they were freed), and give up on those whose timeline failed.
+fn settle_quarantine<B: MemoryBackend>(st: &mut State<B>) {
+    if st.quarantine.is_empty() {
+        return;
+    }
+    let mut i = 0;
+    while i < st.quarantine.len() {
+        let settled = st.quarantine[i].until.settle();
+        if settled == Settled::Pending {
+            i += 1;
+            continue;
+        }
+        let q = st.quarantine.remove(i);
+        st.stats.quarantined -= 1;
+        if settled == Settled::Failed {
+            st.stats.leaked += 1;
+            st.leaked.insert(q.freed.addr);
+            continue;
+        }
+        if let Some(s) = st.slabs[q.freed.slab].as_mut() {
+            s.live -= 1;
+        }
+        st.classes
+            .get_mut(&q.class)
+            .expect("a freed block's class exists")
+            .free
+            .push_back(q.freed);
+    }
+}
+
 impl<B: MemoryBackend> StreamAllocator<B> for Pool<B> {
     fn alloc_with(
         &self,
@@ -539,6 +611,8 @@ impl<B: MemoryBackend> StreamAllocator<B> for Pool<B> {
 impl<B: MemoryBackend> Drop for Pool<B> {
     fn drop(&mut self) {
         let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        // A block still quarantined keeps its slab (counted live): leaked below.
+        settle_quarantine(st);
         // Frees still pending on some stream: wait for them before the memory goes.
         for class in st.classes.values() {
             for f in &class.free {

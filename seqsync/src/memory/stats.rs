@@ -35,6 +35,15 @@ pub struct PoolStats {
     /// Slabs given back to the backend (a synchronous device free each; on CUDA `cuMemFree`
     /// may wait for the device).
     pub slab_releases: u64,
+    /// Freed blocks held back now: their free waited on timeline values not yet reached when
+    /// it was called, so they are handed out again only once the host sees every value
+    /// reached (a failure that releases such a wait must not free the block under its
+    /// readers).
+    pub quarantined: u64,
+    /// Freed blocks never handed out again: a timeline their free waited on failed before
+    /// reaching the value, so their readers may still run (their memory stays reserved until
+    /// the pool drops, and is leaked then rather than freed under a reader).
+    pub leaked: u64,
     /// Times the pool blocked the host on the device. It never does while it lives; only a
     /// pool dropped with frees still pending waits for them.
     pub host_syncs: u64,
