@@ -420,7 +420,42 @@ fn a_barrier_with_waits_holds_its_queue<B: GraphBackend>(b: &B) {
     }
 }
 
+/// A pool stream that a failure poisoned (its submission waited on a timeline that failed) is
+/// not given to a later submission that does not depend on the failure: that one's signals
+/// succeed (they used to fail, poisoned through the reused stream).
+fn a_poisoned_pool_stream_is_not_reused<B: GraphBackend>(b: &B) {
+    let mut pool = StreamPool::new(b.clone());
+    let (t, a, c) = (
+        Timeline::new(b, "t", 0).unwrap(),
+        Timeline::new(b, "a", 0).unwrap(),
+        Timeline::new(b, "c", 0).unwrap(),
+    );
+    let how = Submit {
+        affinity: Affinity::ANY,
+        waits: &[(&t, 1)],
+        signals: &[(&a, 1)],
+    };
+    pool.submit_with(&mut empty(), &how).unwrap();
+    t.fail(Error::Cancelled("t broke".into()));
+    assert!(a.wait(1, LONG).is_err());
+    pool.synchronize().unwrap();
+    let count = Arc::new(AtomicUsize::new(0));
+    let mut exe = counting::<B>(2, &count)
+        .finish()
+        .unwrap()
+        .lower(Lowering::Streams);
+    let how = Submit {
+        affinity: Affinity::ANY,
+        waits: &[],
+        signals: &[(&c, 1)],
+    };
+    pool.submit_with(&mut exe, &how).unwrap();
+    c.wait(1, LONG).unwrap();
+    assert_eq!(count.load(Ordering::SeqCst), 2);
+}
+
 on_both_backends!(
+    a_poisoned_pool_stream_is_not_reused,
     an_empty_submission_keeps_the_queue_order,
     a_barrier_with_waits_holds_its_queue,
     cts_barrier_signals,

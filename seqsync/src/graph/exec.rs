@@ -5,7 +5,8 @@
 //! The schedule's streams are virtual. At each submission every virtual stream is mapped onto a
 //! pool stream that is free for it: one never used, one whose last work belongs to an earlier
 //! submission on the same logical queue (so it is ordered before this one anyway), or one whose
-//! last work has completed. Otherwise the pool grows. A submission thus adds no ordering between
+//! last work has completed — never one that a failure poisoned (it would fail the timelines
+//! of work that did not depend on the failure). Otherwise the pool grows. A submission thus adds no ordering between
 //! submissions beyond the one its queue affinity asks for.
 //!
 //! Timelines ([`Submit`]): a submission's first commands wait for its `(timeline, value)`
@@ -179,7 +180,9 @@ impl<B: CommandBackend> StreamPool<B> {
     /// Is pool stream `i` free for a submission on `queue` (see the module docs)?
     fn is_free(&self, i: usize, queue: Option<u32>) -> Result<bool> {
         let s = &self.streams[i];
-        if s.broken {
+        // A poisoned stream fails every timeline it signals: work of another submission that
+        // did not depend on the failure must not land on it.
+        if s.broken || crate::timeline::is_poisoned(&self.backend, &s.stream) {
             return Ok(false);
         }
         match s.last {

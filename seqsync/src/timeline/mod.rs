@@ -422,6 +422,13 @@ impl<B: Backend> Timeline<B> {
     }
 }
 
+/// Is `stream` poisoned: did a failure release a timeline wait enqueued on it, so that every
+/// timeline it signals from now on fails (see [Failure](self#failure))? A stream shared by
+/// unrelated work (a pool of streams) must not be used for new work once it is.
+pub(crate) fn is_poisoned<B: Backend>(backend: &B, stream: &B::Stream) -> bool {
+    propagate::is_poisoned(backend.stream_id(stream))
+}
+
 /// Enter a signal of `v` in the stream's ledger, if it has one: `Ok(Err(cause))` if the stream
 /// is poisoned (the timeline must fail instead), `Err(Retired)` if the ledger was retired.
 #[inline(always)]

@@ -540,6 +540,21 @@ impl Ledger {
     }
 }
 
+/// Is stream `stream_id` poisoned (a wait on it was released by a failure, so the timelines
+/// it signals from now on fail)?
+pub(crate) fn is_poisoned(stream_id: u64) -> bool {
+    with_ledger(stream_id, false, |l| match l {
+        None => Ok(false),
+        Some(l) => {
+            let st = l.lock();
+            if st.retired {
+                return Err(Retired);
+            }
+            Ok(st.poison.is_some())
+        }
+    })
+}
+
 /// The waits enqueued on any stream for values above `above` of the timeline whose `Weak`s
 /// point to `timeline`, not yet pruned (a run of waits with nothing between them is one entry):
 /// their ledgers and sequence numbers. A failure poisons their streams from there; a timeline
