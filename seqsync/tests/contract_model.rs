@@ -160,8 +160,9 @@ fn work(stamps: &Arc<Stamps>, slot: usize, us: u64) -> impl Fn() + Send + Sync +
 // The model.
 
 /// Certainty of a failure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 enum Cert {
+    #[default]
     No,
     Maybe,
     Yes,
@@ -217,12 +218,6 @@ struct Entries {
 enum Entry {
     Wait(usize, u64),
     Signal(usize, u64),
-}
-
-impl Default for Cert {
-    fn default() -> Self {
-        Cert::No
-    }
 }
 
 #[derive(Default)]
@@ -402,9 +397,10 @@ fn run(ops: &[Op], seed: u64) -> Vec<String> {
         ..Chaos::new(seed)
     };
     let host = HostBackend::with_chaos(chaos);
-    let mut stamps = Stamps::default();
-    stamps.origin = Some(Instant::now());
-    let stamps = Arc::new(stamps);
+    let stamps = Arc::new(Stamps {
+        origin: Some(Instant::now()),
+        ..Stamps::default()
+    });
     let mut bad = Vec::new();
     let mut m = Model {
         tl: vec![Tl::default(); TIMELINES],
@@ -706,7 +702,19 @@ fn run(ops: &[Op], seed: u64) -> Vec<String> {
                                 Err(Error::TimelineFailed { .. }) => {
                                     pool.free(&streams[own], blk, &[]).map(drop)
                                 }
-                                r => r.map(drop),
+                                r => {
+                                    // The free's wait is a stream wait on `other` like any.
+                                    let n = m.node(Node::Wait(t, v, last[other]));
+                                    last[other] = Some(n);
+                                    m.tl[t].max_wait = m.tl[t].max_wait.max(v);
+                                    m.entries[other].list.push(Entry::Wait(t, v));
+                                    let at = m.entries[other].list.len() - 1;
+                                    let tlm = &m.tl[t];
+                                    if tlm.state.is_some() && v > tlm.c_lo {
+                                        m.poison(other, at, Cert::Maybe);
+                                    }
+                                    r.map(drop)
+                                }
                             }
                         }
                         _ => pool.free(&streams[own], blk, &[]).map(drop),
@@ -725,8 +733,8 @@ fn run(ops: &[Op], seed: u64) -> Vec<String> {
     }
 
     // The end: sources past every wait, then everything runs out.
-    for t in 0..SOURCES {
-        if let Some(tl) = &tls[t] {
+    for (t, tl) in tls.iter().enumerate().take(SOURCES) {
+        if let Some(tl) = tl {
             let v = m.tl[t].last.max(m.tl[t].max_wait) + 1;
             let at = stamps.now();
             let r = tl.signal(v);

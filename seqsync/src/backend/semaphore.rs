@@ -40,12 +40,16 @@ pub enum Mechanism {
     /// (on a word as in [`Mechanism::StreamMemOps`]) only for waits enqueued before their
     /// signal: those wait on the device, so everything enqueued after them on the stream waits
     /// too. A host query is a load of the word and, while signals are pending, an event query.
+    /// Limit: a failure releases an event wait only once the signal's stream gets there
+    /// ([`Mechanism::releases_every_wait_on_failure`] is false).
     Hybrid,
     /// CUDA stream memory operations: `cuStreamWriteValue64` / `cuStreamWaitValue64` on a word
-    /// in pinned, device-mapped host memory; a host query is a load of that word.
+    /// in pinned, device-mapped host memory; a host query is a load of that word. The CUDA
+    /// default.
     StreamMemOps,
     /// CUDA events, one per signalled value; a wait whose signal is not enqueued yet is held on
-    /// the host (with every later timeline operation of its stream) until it is.
+    /// the host (with every later timeline operation of its stream) until it is. Limits: see
+    /// [`Mechanism::holds_commands`] and [`Mechanism::releases_every_wait_on_failure`].
     Events {
         /// Why stream memory operations are not used (`None` when events were asked for).
         fallback_reason: Option<String>,
@@ -58,6 +62,16 @@ impl Mechanism {
     /// operations, on the host.
     pub fn holds_commands(&self) -> bool {
         !matches!(self, Mechanism::Events { .. })
+    }
+
+    /// Does a failure release *every* stream wait on the timeline at once, also a wait whose
+    /// signal is enqueued on a stream that is stuck before it? True where every wait is on the
+    /// word (the host word, stream memory operations); false where a wait whose signal is
+    /// enqueued is a CUDA event wait ([`Mechanism::Hybrid`], [`Mechanism::Events`]): CUDA
+    /// cannot release an event wait early, so such a wait goes on only when the signal's
+    /// stream gets there (everything it signals afterwards still fails).
+    pub fn releases_every_wait_on_failure(&self) -> bool {
+        matches!(self, Mechanism::HostWord | Mechanism::StreamMemOps)
     }
 
     /// A short name: `"host-word"`, `"events+memops"`, `"stream-mem-ops"` or `"events"`.
@@ -126,4 +140,14 @@ pub trait Semaphore: Send + Sync + 'static {
 
     /// How this word is implemented.
     fn mechanism(&self) -> Mechanism;
+
+    /// Would a stream wait for `value` enqueued now hold *every* later operation of its stream,
+    /// commands too? Always where the mechanism [holds commands](Mechanism::holds_commands);
+    /// with CUDA `events` only once the point of a signal at or above `value` exists on the
+    /// device (not while the signal itself is held on the host behind another deferred wait),
+    /// or the value is reached, or the word failed.
+    fn holds_commands_for(&self, value: u64) -> bool {
+        let _ = value;
+        self.mechanism().holds_commands()
+    }
 }

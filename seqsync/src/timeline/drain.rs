@@ -74,8 +74,44 @@ fn run() {
     }
 }
 
-/// Timelines kept now (for tests).
-#[cfg(test)]
-pub(crate) fn kept() -> usize {
-    lock().list.len()
+#[cfg(all(test, not(seqsync_loom)))]
+mod tests {
+    use crate::timeline::Timeline;
+    use crate::{AnyBackend, BackendKind};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    /// A timeline whose last handle goes while its signal is in flight is kept alive (so a
+    /// failure upstream still finds it) until the signal lands, then let go.
+    #[test]
+    fn a_timeline_dropped_with_a_signal_in_flight_is_kept_until_it_lands() {
+        let b = AnyBackend::new(BackendKind::Host).unwrap();
+        let (w, r) = (b.new_stream("w").unwrap(), b.new_stream("r").unwrap());
+        let t = Timeline::new(&b, "t", 0).unwrap();
+        t.wait_on(&r, 1).unwrap();
+        let (go, gate) = std::sync::mpsc::channel::<()>();
+        crate::backend::Backend::launch_host(
+            &b,
+            &w,
+            Box::new(move || drop(gate.recv_timeout(Duration::from_secs(10)))),
+        )
+        .unwrap();
+        t.signal_on(&w, 1).unwrap();
+        let weak = Arc::downgrade(&t.shared);
+        drop(t);
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(
+            weak.upgrade().is_some(),
+            "let go while its signal is in flight"
+        );
+        go.send(()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while weak.upgrade().is_some() {
+            assert!(
+                Instant::now() < deadline,
+                "still kept after its signal landed"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
 }

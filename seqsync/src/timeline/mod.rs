@@ -45,7 +45,8 @@
 //! | `fail(error)` | every host waiter wakes with [`Error::TimelineFailed`] carrying the error; later query / signal / wait return it; a second `fail` is ignored (the first error stays) |
 //! | failure propagation | work that waited on a failed timeline fails every timeline it signals afterwards; a timeline that did not depend on the failed one is not affected |
 //! | values | `< 2^63` ([`MAX_VALUE`]); larger ones are [`Error::ValueOutOfRange`] (reserved for failure) |
-//! | drop with stream waits still pending | the timeline is failed first ([`Error::TimelineDropped`]), so no stream waits forever |
+//! | drop of the last handle, signals enqueued | nothing changes for the values whose signal is enqueued: they arrive, and the waits for them are released by them, in order |
+//! | drop with stream waits nothing enqueued reaches | once the enqueued signals have landed, the timeline fails ([`Error::TimelineDropped`]), so no stream waits forever |
 //!
 //! "Current" in [`Error::NonMonotonic`] is the highest value signalled *or enqueued*: a host
 //! signal must also exceed the signals still pending on streams.
@@ -61,6 +62,33 @@
 //! the original error). The work after such a wait still runs (the device is not told), but
 //! nothing downstream reports success. A host stream whose closure panicked fails the
 //! timelines it signals afterwards, with the panic's message.
+//!
+//! The rule of propagation does not depend on bookkeeping: a signal enqueued after a
+//! released wait fails its timeline unless that timeline has reached the signal's value
+//! already when the failure arrives (by another route, e.g. a host signal: there is nothing
+//! left to fail); see `timeline/propagate.rs`. A stream poisoned so is never handed to unrelated
+//! work by the graph layer's [`StreamPool`](crate::graph::StreamPool).
+//!
+//! # Drops
+//!
+//! A handle is not needed for a signal to land. When the last [`Timeline`] handle goes while
+//! signals of it are still in flight, the timeline is kept alive (a thread of the crate looks
+//! at such timelines every millisecond, and ends when none is left) until they have landed or
+//! it failed; only then do the stream waits for values that no enqueued signal reaches fail it,
+//! with [`Error::TimelineDropped`]. A failure upstream of its signals still spreads through it
+//! meanwhile.
+//!
+//! # What each mechanism holds
+//!
+//! Every mechanism orders what it accepts; where one cannot, it refuses before enqueuing
+//! anything.
+//!
+//! | mechanism | a wait before its signal holds | a failure releases |
+//! |---|---|---|
+//! | `host-word` (host backend) | everything after it | every wait, at once |
+//! | `stream-mem-ops` (CUDA default) | everything after it | every wait, at once |
+//! | `events+memops` (CUDA, asked for) | everything after it | word waits at once; an event wait (its signal was enqueued first) when the signal's stream gets there |
+//! | `events` (CUDA fallback, or asked for) | later timeline operations only: a command buffer, barrier or pool call that would need more is refused with [`Error::WaitBeforeSignalUnsupported`] | deferred waits at once; event waits as `events+memops` |
 //!
 //! # Host waits
 //!
@@ -143,11 +171,13 @@ impl<B: Backend> Timeline<B> {
         &self.shared.name
     }
 
-    /// How the backend implements this timeline. On CUDA: `events+memops` by default (events
-    /// for waits whose signal is enqueued, stream memory operations for waits before their
-    /// signal), stream memory operations or events when asked for
-    /// (the CUDA backend's `TimelineMechanism`, `SEQSYNC_TIMELINE_MECHANISM`), or events
-    /// with the reason memory operations are not usable.
+    /// How the backend implements this timeline. On CUDA: stream memory operations by default
+    /// (`stream-mem-ops`: every wait on the device, every one released by a failure),
+    /// `events+memops` or events when asked for (the CUDA backend's `TimelineMechanism`,
+    /// `SEQSYNC_TIMELINE_MECHANISM`), or events with the reason memory operations are not
+    /// usable. [`Mechanism::holds_commands`] and
+    /// [`Mechanism::releases_every_wait_on_failure`] say where a mechanism falls short of the
+    /// contract.
     pub fn mechanism(&self) -> Mechanism {
         self.shared.sem.mechanism()
     }
@@ -381,7 +411,10 @@ impl<B: Backend> Timeline<B> {
             return Ok(());
         }
         let st = self.shared.lock();
-        if st.failure.is_some() || v <= st.last_enqueued {
+        // Enqueued is not enough: the signal itself may be held on the host behind another
+        // deferred wait, so its point does not exist on the device yet.
+        if st.failure.is_some() || (v <= st.last_enqueued && self.shared.sem.holds_commands_for(v))
+        {
             return Ok(());
         }
         Err(Error::WaitBeforeSignalUnsupported {

@@ -1,10 +1,19 @@
 //! CUDA graphs: a command graph built once with `cuGraphAdd*Node` (kernel, memcpy, memset and
 //! host nodes; the edges given), instantiated once, and replayed with `cuGraphLaunch`; kernel
 //! parameters change between replays with `cuGraphExecKernelNodeSetParams`.
+//!
+//! **Host nodes outlive the graph's last launch.** The driver calls a host node's closure
+//! through a pointer, possibly after the [`CudaGraphExec`] that made it was dropped (a replay
+//! still in flight). So the closures are not owned by the exec but by a CUDA *user object*
+//! that the graph holds (`cuUserObjectCreate`, `cuGraphRetainUserObject`, which
+//! instantiation passes on to the exec): the driver releases it only once the graph and the
+//! exec are destroyed and every launch that uses them has completed. Its destructor runs on
+//! a driver thread, where no CUDA call is allowed (a closure's drop may make one), so it only
+//! moves the closures to a list that the next graph call of any thread drops.
 
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use cudarc::driver::sys;
 
@@ -20,11 +29,76 @@ pub struct CudaGraphExec {
     exec: sys::CUgraphExec,
     /// The node of each command.
     nodes: Vec<sys::CUgraphNode>,
-    /// Host nodes' closures: the driver holds pointers to them, so each is boxed (its address
-    /// must not move when the vector grows).
-    #[allow(clippy::vec_box)]
-    host_fns: Vec<Box<HostFn>>,
     ctx: Arc<CudaContext>,
+}
+
+/// Host nodes' closures: the driver holds pointers to them, so each is boxed (its address must
+/// not move when the vector grows).
+#[allow(clippy::vec_box)]
+type HostFns = Vec<Box<HostFn>>;
+
+/// Closures of graphs the driver is done with, to be dropped outside the driver's thread.
+static RELEASED: Mutex<Vec<HostFns>> = Mutex::new(Vec::new());
+
+/// Drop the closures the driver released (on a thread that may make CUDA calls).
+fn drop_released() {
+    let released = std::mem::take(&mut *RELEASED.lock().unwrap_or_else(|e| e.into_inner()));
+    drop(released);
+}
+
+/// The user object's destructor: takes back the closures' box (made with `Box::into_raw` in
+/// [`keep_alive_with_graph`]) and hands them to [`RELEASED`]. Makes no CUDA call.
+unsafe extern "C" fn release_host_fns(ptr: *mut c_void) {
+    // SAFETY: `ptr` is the `Box<HostFns>` leaked by `keep_alive_with_graph` for this user
+    // object, whose destructor the driver calls exactly once.
+    let fns: Box<HostFns> = unsafe { Box::from_raw(ptr.cast::<HostFns>()) };
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        RELEASED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(*fns);
+    }));
+    // Nothing may unwind into the driver; a failed push leaks the closures.
+    drop(r);
+}
+
+/// Give `fns` to a user object owned by `graph`, so that they live until the driver is done
+/// with every launch of it (see the module docs).
+fn keep_alive_with_graph(graph: sys::CUgraph, fns: HostFns) -> Result<()> {
+    let ptr = Box::into_raw(Box::new(fns));
+    let mut object: sys::CUuserObject = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer; `ptr` stays valid until the destructor takes it back;
+    // `release_host_fns` has the `CUhostFn` signature and makes no CUDA call.
+    let r = unsafe {
+        sys::cuUserObjectCreate(
+            &mut object,
+            ptr.cast(),
+            Some(release_host_fns),
+            1,
+            sys::CUuserObject_flags_enum::CU_USER_OBJECT_NO_DESTRUCTOR_SYNC as u32,
+        )
+    };
+    if r != sys::CUresult::CUDA_SUCCESS {
+        // SAFETY: no user object was made, so the box is still ours, taken back once here.
+        drop(unsafe { Box::from_raw(ptr) });
+        return check("cuUserObjectCreate", r);
+    }
+    // SAFETY: `graph` and `object` are live; the one reference made above moves to the graph.
+    let r = unsafe {
+        sys::cuGraphRetainUserObject(
+            graph,
+            object,
+            1,
+            sys::CUuserObjectRetain_flags_enum::CU_GRAPH_USER_OBJECT_MOVE as u32,
+        )
+    };
+    if r != sys::CUresult::CUDA_SUCCESS {
+        // SAFETY: the reference is still ours: releasing it runs the destructor (the graph
+        // never saw the object, and no node of it has run).
+        let _ = unsafe { sys::cuUserObjectRelease(object, 1) };
+        return check("cuGraphRetainUserObject", r);
+    }
+    Ok(())
 }
 
 // SAFETY: the graph and its instantiation are driver handles usable from any thread (launch and
@@ -42,9 +116,9 @@ impl std::fmt::Debug for CudaGraphExec {
 impl Drop for CudaGraphExec {
     fn drop(&mut self) {
         // SAFETY: both handles were created by this value and are destroyed once, here. A
-        // launched graph still running is allowed to be destroyed: the driver finishes it first
-        // (its host closures stay alive until then only if the caller synchronized; the owner
-        // documents that).
+        // launched graph still running may be destroyed: the driver finishes its launches
+        // first, and the host nodes' closures are owned by the graph's user object, which the
+        // driver releases only after that (see the module docs).
         unsafe {
             let _ = make_current(&self.ctx);
             if !self.exec.is_null() {
@@ -54,15 +128,16 @@ impl Drop for CudaGraphExec {
                 sys::cuGraphDestroy(self.graph);
             }
         }
+        drop_released();
     }
 }
 
 /// The `CUhostFn` of host nodes: runs the closure `user_data` points to, every replay, and
 /// never lets a panic unwind into the driver.
 unsafe extern "C" fn graph_host_trampoline(user_data: *mut c_void) {
-    // SAFETY: `user_data` points to a `HostFn` in a `Box` owned by the `CudaGraphExec` whose
-    // graph holds this node; the exec outlives its launches (the caller synchronizes before
-    // dropping it).
+    // SAFETY: `user_data` points to a `HostFn` in a `Box` owned by the user object of the graph
+    // that holds this node, which the driver releases only after the last launch of the graph
+    // (and of its exec) has completed, so after this call.
     let f: &HostFn = unsafe { &*user_data.cast::<HostFn>() };
     if let Err(p) = catch_unwind(AssertUnwindSafe(|| f())) {
         eprintln!(
@@ -99,13 +174,16 @@ impl GraphBackend for CudaBackend {
         order: &[usize],
     ) -> Result<CudaGraphExec> {
         make_current(&self.ctx)?;
+        drop_released();
         let mut g = CudaGraphExec {
             graph: std::ptr::null_mut(),
             exec: std::ptr::null_mut(),
             nodes: vec![std::ptr::null_mut(); ops.len()],
-            host_fns: Vec::new(),
             ctx: self.ctx.clone(),
         };
+        // Until they go to the graph's user object (before any node can run): dropped with
+        // the graph if the build fails half-way (no launch exists then).
+        let mut host_fns: HostFns = Vec::new();
         // SAFETY: a valid out-pointer; flags must be 0.
         check("cuGraphCreate", unsafe {
             sys::cuGraphCreate(&mut g.graph, 0)
@@ -187,15 +265,20 @@ impl GraphBackend for CudaBackend {
                         fn_: Some(graph_host_trampoline),
                         userData: (&*boxed as *const HostFn).cast_mut().cast(),
                     };
-                    g.host_fns.push(boxed);
-                    // SAFETY: as for kernel nodes; `userData` points into a box owned by `g`,
-                    // which outlives every launch of the graph.
+                    host_fns.push(boxed);
+                    // SAFETY: as for kernel nodes; `userData` points into a box that moves to
+                    // the graph's user object before the graph is instantiated (or is dropped
+                    // with `g` if the build fails, before any launch), so it outlives every
+                    // launch of the graph.
                     check("cuGraphAddHostNode", unsafe {
                         sys::cuGraphAddHostNode(&mut node, g.graph, d.as_ptr(), d.len(), &p)
                     })?;
                 }
             }
             g.nodes[i] = node;
+        }
+        if !host_fns.is_empty() {
+            keep_alive_with_graph(g.graph, host_fns)?;
         }
         // SAFETY: `g.graph` is a complete, live graph; a valid out-pointer; flags 0.
         check("cuGraphInstantiate", unsafe {

@@ -56,6 +56,14 @@ fn key(stream: &Arc<CudaStream>) -> usize {
 }
 
 impl DeferredQueues {
+    /// The queues every CUDA backend of the process shares: a stream may be used with
+    /// timelines of several backends (of one device), and a deferred wait must hold the later
+    /// timeline operations of every one of them on that stream.
+    pub(crate) fn process_wide() -> Arc<Self> {
+        static QUEUES: std::sync::OnceLock<Arc<DeferredQueues>> = std::sync::OnceLock::new();
+        QUEUES.get_or_init(Arc::default).clone()
+    }
+
     fn lock(&self) -> MutexGuard<'_, HashMap<usize, Queue>> {
         self.queues.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -166,6 +174,14 @@ impl EventsWord {
         let r = p.poll().inspect_err(|e| remember(&self.failure, e));
         self.publish(&p);
         r
+    }
+
+    /// Would a stream wait for `value` enqueued now be a device wait (or need none)? Not while
+    /// no point at or above it is recorded: its signal is not enqueued, or is itself held in
+    /// a deferred queue.
+    pub(crate) fn holds_commands_for(&self, value: u64) -> bool {
+        let p = self.points();
+        !matches!(p.points.plan_wait(value), super::points::WaitPlan::NoPoint)
     }
 
     /// The highest value known reached (or the failed word), without a driver call or a lock.

@@ -4,14 +4,20 @@
 //! It may use: the rest of `backend/cuda` (driver, context, events, deferred errors) and
 //! `backend/semaphore.rs` (the word's contract); nothing above `backend/`.
 //!
-//! - **events + stream memory operations** (`hybrid`, named `events+memops`): the default where
-//!   the device runs stream memory operations. A wait whose signal is already enqueued is an
-//!   event wait (on the H200 an event record + wait costs ~0.25 us, a memory-operation write +
-//!   wait ~1.9 us); only a wait enqueued before its signal waits on the word, on the device, so
-//!   work enqueued after it is held whatever it is;
-//! - **stream memory operations** only (`memops`);
+//! - **stream memory operations** (`memops`, named `stream-mem-ops`): the default where the
+//!   device runs them. Every signal writes the word, every wait waits on it, on the device: a
+//!   wait holds everything enqueued after it, whether its signal is enqueued yet or not, and a
+//!   failure (the failed word) releases every wait at once, wherever its signal is stuck;
+//! - **events + stream memory operations** (`hybrid`, named `events+memops`), when asked for:
+//!   a wait whose signal is already enqueued is an event wait (an event record + wait costs
+//!   about a seventh of a memory-operation write + wait: BENCHMARKS.md §5); only a wait
+//!   enqueued before its signal waits on the word. *Limit*: an event wait cannot be released
+//!   early, so a failure releases such a wait only once the signal's stream gets to the signal
+//!   (a stream stuck before it keeps the waiter waiting);
 //! - **events per timepoint** (`events`): the fallback, or when asked for; a wait before its
-//!   signal is held on the host, which holds only later timeline operations of its stream.
+//!   signal is held on the host, which holds only later timeline operations of its stream
+//!   (commands behind it are refused: [`crate::Error::WaitBeforeSignalUnsupported`]); its
+//!   waits whose signal is enqueued are event waits, with the hybrid's limit.
 //!
 //! Which one a backend uses is decided at its first timeline: [`TimelineMechanism::Auto`]
 //! probes stream memory operations once (a write, a wait on it and a second write on a fresh
@@ -48,8 +54,9 @@ use slots::Pool;
 /// Which mechanism a CUDA backend's timelines use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TimelineMechanism {
-    /// Events and stream memory operations ([`TimelineMechanism::Hybrid`]) if the device
-    /// runs stream memory operations, else events.
+    /// Stream memory operations ([`TimelineMechanism::StreamMemOps`]) if the device runs
+    /// them, else events: the mechanism that keeps the whole timeline contract where it can
+    /// (a failure releases every wait).
     #[default]
     Auto,
     /// Events for waits whose signal is enqueued, stream memory operations for waits before
@@ -117,7 +124,7 @@ impl TimelineSupport {
             probed: OnceLock::new(),
             pool: Arc::new(Mutex::new(Pool::new(errors.clone()))),
             events: Arc::new(EventPool::new(errors)),
-            deferred: Arc::new(DeferredQueues::default()),
+            deferred: DeferredQueues::process_wide(),
             word_ops: Arc::default(),
         }
     }
@@ -165,7 +172,7 @@ impl TimelineSupport {
         match self.choice {
             TimelineMechanism::Events => Ok(use_events(None)),
             TimelineMechanism::Auto => match self.probe(ctx) {
-                Ok(()) => self.hybrid(ctx, initial),
+                Ok(()) => self.memops(ctx, initial),
                 Err(why) => Ok(use_events(Some(why))),
             },
             TimelineMechanism::Hybrid => {
@@ -174,14 +181,18 @@ impl TimelineSupport {
             }
             TimelineMechanism::StreamMemOps => {
                 self.probe_or_fail(ctx)?;
-                let word = MemOpsWord::new(ctx, &self.pool, initial)?;
-                Ok(CudaSemaphore {
-                    at: Some(word.at()),
-                    word: Word::MemOps(Box::new(word)),
-                    mechanism: Mechanism::StreamMemOps,
-                })
+                self.memops(ctx, initial)
             }
         }
+    }
+
+    fn memops(&self, ctx: &Arc<CudaContext>, initial: u64) -> Result<CudaSemaphore> {
+        let word = MemOpsWord::new(ctx, &self.pool, initial)?;
+        Ok(CudaSemaphore {
+            at: Some(word.at()),
+            word: Word::MemOps(Box::new(word)),
+            mechanism: Mechanism::StreamMemOps,
+        })
     }
 
     fn probe_or_fail(&self, ctx: &Arc<CudaContext>) -> Result<()> {
@@ -365,5 +376,12 @@ impl Semaphore for CudaSemaphore {
 
     fn mechanism(&self) -> Mechanism {
         self.mechanism.clone()
+    }
+
+    fn holds_commands_for(&self, value: u64) -> bool {
+        match &self.word {
+            Word::Events(w) => w.holds_commands_for(value),
+            _ => true,
+        }
     }
 }
