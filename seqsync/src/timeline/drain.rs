@@ -93,7 +93,9 @@ mod tests {
         crate::backend::Backend::launch_host(
             &b,
             &w,
-            Box::new(move || drop(gate.recv_timeout(Duration::from_secs(10)))),
+            Box::new(move || {
+                let _ = gate.recv_timeout(Duration::from_secs(10));
+            }),
         )
         .unwrap();
         t.signal_on(&w, 1).unwrap();
