@@ -454,7 +454,94 @@ fn a_poisoned_pool_stream_is_not_reused<B: GraphBackend>(b: &B) {
     assert_eq!(count.load(Ordering::SeqCst), 1);
 }
 
+/// A graph dropped while a replay of it is in flight keeps its host nodes' closures until the
+/// replay has run (the driver calls them through pointers: freeing them at the drop was a use
+/// after free on CUDA).
+fn a_graph_dropped_mid_replay_keeps_its_host_nodes<B: GraphBackend>(b: &B) {
+    let mut pool = StreamPool::new(b.clone());
+    let (go, done) = (
+        Timeline::new(b, "go", 0).unwrap(),
+        Timeline::new(b, "done", 0).unwrap(),
+    );
+    let count = Arc::new(AtomicUsize::new(0));
+    let exe = counting::<B>(3, &count)
+        .finish()
+        .unwrap()
+        .instantiate(b)
+        .unwrap();
+    let gate = b.new_stream("gate").unwrap();
+    b.launch_host(
+        &gate,
+        Box::new(|| std::thread::sleep(Duration::from_millis(200))),
+    )
+    .unwrap();
+    go.signal_on(&gate, 1).unwrap();
+    let how = Submit {
+        affinity: Affinity::ANY,
+        waits: &[(&go, 1)],
+        signals: &[(&done, 1)],
+    };
+    pool.submit_graph_with(&exe, &how).unwrap();
+    drop(exe);
+    assert_eq!(count.load(Ordering::SeqCst), 0, "ran before its wait");
+    assert!(
+        Arc::strong_count(&count) > 1,
+        "the host nodes went with the graph while its replay was in flight"
+    );
+    done.wait(1, LONG).unwrap();
+    pool.synchronize().unwrap();
+    assert_eq!(count.load(Ordering::SeqCst), 3);
+}
+
+/// A wait whose signal is enqueued, but on a stream where that signal is itself held on the
+/// host behind a deferred wait (CUDA `events`), has no point on the device yet: a submission
+/// with it is refused there (it passed the check and ran early), and held everywhere else.
+fn a_wait_on_a_signal_held_behind_another_wait<B: GraphBackend>(b: &B) {
+    let mut pool = StreamPool::new(b.clone());
+    let (first, second, done) = (
+        Timeline::new(b, "first", 0).unwrap(),
+        Timeline::new(b, "second", 0).unwrap(),
+        Timeline::new(b, "done", 0).unwrap(),
+    );
+    let s = b.new_stream("s").unwrap();
+    first.wait_on(&s, 1).unwrap();
+    second.signal_on(&s, 1).unwrap();
+    let count = Arc::new(AtomicUsize::new(0));
+    let mut exe = counting::<B>(2, &count)
+        .finish()
+        .unwrap()
+        .lower(Lowering::Streams);
+    let how = Submit {
+        affinity: Affinity::ANY,
+        waits: &[(&second, 1)],
+        signals: &[(&done, 1)],
+    };
+    if !waits_hold_commands(&second) {
+        match pool.submit_with(&mut exe, &how) {
+            Err(Error::WaitBeforeSignalUnsupported {
+                value: 1,
+                enqueued: 1,
+                ..
+            }) => {}
+            other => panic!("expected WaitBeforeSignalUnsupported, got {other:?}"),
+        }
+        assert!(pool.is_empty(), "a refused submission took streams");
+        first.signal(1).unwrap();
+        second.wait(1, LONG).unwrap();
+    }
+    pool.submit_with(&mut exe, &how).unwrap();
+    std::thread::sleep(Duration::from_millis(40));
+    assert_eq!(count.load(Ordering::SeqCst), 0, "ran before its wait");
+    if first.query().unwrap() == 0 {
+        first.signal(1).unwrap();
+    }
+    done.wait(1, LONG).unwrap();
+    assert_eq!(count.load(Ordering::SeqCst), 2);
+}
+
 on_both_backends!(
+    a_graph_dropped_mid_replay_keeps_its_host_nodes,
+    a_wait_on_a_signal_held_behind_another_wait,
     a_poisoned_pool_stream_is_not_reused,
     an_empty_submission_keeps_the_queue_order,
     a_barrier_with_waits_holds_its_queue,

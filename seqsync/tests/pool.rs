@@ -1073,7 +1073,34 @@ fn a_free_whose_wait_is_reached_later_frees_then<B: MemOps>(b: &B) {
     b.sync_stream(&q);
 }
 
+/// A free that waits on a value before its signal is enqueued: where the mechanism cannot hold
+/// the free's record behind such a wait (CUDA `events`), refused before anything is enqueued
+/// (the block stays allocated); elsewhere held back until the value is reached.
+fn a_free_waiting_before_its_signal_is_refused_where_it_cannot_be_held<B: MemOps>(b: &B) {
+    let p = pool(b, PoolConfig::default());
+    let q = b.stream();
+    let r = Timeline::new(b, "r", 0).unwrap();
+    let a = p.alloc(&q, 1024, &[]).unwrap();
+    if r.mechanism().holds_commands() {
+        p.free(&q, a.block, &[Wait::Timeline(&r, 1)]).unwrap();
+        assert_eq!(p.stats().quarantined, 1);
+        r.signal(1).unwrap();
+        b.sync_stream(&q);
+        return;
+    }
+    let before = p.stats();
+    let e = p.free(&q, a.block, &[Wait::Timeline(&r, 1)]).unwrap_err();
+    assert!(
+        matches!(e, Error::WaitBeforeSignalUnsupported { .. }),
+        "{e}"
+    );
+    assert_eq!(p.stats(), before, "nothing changed");
+    p.free(&q, a.block, &[]).unwrap();
+    b.sync_stream(&q);
+}
+
 on_both_backends!(
+    a_free_waiting_before_its_signal_is_refused_where_it_cannot_be_held,
     a_free_whose_wait_fails_later_never_frees,
     a_free_whose_wait_is_reached_later_frees_then,
     same_stream_reuse_needs_no_event,

@@ -28,7 +28,7 @@ fn with(m: TimelineMechanism) -> Option<(common::gpu::Gpu, CudaBackend)> {
     not(feature = "gpu-tests"),
     ignore = "needs a GPU: cargo test --features gpu-tests"
 )]
-fn auto_uses_events_and_stream_memory_operations_where_they_work() {
+fn auto_uses_stream_memory_operations_where_they_work() {
     let Some((_, b)) = with(TimelineMechanism::Auto) else {
         return;
     };
@@ -36,7 +36,7 @@ fn auto_uses_events_and_stream_memory_operations_where_they_work() {
     println!("mechanism: {}", t.mechanism());
     // The H200 runs them; elsewhere the fallback must say why.
     match t.mechanism() {
-        Mechanism::Hybrid => {}
+        Mechanism::StreamMemOps => {}
         Mechanism::Events {
             fallback_reason: Some(why),
         } => assert!(!why.is_empty()),
@@ -368,4 +368,89 @@ fn stream_ids_are_stable_and_never_reused() {
         assert!(seen.insert(id), "stream id {id} given twice");
         assert_eq!(b.stream_id(&s), id);
     }
+}
+
+/// A failure releases every stream wait where the mechanism says it does
+/// (`Mechanism::releases_every_wait_on_failure`: the default, stream memory operations), also a
+/// wait whose signal is enqueued behind a stream that is stuck; with event waits
+/// (`events+memops`, `events`) such a wait goes on once the stuck stream gets to the signal.
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn a_failure_releases_the_waits_its_mechanism_says() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Instant;
+    for m in [
+        TimelineMechanism::Auto,
+        TimelineMechanism::StreamMemOps,
+        TimelineMechanism::Hybrid,
+        TimelineMechanism::Events,
+    ] {
+        let Some((g, b)) = with(m) else {
+            return;
+        };
+        let x = Timeline::new(&b, "x", 0).unwrap();
+        let (stuck, waiter) = (b.new_stream().unwrap(), b.new_stream().unwrap());
+        g.spin(&stuck, Duration::from_millis(1500));
+        x.signal_on(&stuck, 1).unwrap();
+        x.wait_on(&waiter, 1).unwrap();
+        let ran = Arc::new(AtomicBool::new(false));
+        let r = ran.clone();
+        seqsync::backend::Backend::launch_host(
+            &b,
+            &waiter,
+            Box::new(move || r.store(true, Ordering::SeqCst)),
+        )
+        .unwrap();
+        let failed_at = Instant::now();
+        x.fail(seqsync::Error::Cancelled("given up".into()));
+        while !ran.load(Ordering::SeqCst) && failed_at.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let took = failed_at.elapsed();
+        assert!(ran.load(Ordering::SeqCst), "{m:?}: never released");
+        if x.mechanism().releases_every_wait_on_failure() {
+            assert!(
+                took < Duration::from_millis(500),
+                "{m:?}: the failure released the wait only after {took:?}"
+            );
+        }
+        println!("{m:?} ({}): released after {took:?}", x.mechanism());
+        b.stream_synchronize(&stuck).unwrap();
+        b.stream_synchronize(&waiter).unwrap();
+    }
+}
+
+/// The events mechanism's deferred waits hold the later timeline operations of every CUDA
+/// backend on their stream, not only their own backend's (the queues were per backend).
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn a_deferred_wait_holds_another_backends_signal_on_its_stream() {
+    let Some((_, a)) = with(TimelineMechanism::Events) else {
+        return;
+    };
+    let other = CudaBackend::new(0)
+        .unwrap()
+        .with_timeline_mechanism(TimelineMechanism::Events);
+    let s = a.new_stream().unwrap();
+    let (ta, tb) = (
+        Timeline::new(&a, "a", 0).unwrap(),
+        Timeline::new(&other, "b", 0).unwrap(),
+    );
+    ta.wait_on(&s, 1).unwrap();
+    tb.signal_on(&s, 1).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        tb.query().unwrap(),
+        0,
+        "another backend's signal ran past a deferred wait"
+    );
+    ta.signal(1).unwrap();
+    tb.wait(1, LONG).unwrap();
 }
