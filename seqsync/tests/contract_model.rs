@@ -24,11 +24,16 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use seqsync::backend::host::{Chaos, HostStream};
+use seqsync::backend::host::Chaos;
+use seqsync::backend::{Backend, GraphBackend, MemoryBackend};
 use seqsync::graph::{Affinity, CommandBuffer, Lowering, StreamPool, Submit};
 use seqsync::memory::{Block, Pool, PoolConfig, Wait};
 use seqsync::timeline::Timeline;
 use seqsync::{Error, HostBackend};
+
+/// What a program needs of a backend.
+trait Under: GraphBackend + MemoryBackend {}
+impl<B: GraphBackend + MemoryBackend> Under for B {}
 
 const STREAMS: usize = 3;
 /// Timelines 0 and 1 are sources (host signals only; waits may come before their signal);
@@ -143,6 +148,11 @@ impl Stamps {
     fn now(&self) -> u64 {
         self.origin.expect("set").elapsed().as_nanos() as u64 + 1
     }
+}
+
+/// Enqueue host work `f` on `stream`.
+fn launch<B: Backend>(b: &B, stream: &B::Stream, f: impl Fn() + Send + Sync + 'static) {
+    b.launch_host(stream, Box::new(f)).unwrap();
 }
 
 /// A piece of slow work: it stamps its start, sleeps, stamps its end.
@@ -390,13 +400,24 @@ struct BlockState {
     uses: Vec<usize>,
 }
 
-/// Runs `ops`; returns what went against the model.
+/// Runs `ops` on the host backend with chaos; returns what went against the model.
 fn run(ops: &[Op], seed: u64) -> Vec<String> {
     let chaos = Chaos {
         max_delay: Duration::from_micros(300),
         ..Chaos::new(seed)
     };
-    let host = HostBackend::with_chaos(chaos);
+    run_on(&HostBackend::with_chaos(chaos), ops)
+}
+
+/// Runs `ops` on `host` (any backend: every piece of work is host work on its streams, so that
+/// every stamp reads one clock); returns what went against the model.
+fn run_on<B: Under>(host: &B, ops: &[Op]) -> Vec<String> {
+    // Where a wait before its signal holds only timeline operations (CUDA `events`), work
+    // after it is not held (the documented limit): the programs then wait only for values
+    // already enqueued.
+    let ahead_ok = Timeline::new(host, "probe", 0)
+        .map(|t| t.mechanism().holds_commands())
+        .unwrap_or(true);
     let stamps = Arc::new(Stamps {
         origin: Some(Instant::now()),
         ..Stamps::default()
@@ -408,13 +429,13 @@ fn run(ops: &[Op], seed: u64) -> Vec<String> {
         ..Model::default()
     };
     // Dropped last: the pools, then the timelines.
-    let pool = Pool::new(&host, "model", PoolConfig::default()).unwrap();
+    let pool = Pool::new(host, "model", PoolConfig::default()).unwrap();
     let mut graphs = StreamPool::new(host.clone());
-    let streams: Vec<HostStream> = (0..STREAMS)
-        .map(|i| host.new_stream(&format!("s{i}")))
+    let streams: Vec<B::Stream> = (0..STREAMS)
+        .map(|i| host.new_stream(&format!("s{i}")).unwrap())
         .collect();
-    let mut tls: Vec<Option<Timeline<HostBackend>>> = (0..TIMELINES)
-        .map(|i| Some(Timeline::new(&host, &format!("t{i}"), 0).unwrap()))
+    let mut tls: Vec<Option<Timeline<B>>> = (0..TIMELINES)
+        .map(|i| Some(Timeline::new(host, &format!("t{i}"), 0).unwrap()))
         .collect();
     let mut last: Vec<Option<NodeId>> = vec![None; STREAMS];
     let mut blocks: Vec<BlockState> = Vec::new();
@@ -448,7 +469,7 @@ fn run(ops: &[Op], seed: u64) -> Vec<String> {
         match op.clone() {
             Op::Work { stream, us } => {
                 let slot = new_slot(&stamps);
-                streams[stream].launch(work(&stamps, slot, us));
+                launch(host, &streams[stream], work(&stamps, slot, us));
                 last[stream] = Some(m.node(Node::Work(slot, last[stream])));
             }
             Op::SignalOn { stream, t, dv } => {
@@ -482,9 +503,14 @@ fn run(ops: &[Op], seed: u64) -> Vec<String> {
                 back,
             } => {
                 let Some(tl) = &tls[t] else { continue };
-                let v = if t < SOURCES {
-                    (m.tl[t].last + ahead).max(1)
-                } else if m.tl[t].last > back {
+                let v = if t < SOURCES && (ahead_ok || m.tl[t].last > 0) {
+                    let v = (m.tl[t].last + ahead).max(1);
+                    if ahead_ok {
+                        v
+                    } else {
+                        v.min(m.tl[t].last)
+                    }
+                } else if t >= SOURCES && m.tl[t].last > back {
                     m.tl[t].last - back
                 } else {
                     continue;
@@ -552,7 +578,7 @@ fn run(ops: &[Op], seed: u64) -> Vec<String> {
                 waits,
                 signals,
             } => {
-                let mut cb = CommandBuffer::<HostBackend>::new();
+                let mut cb = CommandBuffer::<B>::new();
                 let mut slots = Vec::new();
                 for (k, us) in works.iter().enumerate() {
                     let slot = new_slot(&stamps);
@@ -564,9 +590,14 @@ fn run(ops: &[Op], seed: u64) -> Vec<String> {
                 let mut wait_list = Vec::new();
                 for &(t, d) in &waits {
                     let Some(tl) = &tls[t] else { continue };
-                    let v = if t < SOURCES {
-                        (m.tl[t].last + d).max(1)
-                    } else if m.tl[t].last > d {
+                    let v = if t < SOURCES && (ahead_ok || m.tl[t].last > 0) {
+                        let v = (m.tl[t].last + d).max(1);
+                        if ahead_ok {
+                            v
+                        } else {
+                            v.min(m.tl[t].last)
+                        }
+                    } else if t >= SOURCES && m.tl[t].last > d {
                         m.tl[t].last - d
                     } else {
                         continue;
@@ -583,9 +614,9 @@ fn run(ops: &[Op], seed: u64) -> Vec<String> {
                     next[t] += 1;
                     signal_list.push((tl, next[t], t));
                 }
-                let w: Vec<(&Timeline<HostBackend>, u64)> =
+                let w: Vec<(&Timeline<B>, u64)> =
                     wait_list.iter().map(|&(t, v, _)| (t, v)).collect();
-                let s: Vec<(&Timeline<HostBackend>, u64)> =
+                let s: Vec<(&Timeline<B>, u64)> =
                     signal_list.iter().map(|&(t, v, _)| (t, v)).collect();
                 let affinity = queue.map_or(Affinity::ANY, Affinity::queue);
                 let how = Submit {
@@ -673,7 +704,7 @@ fn run(ops: &[Op], seed: u64) -> Vec<String> {
                 let stream = b.stream;
                 let owner = b.uses[0];
                 let slot = new_slot(&stamps);
-                streams[stream].launch(work(&stamps, slot, us));
+                launch(host, &streams[stream], work(&stamps, slot, us));
                 last[stream] = Some(m.node(Node::Work(slot, last[stream])));
                 owners[owner].1.push(slot);
             }
@@ -763,7 +794,7 @@ fn run(ops: &[Op], seed: u64) -> Vec<String> {
         .map(|s| {
             let f = Arc::new(AtomicBool::new(false));
             let g = f.clone();
-            s.launch(move || g.store(true, Ordering::SeqCst));
+            launch(host, s, move || g.store(true, Ordering::SeqCst));
             f
         })
         .collect();
@@ -776,7 +807,7 @@ fn run(ops: &[Op], seed: u64) -> Vec<String> {
     }
     let _ = graphs.synchronize();
     for s in &streams {
-        let _ = s.synchronize();
+        let _ = host.synchronize_stream(s);
     }
     // Dropped timelines settle through the crate's drain thread.
     std::thread::sleep(Duration::from_millis(5));
@@ -842,6 +873,55 @@ proptest! {
         prop_assert!(bad.is_empty(), "{}", bad.join("\n"));
     }
 }
+
+/// The same programs on the GPU, for every timeline mechanism (the work is host functions on
+/// CUDA streams, `cuLaunchHostFunc`: slow, and stamped with the host's clock).
+#[cfg(feature = "cuda")]
+mod cuda {
+    use super::*;
+    use seqsync::backend::cuda::TimelineMechanism;
+
+    fn on(mechanism: TimelineMechanism) {
+        let Some(g) = common::gpu::gpu() else {
+            return;
+        };
+        let b = g.backend.clone().with_timeline_mechanism(mechanism);
+        let config = ProptestConfig {
+            cases: cases() / 2,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        };
+        let mut runner = proptest::test_runner::TestRunner::new(config);
+        let programs = prop::collection::vec(op(), 1..40);
+        let r = runner.run(&programs, |ops| {
+            let bad = run_on(&b, &ops);
+            prop_assert!(bad.is_empty(), "{:?}: {}", mechanism, bad.join("\n"));
+            Ok(())
+        });
+        if let Err(e) = r {
+            panic!("{mechanism:?}: {e}");
+        }
+    }
+
+    macro_rules! mechanisms {
+        ($($name:ident: $m:expr),* $(,)?) => {$(
+            #[test]
+            #[cfg_attr(not(feature = "gpu-tests"), ignore = "needs a GPU: cargo test --features gpu-tests")]
+            fn $name() {
+                on($m)
+            }
+        )*};
+    }
+
+    mechanisms!(
+        random_programs_keep_the_contract_auto: TimelineMechanism::Auto,
+        random_programs_keep_the_contract_memops: TimelineMechanism::StreamMemOps,
+        random_programs_keep_the_contract_hybrid: TimelineMechanism::Hybrid,
+        random_programs_keep_the_contract_events: TimelineMechanism::Events,
+    );
+}
+
+crate::gpu_required!();
 
 /// The model itself: a work that starts before the signal it waits for landed (its stream's
 /// earlier work ended) is a violation; one that starts after is not; and a wait released by a
