@@ -5,18 +5,39 @@
 //! The schedule's streams are virtual. At each submission every virtual stream is mapped onto a
 //! pool stream that is free for it: one never used, one whose last work belongs to an earlier
 //! submission on the same logical queue (so it is ordered before this one anyway), or one whose
-//! last work has completed — never one that a failure poisoned (it would fail the timelines
-//! of work that did not depend on the failure). Otherwise the pool grows. A submission thus adds no ordering between
-//! submissions beyond the one its queue affinity asks for.
+//! last work has completed — never one that a failure poisoned (it would fail the timelines of
+//! work that did not depend on the failure). Otherwise the pool grows. A submission thus adds
+//! no ordering between submissions beyond the one its queue affinity asks for.
 //!
 //! Timelines ([`Submit`]): a submission's first commands wait for its `(timeline, value)`
 //! list; once all its commands have run it signals its signal list (wait-before-signal works:
 //! a submission may be enqueued before the values it waits for are signalled).
 //!
+//! # Queue order
+//!
 //! Queue affinity (the seed's `hal.device.queue` mask): a single bit `q` orders the submission
-//! after every earlier submission with the single bit `q` (each of its first commands waits for
-//! the end of the previous one on every stream that one used); several bits order it with
-//! nothing.
+//! after everything earlier submissions with the single bit `q` enqueued (each of its first
+//! commands waits for the end of the previous one on every stream that one used); several bits
+//! order it with nothing. Whatever a submission's shape:
+//!
+//! | submission on queue `q` | what it does to the queue |
+//! |---|---|
+//! | commands | later submissions run after its commands (and after its waits) |
+//! | no commands, no waits, no signals | nothing: the next one is still behind the one before |
+//! | no commands, waits (a **queue barrier**) | later submissions run after the waits are reached (and after everything before); its signals, if any, come after the waits too |
+//! | no commands, signals only | its signals come after everything before on the queue |
+//!
+//! On no queue (several bits), a submission without commands only orders its signals after
+//! its waits.
+//!
+//! # Refusals
+//!
+//! Where the timeline mechanism holds only timeline operations behind a wait whose signal is
+//! not on the device yet (CUDA `events`: see [`Mechanism`](crate::timeline::Mechanism)), a
+//! submission that would need its commands held — one with commands, a graph replay, or a
+//! barrier on a queue (its end events are commands) — is refused with
+//! [`Error::WaitBeforeSignalUnsupported`](crate::Error::WaitBeforeSignalUnsupported) before
+//! anything is enqueued.
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
