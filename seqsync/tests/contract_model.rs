@@ -246,6 +246,52 @@ impl Model {
         self.nodes.len() - 1
     }
 
+    /// The value a program's wait on `t` asks for: on a source, `ahead` of the highest value
+    /// enqueued (not beyond it where waits before their signal hold no commands, `ahead_ok`
+    /// false); on another timeline, one already enqueued, `back` below the highest. `None`:
+    /// no such value yet.
+    fn wait_value(&self, t: usize, ahead: u64, back: u64, ahead_ok: bool) -> Option<u64> {
+        let last = self.tl[t].last;
+        if t < SOURCES {
+            let v = (last + ahead).max(1);
+            match ahead_ok {
+                true => Some(v),
+                false => (last > 0).then(|| v.min(last)),
+            }
+        } else {
+            (last > back).then(|| last - back)
+        }
+    }
+
+    /// A signal of `t = v` enqueued on model stream `stream` (whose last node is `last`).
+    fn stream_signal(&mut self, last: &mut [Option<NodeId>], stream: usize, t: usize, v: u64) {
+        let n = self.node(Node::Point(last[stream]));
+        last[stream] = Some(n);
+        self.tl[t].signals.push((v, n));
+        self.tl[t].last = v;
+        self.entries[stream].list.push(Entry::Signal(t, v));
+        let p = self.entries[stream].poison;
+        if p != Cert::No {
+            self.fail_signal(t, v, p);
+        }
+    }
+
+    /// A wait for `t >= v` enqueued on model stream `stream`; on a timeline that failed
+    /// already, it poisons the stream (surely if nothing enqueued reaches `v`).
+    fn stream_wait(&mut self, last: &mut [Option<NodeId>], stream: usize, t: usize, v: u64) {
+        let n = self.node(Node::Wait(t, v, last[stream]));
+        last[stream] = Some(n);
+        self.tl[t].max_wait = self.tl[t].max_wait.max(v);
+        let e = &mut self.entries[stream];
+        e.list.push(Entry::Wait(t, v));
+        let at = e.list.len() - 1;
+        let tl = &self.tl[t];
+        if tl.state.is_some() && v > tl.c_lo {
+            let c = if v > tl.last { tl.cert() } else { Cert::Maybe };
+            self.poison(stream, at, c);
+        }
+    }
+
     /// Mark `t` failed with `cert`; spread it.
     fn fail(&mut self, t: usize, cert: Cert) {
         if cert == Cert::No || self.tl[t].cert() >= cert {
@@ -485,15 +531,7 @@ fn run_on<B: Under>(host: &B, ops: &[Op]) -> Vec<String> {
                     &r,
                 );
                 if r.is_ok() {
-                    let n = m.node(Node::Point(last[stream]));
-                    last[stream] = Some(n);
-                    m.tl[t].signals.push((v, n));
-                    m.tl[t].last = v;
-                    m.entries[stream].list.push(Entry::Signal(t, v));
-                    let p = m.entries[stream].poison;
-                    if p != Cert::No {
-                        m.fail_signal(t, v, p);
-                    }
+                    m.stream_signal(&mut last, stream, t, v);
                 }
             }
             Op::WaitOn {
@@ -503,16 +541,7 @@ fn run_on<B: Under>(host: &B, ops: &[Op]) -> Vec<String> {
                 back,
             } => {
                 let Some(tl) = &tls[t] else { continue };
-                let v = if t < SOURCES && (ahead_ok || m.tl[t].last > 0) {
-                    let v = (m.tl[t].last + ahead).max(1);
-                    if ahead_ok {
-                        v
-                    } else {
-                        v.min(m.tl[t].last)
-                    }
-                } else if t >= SOURCES && m.tl[t].last > back {
-                    m.tl[t].last - back
-                } else {
+                let Some(v) = m.wait_value(t, ahead, back, ahead_ok) else {
                     continue;
                 };
                 let r = tl.wait_on(&streams[stream], v);
@@ -520,21 +549,7 @@ fn run_on<B: Under>(host: &B, ops: &[Op]) -> Vec<String> {
                     bad.push(format!("op {i}: wait_on t{t}>={v}: {e}"));
                     continue;
                 }
-                let n = m.node(Node::Wait(t, v, last[stream]));
-                last[stream] = Some(n);
-                m.tl[t].max_wait = m.tl[t].max_wait.max(v);
-                let e = &mut m.entries[stream];
-                e.list.push(Entry::Wait(t, v));
-                let at = e.list.len() - 1;
-                let tlm = &m.tl[t];
-                if tlm.state.is_some() && v > tlm.c_lo {
-                    let c = if v > tlm.last {
-                        tlm.cert()
-                    } else {
-                        Cert::Maybe
-                    };
-                    m.poison(stream, at, c);
-                }
+                m.stream_wait(&mut last, stream, t, v);
             }
             Op::Signal { t, dv } => {
                 let Some(tl) = &tls[t] else { continue };
@@ -590,16 +605,7 @@ fn run_on<B: Under>(host: &B, ops: &[Op]) -> Vec<String> {
                 let mut wait_list = Vec::new();
                 for &(t, d) in &waits {
                     let Some(tl) = &tls[t] else { continue };
-                    let v = if t < SOURCES && (ahead_ok || m.tl[t].last > 0) {
-                        let v = (m.tl[t].last + d).max(1);
-                        if ahead_ok {
-                            v
-                        } else {
-                            v.min(m.tl[t].last)
-                        }
-                    } else if t >= SOURCES && m.tl[t].last > d {
-                        m.tl[t].last - d
-                    } else {
+                    let Some(v) = m.wait_value(t, d, d, ahead_ok) else {
                         continue;
                     };
                     wait_list.push((tl, v, t));
@@ -724,30 +730,14 @@ fn run_on<B: Under>(host: &B, ops: &[Op]) -> Vec<String> {
                                 bad.push(format!("op {i}: signal_on t{t}={v} (free): {e}"));
                                 continue;
                             }
-                            let n = m.node(Node::Point(last[own]));
-                            last[own] = Some(n);
-                            m.tl[t].signals.push((v, n));
-                            m.tl[t].last = v;
-                            m.entries[own].list.push(Entry::Signal(t, v));
-                            let p = m.entries[own].poison;
-                            if p != Cert::No {
-                                m.fail_signal(t, v, p);
-                            }
+                            m.stream_signal(&mut last, own, t, v);
                             match pool.free(&streams[other], blk, &[Wait::Timeline(tl, v)]) {
                                 Err(Error::TimelineFailed { .. }) => {
                                     pool.free(&streams[own], blk, &[]).map(drop)
                                 }
                                 r => {
                                     // The free's wait is a stream wait on `other` like any.
-                                    let n = m.node(Node::Wait(t, v, last[other]));
-                                    last[other] = Some(n);
-                                    m.tl[t].max_wait = m.tl[t].max_wait.max(v);
-                                    m.entries[other].list.push(Entry::Wait(t, v));
-                                    let at = m.entries[other].list.len() - 1;
-                                    let tlm = &m.tl[t];
-                                    if tlm.state.is_some() && v > tlm.c_lo {
-                                        m.poison(other, at, Cert::Maybe);
-                                    }
+                                    m.stream_wait(&mut last, other, t, v);
                                     r.map(drop)
                                 }
                             }
