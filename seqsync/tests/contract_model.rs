@@ -263,6 +263,14 @@ impl Model {
         }
     }
 
+    /// A host signal of `t = v`, made at stamp `at`.
+    fn host_signal(&mut self, t: usize, v: u64, at: u64) {
+        let n = self.node(Node::Host(at));
+        self.tl[t].signals.push((v, n));
+        self.tl[t].last = v;
+        self.tl[t].host_max = v;
+    }
+
     /// A signal of `t = v` enqueued on model stream `stream` (whose last node is `last`).
     fn stream_signal(&mut self, last: &mut [Option<NodeId>], stream: usize, t: usize, v: u64) {
         let n = self.node(Node::Point(last[stream]));
@@ -565,10 +573,7 @@ fn run_on<B: Under>(host: &B, ops: &[Op]) -> Vec<String> {
                     &r,
                 );
                 if r.is_ok() {
-                    let n = m.node(Node::Host(at));
-                    m.tl[t].signals.push((v, n));
-                    m.tl[t].last = v;
-                    m.tl[t].host_max = v;
+                    m.host_signal(t, v, at);
                 }
             }
             Op::Fail { t } => {
@@ -771,10 +776,7 @@ fn run_on<B: Under>(host: &B, ops: &[Op]) -> Vec<String> {
                 &r,
             );
             if r.is_ok() {
-                let n = m.node(Node::Host(at));
-                m.tl[t].signals.push((v, n));
-                m.tl[t].last = v;
-                m.tl[t].host_max = v;
+                m.host_signal(t, v, at);
             }
         }
     }
