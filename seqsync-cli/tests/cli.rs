@@ -142,3 +142,85 @@ fn trace_file_is_written() {
     assert!(v["traceEvents"].as_array().unwrap().len() > 100);
     std::fs::remove_file(path).ok();
 }
+
+/// The peak resident memory of process `pid` in KiB (Linux), if it can be read.
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// A run of 10^12 batches, or of `i64::MAX`, holds the memory of a short one: no per-batch
+/// vectors (they used to abort the process at its start, allocating 8 TB, or panic on the
+/// capacity). The run is stopped after a while; it must still be running, in under 100 MiB.
+#[test]
+fn a_huge_batch_count_runs_in_bounded_memory() {
+    use std::process::{Command, Stdio};
+    let fanout = common::fanout();
+    for batches in ["1000000000000", "9223372036854775807"] {
+        for args in [
+            vec![
+                "demo",
+                "--backend",
+                "host",
+                "--batch-bytes",
+                "16384",
+                "--no-baselines",
+            ],
+            vec![
+                "demo",
+                "--backend",
+                "host",
+                "--batch-bytes",
+                "16384",
+                "--no-baselines",
+                "--engine",
+                "graph",
+            ],
+            vec!["run", fanout, "--backend", "host"],
+        ] {
+            let mut child = Command::new(common::exe())
+                .args(&args)
+                .args(["--batches", batches])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(1500));
+            let peak = peak_rss_kib(child.id());
+            let exited = child.try_wait().unwrap();
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            assert!(
+                exited.is_none(),
+                "{args:?} --batches {batches} exited at once ({exited:?}): {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            if let Some(kib) = peak {
+                assert!(kib < 100 * 1024, "{args:?} --batches {batches}: {kib} KiB");
+            }
+        }
+    }
+}
+
+/// A sweep size of 0 (or one that is not whole u32 elements) is one line and exit code 2, not
+/// a division by zero.
+#[test]
+fn a_bad_sweep_size_is_one_line() {
+    for size in ["0", "6"] {
+        let (code, out, err) = common::seqsync(&[
+            "demo",
+            "--sweep",
+            "--backend",
+            "host",
+            "--sweep-sizes",
+            size,
+            "--sweep-out",
+            "/nonexistent/x",
+        ]);
+        assert_eq!(code, 2, "{out}{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains("--sweep-sizes"), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}

@@ -86,36 +86,70 @@ struct StageFlow {
     writes: Vec<String>,
 }
 
-/// The value every buffer holds for every seq, in the lag-0 dataflow order.
-fn expected_values(flows: &[StageFlow], batches: i64) -> HashMap<String, Vec<u64>> {
-    let mut values: HashMap<String, Vec<u64>> = HashMap::new();
-    let mut done = vec![false; flows.len()];
-    // The lag-0 read graph is acyclic (derive checked it): repeat until every stage is done.
-    while done.iter().any(|d| !d) {
-        let before = done.iter().filter(|d| **d).count();
-        for (k, f) in flows.iter().enumerate() {
-            if done[k] || !f.reads.iter().all(|r| values.contains_key(r)) {
-                continue;
+/// The value every buffer holds for a seq, computed per seq in the lag-0 dataflow order (so
+/// that memory does not grow with the number of batches), the last [`CACHED`] seqs kept.
+struct Expected {
+    /// Indices into `flows`, in an order where every stage comes after the writers of what it
+    /// reads (stages reading a buffer that nothing writes are left out).
+    order: Vec<usize>,
+    flows: Vec<Arc<StageFlow>>,
+    cache: Mutex<Vec<Option<(i64, Arc<HashMap<String, u64>>)>>>,
+}
+
+/// Seqs whose values are kept (more than a pipeline has in flight at once).
+const CACHED: usize = 256;
+
+impl Expected {
+    fn new(flows: &[Arc<StageFlow>]) -> Self {
+        let mut written: std::collections::HashSet<&str> = Default::default();
+        let mut done = vec![false; flows.len()];
+        let mut order = Vec::new();
+        // The lag-0 read graph is acyclic (derive checked it): repeat until nothing is added.
+        loop {
+            let before = order.len();
+            for (k, f) in flows.iter().enumerate() {
+                if done[k] || !f.reads.iter().all(|r| written.contains(r.as_str())) {
+                    continue;
+                }
+                written.extend(f.writes.iter().map(String::as_str));
+                done[k] = true;
+                order.push(k);
             }
-            for w in &f.writes {
-                let seqs = (0..batches)
-                    .map(|s| {
-                        let inputs = f
-                            .reads
-                            .iter()
-                            .fold(0u64, |h, r| mix(h ^ values[r][s as usize]));
-                        mix(name_hash(&f.name) ^ name_hash(w) ^ mix(s as u64) ^ inputs)
-                    })
-                    .collect();
-                values.insert(w.clone(), seqs);
+            if order.len() == before {
+                break;
             }
-            done[k] = true;
         }
-        if done.iter().filter(|d| **d).count() == before {
-            break;
+        Expected {
+            order,
+            flows: flows.to_vec(),
+            cache: Mutex::new(vec![None; CACHED]),
         }
     }
-    values
+
+    /// Every buffer's value for `seq`.
+    fn at(&self, seq: i64) -> Arc<HashMap<String, u64>> {
+        let slot = seq.rem_euclid(CACHED as i64) as usize;
+        if let Some((s, v)) = &self.cache.lock().unwrap_or_else(|e| e.into_inner())[slot] {
+            if *s == seq {
+                return v.clone();
+            }
+        }
+        let mut values: HashMap<String, u64> = HashMap::new();
+        for &k in &self.order {
+            let f = &self.flows[k];
+            let inputs = f
+                .reads
+                .iter()
+                .fold(0u64, |h, r| mix(h ^ values.get(r).copied().unwrap_or(0)));
+            for w in &f.writes {
+                let v = mix(name_hash(&f.name) ^ name_hash(w) ^ mix(seq as u64) ^ inputs);
+                values.insert(w.clone(), v);
+            }
+        }
+        let values = Arc::new(values);
+        self.cache.lock().unwrap_or_else(|e| e.into_inner())[slot] = Some((seq, values.clone()));
+        values
+    }
 }
 
 type Slots = Arc<Vec<Mutex<Vec<u32>>>>;
@@ -123,7 +157,7 @@ type Slots = Arc<Vec<Mutex<Vec<u32>>>>;
 /// Shared state of one run: buffers, expected values, counters.
 struct World {
     buffers: HashMap<String, Slots>,
-    values: HashMap<String, Vec<u64>>,
+    expected: Expected,
     elems: usize,
     checked: AtomicU64,
     wrong: AtomicU64,
@@ -139,9 +173,10 @@ impl World {
 
     /// The stage's work for one seq: check what it reads, write what it writes.
     fn work(&self, flow: &StageFlow, seq: i64) {
+        let values = self.expected.at(seq);
         for r in &flow.reads {
             let (i, slot) = self.slot(r, seq);
-            let want = self.values[r][seq as usize];
+            let Some(&want) = values.get(r) else { continue };
             let data = slot.lock().unwrap_or_else(|e| e.into_inner());
             self.checked.fetch_add(1, Ordering::Relaxed);
             if (0..self.elems).any(|k| data[k] != pattern(want, k)) {
@@ -157,7 +192,7 @@ impl World {
         }
         for w in &flow.writes {
             let (_, slot) = self.slot(w, seq);
-            let v = self.values[w][seq as usize];
+            let Some(&v) = values.get(w) else { continue };
             let mut data = slot.lock().unwrap_or_else(|e| e.into_inner());
             for (k, d) in data.iter_mut().enumerate() {
                 *d = pattern(v, k);
@@ -183,7 +218,7 @@ pub fn run<B: Backend>(
     let slots =
         buffer_slots(spec).map_err(|e: PlanError| crate::invalid("selftest", e.to_string()))?;
     let elems = elems.max(1);
-    let flows: Vec<StageFlow> = spec
+    let flows: Vec<Arc<StageFlow>> = spec
         .threads
         .iter()
         .flat_map(|t| &t.stages)
@@ -192,6 +227,7 @@ pub fn run<B: Backend>(
             reads: s.reads.iter().map(|r| r.name.clone()).collect(),
             writes: s.writes.iter().map(|w| w.name.clone()).collect(),
         })
+        .map(Arc::new)
         .collect();
     let world = Arc::new(World {
         buffers: slots
@@ -203,13 +239,12 @@ pub fn run<B: Backend>(
                 (name.clone(), Arc::new(b))
             })
             .collect(),
-        values: expected_values(&flows, batches),
+        expected: Expected::new(&flows),
         elems,
         checked: AtomicU64::new(0),
         wrong: AtomicU64::new(0),
         first_wrong: Mutex::default(),
     });
-    let flows: Vec<Arc<StageFlow>> = flows.into_iter().map(Arc::new).collect();
     let mut stages = Stages::<B>::new();
     for flow in &flows {
         let (flow, world) = (flow.clone(), world.clone());

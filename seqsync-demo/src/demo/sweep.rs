@@ -51,7 +51,9 @@ pub struct SweepReport {
 /// Batches for one run at `size`: the configured count, fewer where that would move more than
 /// [`SWEEP_BYTES`], at least 16.
 fn batches_at(config: &DemoConfig, size: usize) -> i64 {
-    config.batches.min((SWEEP_BYTES / size).max(16) as i64)
+    config
+        .batches
+        .min((SWEEP_BYTES / size.max(1)).max(16) as i64)
 }
 
 /// Run every engine at every size in `sizes`; the baselines (the resource bound) are measured
@@ -64,6 +66,17 @@ pub fn sweep(
     sizes: &[usize],
     mut progress: impl FnMut(&SweepRow),
 ) -> Result<SweepReport> {
+    if sizes.is_empty() {
+        return Err(super::validate::invalid(
+            "--sweep-sizes lists no size".into(),
+        ));
+    }
+    // Every size is checked before the first run (each run checks its own again).
+    if let Some(&bad) = sizes.iter().find(|&&s| s == 0 || !s.is_multiple_of(4)) {
+        return Err(super::validate::invalid(format!(
+            "--sweep-sizes {bad} is not a positive whole number of 4-byte elements (u32)"
+        )));
+    }
     let mut rows = Vec::new();
     let mut head: Option<(&'static str, String)> = None;
     for &size in sizes {

@@ -1,52 +1,142 @@
 //! process_data's bookkeeping: which seqs arrived, which matched the reference, and how long
-//! each batch took.
+//! each batch took — in memory that does not grow with the number of batches (a run of 10^12
+//! batches keeps what a run of 100 keeps).
+//!
+//! Seqs arrive in order, give or take the batches in flight, so arrivals are counted in a
+//! window of the last [`WINDOW`] seqs (a ring of counts), and latencies go to a histogram.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
+use hdrhistogram::Histogram;
+
 use crate::demo::device::Device;
 
+/// Seqs an arrival may lag behind the newest one and still be told apart from a duplicate
+/// (every engine has far fewer batches in flight), and copy-in times kept at once.
+pub(crate) const WINDOW: usize = 4096;
+
+/// Wrong seqs listed by number (the smallest); the others are only counted.
+pub(crate) const WRONG_LISTED: usize = 20;
+
 /// What process_data saw.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Verification {
     pub matched: i64,
-    pub wrong: Vec<i64>,
+    /// Batches whose output did not match (or whose seq was out of range).
+    pub wrong: i64,
+    /// The smallest wrong seqs, at most [`WRONG_LISTED`], sorted.
+    pub wrong_seqs: Vec<i64>,
     pub missing: i64,
+    /// Seqs that arrived more than once (an arrival more than [`WINDOW`] seqs behind the
+    /// newest counts as one).
     pub duplicated: i64,
-    /// Batch latencies (copy-in issued -> process_data returned) in microseconds, sorted; only
-    /// of batches whose copy-in the engine reported ([`Checker::issued`]).
-    pub latencies_us: Vec<f64>,
+    /// Batch latencies (copy-in issued -> process_data returned) in nanoseconds; only of
+    /// batches whose copy-in the engine reported ([`Checker::issued`]).
+    pub latency_ns: Histogram<u64>,
+}
+
+impl Default for Verification {
+    fn default() -> Self {
+        Verification {
+            matched: 0,
+            wrong: 0,
+            wrong_seqs: Vec::new(),
+            missing: 0,
+            duplicated: 0,
+            latency_ns: new_histogram(),
+        }
+    }
+}
+
+/// 1 ns to an hour, 3 significant digits (about 200 KiB, whatever the count).
+fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds")
 }
 
 impl Verification {
-    /// The `q` quantile (0..=1) of the batch latencies, if any were measured.
+    /// The `q` quantile (0..=1) of the batch latencies in microseconds, if any were measured.
     pub fn latency_us(&self, q: f64) -> Option<f64> {
-        let n = self.latencies_us.len();
-        (n > 0).then(|| self.latencies_us[((n - 1) as f64 * q).round() as usize])
+        (!self.latency_ns.is_empty()).then(|| self.latency_ns.value_at_quantile(q) as f64 / 1e3)
+    }
+}
+
+/// Arrivals: counts of the seqs in `[base, base + WINDOW)`, at `seq % WINDOW`.
+struct Seen {
+    base: i64,
+    counts: Vec<u8>,
+    /// Seqs that arrived at least once.
+    distinct: i64,
+    duplicated: i64,
+    wrong: i64,
+    wrong_seqs: Vec<i64>,
+    latency: Histogram<u64>,
+}
+
+impl Seen {
+    fn arrive(&mut self, seq: i64) {
+        if seq < self.base {
+            self.duplicated += 1;
+            return;
+        }
+        let window = WINDOW as i64;
+        if seq >= self.base + window {
+            // Slide: the seqs leaving the window are forgotten (each slot cleared once).
+            let new_base = seq - window + 1;
+            let clear = (new_base - self.base).min(window);
+            for s in self.base..self.base + clear {
+                self.counts[(s % window) as usize] = 0;
+            }
+            self.base = new_base;
+        }
+        let c = &mut self.counts[(seq % window) as usize];
+        match *c {
+            0 => self.distinct += 1,
+            1 => self.duplicated += 1,
+            _ => {}
+        }
+        *c = c.saturating_add(1);
+    }
+
+    fn wrong(&mut self, seq: i64) {
+        self.wrong += 1;
+        let at = self.wrong_seqs.partition_point(|&w| w < seq);
+        if at < WRONG_LISTED {
+            self.wrong_seqs.insert(at, seq);
+            self.wrong_seqs.truncate(WRONG_LISTED);
+        }
     }
 }
 
 /// process_data's bookkeeping: which seqs arrived, and which matched the reference.
 pub(crate) struct Checker {
-    seen: Mutex<Vec<u8>>,
+    batches: i64,
+    seen: Mutex<Seen>,
     matched: AtomicI64,
-    wrong: Mutex<Vec<i64>>,
-    /// Per seq: nanoseconds since `t0` when its copy-in was issued (`u64::MAX`: not yet), and
-    /// from then to process_data's return.
-    issued: Vec<AtomicU64>,
-    latency: Vec<AtomicU64>,
+    /// At `seq % WINDOW`: the seq whose copy-in was issued last there (`-1`: none), and when
+    /// (nanoseconds since `t0`).
+    issued: Vec<(AtomicI64, AtomicU64)>,
     t0: Instant,
 }
 
 impl Checker {
     pub(crate) fn new(batches: i64) -> Self {
         Checker {
-            seen: Mutex::new(vec![0; batches as usize]),
+            batches,
+            seen: Mutex::new(Seen {
+                base: 0,
+                counts: vec![0; WINDOW],
+                distinct: 0,
+                duplicated: 0,
+                wrong: 0,
+                wrong_seqs: Vec::new(),
+                latency: new_histogram(),
+            }),
             matched: AtomicI64::new(0),
-            wrong: Mutex::default(),
-            issued: (0..batches).map(|_| AtomicU64::new(u64::MAX)).collect(),
-            latency: (0..batches).map(|_| AtomicU64::new(u64::MAX)).collect(),
+            issued: (0..WINDOW)
+                .map(|_| (AtomicI64::new(-1), AtomicU64::new(0)))
+                .collect(),
             t0: Instant::now(),
         }
     }
@@ -55,52 +145,97 @@ impl Checker {
         self.t0.elapsed().as_nanos() as u64
     }
 
+    fn slot(&self, seq: i64) -> Option<&(AtomicI64, AtomicU64)> {
+        (seq >= 0).then(|| &self.issued[seq as usize % WINDOW])
+    }
+
     /// The engine is about to issue seq's copy-in (latency starts here).
     pub(crate) fn issued(&self, seq: i64) {
-        if let Some(t) = self.issued.get(seq as usize) {
-            t.store(self.now_ns(), Ordering::Relaxed);
+        if let Some((tag, at)) = self.slot(seq) {
+            // The time first, then the tag that makes it valid.
+            at.store(self.now_ns(), Ordering::Relaxed);
+            tag.store(seq, Ordering::Release);
         }
     }
 
     /// process_data: check host output batch `hout`, which should hold seq's result.
     pub(crate) fn process<D: Device>(&self, dev: &D, hout: usize, seq: i64) {
-        {
-            let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-            seen[seq as usize] = seen[seq as usize].saturating_add(1);
+        let in_range = (0..self.batches).contains(&seq);
+        let ok = in_range && dev.check_output(hout, seq);
+        let latency = self.slot(seq).and_then(|(tag, at)| {
+            (tag.load(Ordering::Acquire) == seq)
+                .then(|| self.now_ns().saturating_sub(at.load(Ordering::Relaxed)))
+        });
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        if in_range {
+            seen.arrive(seq);
         }
-        if dev.check_output(hout, seq) {
+        if ok {
             self.matched.fetch_add(1, Ordering::Relaxed);
         } else {
-            self.wrong
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(seq);
+            seen.wrong(seq);
         }
-        let issued = self.issued[seq as usize].load(Ordering::Relaxed);
-        if issued != u64::MAX {
-            self.latency[seq as usize]
-                .store(self.now_ns().saturating_sub(issued), Ordering::Relaxed);
+        if let Some(ns) = latency {
+            seen.latency.saturating_record(ns.max(1));
         }
     }
 
     pub(crate) fn finish(self) -> Verification {
         let seen = self.seen.into_inner().unwrap_or_else(|e| e.into_inner());
-        let mut wrong = self.wrong.into_inner().unwrap_or_else(|e| e.into_inner());
-        wrong.sort_unstable();
-        let mut latencies_us: Vec<f64> = self
-            .latency
-            .iter()
-            .map(|l| l.load(Ordering::Relaxed))
-            .filter(|&l| l != u64::MAX)
-            .map(|l| l as f64 / 1e3)
-            .collect();
-        latencies_us.sort_by(f64::total_cmp);
         Verification {
             matched: self.matched.load(Ordering::Relaxed),
-            wrong,
-            missing: seen.iter().filter(|&&c| c == 0).count() as i64,
-            duplicated: seen.iter().filter(|&&c| c > 1).count() as i64,
-            latencies_us,
+            wrong: seen.wrong,
+            wrong_seqs: seen.wrong_seqs,
+            missing: self.batches - seen.distinct,
+            duplicated: seen.duplicated,
+            latency_ns: seen.latency,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen() -> Seen {
+        Checker::new(1 << 40).seen.into_inner().unwrap()
+    }
+
+    #[test]
+    fn arrivals_in_order_over_many_windows_count_once_each() {
+        let mut s = seen();
+        for seq in 0..(3 * WINDOW as i64 + 17) {
+            s.arrive(seq);
+        }
+        assert_eq!((s.distinct, s.duplicated), (3 * WINDOW as i64 + 17, 0));
+        assert_eq!(s.counts.len(), WINDOW, "the window does not grow");
+    }
+
+    #[test]
+    fn a_repeat_inside_the_window_and_one_behind_it_are_duplicates() {
+        let mut s = seen();
+        for seq in [0, 1, 2, 1, 1] {
+            s.arrive(seq);
+        }
+        assert_eq!(
+            (s.distinct, s.duplicated),
+            (3, 1),
+            "a seq counted once however often"
+        );
+        s.arrive(10 * WINDOW as i64);
+        s.arrive(0);
+        assert_eq!((s.distinct, s.duplicated), (4, 2));
+        // A gap is missing: nothing arrived for it.
+        assert_eq!(s.distinct, 4);
+    }
+
+    #[test]
+    fn the_smallest_wrong_seqs_are_listed_and_all_counted() {
+        let mut s = seen();
+        for seq in (0..100).rev() {
+            s.wrong(seq);
+        }
+        assert_eq!(s.wrong, 100);
+        assert_eq!(s.wrong_seqs, (0..WRONG_LISTED as i64).collect::<Vec<_>>());
     }
 }
