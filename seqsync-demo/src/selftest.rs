@@ -93,8 +93,11 @@ struct Expected {
     /// reads (stages reading a buffer that nothing writes are left out).
     order: Vec<usize>,
     flows: Vec<Arc<StageFlow>>,
-    cache: Mutex<Vec<Option<(i64, Arc<HashMap<String, u64>>)>>>,
+    cache: Mutex<Vec<Option<(i64, Values)>>>,
 }
+
+/// Every buffer's value for one seq.
+type Values = Arc<HashMap<String, u64>>;
 
 /// Seqs whose values are kept (more than a pipeline has in flight at once).
 const CACHED: usize = 256;
@@ -127,7 +130,7 @@ impl Expected {
     }
 
     /// Every buffer's value for `seq`.
-    fn at(&self, seq: i64) -> Arc<HashMap<String, u64>> {
+    fn at(&self, seq: i64) -> Values {
         let slot = seq.rem_euclid(CACHED as i64) as usize;
         if let Some((s, v)) = &self.cache.lock().unwrap_or_else(|e| e.into_inner())[slot] {
             if *s == seq {
