@@ -286,3 +286,72 @@ fn run_refuses_a_spec_that_check_proves_can_deadlock() {
     let (code, out, err) = seqsync(&["run", &path, "--backend", "host", "--batches", "50"]);
     assert_eq!(code, 0, "{out}{err}");
 }
+
+/// A one-stream, one-thread spec whose stage, thread and stream names are given (TOML basic
+/// strings: escapes such as `\u0000` allowed).
+fn named_spec(stage: &str, thread: &str, stream: &str) -> String {
+    format!(
+        "[buffers]\nx = 2\n[[thread]]\nname = \"{thread}\"\n[[thread.stage]]\nname = \"{stage}\"\n\
+         stream = \"{stream}\"\nwrites = [\"x\"]\n[[thread.stage]]\nname = \"r\"\nhost = true\n\
+         reads = [\"x\"]\n"
+    )
+}
+
+/// Names that cannot be printed or passed on are refused where they are declared, in one line
+/// naming them escaped, exit code 2: a name of 65 536 characters (it used to panic in the
+/// table printer), a NUL (it used to panic, or hang, spawning the thread), a newline and an
+/// ANSI escape (they reached the terminal and broke the one-line error).
+#[test]
+fn bad_names_are_one_line_naming_them_escaped() {
+    let long = "s".repeat(65_536);
+    let cases = [
+        (
+            named_spec(&long, "t", "s0"),
+            "stage name",
+            "65536 bytes long",
+        ),
+        (
+            named_spec("f", "t\\u0000x", "s0"),
+            "thread name",
+            "control character",
+        ),
+        (
+            named_spec("f", "t", "s\\u0000"),
+            "stream name",
+            "control character",
+        ),
+        (
+            named_spec("f\\nsecond line", "t", "s0"),
+            "stage name",
+            "control character",
+        ),
+        (
+            named_spec("f\\u001b[31mred", "t", "s0"),
+            "stage name",
+            "control character",
+        ),
+        (named_spec("", "t", "s0"), "stage name", "empty"),
+    ];
+    for (i, (text, what, why)) in cases.iter().enumerate() {
+        let path = common::spec_file(&format!("bad-name-{i}.toml"), text);
+        for cmd in ["check", "run"] {
+            let args: &[&str] = if cmd == "run" {
+                &["run", &path, "--backend", "host"]
+            } else {
+                &["check", &path]
+            };
+            let (code, out, err) = common::seqsync(args);
+            assert_eq!(code, 2, "{cmd} case {i}: {out}{err}");
+            assert_eq!(err.trim_end().lines().count(), 1, "{cmd} case {i}: {err}");
+            assert!(
+                err.contains(what) && err.contains(why),
+                "{cmd} case {i}: {err}"
+            );
+            assert!(
+                !err.contains('\u{1b}') && !err.contains('\0'),
+                "{cmd} case {i}"
+            );
+            assert!(err.len() < 400, "{cmd} case {i}: {} bytes", err.len());
+        }
+    }
+}

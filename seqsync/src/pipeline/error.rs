@@ -172,6 +172,20 @@ pub enum PlanError {
         problem: String,
     },
 
+    /// A name is empty, too long, or holds a character that cannot be printed or passed on
+    /// (a control character such as NUL, a newline or an escape).
+    #[error("{}{kind} name {name}: {problem}", at(.line))]
+    BadName {
+        /// Line of the declaration.
+        line: Option<usize>,
+        /// What is named: `thread`, `stage`, `buffer`, `parameter`, `stream`, `ring`.
+        kind: &'static str,
+        /// The name, quoted and escaped, cut to its first 40 characters.
+        name: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+
     /// A builder call to `stage` came before any `thread`.
     #[error("stage `{stage}` is declared before any thread")]
     StageOutsideThread {
@@ -238,6 +252,7 @@ impl PlanError {
             | PlanError::LagZeroCycle { line, .. }
             | PlanError::BadPlacement { line, .. }
             | PlanError::InvalidValue { line, .. }
+            | PlanError::BadName { line, .. }
             | PlanError::UnknownOverride { line, .. } => *line,
             PlanError::Io { .. }
             | PlanError::StageOutsideThread { .. }

@@ -58,6 +58,7 @@ pub(crate) struct Topology<'a> {
 impl<'a> Topology<'a> {
     /// Validates `spec` and indexes it.
     pub fn new(spec: &'a PipelineSpec) -> Result<Self, PlanError> {
+        check_names(spec)?;
         check_duplicates(spec)?;
         if spec.threads.iter().all(|t| t.stages.is_empty()) {
             return Err(PlanError::NoStages);
@@ -266,6 +267,85 @@ fn dfs(
     }
     color[node] = Color::Black;
     None
+}
+
+/// The longest name a spec may declare, in bytes.
+pub const MAX_NAME_LEN: usize = 128;
+
+/// `name` quoted, escaped (control characters as `\n`, `\u{1b}`, …) and cut to 40 characters,
+/// for a one-line message that cannot reach a terminal's control sequences.
+pub fn quoted(name: &str) -> String {
+    let mut s: String = name.chars().take(40).flat_map(char::escape_debug).collect();
+    if name.chars().nth(40).is_some() {
+        s.push('…');
+    }
+    format!("`{s}`")
+}
+
+/// Is `name` fit to be a name? Not empty, at most [`MAX_NAME_LEN`] bytes, no control
+/// character (NUL, newline, escape, …), no leading or trailing space.
+fn check_name(kind: &'static str, id: &Ident) -> Result<(), PlanError> {
+    let problem = if id.name.is_empty() {
+        Some("it is empty".to_string())
+    } else if id.name.len() > MAX_NAME_LEN {
+        Some(format!(
+            "{} bytes long, more than the {MAX_NAME_LEN} a name may have",
+            id.name.len()
+        ))
+    } else if let Some(c) = id.name.chars().find(|c| c.is_control()) {
+        Some(format!(
+            "it holds the control character {:?}, which cannot be printed",
+            c
+        ))
+    } else if id.name.trim() != id.name {
+        Some("it starts or ends with white space".to_string())
+    } else {
+        None
+    };
+    match problem {
+        None => Ok(()),
+        Some(problem) => Err(PlanError::BadName {
+            line: id.line,
+            kind,
+            name: quoted(&id.name),
+            problem,
+        }),
+    }
+}
+
+/// Every name the spec declares or refers to.
+fn check_names(spec: &PipelineSpec) -> Result<(), PlanError> {
+    for p in &spec.params {
+        check_name("parameter", &p.name)?;
+    }
+    for b in &spec.buffers {
+        check_name("buffer", &b.name)?;
+        if let Slots::Param(p) = &b.slots {
+            check_name("parameter", &Ident::at(p.clone(), b.name.line))?;
+        }
+    }
+    for s in spec.streams.iter().flatten() {
+        check_name("stream", s)?;
+    }
+    for t in &spec.threads {
+        check_name("thread", &t.name)?;
+        for s in &t.stages {
+            check_name("stage", &s.name)?;
+            if let Some(stream) = s.place.stream() {
+                check_name("stream", &Ident::at(stream, s.place_line.or(s.name.line)))?;
+            }
+            for r in &s.reads {
+                check_name("buffer", r)?;
+            }
+            for w in &s.writes {
+                check_name("buffer", w)?;
+            }
+        }
+    }
+    for o in &spec.max_size {
+        check_name("ring", &o.ring)?;
+    }
+    Ok(())
 }
 
 /// Reports the second of two equal names.
