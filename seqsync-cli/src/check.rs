@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use clap::Args;
 use seqsync::backend::host::Chaos;
 use seqsync::pipeline::{
-    check_deadlock, derive, derive_unchecked, spec_toml, PipelineSpec, Plan, PlanError, Verdict,
+    check_deadlock_with, derive, derive_unchecked, spec_toml, CheckOptions, PipelineSpec, Plan,
+    PlanError, Verdict, DEFAULT_MAX_STATES,
 };
 use seqsync::{BackendKind, HostBackend};
 use seqsync_demo::demo::{self, DemoConfig, Engine};
@@ -27,6 +28,9 @@ pub(crate) struct CheckArgs {
     /// Print one JSON object and nothing else on stdout.
     #[arg(long)]
     json: bool,
+    /// States the deadlock check explores before it gives up (inconclusive).
+    #[arg(long, default_value_t = DEFAULT_MAX_STATES)]
+    max_states: usize,
 }
 
 #[derive(Args)]
@@ -59,6 +63,18 @@ pub(crate) struct RunArgs {
     /// --engine graph: batches per graph.
     #[arg(long, value_name = "K")]
     graph_batches: Option<usize>,
+    /// States the deadlock check explores before it gives up; a spec it does not prove is
+    /// not run.
+    #[arg(long, default_value_t = DEFAULT_MAX_STATES)]
+    max_states: usize,
+}
+
+/// The deadlock check, exploring at most `max_states` states (at least 1).
+fn check(plan: &Plan, max_states: usize) -> Result<Verdict, Failure> {
+    let options = CheckOptions {
+        max_states: max_states.max(1),
+    };
+    check_deadlock_with(plan, options).map_err(malformed)
 }
 
 fn malformed(e: PlanError) -> Failure {
@@ -149,7 +165,7 @@ pub(crate) fn run(a: CheckArgs) -> Result<(), Failure> {
         }
         Err(e) => return Err(malformed(e)),
     };
-    let verdict = check_deadlock(&plan).map_err(malformed)?;
+    let verdict = check(&plan, a.max_states)?;
     if a.json {
         println!("{}", json_of(&plan, &verdict, bound_error.as_ref()));
     } else {
@@ -184,11 +200,18 @@ pub(crate) fn run_spec(a: RunArgs) -> Result<(), Failure> {
     let plan = derive(&spec).map_err(malformed)?;
     // Before any thread starts: a schedule the check proves can deadlock (or fail) is refused,
     // with the same interleaving `seqsync check` prints.
-    match check_deadlock(&plan).map_err(malformed)? {
+    match check(&plan, a.max_states)? {
         Verdict::DeadlockFree { .. } => {}
-        Verdict::Inconclusive { states } => eprintln!(
-            "warning: the deadlock check was inconclusive after {states} states; running anyway"
-        ),
+        Verdict::Inconclusive { states } => {
+            return Err(Failure {
+                message: format!(
+                    "refusing to run {}: the deadlock check was inconclusive after {states} \
+                     states (--max-states), so nothing proves it cannot deadlock",
+                    a.spec.display()
+                ),
+                code: 1,
+            })
+        }
         verdict => {
             if a.json {
                 println!("{}", json_of(&plan, &verdict, None));

@@ -355,3 +355,28 @@ fn bad_names_are_one_line_naming_them_escaped() {
         }
     }
 }
+
+/// `run` starts only a plan the check proved: an inconclusive check (here with a tiny state
+/// budget) is a refusal, exit code 1, one line (it used to warn and run anyway).
+#[test]
+fn run_refuses_a_spec_the_check_did_not_prove() {
+    let (code, out, err) = common::seqsync(&[
+        "run",
+        common::fanout(),
+        "--backend",
+        "host",
+        "--batches",
+        "5",
+        "--max-states",
+        "3",
+    ]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("inconclusive") && err.contains("refusing to run"),
+        "{err}"
+    );
+    assert!(!out.contains("ran "), "it ran: {out}");
+    let (code, out, _) = common::seqsync(&["check", common::fanout(), "--max-states", "3"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("inconclusive"), "{out}");
+}

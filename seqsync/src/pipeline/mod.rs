@@ -65,7 +65,9 @@ pub mod runtime;
 pub mod spec;
 pub mod spec_toml;
 
-pub use deadlock::{check_deadlock, check_deadlock_with, CheckOptions, Step, Trace, Verdict};
+pub use deadlock::{
+    check_deadlock, check_deadlock_with, CheckOptions, Step, Trace, Verdict, DEFAULT_MAX_STATES,
+};
 pub use derive::{derive, derive_unchecked};
 pub use error::PlanError;
 pub use plan::{Consumer, ConsumerKind, NamedOp, Op, Plan, Ring, StagePlan, ThreadPlan};
