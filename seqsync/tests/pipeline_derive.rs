@@ -626,3 +626,40 @@ fn max_size_table_in_toml() {
     assert!(matches!(err, PlanError::UnknownOverride { .. }), "{err:?}");
     assert_eq!(err.line(), Some(line_of(&src, "nope = 9")));
 }
+
+/// A buffer with `n` readers (host stages on one thread) behind one writer.
+fn readers(n: usize) -> seqsync::pipeline::PipelineSpec {
+    let mut b = seqsync::pipeline::PipelineSpec::builder()
+        .buffer("x", 2)
+        .thread("t")
+        .stage(
+            "w",
+            seqsync::pipeline::StageSpec::on_stream("s").writes("x"),
+        );
+    for i in 0..n {
+        b = b.stage(
+            &format!("r{i}"),
+            seqsync::pipeline::StageSpec::on_host().reads("x"),
+        );
+    }
+    b.build().unwrap()
+}
+
+/// The ring's consumer limit (1023) is enforced where the readers are declared: 1024 readers
+/// of one buffer are refused by `derive` (so `check` no longer says deadlock-free for a plan
+/// `run` then refuses); 1023 derive.
+#[test]
+fn more_readers_than_a_ring_has_consumers_are_refused_by_derive() {
+    let max = seqsync::ring::MAX_CONSUMERS as usize;
+    let plan = seqsync::pipeline::derive(&readers(max)).unwrap();
+    assert_eq!(
+        plan.rings.iter().map(|r| r.nconsumers).max(),
+        Some(max as u32)
+    );
+    let err = seqsync::pipeline::derive(&readers(max + 1)).unwrap_err();
+    assert!(
+        matches!(&err, seqsync::pipeline::PlanError::InvalidValue { name, value, .. }
+            if name == "w.nconsumers" && *value == (max + 1) as i128),
+        "{err}"
+    );
+}

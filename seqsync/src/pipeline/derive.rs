@@ -299,6 +299,19 @@ fn size_ring(
         });
     }
     let consumers: Vec<Consumer> = located.iter().map(|c| c.consumer.clone()).collect();
+    // The ring's own limit, enforced where the readers are declared: a plan `check` accepts
+    // is one the runtime can build.
+    if consumers.len() > crate::ring::MAX_CONSUMERS as usize {
+        return Err(PlanError::InvalidValue {
+            line: stage.name.line,
+            name: format!("{name}.nconsumers"),
+            value: consumers.len() as i128,
+            problem: format!(
+                "a ring has at most {} consumers (waits and host synchronizes that name it)",
+                crate::ring::MAX_CONSUMERS
+            ),
+        });
+    }
     Ok(Ring {
         name: name.clone(),
         producer: name,

@@ -49,12 +49,15 @@ use crate::wait_strategy::Expectation;
 
 mod state;
 
-use state::{slot_seq, tag_of, Slot, Word, CONSUMER_WAITING, MAX_CONSUMERS, PRODUCER_WAITING};
+use state::{slot_seq, tag_of, Slot, Word, CONSUMER_WAITING, PRODUCER_WAITING};
 
 /// The largest `max_size` a ring accepts (2^30 entries). The pipeline layer enforces the same
 /// limit when it derives or is asked for a ring's size, so `seqsync check` accepts exactly the
 /// sizes a ring can be built with.
 pub const MAX_SIZE: usize = 1 << 30;
+
+/// The most consumers a ring may have (`nconsumers`): 1023.
+pub const MAX_CONSUMERS: u32 = state::MAX_CONSUMERS;
 
 /// From this seq on, slot tags (42 bits) may wrap relative to the seqs callers pass: consumers
 /// then read a slot's full seq back against `next` (see `state::slot_seq`). Below it every tag
