@@ -61,6 +61,7 @@ pub mod graph;
 pub mod hazard;
 mod lock;
 pub mod memory;
+mod name;
 pub mod pipeline;
 mod primitive;
 pub mod ring;

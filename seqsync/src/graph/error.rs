@@ -7,8 +7,13 @@ use thiserror::Error;
 
 fn named(name: &Option<String>) -> String {
     name.as_ref()
-        .map(|n| format!(" ('{n}')"))
+        .map(|n| format!(" ({})", q(n)))
         .unwrap_or_default()
+}
+
+/// A name as messages show it: quoted, escaped, cut short.
+fn q(name: &str) -> String {
+    crate::name::quoted(name)
 }
 
 /// Why a command buffer could not be recorded or read.
@@ -32,7 +37,7 @@ pub enum GraphError {
         message: String,
     },
     /// Two commands have the same name.
-    #[error("entry {entry} ('{name}'): duplicate name, first used by entry {first}")]
+    #[error("entry {entry} ({}): duplicate name, first used by entry {first}", q(.name))]
     Duplicate {
         /// 1-based position of the second command with the name.
         entry: usize,
@@ -42,7 +47,7 @@ pub enum GraphError {
         first: usize,
     },
     /// `after` names a command that does not exist.
-    #[error("entry {entry} ('{name}'): after names unknown command '{unknown}'")]
+    #[error("entry {entry} ({}): after names unknown command {}", q(.name), q(.unknown))]
     UnknownName {
         /// 1-based position of the command.
         entry: usize,
@@ -52,7 +57,7 @@ pub enum GraphError {
         unknown: String,
     },
     /// The dependencies form a cycle.
-    #[error("entry {entry} ('{name}'): dependency cycle {}", .cycle.join(" -> "))]
+    #[error("entry {entry} ({}): dependency cycle {}", q(.name), .cycle.iter().map(|c| q(c)).collect::<Vec<_>>().join(" -> "))]
     Cycle {
         /// 1-based position of a command on the cycle.
         entry: usize,
@@ -70,7 +75,7 @@ pub enum GraphError {
         len: usize,
     },
     /// The kernel to replace is not a kernel command.
-    #[error("command '{name}' is a {kind} command, not a kernel")]
+    #[error("command {} is a {kind} command, not a kernel", q(.name))]
     NotAKernel {
         /// The command.
         name: String,

@@ -78,7 +78,7 @@ struct Entry {
 /// the validation errors of [`DagBuilder::build`].
 pub fn from_str(text: &str) -> Result<GraphSpec, GraphError> {
     let file: File = toml::from_str(text).map_err(|e| GraphError::Toml {
-        message: e.message().to_owned()
+        message: e.message().trim().replace('\n', "; ")
             + &e.span()
                 .map(|s| format!(" (line {})", line_of(text, s.start)))
                 .unwrap_or_default(),
@@ -110,6 +110,9 @@ pub fn from_str(text: &str) -> Result<GraphSpec, GraphError> {
         let name = e
             .name
             .ok_or_else(|| bad(None, "a command needs a name (or barrier = true)".into()))?;
+        if let Some(problem) = crate::name::problem(&name) {
+            return Err(bad(Some(&name), format!("bad name: {problem}")));
+        }
         let kind = e
             .kind
             .ok_or_else(|| bad(Some(&name), "a command needs a kind".into()))?;
@@ -125,6 +128,12 @@ pub fn from_str(text: &str) -> Result<GraphSpec, GraphError> {
                 "us applies to kernel and host commands (a copy or fill moves its data)".into(),
             ));
         }
+        if let Some(t) = e.us.filter(|&t| t > MAX_COMMAND_US) {
+            return Err(bad(
+                Some(&name),
+                format!("us = {t} is above the {MAX_COMMAND_US} µs (10 s) a command may run"),
+            ));
+        }
         b.command(&name, kind, &e.after);
         us.push(e.us.unwrap_or(0));
     }
@@ -133,6 +142,9 @@ pub fn from_str(text: &str) -> Result<GraphSpec, GraphError> {
         us,
     })
 }
+
+/// The longest a command of a graph file may run (`us`): 10 s.
+pub const MAX_COMMAND_US: u64 = 10_000_000;
 
 fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].matches('\n').count() + 1

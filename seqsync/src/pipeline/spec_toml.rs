@@ -96,16 +96,27 @@ struct RawStage {
 /// Maps byte offsets to 1-based line numbers.
 struct Lines<'a> {
     src: &'a str,
+    /// Byte offset of every `\n`, in order: a line number is a binary search (a spec of
+    /// 100 000 entries used to count from the top of the file for each one).
+    newlines: Vec<usize>,
 }
 
-impl Lines<'_> {
+impl<'a> Lines<'a> {
+    fn new(src: &'a str) -> Self {
+        Lines {
+            src,
+            newlines: src
+                .bytes()
+                .enumerate()
+                .filter(|&(_, b)| b == b'\n')
+                .map(|(i, _)| i)
+                .collect(),
+        }
+    }
+
     fn line(&self, offset: usize) -> usize {
         let end = offset.min(self.src.len());
-        self.src.as_bytes()[..end]
-            .iter()
-            .filter(|&&b| b == b'\n')
-            .count()
-            + 1
+        self.newlines.partition_point(|&n| n < end) + 1
     }
 
     fn of<T>(&self, s: &Spanned<T>) -> Option<usize> {
@@ -142,7 +153,7 @@ impl Lines<'_> {
 /// assert_eq!(spec.threads[0].stages[0].name.name, "w");
 /// ```
 pub fn from_str(src: &str) -> Result<PipelineSpec, PlanError> {
-    let lines = Lines { src };
+    let lines = Lines::new(src);
     let raw: RawSpec = toml::from_str(src).map_err(|e| PlanError::Toml {
         line: lines.span(e.span()),
         message: e.message().trim().replace('\n', "; "),

@@ -53,6 +53,8 @@ pub(crate) struct Topology<'a> {
     pub readers: HashMap<&'a str, Vec<usize>>,
     /// Buffer name -> slots.
     pub slots: HashMap<&'a str, ResolvedSlots>,
+    /// The declared buffer names (a reference is resolved in constant time).
+    declared: std::collections::HashSet<&'a str>,
 }
 
 impl<'a> Topology<'a> {
@@ -78,6 +80,7 @@ impl<'a> Topology<'a> {
             })
             .collect();
         let mut topo = Topology {
+            declared: spec.buffers.iter().map(|b| b.name.name.as_str()).collect(),
             spec,
             stages,
             writer: HashMap::new(),
@@ -139,11 +142,9 @@ impl<'a> Topology<'a> {
 
     /// Resolves a buffer reference to the declared name (borrowed from the spec).
     fn known_buffer(&self, stage: &StageSpec, r: &Ident) -> Result<&'a str, PlanError> {
-        self.spec
-            .buffers
-            .iter()
-            .find(|b| b.name.name == r.name)
-            .map(|b| b.name.name.as_str())
+        self.declared
+            .get(r.name.as_str())
+            .copied()
             .ok_or_else(|| PlanError::UnknownBuffer {
                 line: r.line,
                 stage: stage.name.name.clone(),
@@ -236,78 +237,56 @@ enum Color {
     Black,
 }
 
-/// Depth-first search; returns the cycle (as (from, edge) pairs) if one is found.
+/// Depth-first search from `start` for a cycle through grey nodes, with an explicit stack (a
+/// chain of 100 000 stages must not overflow the thread's stack): the cycle as (from, edge)
+/// pairs, if one is reachable.
 fn dfs(
-    node: usize,
+    start: usize,
     adj: &[Vec<Edge>],
     color: &mut [Color],
     path: &mut Vec<(usize, Edge)>,
 ) -> Option<Vec<(usize, Edge)>> {
-    color[node] = Color::Grey;
-    for e in &adj[node] {
+    // (node, index of the next edge of it to follow); `path` holds the edges taken to reach
+    // the top of the stack.
+    let mut stack: Vec<(usize, usize)> = vec![(start, 0)];
+    color[start] = Color::Grey;
+    while let Some(&mut (node, ref mut next)) = stack.last_mut() {
+        let Some(e) = adj[node].get(*next) else {
+            color[node] = Color::Black;
+            stack.pop();
+            path.pop();
+            continue;
+        };
+        *next += 1;
         match color[e.to] {
             Color::Grey => {
-                let start = path
+                let from = path
                     .iter()
                     .position(|(from, _)| *from == e.to)
                     .unwrap_or(path.len());
-                let mut cycle: Vec<(usize, Edge)> = path[start..].to_vec();
+                let mut cycle: Vec<(usize, Edge)> = path[from..].to_vec();
                 cycle.push((node, e.clone()));
                 return Some(cycle);
             }
             Color::White => {
                 path.push((node, e.clone()));
-                if let Some(c) = dfs(e.to, adj, color, path) {
-                    return Some(c);
-                }
-                path.pop();
+                color[e.to] = Color::Grey;
+                stack.push((e.to, 0));
             }
             Color::Black => {}
         }
     }
-    color[node] = Color::Black;
     None
 }
 
-/// The longest name a spec may declare, in bytes.
-pub const MAX_NAME_LEN: usize = 128;
-
-/// `name` quoted, escaped (control characters as `\n`, `\u{1b}`, …) and cut to 40 characters,
-/// for a one-line message that cannot reach a terminal's control sequences.
-pub fn quoted(name: &str) -> String {
-    let mut s: String = name.chars().take(40).flat_map(char::escape_debug).collect();
-    if name.chars().nth(40).is_some() {
-        s.push('…');
-    }
-    format!("`{s}`")
-}
-
-/// Is `name` fit to be a name? Not empty, at most [`MAX_NAME_LEN`] bytes, no control
-/// character (NUL, newline, escape, …), no leading or trailing space.
+/// Is `id` fit to be a name (see [`crate::name`])?
 fn check_name(kind: &'static str, id: &Ident) -> Result<(), PlanError> {
-    let problem = if id.name.is_empty() {
-        Some("it is empty".to_string())
-    } else if id.name.len() > MAX_NAME_LEN {
-        Some(format!(
-            "{} bytes long, more than the {MAX_NAME_LEN} a name may have",
-            id.name.len()
-        ))
-    } else if let Some(c) = id.name.chars().find(|c| c.is_control()) {
-        Some(format!(
-            "it holds the control character {:?}, which cannot be printed",
-            c
-        ))
-    } else if id.name.trim() != id.name {
-        Some("it starts or ends with white space".to_string())
-    } else {
-        None
-    };
-    match problem {
+    match crate::name::problem(&id.name) {
         None => Ok(()),
         Some(problem) => Err(PlanError::BadName {
             line: id.line,
             kind,
-            name: quoted(&id.name),
+            name: crate::name::quoted(&id.name),
             problem,
         }),
     }
@@ -465,4 +444,49 @@ fn check_streams(spec: &PipelineSpec) -> Result<(), PlanError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chain(n: usize, back_edge: bool) -> Vec<Vec<Edge>> {
+        let edge = |to| Edge {
+            to,
+            via: None,
+            line: None,
+        };
+        let mut adj: Vec<Vec<Edge>> = (0..n)
+            .map(|g| if g + 1 < n { vec![edge(g + 1)] } else { vec![] })
+            .collect();
+        if back_edge {
+            adj[n - 1].push(edge(n / 2));
+        }
+        adj
+    }
+
+    /// The cycle search walks a chain of a million stages without recursing (it used to
+    /// overflow the stack near 100 000), and finds a cycle at its far end.
+    #[test]
+    fn the_cycle_search_walks_a_long_chain_on_its_own_stack() {
+        let n = 1_000_000;
+        for back_edge in [false, true] {
+            let adj = chain(n, back_edge);
+            let mut color = vec![Color::White; n];
+            let mut path = Vec::new();
+            let cycle = dfs(0, &adj, &mut color, &mut path);
+            match back_edge {
+                false => assert!(cycle.is_none() && path.is_empty()),
+                true => {
+                    let cycle = cycle.expect("the back edge closes a cycle");
+                    assert_eq!(cycle.len(), n - n / 2);
+                    assert_eq!(cycle[0].0, n / 2);
+                    assert_eq!(
+                        cycle.last().map(|(from, e)| (*from, e.to)),
+                        Some((n - 1, n / 2))
+                    );
+                }
+            }
+        }
+    }
 }
