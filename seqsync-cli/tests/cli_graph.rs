@@ -107,9 +107,15 @@ fn malformed_graph_files_are_one_line_naming_the_entry() {
     let dir = std::env::temp_dir().join(format!("seqsync-graph-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let cases = [
-        ("unknown", "[[command]]\nname='a'\nkind='kernel'\nafter=['zz']\n", "entry 1 ('a'): after names unknown command 'zz'"),
-        ("cycle", "[[command]]\nname='a'\nkind='kernel'\nafter=['b']\n[[command]]\nname='b'\nkind='host'\nafter=['a']\n", "entry 1 ('a'): dependency cycle a -> b -> a"),
-        ("dup", "[[command]]\nname='a'\nkind='kernel'\n[[command]]\nname='a'\nkind='fill'\n", "entry 2 ('a'): duplicate name, first used by entry 1"),
+        ("unknown", "[[command]]\nname='a'\nkind='kernel'\nafter=['zz']\n", "entry 1 (`a`): after names unknown command `zz`"),
+        ("cycle", "[[command]]\nname='a'\nkind='kernel'\nafter=['b']\n[[command]]\nname='b'\nkind='host'\nafter=['a']\n", "entry 1 (`a`): dependency cycle `a` -> `b` -> `a`"),
+        ("dup", "[[command]]\nname='a'\nkind='kernel'\n[[command]]\nname='a'\nkind='fill'\n", "entry 2 (`a`): duplicate name, first used by entry 1"),
+        // A command that would run 36 minutes a submission is refused, with the limit.
+        ("long", "[[command]]\nname='k'\nkind='kernel'\nus=2147483648\n", "entry 1 (`k`): us = 2147483648 is above the 10000000 µs (10 s) a command may run"),
+        // An escape in a name never reaches the terminal.
+        ("escape", "[[command]]\nname=\"a\\u001b[31m\"\nkind='kernel'\n", "entry 1 (`a\\u{1b}[31m`): bad name: it holds the control character '\\u{1b}', which cannot be printed"),
+        // A TOML syntax error is one line too.
+        ("syntax", "[[command]\nname='a'\n", "(line 1)"),
     ];
     for (name, text, want) in cases {
         let path = dir.join(format!("{name}.toml"));

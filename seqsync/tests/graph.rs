@@ -621,19 +621,19 @@ fn malformed_graphs_name_the_entry() {
     let err = |t: &str| from_str(t).unwrap_err().to_string();
     assert_eq!(
         err("[[command]]\nname='a'\nkind='kernel'\nafter=['nope']\n"),
-        "entry 1 ('a'): after names unknown command 'nope'"
+        "entry 1 (`a`): after names unknown command `nope`"
     );
     assert_eq!(
         err("[[command]]\nname='a'\nkind='kernel'\n[[command]]\nbarrier=true\n[[command]]\nname='a'\nkind='copy'\n"),
-        "entry 3 ('a'): duplicate name, first used by entry 1"
+        "entry 3 (`a`): duplicate name, first used by entry 1"
     );
     assert_eq!(
         err("[[command]]\nname='a'\nkind='kernel'\nafter=['c']\n[[command]]\nname='b'\nkind='kernel'\nafter=['a']\n[[command]]\nname='c'\nkind='kernel'\nafter=['b']\n"),
-        "entry 1 ('a'): dependency cycle a -> b -> c -> a"
+        "entry 1 (`a`): dependency cycle `a` -> `b` -> `c` -> `a`"
     );
     assert_eq!(
         err("[[command]]\nname='a'\nkind='kernel'\nafter=['a']\n"),
-        "entry 1 ('a'): dependency cycle a -> a"
+        "entry 1 (`a`): dependency cycle `a` -> `a`"
     );
     assert!(matches!(
         from_str("[[command]]\nkind='kernel'\n"),

@@ -145,7 +145,7 @@ impl Dag {
 /// let mut bad = DagBuilder::new();
 /// bad.command("x", CommandKind::Kernel, &["y"]);
 /// bad.command("y", CommandKind::Kernel, &["x"]);
-/// assert_eq!(bad.build().unwrap_err().to_string(), "entry 1 ('x'): dependency cycle x -> y -> x");
+/// assert_eq!(bad.build().unwrap_err().to_string(), "entry 1 (`x`): dependency cycle `x` -> `y` -> `x`");
 /// # Ok::<(), seqsync::graph::GraphError>(())
 /// ```
 #[derive(Debug, Clone, Default)]

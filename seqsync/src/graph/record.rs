@@ -34,7 +34,7 @@ use crate::backend::command::{CommandBackend, CopyOp, FillOp};
 ///
 /// let mut bad = CommandBuffer::<HostBackend>::new();
 /// bad.host("a", || {}, &["b"]);
-/// assert_eq!(bad.finish().unwrap_err().to_string(), "entry 1 ('a'): after names unknown command 'b'");
+/// assert_eq!(bad.finish().unwrap_err().to_string(), "entry 1 (`a`): after names unknown command `b`");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct CommandBuffer<B: CommandBackend> {

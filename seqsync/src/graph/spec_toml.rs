@@ -69,7 +69,7 @@ struct Entry {
 /// assert_eq!(spec.us, [0, 50]);
 /// let err = seqsync::graph::spec_toml::from_str("[[command]]\nname = \"a\"\nkind = \"sort\"\n");
 /// assert_eq!(err.unwrap_err().to_string(),
-///            "entry 1 ('a'): unknown kind 'sort': expected kernel, copy, fill or host");
+///            "entry 1 (`a`): unknown kind 'sort': expected kernel, copy, fill or host");
 /// # Ok::<(), seqsync::graph::GraphError>(())
 /// ```
 ///
