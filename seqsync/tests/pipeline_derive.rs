@@ -638,7 +638,7 @@ fn readers(n: usize) -> seqsync::pipeline::PipelineSpec {
         );
     for i in 0..n {
         b = b.stage(
-            &format!("r{i}"),
+            format!("r{i}"),
             seqsync::pipeline::StageSpec::on_host().reads("x"),
         );
     }
