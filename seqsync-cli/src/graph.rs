@@ -158,8 +158,10 @@ fn write_trace(path: &std::path::Path, spans: &[run::Span]) -> Result<(), Failur
         }));
     }
     let text = serde_json::json!({ "traceEvents": events }).to_string();
-    std::fs::write(path, text).map_err(|e| Failure {
-        message: format!("cannot write trace file {}: {e}", path.display()),
-        code: 2,
-    })
+    crate::output::PendingFile::create(path)
+        .and_then(|f| f.commit(text.as_bytes()))
+        .map_err(|e| Failure {
+            message: format!("cannot write trace file {}: {e}", path.display()),
+            code: 2,
+        })
 }

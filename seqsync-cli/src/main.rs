@@ -13,6 +13,7 @@ use seqsync_demo::demo::{self, DemoConfig, DemoReport, DroppedWait, Engine, Grap
 mod bench;
 mod check;
 mod graph;
+mod output;
 
 /// seqsync: order GPU work across CUDA streams and host threads by sequence id.
 ///
@@ -148,6 +149,7 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    output::handle_interrupts();
     let cli = Cli::parse();
     let result = match cli.command {
         None => run_demo(cli.demo),
@@ -172,7 +174,7 @@ fn run_demo(a: DemoArgs) -> Result<(), Failure> {
     }
     // Fail on an unwritable trace path before running anything.
     let trace_file = match &a.trace {
-        Some(p) => Some(std::fs::File::create(p).map_err(|e| Failure {
+        Some(p) => Some(output::PendingFile::create(p).map_err(|e| Failure {
             message: format!("cannot write trace file {}: {e}", p.display()),
             code: 2,
         })?),
@@ -219,14 +221,11 @@ fn run_demo(a: DemoArgs) -> Result<(), Failure> {
         drop_edge: a.drop_edge,
         progress,
     };
-    let report = demo::run(&config).inspect_err(|_| {
-        // Leave no empty trace file behind a run that failed.
-        if let Some(p) = &a.trace {
-            let _ = std::fs::remove_file(p);
-        }
-    })?;
-    if let (Some(mut f), Some(t)) = (trace_file, &report.trace) {
-        serde_json::to_writer(&mut f, t).map_err(|e| Failure {
+    // A run that fails leaves no trace file (the pending one goes when dropped).
+    let report = demo::run(&config)?;
+    if let (Some(f), Some(t)) = (trace_file, &report.trace) {
+        let text = serde_json::to_vec(t).expect("a trace serializes");
+        f.commit(&text).map_err(|e| Failure {
             message: format!("cannot write trace: {e}"),
             code: 2,
         })?;
@@ -289,10 +288,12 @@ fn run_sweep(a: DemoArgs) -> Result<(), Failure> {
         let mut p = a.sweep_out.clone().into_os_string();
         p.push(ext);
         let p = PathBuf::from(p);
-        std::fs::write(&p, text).map_err(|e| Failure {
-            message: format!("cannot write {}: {e}", p.display()),
-            code: 2,
-        })?;
+        output::PendingFile::create(&p)
+            .and_then(|f| f.commit(text.as_bytes()))
+            .map_err(|e| Failure {
+                message: format!("cannot write {}: {e}", p.display()),
+                code: 2,
+            })?;
         Ok(p)
     };
     let json = serde_json::to_string_pretty(&report).expect("report serializes");

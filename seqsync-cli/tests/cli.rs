@@ -224,3 +224,58 @@ fn a_bad_sweep_size_is_one_line() {
         assert!(!err.contains("panicked"), "{err}");
     }
 }
+
+/// Ctrl-C (SIGINT) during a run stops the command within a few hundred milliseconds with one
+/// line and exit code 130, and leaves no trace file, not even an empty or half-written one (a
+/// 0-byte file used to stay behind), nor a temporary one.
+#[test]
+fn ctrl_c_stops_the_run_and_leaves_no_half_written_trace() {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let dir = std::env::temp_dir().join(format!("seqsync-interrupt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("run.json");
+    let fanout = common::fanout();
+    for args in [
+        vec![
+            "demo",
+            "--backend",
+            "host",
+            "--batch-bytes",
+            "16384",
+            "--no-baselines",
+            "--batches",
+            "100000000",
+            "--trace",
+            trace.to_str().unwrap(),
+        ],
+        vec!["run", fanout, "--backend", "host", "--batches", "100000000"],
+    ] {
+        let child = Command::new(common::exe())
+            .args(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(800));
+        let sent = Instant::now();
+        // SAFETY: `kill` with a live child's pid and a valid signal number.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+        let out = child.wait_with_output().unwrap();
+        let took = sent.elapsed();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(130), "{args:?}: {err}");
+        assert!(
+            took < Duration::from_millis(500),
+            "{args:?}: stopped after {took:?}"
+        );
+        assert_eq!(
+            err.trim_end().lines().last(),
+            Some("seqsync: interrupted"),
+            "{err}"
+        );
+        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+        assert!(left.is_empty(), "{args:?} left {left:?}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
