@@ -415,3 +415,26 @@ fn check_of_a_long_chain_is_near_linear() {
     );
     assert!(took < std::time::Duration::from_secs(30), "took {took:?}");
 }
+
+/// Sizes beyond the machine's memory are refused before anything is allocated, in one line
+/// (`run --batch-bytes 1TiB` used to abort in the allocator).
+#[test]
+fn run_refuses_sizes_beyond_the_machines_memory() {
+    for bytes in ["1099511627776", "4611686018427387904"] {
+        for spec in [common::fanout(), common::seed()] {
+            let (code, out, err) = common::seqsync(&[
+                "run",
+                spec,
+                "--backend",
+                "host",
+                "--batches",
+                "3",
+                "--batch-bytes",
+                bytes,
+            ]);
+            assert_eq!(code, 2, "{spec} {bytes}: {out}{err}");
+            assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+            assert!(err.contains("of host memory"), "{err}");
+        }
+    }
+}

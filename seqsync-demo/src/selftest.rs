@@ -221,6 +221,23 @@ pub fn run<B: Backend>(
     let slots =
         buffer_slots(spec).map_err(|e: PlanError| crate::invalid("selftest", e.to_string()))?;
     let elems = elems.max(1);
+    // Every slot is host memory: refuse sizes the machine does not have before allocating.
+    let slot_count: u128 = slots.values().map(|&n| u128::from(n.max(1))).sum();
+    let need = slot_count * elems as u128 * 4;
+    if let Some(avail) = crate::demo::available_memory() {
+        if need > u128::from(avail) {
+            return Err(crate::invalid(
+                "selftest",
+                format!(
+                    "these sizes need {:.1} GiB of host memory ({slot_count} buffer slots of {} \
+                     bytes); {:.1} GiB is available",
+                    need as f64 / (1u64 << 30) as f64,
+                    elems as u128 * 4,
+                    avail as f64 / (1u64 << 30) as f64
+                ),
+            ));
+        }
+    }
     let flows: Vec<Arc<StageFlow>> = spec
         .threads
         .iter()

@@ -51,6 +51,7 @@ mod report;
 mod sweep;
 mod trace;
 mod validate;
+pub(crate) use validate::available_memory;
 mod workload;
 
 pub use baseline::StageTiming;

@@ -125,7 +125,8 @@ impl DemoConfig {
 const MAX_SLOTS: usize = 1 << 16;
 
 /// `MemAvailable` of /proc/meminfo in bytes, where there is one.
-fn available_memory() -> Option<u64> {
+/// Host memory available now (Linux `MemAvailable`), if it can be read.
+pub(crate) fn available_memory() -> Option<u64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
