@@ -118,7 +118,21 @@ impl HostBackend {
     }
 
     /// Start a new stream (a worker thread) named `name`.
+    ///
+    /// # Panics
+    /// If the operating system cannot start the stream's worker thread (out of threads or
+    /// memory); [`Backend::new_stream`](crate::backend::Backend::new_stream) returns that as
+    /// an error instead.
     pub fn new_stream(&self, name: &str) -> HostStream {
+        match self.try_new_stream(name) {
+            Ok(s) => s,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// [`new_stream`](Self::new_stream), with a worker thread that cannot be started as an
+    /// error.
+    fn try_new_stream(&self, name: &str) -> Result<HostStream> {
         let n = self.inner.streams_made.fetch_add(1, Ordering::Relaxed);
         let chaos = self.inner.chaos.map(|c| {
             (
@@ -154,7 +168,7 @@ impl Backend for HostBackend {
     }
 
     fn new_stream(&self, name: &str) -> Result<HostStream> {
-        Ok(HostBackend::new_stream(self, name))
+        self.try_new_stream(name)
     }
 
     fn launch_host(

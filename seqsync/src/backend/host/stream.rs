@@ -162,7 +162,7 @@ impl std::fmt::Debug for HostStream {
 }
 
 impl HostStream {
-    pub(crate) fn spawn(name: &str, chaos: Option<(Chaos, SplitMix64)>) -> HostStream {
+    pub(crate) fn spawn(name: &str, chaos: Option<(Chaos, SplitMix64)>) -> Result<HostStream> {
         let shared = Arc::new(StreamShared {
             name: name.to_owned(),
             id: crate::backend::next_stream_id(),
@@ -177,14 +177,26 @@ impl HostStream {
             done_cv: Condvar::new(),
         });
         let worker_shared = shared.clone();
+        // A name the OS cannot take (a NUL) names the thread by the stream's number instead.
+        let thread_name = if name.contains('\0') {
+            "seqsync-stream".to_string()
+        } else {
+            format!("seqsync-stream-{name}")
+        };
         let worker = std::thread::Builder::new()
-            .name(format!("seqsync-stream-{name}"))
+            .name(thread_name)
             .spawn(move || run_worker(&worker_shared, chaos))
-            .expect("failed to spawn a host stream's worker thread");
-        HostStream {
+            .map_err(|e| {
+                Error::Backend(BackendError::new(
+                    "host",
+                    "spawn a stream's worker thread",
+                    format!("stream '{}': {e}", name.escape_debug()),
+                ))
+            })?;
+        Ok(HostStream {
             shared,
             worker: Some(worker),
-        }
+        })
     }
 
     /// The stream's name.
