@@ -438,3 +438,12 @@ fn run_refuses_sizes_beyond_the_machines_memory() {
         }
     }
 }
+
+/// A spec file larger than a spec may be (8 MiB) is refused before it is read.
+#[test]
+fn a_spec_past_the_size_limit_is_refused_at_once() {
+    let path = common::spec_file("huge.toml", &"# padding\n".repeat(9 << 20));
+    let (code, out, err) = common::seqsync(&["check", &path]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("a spec may be"), "{err}");
+}

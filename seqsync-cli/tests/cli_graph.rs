@@ -186,3 +186,40 @@ fn bench_graph_reports_every_lowering() {
     assert_eq!(v["makespan"][0]["false_dependencies"], 0);
     assert!(v["makespan"][2]["false_dependencies"].as_u64().unwrap() > 0);
 }
+
+/// Graph files past the limits are one line, at once, in little memory: more commands than a
+/// graph may hold (20 000 barriers used 9–10 GB and aborted; 5 000 ran past 60 s), and a file
+/// larger than a graph file may be (a 50 MB file aborted).
+#[test]
+fn graph_files_past_the_limits_are_refused_at_once() {
+    let dir = std::env::temp_dir().join(format!("seqsync-graph-limits-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut many = String::new();
+    for i in 0..20_000 {
+        many += &format!(
+            "[[command]]\nname = \"k{i}\"\nkind = \"kernel\"\n[[command]]\nbarrier = true\n"
+        );
+    }
+    let big = "# padding\n".repeat(5 << 20);
+    for (name, text, want) in [
+        ("many", many, "a graph holds at most 4096 commands"),
+        (
+            "big",
+            big,
+            "more than the 4194304 (4 MiB) a graph file may be",
+        ),
+    ] {
+        let path = dir.join(format!("{name}.toml"));
+        std::fs::write(&path, text).unwrap();
+        let start = std::time::Instant::now();
+        let (code, out, err) = seqsync(&["graph", path.to_str().unwrap()]);
+        assert_eq!(code, 2, "{name}: {out}{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{name}: {err}");
+        assert!(err.contains(want), "{name}: {err}");
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(20),
+            "{name}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -125,6 +125,11 @@ impl Dag {
     }
 }
 
+/// The most commands a graph may hold: its analysis keeps a transitive closure and reduction
+/// of `n²` bits and barriers add up to `n²/4` edges, so 4096 commands take about 0.2 s and
+/// 100 MB (BENCHMARKS.md §8), and twice as many four times that.
+pub const MAX_COMMANDS: usize = 4096;
+
 /// Records a command buffer's structure: commands in order, each with an optional `after`
 /// list (names, which may come later in the recording), and execution barriers. A command
 /// recorded after a barrier depends on every command recorded between that barrier and the
@@ -201,13 +206,19 @@ impl DagBuilder {
         }
     }
 
-    /// Validate and build the graph.
+    /// Validate and build the graph (at most [`MAX_COMMANDS`] commands).
     ///
     /// # Errors
     /// [`GraphError::Duplicate`], [`GraphError::UnknownName`], [`GraphError::Cycle`], each
     /// naming the entry.
     pub fn build(self) -> Result<Dag, GraphError> {
         let n = self.names.len();
+        if n > MAX_COMMANDS {
+            return Err(GraphError::TooLarge {
+                commands: n,
+                max: MAX_COMMANDS,
+            });
+        }
         let mut index: HashMap<&str, usize> = HashMap::with_capacity(n);
         for (i, name) in self.names.iter().enumerate() {
             if let Some(&first) = index.get(name.as_str()) {

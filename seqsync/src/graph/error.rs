@@ -66,6 +66,15 @@ pub enum GraphError {
         /// The cycle, starting and ending at `name`, each command after the ones it waits for.
         cycle: Vec<String>,
     },
+    /// More commands than a graph may hold ([`MAX_COMMANDS`](crate::graph::dag::MAX_COMMANDS)):
+    /// the analysis (transitive closure and reduction) is quadratic in the commands.
+    #[error("a graph holds at most {max} commands; this one has {commands} or more")]
+    TooLarge {
+        /// Commands recorded (or read) when the limit was passed.
+        commands: usize,
+        /// The limit.
+        max: usize,
+    },
     /// A command was referred to that this buffer does not hold.
     #[error("command {index} is not in this buffer of {len} commands")]
     NoSuchCommand {

@@ -77,6 +77,14 @@ struct Entry {
 /// [`GraphError::Toml`] for invalid TOML, [`GraphError::Entry`] for an incomplete entry, and
 /// the validation errors of [`DagBuilder::build`].
 pub fn from_str(text: &str) -> Result<GraphSpec, GraphError> {
+    if text.len() > MAX_FILE_BYTES {
+        return Err(GraphError::Toml {
+            message: format!(
+                "the file is {} bytes, more than the {MAX_FILE_BYTES} (4 MiB) a graph file may be",
+                text.len()
+            ),
+        });
+    }
     let file: File = toml::from_str(text).map_err(|e| GraphError::Toml {
         message: e.message().trim().replace('\n', "; ")
             + &e.span()
@@ -106,6 +114,12 @@ pub fn from_str(text: &str) -> Result<GraphSpec, GraphError> {
             }
             b.barrier();
             continue;
+        }
+        if us.len() == super::dag::MAX_COMMANDS {
+            return Err(GraphError::TooLarge {
+                commands: us.len() + 1,
+                max: super::dag::MAX_COMMANDS,
+            });
         }
         let name = e
             .name
@@ -142,6 +156,10 @@ pub fn from_str(text: &str) -> Result<GraphSpec, GraphError> {
         us,
     })
 }
+
+/// The largest graph file: 4 MiB (about 60 000 entries, far more than the commands a graph
+/// may hold).
+pub const MAX_FILE_BYTES: usize = 4 << 20;
 
 /// The longest a command of a graph file may run (`us`): 10 s.
 pub const MAX_COMMAND_US: u64 = 10_000_000;

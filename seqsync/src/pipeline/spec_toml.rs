@@ -132,6 +132,10 @@ impl<'a> Lines<'a> {
     }
 }
 
+/// The largest spec text: 8 MiB (about 80 000 stages; parsing, deriving and checking one
+/// that large takes seconds and a few hundred MB: BENCHMARKS.md §8).
+pub const MAX_SPEC_BYTES: usize = 8 << 20;
+
 /// Parses and validates a spec.
 ///
 /// # Errors
@@ -153,6 +157,15 @@ impl<'a> Lines<'a> {
 /// assert_eq!(spec.threads[0].stages[0].name.name, "w");
 /// ```
 pub fn from_str(src: &str) -> Result<PipelineSpec, PlanError> {
+    if src.len() > MAX_SPEC_BYTES {
+        return Err(PlanError::Toml {
+            line: None,
+            message: format!(
+                "the spec is {} bytes, more than the {MAX_SPEC_BYTES} (8 MiB) a spec may be",
+                src.len()
+            ),
+        });
+    }
     let lines = Lines::new(src);
     let raw: RawSpec = toml::from_str(src).map_err(|e| PlanError::Toml {
         line: lines.span(e.span()),
@@ -169,6 +182,18 @@ pub fn from_str(src: &str) -> Result<PipelineSpec, PlanError> {
 /// [`PlanError::Io`] if the file cannot be read, otherwise as [`from_str`].
 pub fn from_path(path: impl AsRef<Path>) -> Result<PipelineSpec, PlanError> {
     let path = path.as_ref();
+    // Not read at all if it is larger than a spec may be.
+    if let Ok(m) = std::fs::metadata(path) {
+        if m.len() > MAX_SPEC_BYTES as u64 {
+            return Err(PlanError::Toml {
+                line: None,
+                message: format!(
+                    "the spec is {} bytes, more than the {MAX_SPEC_BYTES} (8 MiB) a spec may be",
+                    m.len()
+                ),
+            });
+        }
+    }
     let src = std::fs::read_to_string(path).map_err(|e| PlanError::Io {
         path: path.display().to_string(),
         message: e.to_string(),
