@@ -71,14 +71,24 @@ pub fn ancestors(dag: &Dag) -> Vec<BitSet> {
 
 /// The transitive reduction: for each command, its direct dependencies that are not also an
 /// ancestor of another of its direct dependencies.
+///
+/// A dependency `a` of `c` is redundant exactly when it is an ancestor of another dependency of
+/// `c`; since the graph is acyclic, `a` is never its own ancestor, so the union of the
+/// dependencies' ancestor sets holds exactly the redundant ones: `O(deg · n / 64)` per command
+/// (a barrier between two halves of 2 048 commands took 14 s pair by pair, `O(deg²)`).
 pub fn reduction(dag: &Dag, ancestors: &[BitSet]) -> Vec<Vec<usize>> {
-    (0..dag.len())
+    let n = dag.len();
+    (0..n)
         .map(|c| {
             let p = dag.preds(c);
-            p.iter()
-                .copied()
-                .filter(|&a| !p.iter().any(|&b| b != a && ancestors[b].contains(a)))
-                .collect()
+            if p.len() < 2 {
+                return p.to_vec();
+            }
+            let mut covered = BitSet::new(n);
+            for &b in p {
+                covered.union_with(&ancestors[b]);
+            }
+            p.iter().copied().filter(|&a| !covered.contains(a)).collect()
         })
         .collect()
 }
