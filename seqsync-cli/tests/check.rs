@@ -447,3 +447,30 @@ fn a_spec_past_the_size_limit_is_refused_at_once() {
     assert_eq!(code, 2, "{out}{err}");
     assert!(err.contains("a spec may be"), "{err}");
 }
+
+/// The documented ring limit is usable: a ring of `max_size` = `seqsync::ring::MAX_SIZE` runs
+/// (2^30, the former limit, allocated 8–16 GiB up front and aborted); one past it is one line.
+#[test]
+fn a_ring_of_the_documented_limit_runs_and_one_past_it_is_refused() {
+    let max = seqsync::ring::MAX_SIZE;
+    let set = format!("h.max_size={max}");
+    let (code, out, err) = common::seqsync(&[
+        "run",
+        common::seed(),
+        "--backend",
+        "host",
+        "--batches",
+        "3",
+        "--set",
+        &set,
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    for too_big in [max as u64 + 1, 1 << 30] {
+        let set = format!("h.max_size={too_big}");
+        let (code, out, err) =
+            common::seqsync(&["run", common::seed(), "--backend", "host", "--set", &set]);
+        assert_eq!(code, 2, "{out}{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains("MAX_SIZE"), "{err}");
+    }
+}

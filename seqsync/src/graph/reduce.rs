@@ -88,7 +88,10 @@ pub fn reduction(dag: &Dag, ancestors: &[BitSet]) -> Vec<Vec<usize>> {
             for &b in p {
                 covered.union_with(&ancestors[b]);
             }
-            p.iter().copied().filter(|&a| !covered.contains(a)).collect()
+            p.iter()
+                .copied()
+                .filter(|&a| !covered.contains(a))
+                .collect()
         })
         .collect()
 }

@@ -51,17 +51,20 @@ mod state;
 
 use state::{slot_seq, tag_of, Slot, Word, CONSUMER_WAITING, PRODUCER_WAITING};
 
-/// The largest `max_size` a ring accepts (2^30 entries). The pipeline layer enforces the same
-/// limit when it derives or is asked for a ring's size, so `seqsync check` accepts exactly the
-/// sizes a ring can be built with.
-pub const MAX_SIZE: usize = 1 << 30;
+/// The largest `max_size` a ring accepts (2^20 entries). A ring creates its `max_size` events
+/// and slots up front, so this bounds what one ring can take: at 2^20 about 100 MB and a
+/// quarter of a second on the host backend (BENCHMARKS.md §8); at the former 2^30 a ring of
+/// the documented limit took 8–16 GiB and aborted. The pipeline layer enforces the same limit
+/// when it derives or is asked for a ring's size, so `seqsync check` accepts exactly the sizes
+/// a ring can be built with.
+pub const MAX_SIZE: usize = 1 << 20;
 
 /// The most consumers a ring may have (`nconsumers`): 1023.
 pub const MAX_CONSUMERS: u32 = state::MAX_CONSUMERS;
 
 /// From this seq on, slot tags (42 bits) may wrap relative to the seqs callers pass: consumers
 /// then read a slot's full seq back against `next` (see `state::slot_seq`). Below it every tag
-/// is `seq + max_size < 2^40 + 2^30 < 2^42`, and a tag is the seq itself.
+/// is `seq + max_size < 2^40 + 2^20 < 2^42`, and a tag is the seq itself.
 const TAGS_WRAP_FROM: i64 = 1 << 40;
 
 /// Where slot `index` stands for a consumer asking for `seq`.
@@ -198,7 +201,7 @@ impl<B: Backend> EventRingbuf<B> {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when `max_size == 0`, `max_size > `[`MAX_SIZE`] (2^30), or
+    /// [`Error::InvalidArgument`] when `max_size == 0`, `max_size > `[`MAX_SIZE`] (2^20), or
     /// `nconsumers > 1023`; [`Error::Backend`] when an event cannot be created.
     pub fn new(
         backend: &B,
@@ -286,7 +289,7 @@ impl<B: Backend> EventRingbuf<B> {
         if max_size > MAX_SIZE {
             return Err(Error::invalid(
                 &name,
-                format!("max_size={max_size} exceeds 2^30 (MAX_SIZE)"),
+                format!("max_size={max_size} exceeds 2^20 (MAX_SIZE)"),
             ));
         }
         if nconsumers > MAX_CONSUMERS {

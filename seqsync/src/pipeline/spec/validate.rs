@@ -10,7 +10,7 @@ use crate::pipeline::error::PlanError;
 /// The one max_size limit, [`crate::ring::MAX_SIZE`], in words.
 pub(crate) fn max_size_limit() -> String {
     format!(
-        "a ring holds at most 2^30 = {} entries (seqsync::ring::MAX_SIZE)",
+        "a ring holds at most 2^20 = {} entries (seqsync::ring::MAX_SIZE)",
         crate::ring::MAX_SIZE
     )
 }
