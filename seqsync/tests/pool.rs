@@ -1099,7 +1099,43 @@ fn a_free_waiting_before_its_signal_is_refused_where_it_cannot_be_held<B: MemOps
     b.sync_stream(&q);
 }
 
+/// A free held back on a timeline value does not keep the timeline alive as a handle: when the
+/// application drops its last handle with nothing enqueued to reach the value, the timeline
+/// fails (`TimelineDropped`), the free's stream goes on, and the block is leaked, not handed
+/// out (the pool's own handle used to keep the timeline from failing: the stream waited
+/// forever and the block stayed quarantined).
+fn a_held_free_does_not_keep_its_timeline_from_failing_when_dropped<B: MemOps>(b: &B) {
+    let p = pool(b, PoolConfig::default());
+    let q = b.stream();
+    let r = Timeline::new(b, "r", 0).unwrap();
+    if !r.mechanism().holds_commands() {
+        return; // refused there (see above)
+    }
+    let a = p.alloc(&q, 1024, &[]).unwrap();
+    p.free(&q, a.block, &[Wait::Timeline(&r, 1)]).unwrap();
+    assert_eq!(p.stats().quarantined, 1);
+    drop(r);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let c = p.alloc(&q, 1024, &[]).unwrap();
+        assert_ne!(
+            c.block.addr(),
+            a.block.addr(),
+            "handed out a block whose free failed"
+        );
+        p.free(&q, c.block, &[]).unwrap();
+        let s = p.stats();
+        if (s.quarantined, s.leaked) == (0, 1) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "still held: {s:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    b.sync_stream(&q);
+}
+
 on_both_backends!(
+    a_held_free_does_not_keep_its_timeline_from_failing_when_dropped,
     a_free_waiting_before_its_signal_is_refused_where_it_cannot_be_held,
     a_free_whose_wait_fails_later_never_frees,
     a_free_whose_wait_is_reached_later_frees_then,

@@ -7,13 +7,13 @@ use std::sync::{Arc, Mutex, Weak};
 
 use crate::backend::{Backend, EventOptions};
 use crate::error::Result;
-use crate::timeline::Timeline;
+use crate::timeline::{Observer, Timeline};
 
 /// The timeline values a free waited on that were not reached when it was called. A failure
 /// releases a stream wait whatever the value, so a stream's later point proves nothing about
 /// the work the value stands for until the host sees the value reached: until then the freed
 /// block is held back; if one of them fails first, the block is never handed out again.
-pub(crate) struct Until<B: Backend>(Vec<(Timeline<B>, u64)>);
+pub(crate) struct Until<B: Backend>(Vec<(Observer<B>, u64)>);
 
 /// What an [`Until`] says now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -235,10 +235,10 @@ impl<B: Backend> Wait<'_, B> {
 
     /// The timeline value this entry waits for, if it is one the host has not seen reached
     /// (a timeline that failed counts: see [`Until`]).
-    pub(crate) fn unreached(&self) -> Option<(Timeline<B>, u64)> {
+    pub(crate) fn unreached(&self) -> Option<(Observer<B>, u64)> {
         match self {
             Wait::Timeline(t, v) if !matches!(t.query(), Ok(c) if c >= *v) => {
-                Some(((*t).clone(), *v))
+                Some((t.observer(), *v))
             }
             _ => None,
         }

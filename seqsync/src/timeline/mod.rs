@@ -455,6 +455,29 @@ impl<B: Backend> Timeline<B> {
     }
 }
 
+/// A timeline seen without holding a handle of it: its value can be read, and dropping the last
+/// [`Timeline`] handle still does what it does (a pool that holds back a freed block until a
+/// value is reached must not keep the timeline from failing when its last handle goes).
+pub(crate) struct Observer<B: Backend> {
+    shared: Arc<Shared<B>>,
+}
+
+impl<B: Backend> Observer<B> {
+    /// As [`Timeline::query`].
+    pub(crate) fn query(&self) -> Result<u64> {
+        self.shared.observe()
+    }
+}
+
+impl<B: Backend> Timeline<B> {
+    /// An observer of this timeline, which is not a handle.
+    pub(crate) fn observer(&self) -> Observer<B> {
+        Observer {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
 /// Is `stream` poisoned: did a failure release a timeline wait enqueued on it, so that every
 /// timeline it signals from now on fails (see [Failure](self#failure))? A stream shared by
 /// unrelated work (a pool of streams) must not be used for new work once it is.
