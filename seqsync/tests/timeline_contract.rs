@@ -436,7 +436,33 @@ fn a_failure_spreads_by_one_rule_whatever_was_pruned<B: Harness>(b: &B) {
     }
 }
 
+/// A dropped timeline whose enqueued signal can never land (its stream waits, before it, for a
+/// value of the same timeline that nothing enqueued reaches) fails once its value has stood
+/// still for the drain's stall bound, so the stream goes on (it used to wait forever).
+fn a_drop_whose_signal_can_never_land_fails_after_the_stall_bound<B: Harness>(b: &B) {
+    let t = Timeline::new(b, "t", 0).unwrap();
+    let after = Timeline::new(b, "after", 0).unwrap();
+    let s = b.stream();
+    t.wait_on(&s, 2).unwrap();
+    t.signal_on(&s, 1).unwrap();
+    after.signal_on(&s, 1).unwrap();
+    drop(t);
+    let start = Instant::now();
+    let err = after.wait(1, Duration::from_secs(30)).unwrap_err();
+    assert!(
+        matches!(err.root_cause(), Error::TimelineDropped { .. }),
+        "{err}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        start.elapsed()
+    );
+    b.sync_stream(&s);
+}
+
 on_both_backends!(
+    a_drop_whose_signal_can_never_land_fails_after_the_stall_bound,
     drop_with_its_signal_enqueued_changes_nothing,
     drop_fails_only_what_nothing_enqueued_reaches,
     a_failure_spreads_by_one_rule_whatever_was_pruned,

@@ -13,22 +13,38 @@
 //! when the first timeline is kept, ended when none is left) looks at the kept timelines every
 //! [`POLL`]. Memory: one entry per timeline dropped with signals in flight, gone once they
 //! land.
+//!
+//! A signal in flight may never land: its stream may itself wait, before it, for a value of
+//! this timeline that nothing enqueued reaches (or for another timeline that only this one's
+//! waiters would signal). With no handle left, nobody can signal that value any more. So a kept
+//! timeline whose value has not moved for [`STALL`] while stream waits on it exist for values
+//! above everything enqueued fails then, as it would have at the drop (which releases its
+//! other waits too: the bound that keeps a dropped timeline from hanging its streams forever).
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A timeline kept until its signals in flight have landed.
 pub(crate) trait Draining: Send + Sync {
-    /// Settle it if its signals have landed (or it failed): `true` once there is nothing
-    /// left to do.
-    fn settle(&self) -> bool;
+    /// Settle it if its signals have landed (or it failed), or, with `stalled`, if waits on
+    /// it for values nothing enqueued reaches exist: `true` once there is nothing left to do.
+    fn settle(&self, stalled: bool) -> bool;
+    /// Its value now (to see whether it moves).
+    fn progress(&self) -> u64;
 }
 
 /// How often the kept timelines are looked at.
 pub(crate) const POLL: Duration = Duration::from_millis(1);
 
+/// How long a kept timeline's value may stand still before its signals in flight are taken
+/// for stuck (see the module docs).
+pub(crate) const STALL: Duration = Duration::from_secs(5);
+
+/// A kept timeline, the value it had when last seen moving, and since when.
+type Entry = (Arc<dyn Draining>, u64, Instant);
+
 struct Kept {
-    list: Vec<Arc<dyn Draining>>,
+    list: Vec<Entry>,
     /// A thread is looking at `list`.
     running: bool,
 }
@@ -45,7 +61,8 @@ fn lock() -> std::sync::MutexGuard<'static, Kept> {
 /// Keep `t` until it settles.
 pub(crate) fn keep(t: Arc<dyn Draining>) {
     let mut k = lock();
-    k.list.push(t);
+    let v = t.progress();
+    k.list.push((t, v, Instant::now()));
     if k.running {
         return;
     }
@@ -63,7 +80,16 @@ fn run() {
         let list = std::mem::take(&mut lock().list);
         // Settled outside the lock: settling fails timelines, and a timeline dropped here may
         // keep another.
-        let mut left: Vec<_> = list.into_iter().filter(|t| !t.settle()).collect();
+        let now = Instant::now();
+        let mut left: Vec<Entry> = list
+            .into_iter()
+            .filter_map(|(t, seen, since)| {
+                let v = t.progress();
+                let (seen, since) = if v != seen { (v, now) } else { (seen, since) };
+                let stalled = now.duration_since(since) >= STALL;
+                (!t.settle(stalled)).then_some((t, seen, since))
+            })
+            .collect();
         let mut k = lock();
         left.append(&mut k.list);
         k.list = left;

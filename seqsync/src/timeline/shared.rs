@@ -256,16 +256,17 @@ impl<B: Backend> Shared<B> {
         {
             return false;
         }
-        if !self.settle_dropped() {
+        if !self.settle_dropped(false) {
             super::drain::keep(self.clone());
         }
         true
     }
 
-    /// After the last handle went: `false` while signals enqueued are still in flight; else
-    /// fail the timeline if streams wait on it for values above the last one enqueued (no
-    /// signal can come any more), and `true`.
-    fn settle_dropped(&self) -> bool {
+    /// After the last handle went: `false` while signals enqueued are still in flight (unless
+    /// `stalled` and streams wait for values above every signal enqueued: then it fails, see
+    /// [`super::drain`]); else fail the timeline if streams wait on it for values above the
+    /// last one enqueued (no signal can come any more), and `true`.
+    fn settle_dropped(&self, stalled: bool) -> bool {
         let st = self.lock();
         let (last, failed) = (st.last_enqueued, st.failure.is_some());
         drop(st);
@@ -277,7 +278,7 @@ impl<B: Backend> Shared<B> {
             // Failed by the backend: the failure releases its waits.
             _ => return true,
         };
-        if current < last {
+        if current < last && !(stalled && !propagate::waits_on(self.id(), last).is_empty()) {
             return false;
         }
         let pending = propagate::waits_on(self.id(), current).len();
@@ -294,8 +295,12 @@ impl<B: Backend> Shared<B> {
 }
 
 impl<B: Backend> super::drain::Draining for Shared<B> {
-    fn settle(&self) -> bool {
-        self.settle_dropped()
+    fn settle(&self, stalled: bool) -> bool {
+        self.settle_dropped(stalled)
+    }
+
+    fn progress(&self) -> u64 {
+        self.reached_value()
     }
 }
 
