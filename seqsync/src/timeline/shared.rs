@@ -278,7 +278,9 @@ impl<B: Backend> Shared<B> {
             // Failed by the backend: the failure releases its waits.
             _ => return true,
         };
-        if current < last && !(stalled && !propagate::waits_on(self.id(), last).is_empty()) {
+        // Stuck for good: stalled, with waits above everything enqueued.
+        let stuck = stalled && !propagate::waits_on(self.id(), last).is_empty();
+        if current < last && !stuck {
             return false;
         }
         let pending = propagate::waits_on(self.id(), current).len();
