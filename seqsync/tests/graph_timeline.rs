@@ -280,10 +280,17 @@ fn cts_barrier_signals<B: GraphBackend>(b: &B) {
         signals: &[(&s, 2)],
     };
     if !waits_hold_commands(&t) {
-        // On a queue, the barrier would hold the queue's later work with end events the
-        // mechanism cannot hold: refused. On no queue it holds only its signals.
+        // The barrier would hold the queue's later work with end events the mechanism cannot
+        // hold, and on no queue it would leave its pool stream holding timeline operations on
+        // the host: refused either way, until the wait's signal is on the device.
         refused_before_its_signal(pool.submit_with(&mut empty, &how), 1);
         how.affinity = Affinity::ANY;
+        refused_before_its_signal(pool.submit_with(&mut empty, &how), 1);
+        let sig = b.new_stream("signaller").unwrap();
+        t.signal_on(&sig, 1).unwrap();
+        pool.submit_with(&mut empty, &how).unwrap();
+        s.wait(2, LONG).unwrap();
+        return;
     }
     pool.submit_with(&mut empty, &how).unwrap();
     std::thread::sleep(Duration::from_millis(20));

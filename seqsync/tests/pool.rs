@@ -1134,7 +1134,39 @@ fn a_held_free_does_not_keep_its_timeline_from_failing_when_dropped<B: MemOps>(b
     b.sync_stream(&q);
 }
 
+/// A free on a stream whose timeline operations are held on the host behind an earlier
+/// deferred wait (CUDA `events`): its own timeline wait would be held there too and hold
+/// nothing, so it is refused, even though that wait's signal is on the device; elsewhere it
+/// frees as usual.
+fn a_free_on_a_stream_holding_deferred_waits_is_refused_where_they_hold_nothing<B: MemOps>(b: &B) {
+    let p = pool(b, PoolConfig::default());
+    let (q, sig) = (b.stream(), b.stream());
+    let (gate, r) = (
+        Timeline::new(b, "gate", 0).unwrap(),
+        Timeline::new(b, "r", 0).unwrap(),
+    );
+    let a = p.alloc(&q, 1024, &[]).unwrap();
+    gate.wait_on(&q, 1).unwrap();
+    b.busy(&sig, Duration::from_millis(20));
+    r.signal_on(&sig, 1).unwrap();
+    let r_free = p.free(&q, a.block, &[Wait::Timeline(&r, 1)]);
+    if gate.mechanism().holds_commands() {
+        r_free.unwrap();
+    } else {
+        let e = r_free.unwrap_err();
+        assert!(
+            matches!(e, Error::WaitBeforeSignalUnsupported { .. }),
+            "{e}"
+        );
+        p.free(&sig, a.block, &[]).unwrap();
+    }
+    gate.signal(1).unwrap();
+    b.sync_stream(&q);
+    b.sync_stream(&sig);
+}
+
 on_both_backends!(
+    a_free_on_a_stream_holding_deferred_waits_is_refused_where_they_hold_nothing,
     a_held_free_does_not_keep_its_timeline_from_failing_when_dropped,
     a_free_waiting_before_its_signal_is_refused_where_it_cannot_be_held,
     a_free_whose_wait_fails_later_never_frees,

@@ -239,4 +239,13 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// Enqueue on `stream`: work enqueued afterwards runs only once the word is `>= value`, or
     /// failed, even if no signal of `value` has been enqueued yet (wait-before-signal).
     fn wait_on(&self, stream: &Self::Stream, sem: &Self::Semaphore, value: u64) -> Result<()>;
+
+    /// Are timeline operations on `stream` held on the host right now, behind a wait whose
+    /// signal is not on the device yet (CUDA `events`)? Then a timeline wait enqueued on it is
+    /// held too, and holds no command: callers that need their commands held refuse. False
+    /// where waits are held on the device (the default).
+    fn defers_timeline_ops(&self, stream: &Self::Stream) -> bool {
+        let _ = stream;
+        false
+    }
 }

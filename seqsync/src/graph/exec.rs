@@ -35,7 +35,8 @@
 //! Where the timeline mechanism holds only timeline operations behind a wait whose signal is
 //! not on the device yet (CUDA `events`: see [`Mechanism`](crate::timeline::Mechanism)), a
 //! submission that would need its commands held — one with commands, a graph replay, or a
-//! barrier on a queue (its end events are commands) — is refused with
+//! barrier (on a queue its end events are commands; on none it would leave its pool stream
+//! holding timeline operations on the host) — is refused with
 //! [`Error::WaitBeforeSignalUnsupported`](crate::Error::WaitBeforeSignalUnsupported) before
 //! anything is enqueued.
 
@@ -203,7 +204,12 @@ impl<B: CommandBackend> StreamPool<B> {
         let s = &self.streams[i];
         // A poisoned stream fails every timeline it signals: work of another submission that
         // did not depend on the failure must not land on it.
-        if s.broken || crate::timeline::is_poisoned(&self.backend, &s.stream) {
+        // Nor one whose timeline operations are held on the host (CUDA `events`): a wait of a
+        // later submission there would hold none of its commands.
+        if s.broken
+            || crate::timeline::is_poisoned(&self.backend, &s.stream)
+            || self.backend.defers_timeline_ops(&s.stream)
+        {
             return Ok(false);
         }
         match s.last {
@@ -280,9 +286,9 @@ impl<B: CommandBackend> StreamPool<B> {
         // queue holds the queue's later work behind them, through the end events it records,
         // which are commands too. Only a barrier on no queue holds nothing but its signals,
         // which every mechanism holds.
-        if !empty || queue.is_some() {
-            how.check_waits_hold_commands()?;
-        }
+        // A barrier on no queue holds only its signals, but checked all the same: a deferred
+        // wait would leave its pool stream holding timeline operations on the host.
+        how.check_waits_hold_commands()?;
         if empty && how.signals.is_empty() && (how.waits.is_empty() || queue.is_none()) {
             // Nothing to hold and nothing to signal: the queue's last end stays what it was
             // (a submission after this one is still behind the one before it).

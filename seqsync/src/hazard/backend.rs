@@ -285,6 +285,10 @@ impl<B: Backend> Backend for ValidatingBackend<B> {
         Ok(())
     }
 
+    fn defers_timeline_ops(&self, stream: &Self::Stream) -> bool {
+        self.inner.defers_timeline_ops(&stream.inner)
+    }
+
     fn wait_on(&self, stream: &Self::Stream, sem: &Self::Semaphore, value: u64) -> Result<()> {
         self.inner.wait_on(&stream.inner, &sem.inner, value)?;
         let point = sem

@@ -119,7 +119,7 @@ impl<B: MemoryBackend> NativePool<B> {
                 max: usize::MAX,
             });
         }
-        Clocks::check_waits(&self.backend, waits)?;
+        Clocks::check_waits(&self.backend, stream, waits)?;
         let sid = self.backend.stream_id(stream);
         let mut st = self.lock();
         self.settle_quarantine(&mut st, stream);
@@ -180,7 +180,7 @@ impl<B: MemoryBackend> NativePool<B> {
                 }
             });
         }
-        Clocks::check_waits(&self.backend, waits)?;
+        Clocks::check_waits(&self.backend, stream, waits)?;
         self.settle_quarantine(&mut st, stream);
         st.clocks.enqueue_waits(&self.backend, stream, sid, waits)?;
         if let Some(until) = Until::of(waits) {

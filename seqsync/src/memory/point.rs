@@ -218,8 +218,9 @@ impl<B: Backend> Clone for Wait<'_, B> {
 impl<B: Backend> Copy for Wait<'_, B> {}
 
 impl<B: Backend> Wait<'_, B> {
-    /// Fail if the producer has failed already (without blocking).
-    fn check(&self, backend: &B) -> Result<()> {
+    /// Fail if the producer has failed already (without blocking), or if the wait would not
+    /// hold what follows it on `stream`.
+    fn check(&self, backend: &B, stream: &B::Stream) -> Result<()> {
         match self {
             Wait::Point(p) => backend.query(p.event()).map(drop),
             Wait::Event(e) => backend.query(e).map(drop),
@@ -228,7 +229,7 @@ impl<B: Backend> Wait<'_, B> {
             // refused before anything is enqueued.
             Wait::Timeline(t, v) => {
                 t.query()?;
-                t.check_holds_commands(*v)
+                t.check_holds_commands_on(stream, *v)
             }
         }
     }
@@ -282,9 +283,13 @@ impl<B: Backend> Clocks<B> {
 
     /// Fail if a wait's producer has already failed (a non-blocking query of each event), so
     /// that a call with a failing wait list changes nothing.
-    pub(crate) fn check_waits(backend: &B, waits: &[Wait<'_, B>]) -> Result<()> {
+    pub(crate) fn check_waits(
+        backend: &B,
+        stream: &B::Stream,
+        waits: &[Wait<'_, B>],
+    ) -> Result<()> {
         for w in waits {
-            w.check(backend)?;
+            w.check(backend, stream)?;
         }
         Ok(())
     }

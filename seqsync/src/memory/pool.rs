@@ -212,7 +212,7 @@ impl<B: MemoryBackend> Pool<B> {
                 max: self.max_alloc(),
             });
         }
-        Clocks::check_waits(&self.backend, waits)?;
+        Clocks::check_waits(&self.backend, stream, waits)?;
         let class = class_size(size, self.config.alignment);
         let sid = self.backend.stream_id(stream);
         let mut guard = self.lock();
@@ -407,7 +407,7 @@ impl<B: MemoryBackend> Pool<B> {
         let Some(&live) = st.live.get(&block.addr) else {
             return Err(self.not_live(st, block.addr));
         };
-        Clocks::check_waits(&self.backend, waits)?;
+        Clocks::check_waits(&self.backend, stream, waits)?;
         st.clocks.enqueue_waits(&self.backend, stream, sid, waits)?;
         let death = st.clocks.record(&self.backend, stream, sid)?;
         st.live.remove(&block.addr);

@@ -405,6 +405,22 @@ impl<B: Backend> Timeline<B> {
     ///
     /// # Errors
     /// [`Error::WaitBeforeSignalUnsupported`].
+    pub(crate) fn check_holds_commands_on(&self, stream: &B::Stream, v: u64) -> Result<()> {
+        self.check_holds_commands(v)?;
+        if self.shared.backend.defers_timeline_ops(stream) {
+            let st = self.shared.lock();
+            return Err(Error::WaitBeforeSignalUnsupported {
+                timeline: self.shared.name.clone(),
+                value: v,
+                enqueued: st.last_enqueued,
+                mechanism: self.mechanism().name().to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    /// As [`check_holds_commands_on`](Self::check_holds_commands_on), for a wait on a stream
+    /// whose own timeline operations are not held (a new or checked stream).
     pub(crate) fn check_holds_commands(&self, v: u64) -> Result<()> {
         let mechanism = self.mechanism();
         if mechanism.holds_commands() {

@@ -373,4 +373,8 @@ impl Backend for CudaBackend {
         bind_for(stream)?;
         sem.wait_on(stream, value)
     }
+
+    fn defers_timeline_ops(&self, stream: &Arc<CudaStream>) -> bool {
+        self.timelines.defers_on(stream)
+    }
 }

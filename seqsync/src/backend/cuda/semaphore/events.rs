@@ -118,6 +118,11 @@ impl DeferredQueues {
         first_err.map_or(Ok(()), Err)
     }
 
+    /// Does `stream` have timeline operations held now?
+    pub(crate) fn holds(&self, stream: &Arc<CudaStream>) -> bool {
+        self.any.load(Ordering::SeqCst) && self.lock().contains_key(&key(stream))
+    }
+
     /// Deferred waits and signals held right now (for tests and diagnostics).
     pub(crate) fn held(&self) -> usize {
         self.lock().values().map(|q| q.ops.len()).sum()

@@ -138,6 +138,11 @@ impl TimelineSupport {
         self.deferred.held()
     }
 
+    /// Does `stream` hold timeline operations on the host now (events mechanism)?
+    pub(crate) fn defers_on(&self, stream: &Arc<CudaStream>) -> bool {
+        self.deferred.holds(stream)
+    }
+
     /// Word writes and word waits enqueued by `events+memops` timelines so far.
     pub(crate) fn word_ops(&self) -> (u64, u64) {
         (
