@@ -125,12 +125,24 @@ impl DeferredQueues {
     }
 
     /// Deferred waits and signals held right now (for tests and diagnostics).
-    pub(crate) fn held(&self) -> usize {
-        self.lock().values().map(|q| q.ops.len()).sum()
+    /// Only the operations of words made with `pool` (one backend's event pool: the queues
+    /// are shared by every backend of the process).
+    pub(crate) fn held(&self, pool: &Arc<EventPool>) -> usize {
+        let word = |op: &HeldOp| match op {
+            HeldOp::Wait(w, _) | HeldOp::Signal(w, _) => w.pool_id,
+        };
+        let id = Arc::as_ptr(pool) as usize;
+        self.lock()
+            .values()
+            .map(|q| q.ops.iter().filter(|op| word(op) == id).count())
+            .sum()
     }
 }
 
 pub(crate) struct EventsWord {
+    /// The event pool it was made with (its backend's), by address: see
+    /// [`DeferredQueues::held`].
+    pool_id: usize,
     ctx: Arc<CudaContext>,
     deferred: Arc<DeferredQueues>,
     /// The crate's short-section lock (`lock/`): held for an event record or stream wait, and
@@ -150,6 +162,7 @@ impl EventsWord {
         initial: u64,
     ) -> Self {
         EventsWord {
+            pool_id: Arc::as_ptr(pool) as usize,
             ctx: ctx.clone(),
             deferred: deferred.clone(),
             points: Lock::new(EventPoints::new(pool, initial)),

@@ -135,7 +135,7 @@ impl TimelineSupport {
 
     /// Timeline operations held on the host, waiting for their signal (events mechanism).
     pub(crate) fn deferred_held(&self) -> usize {
-        self.deferred.held()
+        self.deferred.held(&self.events)
     }
 
     /// Does `stream` hold timeline operations on the host now (events mechanism)?
