@@ -126,7 +126,7 @@ impl<B: Backend> Submit<'_, B> {
     fn check_waits_hold_commands(&self) -> Result<()> {
         self.waits
             .iter()
-            .try_for_each(|(t, v)| t.check_holds_commands(*v))
+            .try_for_each(|(t, v)| t.check_holds_commands(None, *v))
     }
 }
 
@@ -282,12 +282,10 @@ impl<B: CommandBackend> StreamPool<B> {
     ) -> Result<Submitted> {
         let queue = how.affinity.single();
         let empty = exe.schedule.order.is_empty();
-        // A submission with commands holds them behind its waits; a barrier (no commands) on a
-        // queue holds the queue's later work behind them, through the end events it records,
-        // which are commands too. Only a barrier on no queue holds nothing but its signals,
-        // which every mechanism holds.
-        // A barrier on no queue holds only its signals, but checked all the same: a deferred
-        // wait would leave its pool stream holding timeline operations on the host.
+        // Every submission is checked: one with commands holds them behind its waits; a barrier
+        // on a queue holds the queue's later work through the end events it records (commands
+        // too); and a barrier on no queue, though it holds only its signals, would leave a
+        // deferred wait on its pool stream, holding timeline operations on the host.
         how.check_waits_hold_commands()?;
         if empty && how.signals.is_empty() && (how.waits.is_empty() || queue.is_none()) {
             // Nothing to hold and nothing to signal: the queue's last end stays what it was

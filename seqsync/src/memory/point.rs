@@ -229,7 +229,7 @@ impl<B: Backend> Wait<'_, B> {
             // refused before anything is enqueued.
             Wait::Timeline(t, v) => {
                 t.query()?;
-                t.check_holds_commands_on(stream, *v)
+                t.check_holds_commands(Some(stream), *v)
             }
         }
     }

@@ -87,7 +87,13 @@ fn run() {
                 let v = t.progress();
                 let (seen, since) = if v != seen { (v, now) } else { (seen, since) };
                 let stalled = now.duration_since(since) >= STALL;
-                (!t.settle(stalled)).then_some((t, seen, since))
+                if t.settle(stalled) {
+                    return None;
+                }
+                // Stalled but not stuck for good (its waits are all for enqueued values): look
+                // for stuck waits again only after another stall (the search takes every
+                // stream's ledger lock), not on every poll.
+                Some((t, seen, if stalled { now } else { since }))
             })
             .collect();
         let mut k = lock();

@@ -400,37 +400,22 @@ impl<B: Backend> Timeline<B> {
 
     /// `Ok` if commands enqueued on a stream after `wait_on(stream, v)` are held until `v`:
     /// always, except with a mechanism that holds only timeline operations
-    /// ([`Mechanism::holds_commands`]) while no signal of `v` or above is signalled or enqueued
-    /// yet. Once `Ok`, it stays `Ok` (the highest enqueued value only grows).
+    /// ([`Mechanism::holds_commands`]) while no point of a signal at or above `v` exists on the
+    /// device yet (none enqueued, or one held on the host behind another deferred wait), or
+    /// while `stream` (when given) holds timeline operations on the host itself (then the
+    /// wait is held there too, and holds no command).
     ///
     /// # Errors
     /// [`Error::WaitBeforeSignalUnsupported`].
-    pub(crate) fn check_holds_commands_on(&self, stream: &B::Stream, v: u64) -> Result<()> {
-        self.check_holds_commands(v)?;
-        if self.shared.backend.defers_timeline_ops(stream) {
-            let st = self.shared.lock();
-            return Err(Error::WaitBeforeSignalUnsupported {
-                timeline: self.shared.name.clone(),
-                value: v,
-                enqueued: st.last_enqueued,
-                mechanism: self.mechanism().name().to_owned(),
-            });
-        }
-        Ok(())
-    }
-
-    /// As [`check_holds_commands_on`](Self::check_holds_commands_on), for a wait on a stream
-    /// whose own timeline operations are not held (a new or checked stream).
-    pub(crate) fn check_holds_commands(&self, v: u64) -> Result<()> {
+    pub(crate) fn check_holds_commands(&self, stream: Option<&B::Stream>, v: u64) -> Result<()> {
         let mechanism = self.mechanism();
         if mechanism.holds_commands() {
             return Ok(());
         }
         let st = self.shared.lock();
-        // Enqueued is not enough: the signal itself may be held on the host behind another
-        // deferred wait, so its point does not exist on the device yet.
-        if st.failure.is_some() || (v <= st.last_enqueued && self.shared.sem.holds_commands_for(v))
-        {
+        let on_device = v <= st.last_enqueued && self.shared.sem.holds_commands_for(v);
+        let stream_held = stream.is_some_and(|s| self.shared.backend.defers_timeline_ops(s));
+        if st.failure.is_some() || (on_device && !stream_held) {
             return Ok(());
         }
         Err(Error::WaitBeforeSignalUnsupported {
