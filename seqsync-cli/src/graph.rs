@@ -38,18 +38,11 @@ pub(crate) struct GraphArgs {
 
 pub(crate) fn run(a: GraphArgs) -> Result<(), Failure> {
     // Not read at all if it is larger than a graph file may be.
-    let max = seqsync::graph::spec_toml::MAX_FILE_BYTES as u64;
     if let Ok(m) = std::fs::metadata(&a.file) {
-        if m.len() > max {
-            return Err(Failure {
-                message: format!(
-                    "{}: the file is {} bytes, more than the {max} (4 MiB) a graph file may be",
-                    a.file.display(),
-                    m.len()
-                ),
-                code: 2,
-            });
-        }
+        spec_toml::check_size(m.len()).map_err(|e| Failure {
+            message: format!("{}: {e}", a.file.display()),
+            code: 2,
+        })?;
     }
     let text = std::fs::read_to_string(&a.file).map_err(|e| Failure {
         message: format!("cannot read {}: {e}", a.file.display()),

@@ -77,14 +77,7 @@ struct Entry {
 /// [`GraphError::Toml`] for invalid TOML, [`GraphError::Entry`] for an incomplete entry, and
 /// the validation errors of [`DagBuilder::build`].
 pub fn from_str(text: &str) -> Result<GraphSpec, GraphError> {
-    if text.len() > MAX_FILE_BYTES {
-        return Err(GraphError::Toml {
-            message: format!(
-                "the file is {} bytes, more than the {MAX_FILE_BYTES} (4 MiB) a graph file may be",
-                text.len()
-            ),
-        });
-    }
+    check_size(text.len() as u64)?;
     let file: File = toml::from_str(text).map_err(|e| GraphError::Toml {
         message: e.message().trim().replace('\n', "; ")
             + &e.span()
@@ -160,6 +153,22 @@ pub fn from_str(text: &str) -> Result<GraphSpec, GraphError> {
 /// The largest graph file: 4 MiB (about 60 000 entries, far more than the commands a graph
 /// may hold).
 pub const MAX_FILE_BYTES: usize = 4 << 20;
+
+/// A graph file of `bytes` bytes is within [`MAX_FILE_BYTES`] (callers that read a file check
+/// its size first, so that a larger one is not even read).
+///
+/// # Errors
+/// [`GraphError::Toml`] naming the size and the limit.
+pub fn check_size(bytes: u64) -> Result<(), GraphError> {
+    if bytes <= MAX_FILE_BYTES as u64 {
+        return Ok(());
+    }
+    Err(GraphError::Toml {
+        message: format!(
+            "the file is {bytes} bytes, more than the {MAX_FILE_BYTES} (4 MiB) a graph file may be"
+        ),
+    })
+}
 
 /// The longest a command of a graph file may run (`us`): 10 s.
 pub const MAX_COMMAND_US: u64 = 10_000_000;

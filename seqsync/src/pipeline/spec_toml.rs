@@ -136,6 +136,19 @@ impl<'a> Lines<'a> {
 /// that large takes seconds and a few hundred MB: BENCHMARKS.md §8).
 pub const MAX_SPEC_BYTES: usize = 8 << 20;
 
+/// A spec of `bytes` bytes is within [`MAX_SPEC_BYTES`].
+fn check_size(bytes: u64) -> Result<(), PlanError> {
+    if bytes <= MAX_SPEC_BYTES as u64 {
+        return Ok(());
+    }
+    Err(PlanError::Toml {
+        line: None,
+        message: format!(
+            "the spec is {bytes} bytes, more than the {MAX_SPEC_BYTES} (8 MiB) a spec may be"
+        ),
+    })
+}
+
 /// Parses and validates a spec.
 ///
 /// # Errors
@@ -157,15 +170,7 @@ pub const MAX_SPEC_BYTES: usize = 8 << 20;
 /// assert_eq!(spec.threads[0].stages[0].name.name, "w");
 /// ```
 pub fn from_str(src: &str) -> Result<PipelineSpec, PlanError> {
-    if src.len() > MAX_SPEC_BYTES {
-        return Err(PlanError::Toml {
-            line: None,
-            message: format!(
-                "the spec is {} bytes, more than the {MAX_SPEC_BYTES} (8 MiB) a spec may be",
-                src.len()
-            ),
-        });
-    }
+    check_size(src.len() as u64)?;
     let lines = Lines::new(src);
     let raw: RawSpec = toml::from_str(src).map_err(|e| PlanError::Toml {
         line: lines.span(e.span()),
@@ -184,15 +189,7 @@ pub fn from_path(path: impl AsRef<Path>) -> Result<PipelineSpec, PlanError> {
     let path = path.as_ref();
     // Not read at all if it is larger than a spec may be.
     if let Ok(m) = std::fs::metadata(path) {
-        if m.len() > MAX_SPEC_BYTES as u64 {
-            return Err(PlanError::Toml {
-                line: None,
-                message: format!(
-                    "the spec is {} bytes, more than the {MAX_SPEC_BYTES} (8 MiB) a spec may be",
-                    m.len()
-                ),
-            });
-        }
+        check_size(m.len())?;
     }
     let src = std::fs::read_to_string(path).map_err(|e| PlanError::Io {
         path: path.display().to_string(),
