@@ -442,7 +442,11 @@ fn a_poisoned_pool_stream_is_not_reused<B: GraphBackend>(b: &B) {
         waits: &[(&t, 1)],
         signals: &[(&a, 1)],
     };
-    pool.submit_with(&mut empty(), &how).unwrap();
+    match pool.submit_with(&mut empty(), &how) {
+        // A mechanism that holds no commands behind a wait before its signal refuses it.
+        Err(Error::WaitBeforeSignalUnsupported { .. }) if !waits_hold_commands(&t) => return,
+        r => drop(r.unwrap()),
+    }
     t.fail(Error::Cancelled("t broke".into()));
     assert!(a.wait(1, LONG).is_err());
     pool.synchronize().unwrap();
@@ -535,11 +539,11 @@ fn a_wait_on_a_signal_held_behind_another_wait<B: GraphBackend>(b: &B) {
         assert!(pool.is_empty(), "a refused submission took streams");
         first.signal(1).unwrap();
         second.wait(1, LONG).unwrap();
-    }
-    pool.submit_with(&mut exe, &how).unwrap();
-    std::thread::sleep(Duration::from_millis(40));
-    assert_eq!(count.load(Ordering::SeqCst), 0, "ran before its wait");
-    if first.query().unwrap() == 0 {
+        pool.submit_with(&mut exe, &how).unwrap();
+    } else {
+        pool.submit_with(&mut exe, &how).unwrap();
+        std::thread::sleep(Duration::from_millis(40));
+        assert_eq!(count.load(Ordering::SeqCst), 0, "ran before its wait");
         first.signal(1).unwrap();
     }
     done.wait(1, LONG).unwrap();

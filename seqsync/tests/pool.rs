@@ -560,20 +560,39 @@ fn cts_explicit_tlsf_pool_cross_queue_stale_block_grows<B: MemOps>(b: &B) {
     p.free(&q1, c.block, &[]).unwrap();
 }
 
+/// Whether `r`, a call with a wait on a value not yet enqueued (or held on the host behind
+/// one), may go on: on a mechanism that holds no commands behind such a wait (CUDA `events`)
+/// it must be refused by name, and the case ends there.
+fn refused_or_ok<T: std::fmt::Debug>(
+    t: &Timeline<impl seqsync::backend::Backend>,
+    r: seqsync::Result<T>,
+) -> Option<T> {
+    if t.mechanism().holds_commands() {
+        return Some(r.unwrap());
+    }
+    match r {
+        Err(Error::WaitBeforeSignalUnsupported { .. }) => None,
+        other => panic!("expected WaitBeforeSignalUnsupported, got {other:?}"),
+    }
+}
+
 /// AllocaWithWaitSemaphores: the alloca waits on timeline w (0 -> 1) and signals s; s is not
 /// reached until the host signals w; then the buffer (>= 512 B) accepts a fill.
 fn cts_alloca_with_wait_semaphores<B: MemOps>(b: &B) {
     let p = pool(b, PoolConfig::default());
     let q = b.stream();
     let w = Timeline::new(b, "w", 0).unwrap();
-    let a = p
-        .alloc_with(
+    let Some(a) = refused_or_ok(
+        &w,
+        p.alloc_with(
             &q,
             512,
             &[Wait::Timeline(&w, 1)],
             AllocFlags::default().signal(),
-        )
-        .unwrap();
+        ),
+    ) else {
+        return;
+    };
     let s = a.ready.as_ref().unwrap();
     std::thread::sleep(Duration::from_millis(50));
     assert!(!b.query(s.event()).unwrap(), "s reached before w");
@@ -1008,7 +1027,9 @@ fn a_free_whose_wait_fails_later_never_frees<B: MemOps>(b: &B) {
         b.busy(&reader, Duration::from_millis(80));
         b.copy(&reader, out.block.addr(), a.block.addr(), 1024);
         r.signal_on(&reader, 1).unwrap();
-        p.free(&freer, a.block, &[Wait::Timeline(&r, 1)]).unwrap();
+        let Some(_) = refused_or_ok(&r, p.free(&freer, a.block, &[Wait::Timeline(&r, 1)])) else {
+            return;
+        };
         input.fail(Error::Cancelled("the input broke".into()));
         assert!(r.query().is_err(), "the reader's completion failed too");
         let next = p
@@ -1043,7 +1064,9 @@ fn a_free_whose_wait_is_reached_later_frees_then<B: MemOps>(b: &B) {
     let q = b.stream();
     let r = Timeline::new(b, "r", 0).unwrap();
     let a = p.alloc(&q, 1024, &[]).unwrap();
-    p.free(&q, a.block, &[Wait::Timeline(&r, 1)]).unwrap();
+    let Some(_) = refused_or_ok(&r, p.free(&q, a.block, &[Wait::Timeline(&r, 1)])) else {
+        return;
+    };
     assert_eq!(p.stats().quarantined, 1);
     let held = p.alloc(&q, 1024, &[]).unwrap();
     assert_ne!(
@@ -1112,7 +1135,9 @@ fn a_held_free_does_not_keep_its_timeline_from_failing_when_dropped<B: MemOps>(b
         return; // refused there (see above)
     }
     let a = p.alloc(&q, 1024, &[]).unwrap();
-    p.free(&q, a.block, &[Wait::Timeline(&r, 1)]).unwrap();
+    let Some(_) = refused_or_ok(&r, p.free(&q, a.block, &[Wait::Timeline(&r, 1)])) else {
+        return;
+    };
     assert_eq!(p.stats().quarantined, 1);
     drop(r);
     let deadline = std::time::Instant::now() + Duration::from_secs(5);

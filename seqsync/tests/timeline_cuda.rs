@@ -454,3 +454,58 @@ fn a_deferred_wait_holds_another_backends_signal_on_its_stream() {
     ta.signal(1).unwrap();
     tb.wait(1, LONG).unwrap();
 }
+
+/// While a stream waits for a value only the host will store later, `cuMemFree` and
+/// `cuMemFreeHost` wait for the device to drain (and hold a driver lock that blocks other
+/// threads' calls): a buffer dropped then must not free at once, or the thread that would store
+/// the value hangs behind it. The drop returns at once; the buffer's memory is freed (or
+/// reused) once the wait is past. Every mechanism (the events mechanism holds such a wait on
+/// the host: nothing blocks there).
+fn a_buffer_dropped_while_a_stream_waits_on_the_host_does_not_block(m: TimelineMechanism) {
+    let Some((_g, b)) = with(m) else {
+        return;
+    };
+    let s = b.new_stream().unwrap();
+    let t = Timeline::new(&b, "later", 0).unwrap();
+    let Ok(()) = t.wait_on(&s, 1) else {
+        // A mechanism that cannot hold a wait before its signal refuses it (named error).
+        return;
+    };
+    let (device, pinned) = (
+        b.alloc_device(1 << 16).unwrap(),
+        b.alloc_pinned(1 << 16).unwrap(),
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    let dropper = std::thread::spawn(move || {
+        drop(device);
+        drop(pinned);
+        tx.send(()).unwrap();
+    });
+    let returned = rx.recv_timeout(Duration::from_secs(2)).is_ok();
+    t.signal(1).unwrap();
+    dropper.join().unwrap();
+    assert!(returned, "{m:?}: a drop blocked until the host signalled");
+    b.stream_synchronize(&s).unwrap();
+    // The memory is usable again: an allocation of the same size gets it back or a new one.
+    let again = b.alloc_pinned(1 << 16).unwrap();
+    // SAFETY: no copy uses the fresh buffer.
+    let words = unsafe { again.as_slice() };
+    assert!(words.iter().all(|&w| w == 0), "pinned memory comes zeroed");
+    drop((again, b.alloc_device(1 << 16).unwrap()));
+}
+
+macro_rules! per_mechanism {
+    ($case:ident: $($name:ident: $m:expr),* $(,)?) => {$(
+        #[test]
+        #[cfg_attr(not(feature = "gpu-tests"), ignore = "needs a GPU: cargo test --features gpu-tests")]
+        fn $name() {
+            $case($m)
+        }
+    )*};
+}
+
+per_mechanism!(a_buffer_dropped_while_a_stream_waits_on_the_host_does_not_block:
+    a_buffer_dropped_while_a_stream_waits_on_the_host_does_not_block_memops: TimelineMechanism::StreamMemOps,
+    a_buffer_dropped_while_a_stream_waits_on_the_host_does_not_block_hybrid: TimelineMechanism::Hybrid,
+    a_buffer_dropped_while_a_stream_waits_on_the_host_does_not_block_events: TimelineMechanism::Events,
+);

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{sys, CudaContext, CudaStream};
 
-use super::context::make_current;
+use super::context::{make_current, with_context};
 use super::deferred::Deferred;
 use super::driver::check;
 use crate::error::{Error, Result};
@@ -76,4 +76,15 @@ pub(super) fn foreign_stream(event: &CudaEvent, stream: &CudaStream) -> Error {
             stream.context().cu_ctx()
         ),
     }
+}
+
+/// `cuStreamWaitEvent`: work enqueued on `stream` from now on waits for `event`. A handle that
+/// names no context must have its own context bound by the caller (`bind_for`).
+#[inline]
+pub(crate) fn stream_wait(stream: &CudaStream, event: &CudaEvent) -> Result<()> {
+    // SAFETY: both handles are live for the duration of the call (the caller borrows them);
+    // flags 0 is the only documented value.
+    with_context(stream.context(), "cuStreamWaitEvent", || unsafe {
+        sys::cuStreamWaitEvent(stream.cu_stream(), event.raw, 0)
+    })
 }

@@ -5,10 +5,12 @@ use std::sync::Arc;
 
 use cudarc::driver::{result, sys, CudaContext, CudaStream};
 
-use super::{bind_for, driver_error, make_current, CudaBackend, Deferred};
+use super::open_waits::{self, Held, Memory};
+use super::{bind_for, driver_error, CudaBackend, Deferred};
 use crate::error::Result;
 
-/// Device memory of `len` `u32`s (`cuMemAlloc`), freed on drop.
+/// Device memory of `len` `u32`s (`cuMemAlloc`), freed on drop (held back while a stream waits
+/// for a timeline value nothing has written yet; then reused by the next allocation of its size).
 #[derive(Debug)]
 pub struct DeviceBuffer {
     ptr: sys::CUdeviceptr,
@@ -21,7 +23,7 @@ pub struct DeviceBuffer {
 }
 
 /// Page-locked host memory of `len` `u32`s (`cuMemHostAlloc`, not write-combined, so host
-/// reads are fast), freed on drop.
+/// reads are fast), freed on drop (held back, and reused, as [`DeviceBuffer`]'s memory is).
 #[derive(Debug)]
 pub struct PinnedBuffer {
     ptr: *mut u32,
@@ -42,9 +44,14 @@ impl CudaBackend {
     /// Allocate `len` `u32`s of device memory (contents undefined).
     pub fn alloc_device(&self, len: usize) -> Result<DeviceBuffer> {
         self.bind()?;
-        // SAFETY: the context is current; the size is non-zero (at least one element).
-        let ptr = unsafe { result::malloc_sync(len.max(1) * 4) }
-            .map_err(|e| driver_error("cuMemAlloc", e))?;
+        let bytes = len.max(1) * 4;
+        let ptr = match open_waits::reuse(&self.ctx, false, bytes) {
+            Some(Memory::Device(ptr)) => ptr,
+            _ => {
+                // SAFETY: the context is current; the size is non-zero (at least one element).
+                unsafe { result::malloc_sync(bytes) }.map_err(|e| driver_error("cuMemAlloc", e))?
+            }
+        };
         Ok(DeviceBuffer {
             ptr,
             len,
@@ -57,9 +64,16 @@ impl CudaBackend {
     /// Allocate `len` `u32`s of pinned host memory, zeroed.
     pub fn alloc_pinned(&self, len: usize) -> Result<PinnedBuffer> {
         self.bind()?;
-        // SAFETY: the context is current; flags 0 asks for plain cached page-locked memory.
-        let ptr = unsafe { result::malloc_host(len.max(1) * 4, 0) }
-            .map_err(|e| driver_error("cuMemHostAlloc", e))? as *mut u32;
+        let bytes = len.max(1) * 4;
+        let ptr = match open_waits::reuse(&self.ctx, true, bytes) {
+            Some(Memory::Pinned(ptr)) => ptr,
+            _ => {
+                // SAFETY: the context is current; flags 0 asks for plain cached page-locked
+                // memory.
+                unsafe { result::malloc_host(bytes, 0) }
+                    .map_err(|e| driver_error("cuMemHostAlloc", e))?
+            }
+        } as *mut u32;
         // SAFETY: `ptr` points to `len` freshly allocated u32s that nothing else references.
         unsafe { std::ptr::write_bytes(ptr, 0, len) };
         Ok(PinnedBuffer {
@@ -154,16 +168,16 @@ impl Drop for DeviceBuffer {
             // A view: the pinned buffer frees its memory when its last owner goes.
             return;
         }
-        // Freeing needs the context current on this thread. Errors are kept apart (see
+        // The owner drops a buffer only after the work using it has completed (the copy
+        // methods' safety contract asks for exactly that). The free waits while a word wait
+        // may block a stream (`open_waits`); its errors are kept apart (see
         // `CudaBackend::take_deferred_errors`), never reported by another call.
-        if let Err(e) = make_current(&self.ctx) {
-            self.deferred.push_error(e);
-        }
-        // SAFETY: `ptr` came from cuMemAlloc in `ctx` (kept alive by `self.ctx`) and is freed
-        // once. cuMemFree waits for nothing: the owner must drop a buffer only after the work
-        // using it has completed (the copy methods' safety contract asks for exactly that).
-        let r = unsafe { result::free_sync(self.ptr) };
-        self.deferred.note("cuMemFree", r);
+        open_waits::free(Held {
+            memory: Memory::Device(self.ptr),
+            bytes: self.len.max(1) * 4,
+            ctx: self.ctx.clone(),
+            deferred: self.deferred.clone(),
+        });
     }
 }
 
@@ -220,12 +234,13 @@ impl PinnedBuffer {
 
 impl Drop for PinnedBuffer {
     fn drop(&mut self) {
-        if let Err(e) = make_current(&self.ctx) {
-            self.deferred.push_error(e);
-        }
-        // SAFETY: `ptr` came from cuMemHostAlloc in `ctx` and is freed once; the owner drops
-        // it only after every copy that used it has completed (the copy methods' contract).
-        let r = unsafe { result::free_host(self.ptr as *mut _) };
-        self.deferred.note("cuMemFreeHost", r);
+        // The owner drops it only after every copy that used it has completed (the copy
+        // methods' contract); the free waits while a word wait may block a stream.
+        open_waits::free(Held {
+            memory: Memory::Pinned(self.ptr as *mut _),
+            bytes: self.len.max(1) * 4,
+            ctx: self.ctx.clone(),
+            deferred: self.deferred.clone(),
+        });
     }
 }

@@ -8,7 +8,8 @@
 //! This file is the backend itself ([`CudaBackend`] and its [`Backend`] impl); beside it:
 //! `driver.rs` (is a driver present, its errors), `context.rs` (which context a raw call runs
 //! in), `event.rs` ([`CudaEvent`]), `deferred.rs` (errors a `Drop` could not return),
-//! `host_fn.rs` (host work on a stream), `memory.rs` (device and pinned buffers), `mempool.rs`
+//! `host_fn.rs` (host work on a stream), `memory.rs` (device and pinned buffers), `open_waits.rs`
+//! (stream waits that may wait on the host, and the frees held back meanwhile), `mempool.rs`
 //! (the driver's stream-ordered allocator), `command.rs` (kernels), `graph_exec.rs` (CUDA
 //! graphs) and `semaphore/` (timelines).
 //!
@@ -55,6 +56,7 @@ mod graph_exec;
 mod host_fn;
 mod memory;
 mod mempool;
+mod open_waits;
 mod semaphore;
 
 pub use command::{CudaKernel, KernelParam};
@@ -308,11 +310,7 @@ impl Backend for CudaBackend {
         // A stream may wait for an event of another context; a handle that names no context
         // must resolve to the stream's own context, not whatever is current.
         bind_for(stream)?;
-        // SAFETY: both handles are live for the duration of the call (see `record`); flags 0
-        // is the only documented value.
-        with_context(stream.context(), "cuStreamWaitEvent", || unsafe {
-            sys::cuStreamWaitEvent(stream.cu_stream(), event.raw, 0)
-        })
+        event::stream_wait(stream, event)
     }
 
     fn synchronize(&self, event: &CudaEvent) -> Result<()> {

@@ -132,11 +132,8 @@ impl EventPoints {
             WaitPlan::Nothing => Ok(true),
             WaitPlan::NoPoint => Ok(false),
             WaitPlan::Event(ev) => {
-                // SAFETY: both handles are live (the event is owned by the points, borrowed
-                // under the caller's lock) and belong to this context.
-                with_context(stream.context(), "cuStreamWaitEvent", || unsafe {
-                    sys::cuStreamWaitEvent(stream.cu_stream(), ev.raw, 0)
-                })?;
+                // The event is owned by the points, borrowed under the caller's lock.
+                crate::backend::cuda::event::stream_wait(stream, ev)?;
                 Ok(true)
             }
         }

@@ -23,6 +23,7 @@ use cudarc::driver::{sys, CudaContext, CudaStream};
 
 use super::slots::{self, Pool, Slot};
 use crate::backend::cuda::context::with_context;
+use crate::backend::cuda::open_waits;
 use crate::backend::cuda::{driver_error, make_current};
 use crate::backend::semaphore::FAILED_BIT;
 use crate::error::{Error, Result};
@@ -121,7 +122,7 @@ impl MemOpsWord {
 
     /// Enqueue a wait for `value` on `stream` (context bound by the caller).
     pub(crate) fn wait_on(&self, stream: &Arc<CudaStream>, value: u64) -> Result<()> {
-        self.wait_geq(stream, value)?;
+        open_waits::enqueue_wait(self.at(), value, || self.wait_geq(stream, value))?;
         let mut waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
         if !waiters.iter().any(|s| Arc::ptr_eq(s, stream)) {
             waiters.push(stream.clone());
@@ -151,6 +152,8 @@ impl MemOpsWord {
                 }
             }
         }
+        drop(writers);
+        open_waits::settle();
         first_err.map_or(Ok(()), Err)
     }
 
@@ -206,6 +209,7 @@ impl MemOpsWord {
 
 impl Drop for MemOpsWord {
     fn drop(&mut self) {
+        open_waits::forget(self.at());
         let mut users: Vec<Arc<CudaStream>> =
             std::mem::take(&mut *self.waiters.lock().unwrap_or_else(|e| e.into_inner()));
         for (s, _) in self

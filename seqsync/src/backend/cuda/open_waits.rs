@@ -1,0 +1,225 @@
+//! Stream waits that may be waiting on the host, and the frees that must not run while one is.
+//!
+//! A stream memory wait (`cuStreamWaitValue64`) for a value its word does not hold yet blocks
+//! its stream on the GPU until the word gets there, and the value may come from a host store
+//! that has not happened yet (wait-before-signal). While such a wait blocks, some driver calls
+//! wait for the whole device to drain, on whatever thread makes them, and hold a driver lock
+//! meanwhile that blocks other threads' calls too (`cuLaunchKernel`, `cuEventCreate`): measured
+//! on the H200 (BENCHMARKS.md §5, "calls that wait for the device"): `cuMemFree`,
+//! `cuMemFreeHost`, `cuMemHostUnregister`, `cuCtxSynchronize`; the allocations, event and stream
+//! calls, `cuMemFreeAsync` and `cuStreamSynchronize` of another stream do not. Should the
+//! thread that will store the value be blocked there, or in any driver call behind that lock,
+//! the process hangs.
+//!
+//! So seqsync never frees its buffers while one of its word waits may be open:
+//!
+//! - every word wait is enqueued under the shared side of a process-wide gate and, if its word
+//!   is below its value, listed as *open*;
+//! - a buffer's free takes the exclusive side (no wait can be enqueued meanwhile), drops the
+//!   open waits whose words got there, and frees only if none is left; otherwise the buffer is
+//!   *held*;
+//! - held buffers are freed at the next free or host store that finds no open wait, and an
+//!   allocation of the same size and kind reuses one instead of asking the driver (so dropping
+//!   and allocating the same buffers over and over does not grow memory).
+//!
+//! Work of other code in the process that calls these functions itself is not covered: the
+//! timeline docs say so (`crate::timeline`, "# Mechanisms").
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use cudarc::driver::{result, sys, CudaContext};
+
+use super::{make_current, Deferred};
+use crate::error::Result;
+
+/// Shared: enqueueing a word wait. Exclusive: a free that must find no open wait.
+static GATE: RwLock<()> = RwLock::new(());
+static STATE: Mutex<State> = Mutex::new(State {
+    open: Vec::new(),
+    prune_at: PRUNE_FIRST,
+    held: Vec::new(),
+});
+/// How many buffers are held (read without the lock on the host-store path).
+static HELD: AtomicUsize = AtomicUsize::new(0);
+
+/// Open waits are pruned (those whose words got there dropped) once the list reaches this
+/// length, then at twice what was left: the list stays within twice the waits really open.
+const PRUNE_FIRST: usize = 64;
+
+struct State {
+    /// (word address, value) of word waits that may still block their stream.
+    open: Vec<(usize, u64)>,
+    prune_at: usize,
+    held: Vec<Held>,
+}
+
+/// Device memory (`cuMemAlloc`) or pinned host memory (`cuMemHostAlloc`) to free.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Memory {
+    Device(sys::CUdeviceptr),
+    Pinned(*mut std::ffi::c_void),
+}
+
+/// A buffer whose free waits for the open waits to close.
+pub(crate) struct Held {
+    pub(crate) memory: Memory,
+    pub(crate) bytes: usize,
+    pub(crate) ctx: Arc<CudaContext>,
+    pub(crate) deferred: Arc<Deferred>,
+}
+
+// SAFETY: a held buffer is memory nothing uses any more (its owner dropped it after its last
+// use, as the buffers' contracts ask); only its address moves between threads, to be freed or
+// handed to one new owner.
+unsafe impl Send for Held {}
+
+impl Held {
+    fn free_now(self) {
+        if let Err(e) = make_current(&self.ctx) {
+            self.deferred.push_error(e);
+        }
+        match self.memory {
+            Memory::Device(ptr) => {
+                // SAFETY: `ptr` came from cuMemAlloc in `ctx` (kept alive by `self.ctx`) and
+                // is freed once: its owner gave it up, and it left the held list.
+                let r = unsafe { result::free_sync(ptr) };
+                self.deferred.note("cuMemFree", r);
+            }
+            Memory::Pinned(ptr) => {
+                // SAFETY: as above, for memory from cuMemHostAlloc.
+                let r = unsafe { result::free_host(ptr) };
+                self.deferred.note("cuMemFreeHost", r);
+            }
+        }
+    }
+}
+
+fn state() -> MutexGuard<'static, State> {
+    STATE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `word >= value` as the stream wait (`GEQ`) reads it: cyclic, so a failed word
+/// (`2^63 | c`) releases the values above `c`.
+fn reached(word: u64, value: u64) -> bool {
+    word.wrapping_sub(value) as i64 >= 0
+}
+
+impl State {
+    fn prune(&mut self) {
+        self.open.retain(|&(at, v)| {
+            // SAFETY: `at` is the address of a word a live MemOpsWord owns: the word takes its
+            // entries out (`forget`) before its slot goes back to the pool, and slots are
+            // pinned memory that is never freed.
+            let word = unsafe { &*(at as *const AtomicU64) }.load(Ordering::SeqCst);
+            !reached(word, v)
+        });
+        self.prune_at = (self.open.len() * 2).max(PRUNE_FIRST);
+    }
+
+    /// With the gate held exclusively: the held buffers to free now, if no wait is open.
+    fn take_held_if_quiet(&mut self) -> Option<Vec<Held>> {
+        self.prune();
+        if !self.open.is_empty() {
+            return None;
+        }
+        HELD.store(0, Ordering::SeqCst);
+        Some(std::mem::take(&mut self.held))
+    }
+}
+
+/// Enqueue a word wait (`enqueue`) for `value` on `word`, listing it as open unless the word
+/// is there already.
+pub(crate) fn enqueue_wait(
+    word: &'static AtomicU64,
+    value: u64,
+    enqueue: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    let _shared = GATE.read().unwrap_or_else(|e| e.into_inner());
+    enqueue()?;
+    if !reached(word.load(Ordering::SeqCst), value) {
+        let mut st = state();
+        st.open.push((word as *const AtomicU64 as usize, value));
+        if st.open.len() >= st.prune_at {
+            st.prune();
+        }
+    }
+    Ok(())
+}
+
+/// The word at `word` is going away: its waits are no longer listed (they are past, or its
+/// timeline failed and the failed word released them).
+pub(crate) fn forget(word: &AtomicU64) {
+    let at = word as *const AtomicU64 as usize;
+    state().open.retain(|&(a, _)| a != at);
+}
+
+/// Free `buffer` now if no word wait is open, else hold it until none is.
+pub(crate) fn free(buffer: Held) {
+    let _exclusive = GATE.write().unwrap_or_else(|e| e.into_inner());
+    let mut st = state();
+    match st.take_held_if_quiet() {
+        Some(held) => {
+            drop(st);
+            for h in held {
+                h.free_now();
+            }
+            buffer.free_now();
+        }
+        None => {
+            st.held.push(buffer);
+            HELD.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// After a host store: free the held buffers if no wait is open any more. Never blocks on the
+/// gate (a store must not wait for a free).
+pub(crate) fn settle() {
+    if HELD.load(Ordering::SeqCst) == 0 {
+        return;
+    }
+    settle_slow();
+}
+
+#[cold]
+#[inline(never)]
+fn settle_slow() {
+    let Ok(_exclusive) = GATE.try_write() else {
+        return;
+    };
+    let held = state().take_held_if_quiet();
+    for h in held.into_iter().flatten() {
+        h.free_now();
+    }
+}
+
+/// A held buffer of exactly `bytes` of the kind `pinned` says, in `ctx`, for a new owner.
+pub(crate) fn reuse(ctx: &Arc<CudaContext>, pinned: bool, bytes: usize) -> Option<Memory> {
+    if HELD.load(Ordering::SeqCst) == 0 {
+        return None;
+    }
+    let mut st = state();
+    let i = st.held.iter().position(|h| {
+        h.bytes == bytes
+            && Arc::ptr_eq(&h.ctx, ctx)
+            && matches!(h.memory, Memory::Pinned(_)) == pinned
+    })?;
+    let h = st.held.swap_remove(i);
+    HELD.fetch_sub(1, Ordering::SeqCst);
+    Some(h.memory)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reached;
+
+    #[test]
+    fn reached_reads_the_word_as_the_stream_wait_does() {
+        assert!(reached(5, 5));
+        assert!(reached(6, 5));
+        assert!(!reached(4, 5));
+        // A failed word (bit 63 set) releases the values above its count.
+        assert!(reached((1 << 63) | 3, 10));
+    }
+}
