@@ -84,24 +84,34 @@ pub use error::{BackendError, Error, Result};
 pub use ring::{Blocking, EventRingbuf};
 pub use timeline::Timeline;
 
-/// Whether the crate's internal locks are *biased* to the thread that takes them: a timeline's
-/// admission state, its streams' failure ledgers, the CUDA timeline words' point lists and the
-/// buffer tracker's registries. A biased lock costs its thread two plain stores and a load
-/// instead of an atomic compare-and-swap; the first other thread that takes it makes it an
-/// ordinary lock for good, with one `membarrier(2)` call (a few microseconds).
-///
-/// `Err` says why locks are not biased in this process: not Linux, a kernel without private
-/// expedited `membarrier` (before 4.14) or a sandbox that refuses it, or the environment
-/// variable `SEQSYNC_BIASED_LOCKS` set to `off`, `0`, `no` or `false` (any case; read once, at
-/// the first lock). Nothing else changes: every lock is then an ordinary one from the start.
-///
-/// ```
-/// match seqsync::lock_biasing() {
-///     Ok(()) => println!("locks are biased to their thread"),
-///     Err(why) => println!("locks are not biased: {why}"),
-/// }
-/// ```
-#[cfg(not(seqsync_loom))]
-pub fn lock_biasing() -> std::result::Result<(), &'static str> {
-    lock::biasing()
+/// Not API: what this workspace's demo, benchmarks and CLI read about the crate's internals.
+/// It may change or go in any release.
+#[doc(hidden)]
+pub mod internal {
+    use crate::lock;
+
+    /// Whether the crate's internal locks are *biased* to the thread that takes them: a timeline's
+    /// admission state, its streams' failure ledgers, the CUDA timeline words' point lists and the
+    /// buffer tracker's registries. A biased lock costs its thread two plain stores and a load
+    /// instead of an atomic compare-and-swap; the first other thread that takes it makes it an
+    /// ordinary lock for good, with one `membarrier(2)` call (a few microseconds).
+    ///
+    /// Biasing registers the whole process for `membarrier(2)`, so only a build with the crate's
+    /// `biased-locks` feature (off by default) does it. `Err` says why locks are not biased in
+    /// this process: the feature is off, not Linux, a kernel without private expedited
+    /// `membarrier` (before 4.14) or a sandbox that refuses it, or (with the feature) the
+    /// environment variable `SEQSYNC_BIASED_LOCKS` set to `off`, `0`, `no` or `false` (any case;
+    /// read once, at the first lock). Nothing else changes: every lock is then an ordinary one
+    /// from the start.
+    ///
+    /// ```
+    /// match seqsync::internal::lock_biasing() {
+    ///     Ok(()) => println!("locks are biased to their thread"),
+    ///     Err(why) => println!("locks are not biased: {why}"),
+    /// }
+    /// ```
+    #[cfg(not(seqsync_loom))]
+    pub fn lock_biasing() -> std::result::Result<(), &'static str> {
+        lock::biasing()
+    }
 }

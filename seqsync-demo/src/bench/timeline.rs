@@ -70,7 +70,7 @@ pub struct TimelineBenchReport {
     /// The mechanism a timeline gets by default (with the fallback reason, if any).
     pub mechanism: String,
     /// The crate's locks: "biased" to their thread, or "shared" and why
-    /// ([`seqsync::lock_biasing`]).
+    /// ([`seqsync::internal::lock_biasing`]).
     pub locks: String,
     /// Per-call costs, per mechanism.
     pub ops: Vec<TimelineRow>,
@@ -117,7 +117,7 @@ fn row(mechanism: &str, name: &str, t: Vec<f64>, raw: Vec<f64>) -> TimelineRow {
 
 /// How the crate's locks run in this process.
 fn locks() -> String {
-    match seqsync::lock_biasing() {
+    match seqsync::internal::lock_biasing() {
         Ok(()) => "biased".into(),
         Err(why) => format!("shared ({why})"),
     }

@@ -11,9 +11,12 @@
 //! other's store. This is the pattern of the `membarrier(2)` manual and of Folly's
 //! `asymmetricLightBarrier` / `asymmetricHeavyBarrier`.
 //!
-//! Where the heavy barrier is not to be had (not Linux, a kernel before 4.14, a sandbox that
-//! refuses the call, Miri, or `SEQSYNC_BIASED_LOCKS=off`), [`available`] says why and locks are
-//! never biased. Under loom both barriers are `SeqCst` fences, which is what the pair guarantees.
+//! Biasing registers the whole process for `membarrier(2)`, so it is the application's choice:
+//! only a build with the crate's `biased-locks` feature ever makes the call. Where the heavy
+//! barrier is not to be had (the feature is off, the default; not Linux, a kernel before 4.14,
+//! a sandbox that refuses the call, Miri, or `SEQSYNC_BIASED_LOCKS=off` in a build with the
+//! feature), [`available`] says why and locks are never biased. Under loom both barriers are
+//! `SeqCst` fences, which is what the pair guarantees.
 
 /// Whether the heavy barrier works in this process (asked once, then remembered); `Err` says
 /// why not.
@@ -21,6 +24,9 @@
 pub(crate) fn available() -> Result<(), &'static str> {
     static AVAILABLE: std::sync::OnceLock<Result<(), &'static str>> = std::sync::OnceLock::new();
     *AVAILABLE.get_or_init(|| {
+        if !cfg!(feature = "biased-locks") {
+            return Err("the crate's biased-locks feature is off (the default)");
+        }
         let off = std::env::var("SEQSYNC_BIASED_LOCKS").is_ok_and(|v| {
             ["off", "0", "no", "false"]
                 .iter()
@@ -73,7 +79,12 @@ thread_local! {
     pub(crate) static FAIL_NEXT_HEAVY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-#[cfg(all(target_os = "linux", not(seqsync_loom), not(miri)))]
+#[cfg(all(
+    feature = "biased-locks",
+    target_os = "linux",
+    not(seqsync_loom),
+    not(miri)
+))]
 mod sys {
     // From <linux/membarrier.h>.
     const MEMBARRIER_CMD_QUERY: libc::c_long = 0;
@@ -114,13 +125,36 @@ mod sys {
     }
 }
 
-#[cfg(all(any(not(target_os = "linux"), miri), not(seqsync_loom)))]
+#[cfg(all(
+    any(not(feature = "biased-locks"), not(target_os = "linux"), miri),
+    not(seqsync_loom)
+))]
 mod sys {
     pub(super) fn register() -> Result<(), &'static str> {
-        Err("no heavy memory barrier on this system (only Linux's membarrier(2) is used)")
+        Err("no heavy memory barrier in this build (only Linux's membarrier(2) is used, with the biased-locks feature)")
     }
 
     pub(super) fn heavy() -> std::io::Result<()> {
         unreachable!("never called where `register` failed")
+    }
+}
+
+#[cfg(all(test, not(seqsync_loom)))]
+mod tests {
+    /// A build without the `biased-locks` feature never biases, and says why; one with it
+    /// biases wherever the kernel has the barrier (or says why not).
+    #[test]
+    fn biasing_is_off_unless_the_feature_asks() {
+        let got = super::available();
+        if cfg!(feature = "biased-locks") {
+            if let Err(why) = got {
+                assert!(!why.contains("feature"), "{why}");
+            }
+        } else {
+            assert_eq!(
+                got,
+                Err("the crate's biased-locks feature is off (the default)")
+            );
+        }
     }
 }

@@ -23,7 +23,9 @@
 //! full barrier), then waits until the owner is out; the barrier pair makes sure that an owner
 //! that did not see the mark is seen in. It then makes the lock shared for good (a lock that
 //! two threads use stays shared: no biasing back and forth). Where the heavy barrier is not to
-//! be had, locks are shared from the start ([`crate::lock_biasing`] tells which).
+//! be had, or the `biased-locks` feature is off (the default: biasing registers the process for
+//! `membarrier(2)`), locks are shared from the start ([`crate::internal::lock_biasing`] tells
+//! which).
 //!
 //! Nobody sleeps on the lock: a thread that finds it taken (or being revoked) spins briefly,
 //! then yields, then naps for a few microseconds between tries (10 µs, doubling up to 1 ms),
