@@ -30,7 +30,7 @@
 //!
 //! # The contract
 //!
-//! Each row is a test in `seqsync/tests/timeline_contract.rs`, run on both backends.
+//! Each row is a test in `seqsync/tests/timeline/timeline_contract.rs`, run on both backends.
 //!
 //! | case | result |
 //! |---|---|

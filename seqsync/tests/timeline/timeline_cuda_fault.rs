@@ -2,7 +2,7 @@
 //! test binary: the fault poisons the whole CUDA context of the process.
 #![cfg(feature = "cuda")]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

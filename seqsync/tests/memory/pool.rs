@@ -12,7 +12,7 @@
 //! IREE's "queue" is a stream, a semaphore signal is a point, `ALLOW_POOL_WAIT_FRONTIER` is
 //! [`AllocFlags::allow_wait`], `stats.wait_count` is [`PoolStats::waits`].
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

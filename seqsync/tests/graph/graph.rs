@@ -3,7 +3,7 @@
 //! bound), IREE's ordering cases, barriers, queue affinity, the stream pool, and the hazard
 //! checker on the streams + events lowering.
 
-mod graph_support;
+use crate::graph_support;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -2,8 +2,7 @@
 //! (host work in stream order), `synchronize_stream`; and `EventRingbuf::record_host`, the ring
 //! record of work a host thread has already done.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};

@@ -10,7 +10,7 @@
 //! that without the ordering the copy sees zeros).
 #![cfg(feature = "cuda")]
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -5,7 +5,7 @@
 //! Each graph spins for [`SPIN_US`] and then fills the buffer, so a use on another stream that
 //! the tracker forgot to order after the replay reads the old value.
 
-mod common;
+use crate::common;
 
 use seqsync::backend::{Backend, CopyOp, FillOp, GraphBackend};
 use seqsync::graph::{CommandBuffer, GraphExecutable};

@@ -1,6 +1,6 @@
 //! `seqsync check` and `seqsync run` as a user runs them: output, JSON and exit codes.
 
-mod common;
+use crate::common;
 
 use common::{fanout, seqsync};
 

@@ -2,7 +2,7 @@
 //! signals after every command, failure propagation, order across queues through a timeline,
 //! and graph replays that wait and signal.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -5,7 +5,7 @@
 //! `timeline_cts.rs`, with the mechanism `SEQSYNC_TIMELINE_MECHANISM` picks.)
 #![cfg(feature = "cuda")]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

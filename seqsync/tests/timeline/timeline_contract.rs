@@ -2,7 +2,7 @@
 //! host backend and, with a GPU, on the CUDA backend (with whichever mechanism
 //! `SEQSYNC_TIMELINE_MECHANISM` asks for).
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,6 @@
 //! `seqsync graph`: the report's JSON keys, both lowerings, --run, and one-line errors.
 
-mod common;
+use crate::common;
 
 use common::seqsync;
 
@@ -10,7 +10,7 @@ fn example() -> &'static str {
     P.get_or_init(|| {
         common::spec_file(
             "graph-example.toml",
-            include_str!("../../specs/graph-example.toml"),
+            include_str!("../../../specs/graph-example.toml"),
         )
     })
 }

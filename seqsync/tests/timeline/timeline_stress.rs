@@ -1,7 +1,7 @@
 //! Timeline cases the conformance suites do not cover: thousands of waiters, timelines dropped
 //! with many waits pending, wait-before-signal chains under chaos, and a failing stream.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

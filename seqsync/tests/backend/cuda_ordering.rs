@@ -4,7 +4,7 @@
 //! can fail: the copy then runs while the kernel still spins and sees zeros.
 #![cfg(feature = "cuda")]
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

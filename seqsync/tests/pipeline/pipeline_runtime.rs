@@ -3,7 +3,7 @@
 //! stops every ring, every thread is joined, and its error is the one returned; missing
 //! closures and streams are named errors before anything runs.
 
-mod seed_spec;
+use crate::seed_spec;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};

@@ -21,7 +21,7 @@
 //! made in; a stream runs in order. So a submission that IREE makes on a queue behind one that
 //! is blocked on a semaphore goes to a stream of its own here.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;

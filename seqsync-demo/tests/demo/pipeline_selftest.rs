@@ -6,7 +6,7 @@ use seqsync::pipeline::{derive, spec_toml, Op, Plan};
 use seqsync::HostBackend;
 use seqsync_demo::selftest;
 
-const FANOUT: &str = include_str!("../../specs/fanout.toml");
+const FANOUT: &str = include_str!("../../../specs/fanout.toml");
 
 fn fanout_plan() -> (seqsync::pipeline::PipelineSpec, Plan) {
     let spec = spec_toml::from_str(FANOUT).unwrap();
@@ -28,7 +28,7 @@ fn fanout_spec_reads_nothing_wrong_under_chaos() {
 
 #[test]
 fn seed_spec_reads_nothing_wrong_under_chaos() {
-    let spec = spec_toml::from_str(include_str!("../../specs/seed.toml")).unwrap();
+    let spec = spec_toml::from_str(include_str!("../../../specs/seed.toml")).unwrap();
     let plan = derive(&spec).unwrap();
     let r = selftest::run(
         &spec,

@@ -1,6 +1,6 @@
 //! The `seqsync` command as a user runs it: exit codes and one-line errors.
 
-mod common;
+use crate::common;
 
 use common::seqsync;
 

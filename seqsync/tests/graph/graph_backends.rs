@@ -2,8 +2,8 @@
 //! streams + events lowering, the levels lowering and the graph lowering (a CUDA graph on
 //! CUDA), and an instantiated graph replays with kernel parameters changed between replays.
 
-mod common;
-mod graph_support;
+use crate::common;
+use crate::graph_support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -10,7 +10,7 @@
 //! `with_retries`), a case that waits finishes at least that work's length after it started.
 #![allow(clippy::type_complexity)]
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{mpsc, Arc};

@@ -1,7 +1,7 @@
 //! Deadlock check: the seed is deadlock-free; an undersized ring deadlocks
 //! with a readable trace; a non-blocking call that would fail is reported.
 
-mod seed_spec;
+use crate::seed_spec;
 
 use seed_spec::{grid, seed_builder};
 use seqsync::pipeline::{

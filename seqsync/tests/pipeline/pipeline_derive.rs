@@ -1,7 +1,7 @@
 //! Derivation: the seed's numbers, flags, lags and op sequence; overrides;
 //! and each malformed-spec error with its line.
 
-mod seed_spec;
+use crate::seed_spec;
 
 use seed_spec::{grid, line_of, seed_builder, seed_toml};
 use seqsync::pipeline::{

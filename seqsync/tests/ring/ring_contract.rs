@@ -1,7 +1,7 @@
 //! One named test per row of the EventRingbuf contract (DESIGN.md), on the host backend and,
 //! where a GPU is present, on the CUDA backend.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};

@@ -1,0 +1,13 @@
+//! Memory: the stream-ordered pool and buffer handoff by epochs.
+//!
+//! One test binary per layer (each integration-test binary links the whole crate); a module
+//! per suite, named as its file.
+
+#[macro_use]
+#[path = "../common/mod.rs"]
+mod common;
+
+mod handoff;
+mod handoff_graph;
+mod pool;
+mod pool_stress;

@@ -1,0 +1,16 @@
+//! Timelines: the contract on every backend, IREE's semaphore conformance cases, the CUDA mechanisms and their faults, a model, stress and host waits.
+//!
+//! One test binary per layer (each integration-test binary links the whole crate); a module
+//! per suite, named as its file.
+
+#[macro_use]
+#[path = "../common/mod.rs"]
+mod common;
+
+mod host_wait;
+mod timeline_contract;
+mod timeline_cts;
+mod timeline_cuda;
+mod timeline_cuda_fault;
+mod timeline_model;
+mod timeline_stress;
