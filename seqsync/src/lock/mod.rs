@@ -5,9 +5,9 @@
 //!
 //! Why: the hot calls take a lock or two each (a tracked `record` or `wait`, a timeline's
 //! `signal_on` and `wait_on`: the timeline's admission state, the stream's ledger, the CUDA
-//! word's point list), and on the H200's host a locked compare-and-swap there costs about
-//! 7 ns (it waits for the stores of the driver call before it), which was most of what the
-//! timeline layer added to the raw driver calls. Most such locks are only ever taken by the one
+//! word's point list), and on the H200's host a locked compare-and-swap there waits for the
+//! stores of the driver call before it, which was most of what the timeline layer added to the
+//! raw driver calls (BENCHMARKS.md §5, "One-CAS locks and leaner ledgers"). Most such locks are only ever taken by the one
 //! thread that enqueues the work. `std::sync::Mutex` costs two atomic read-modify-writes
 //! (its unlock must see whether a thread sleeps on it).
 //!

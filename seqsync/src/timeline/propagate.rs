@@ -157,8 +157,8 @@ pub(crate) enum Refused {
 /// short-section lock: every section is a few field updates (and, amortized, a prune).
 ///
 /// Aligned to a cache line, so that an ordered `wait_on` that joins the last wait's entry
-/// touches one line of it (each line an enqueue touches costs ~1 ns at the host's usual speed
-/// and ~3.5 ns while it runs slow, H200 profile).
+/// touches one line of it (every line an enqueue touches costs: BENCHMARKS.md §5, "Cache
+/// lines, not locks").
 #[repr(align(64))]
 pub(crate) struct Ledger {
     state: Lock<LedgerState>,
@@ -172,9 +172,10 @@ struct Registry {
 
 /// Smallest list length that triggers a prune. A prune reads each timeline's value, which may
 /// ask the device: on `events+memops` a bisection of the points in flight, a few CUDA event
-/// queries of ~0.1–0.3 µs each. Measured on the H200 at 64 entries, that was ~12 ns per
-/// ordered `signal_on` + `wait_on` pair; at 256 it is a quarter of that, for at most 6 KiB of
-/// entries per list and stream between prunes when the device keeps up.
+/// queries. At 64 entries the prune was a visible share of an ordered `signal_on` + `wait_on`
+/// pair on the H200 (BENCHMARKS.md §5, "Biased locks, coalesced waits"); at 256 it is a quarter
+/// of that, for at most 6 KiB of entries per list and stream between prunes when the device
+/// keeps up.
 const PRUNE_MIN: usize = 256;
 
 /// The next prune limit of a list with `left` entries after a prune.

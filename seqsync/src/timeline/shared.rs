@@ -27,8 +27,8 @@ pub(crate) struct State {
 
 /// `repr(C, align(64))`: what an ordered `signal_on` + `wait_on` reads lies in two cache lines
 /// (the lock, the state, the flags, the floor and the word's address in the first; the
-/// semaphore's handle and `target` in the second). Each line an enqueue touches costs ~1 ns at
-/// the host's usual speed and ~3.5 ns while it runs slow (H200 profile).
+/// semaphore's handle and `target` in the second). Every cache line an enqueue touches costs
+/// (BENCHMARKS.md §5, "Cache lines, not locks").
 #[repr(C, align(64))]
 pub(crate) struct Shared<B: Backend> {
     /// The crate's short-section lock (`lock/`): `signal_on` holds it from admission to the

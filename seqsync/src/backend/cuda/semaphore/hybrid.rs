@@ -48,8 +48,8 @@ struct State {
 
 /// `repr(C, align(64))`: an ordered `signal_on` or `wait_on` reads two cache lines of it (the
 /// lock and the points' ring in the first, the rest of what it needs in the second) besides
-/// the ring's slot and the word. Each line an enqueue touches costs ~1 ns while the host runs
-/// at its usual speed and ~3.5 ns while it runs slow (H200 profile).
+/// the ring's slot and the word. Every cache line an enqueue touches costs (BENCHMARKS.md §5,
+/// "Cache lines, not locks").
 #[repr(C, align(64))]
 pub(crate) struct HybridWord {
     /// The crate's short-section lock (`lock/`): held for an event record or stream wait, and
