@@ -9,3 +9,4 @@ mod common;
 mod check;
 mod cli;
 mod cli_graph;
+mod flag_fuzz;
