@@ -1,7 +1,8 @@
 //! Backends: a *stream* (an in-order queue of work) and an *event* (a point in a stream).
 //!
-//! It may use: nothing else of seqsync but the error type and the host
-//! [wait strategy](crate::wait_strategy): it is the bottom layer.
+//! It may use: nothing else of seqsync but the error type, the host
+//! [wait strategy](crate::wait_strategy) and the crate's short-section `lock`: it is the
+//! bottom layer.
 //!
 //! | backend | stream | event |
 //! |---|---|---|

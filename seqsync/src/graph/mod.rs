@@ -7,7 +7,7 @@
 //! It may use: `backend`, through the [`Backend`](crate::backend::Backend),
 //! [`CommandBackend`](crate::backend::CommandBackend) and
 //! [`GraphBackend`](crate::backend::GraphBackend) traits only, and `timeline` (a submission's
-//! wait and signal lists).
+//! wait and signal lists), and `name` (names shown in errors) below it.
 //!
 //! | module | concept |
 //! |---|---|

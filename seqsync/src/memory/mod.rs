@@ -3,7 +3,8 @@
 //! freed in stream order.
 //!
 //! It may use: `backend` through the [`Backend`](crate::backend::Backend) trait, and `hazard`'s
-//! vector clocks.
+//! vector clocks, `timeline` (the timelines of a wait list) and the crate's short-section
+//! `lock` below it.
 //!
 //! | module | what it is |
 //! |---|---|

@@ -4,7 +4,7 @@
 //! records each thread must make, and proves the schedule deadlock-free.
 //!
 //! It may use: `ring`, and `backend` through the [`Backend`](crate::backend::Backend) trait
-//! only; it never names a concrete backend.
+//! only; it never names a concrete backend; and `name` (names checked and shown) below it.
 //!
 //! This replaces the seed's "mental checklist": instead of filling in ring
 //! parameters by hand, write a [`PipelineSpec`] (in Rust with

@@ -1,7 +1,8 @@
 //! [`EventRingbuf`]: one producer records an event per consecutive seq_id; `nconsumers`
 //! consumers each make a stream wait on it, or block a host thread on it.
 //!
-//! It may use: `backend`, through the [`Backend`] trait only.
+//! It may use: `backend`, through the [`Backend`] trait only, and the host
+//! [wait strategy](crate::wait_strategy) below it.
 //!
 //! # The contract
 //!

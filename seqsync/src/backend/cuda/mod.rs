@@ -2,7 +2,7 @@
 //! other code), events are raw `CUevent`s created with timing disabled.
 //!
 //! It may use: the [`Backend`] trait, the error type, the
-//! [wait strategy](crate::wait_strategy) and cudarc. Every CUDA `unsafe` block of seqsync is in
+//! [wait strategy](crate::wait_strategy), the crate's short-section `lock` and cudarc. Every CUDA `unsafe` block of seqsync is in
 //! this folder.
 //!
 //! This file is the backend itself ([`CudaBackend`] and its [`Backend`] impl); beside it:

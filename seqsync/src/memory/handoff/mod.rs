@@ -2,7 +2,7 @@
 //! threads that own them — waits only for what no event or synchronize already ordered.
 //!
 //! It may use: `backend`, through the [`Backend`](crate::backend::Backend) trait only, and the
-//! hazard checker's vector clocks (`hazard`), whose happens-before it shares.
+//! hazard checker's vector clocks (`hazard`), whose happens-before it shares, and the crate's short-section `lock`.
 //!
 //! A library that tracks buffers (CUDA.jl, cudarc's per-slice events) makes a buffer's new
 //! stream wait for everything its old stream queued. That is more than needed when the

@@ -1,6 +1,7 @@
 //! The declaration model of a pipeline and its Rust builder.
 //!
-//! It may use: nothing outside `pipeline` (its error type, [`PlanError`]).
+//! It may use: nothing outside `pipeline` (its error type, [`PlanError`]) but the ring's size
+//! limits (`ring`) and `name` (names checked and shown).
 //!
 //! A [`PipelineSpec`] says *what* runs where and which data buffers each stage
 //! reads and writes; [`derive`](super::derive()) turns it into the ring

@@ -2,7 +2,8 @@
 //! [`crate::backend::Mechanism`]).
 //!
 //! It may use: the rest of `backend/cuda` (driver, context, events, deferred errors) and
-//! `backend/semaphore.rs` (the word's contract); nothing above `backend/`.
+//! `backend/semaphore.rs` (the word's contract), and the crate's short-section `lock`; nothing
+//! above `backend/`.
 //!
 //! - **stream memory operations** (`memops`, named `stream-mem-ops`): the default where the
 //!   device runs them. Every signal writes the word, every wait waits on it, on the device: a
