@@ -1,0 +1,388 @@
+//! The one error type of seqsync.
+//!
+//! Every variant names the ring it comes from and the numbers involved, so that the message
+//! alone tells which call was wrong. Errors are `Clone + Send + Sync + 'static`: a stopped ring
+//! hands the same first error to every thread that calls it afterwards.
+
+mod plan;
+
+pub use plan::PlanError;
+
+use std::fmt;
+use std::sync::Arc;
+
+/// Result alias used throughout seqsync.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in seqsync.
+///
+/// The variants are the rows of the `EventRingbuf` contract (see [`crate::EventRingbuf`]) plus
+/// the two ways a backend can fail: no device at all, or a failing backend call.
+///
+/// ```
+/// use seqsync::{Blocking, Error, EventRingbuf, HostBackend};
+///
+/// let host = HostBackend::new();
+/// let stream = host.new_stream("s");
+/// let ring = EventRingbuf::new(&host, "f", 1, 2)?;
+/// let err = ring.record(&stream, 1, Blocking::No).unwrap_err();
+/// assert!(matches!(err, Error::OutOfOrder { expected: 0, got: 1, .. }));
+/// assert_eq!(err.to_string(), "ring 'f': record out of order: expected seq 0, got 1");
+/// # Ok::<(), seqsync::Error>(())
+/// ```
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A constructor or call got an argument outside its domain (`max_size == 0`, too many
+    /// consumers, a stream of the wrong backend, …).
+    #[error("ring '{ring}': invalid argument: {message}")]
+    InvalidArgument {
+        /// The ring (or object) the call was made on.
+        ring: String,
+        /// What was wrong, with the numbers.
+        message: String,
+    },
+
+    /// `record(seq)` was called with a seq other than the next one (0, 1, 2, …).
+    #[error("ring '{ring}': record out of order: expected seq {expected}, got {got}")]
+    OutOfOrder {
+        /// The ring.
+        ring: String,
+        /// The seq the ring expected next.
+        expected: i64,
+        /// The seq the caller passed.
+        got: i64,
+    },
+
+    /// `record(seq, Blocking::No)` found `max_size` entries not yet released by every consumer.
+    #[error(
+        "ring '{ring}': overflow recording seq {seq}: max_size={max_size} entries are not yet \
+         released by all nconsumers={nconsumers} consumers (oldest unreleased seq {oldest}); \
+         max_size is too small or nconsumers too large"
+    )]
+    Overflow {
+        /// The ring.
+        ring: String,
+        /// The seq the producer tried to record.
+        seq: i64,
+        /// The oldest seq still held by some consumer.
+        oldest: i64,
+        /// The ring's capacity.
+        max_size: usize,
+        /// How many consumers must release each seq.
+        nconsumers: u32,
+    },
+
+    /// `wait`/`synchronize(seq, Blocking::No)` asked for a seq that is not recorded yet: either
+    /// the producer has not reached it (`next <= seq`) or its record is in flight (`next > seq`:
+    /// the producer claimed it, its event is not published yet).
+    #[error(
+        "ring '{ring}': seq {seq} not yet produced ({}) and blocking is off",
+        not_yet_detail(*.seq, *.next)
+    )]
+    NotYetProduced {
+        /// The ring.
+        ring: String,
+        /// The seq asked for.
+        seq: i64,
+        /// The next seq the producer will claim; greater than `seq` while `seq`'s record is in
+        /// flight.
+        next: i64,
+    },
+
+    /// The seq was released by every consumer and its slot already holds a later seq.
+    #[error(
+        "ring '{ring}': seq {seq} is stale: all nconsumers={nconsumers} consumers released it and \
+         its slot was recycled for seq {current} (max_size={max_size})"
+    )]
+    Stale {
+        /// The ring.
+        ring: String,
+        /// The seq asked for.
+        seq: i64,
+        /// The seq its slot holds now.
+        current: i64,
+        /// The ring's capacity.
+        max_size: usize,
+        /// How many consumers release each seq.
+        nconsumers: u32,
+    },
+
+    /// The seq was already consumed `nconsumers` times (its slot is not recycled yet).
+    #[error("ring '{ring}': seq {seq} consumed more than nconsumers={nconsumers} times")]
+    OverConsumed {
+        /// The ring.
+        ring: String,
+        /// The seq asked for.
+        seq: i64,
+        /// How many consumers the ring was built for.
+        nconsumers: u32,
+    },
+
+    /// The ring was stopped, by [`crate::EventRingbuf::stop`] or by an earlier error.
+    #[error("ring '{ring}' is stopped: {reason}")]
+    Stopped {
+        /// The ring.
+        ring: String,
+        /// Why: the text given to `stop`, or the first error's message.
+        reason: Arc<str>,
+        /// The first error, when an error stopped the ring.
+        #[source]
+        cause: Option<Arc<Error>>,
+    },
+
+    /// The pipeline runtime cannot run a stage as asked: no closure, no stream, or the
+    /// stage's closure panicked. Stage closures may return it too.
+    #[error("pipeline stage '{stage}': {message}")]
+    Stage {
+        /// The stage (or, for a name given to the runtime that the plan lacks, that name).
+        stage: String,
+        /// What is wrong.
+        message: String,
+    },
+
+    /// A stream-ordered pool has no block for the request that the requester is already
+    /// ordered after, cannot grow (`reserved + needed > max`), and the caller did not allow an
+    /// inserted stream wait (or no freed block of the size exists to wait for).
+    #[error(
+        "pool '{pool}': exhausted allocating {requested} bytes: {reserved} of max {max} bytes \
+         reserved, {stale} freed block(s) of the size not yet ordered before the request{hint}"
+    )]
+    Exhausted {
+        /// The pool.
+        pool: String,
+        /// The bytes asked for.
+        requested: usize,
+        /// Bytes the pool holds.
+        reserved: usize,
+        /// The most bytes it may hold.
+        max: usize,
+        /// Freed blocks of the request's size class that would need a stream wait.
+        stale: usize,
+        /// What would help.
+        hint: &'static str,
+    },
+
+    /// A block was freed that is not live: it was freed already.
+    #[error("pool '{pool}': double free of block {addr:#x}")]
+    DoubleFree {
+        /// The pool.
+        pool: String,
+        /// The block's address.
+        addr: u64,
+    },
+
+    /// A block was freed that this pool never handed out.
+    #[error("pool '{pool}': {addr:#x} is not a block of this pool")]
+    ForeignMemory {
+        /// The pool.
+        pool: String,
+        /// The address given.
+        addr: u64,
+    },
+
+    /// An allocation of 0 bytes, or of more than the pool's largest allocation.
+    #[error("pool '{pool}': cannot allocate {size} bytes: sizes must be 1..={max}")]
+    AllocSize {
+        /// The pool.
+        pool: String,
+        /// The size asked for.
+        size: usize,
+        /// The pool's largest allocation.
+        max: usize,
+    },
+
+    /// A timeline signal that does not grow the value.
+    #[error(
+        "timeline '{timeline}': signal of {got} is not above {current}, the highest value \
+         signalled or enqueued so far"
+    )]
+    NonMonotonic {
+        /// The timeline.
+        timeline: String,
+        /// The highest value signalled or enqueued on it so far.
+        current: u64,
+        /// The value the caller passed.
+        got: u64,
+    },
+
+    /// A timeline value at or above `2^63` (reserved for failure).
+    #[error("timeline '{timeline}': value {got} is out of range (the largest is {max})")]
+    ValueOutOfRange {
+        /// The timeline.
+        timeline: String,
+        /// The value the caller passed.
+        got: u64,
+        /// The largest allowed value, `2^63 - 1`.
+        max: u64,
+    },
+
+    /// A host wait on timelines did not end in time; nothing changed, it can be repeated.
+    #[error("timed out after {timeout:?} waiting for {waited_for}")]
+    Timeout {
+        /// What was awaited, with the values: `timeline 'a' to reach 3 (at 2)`.
+        waited_for: String,
+        /// The timeout the caller gave.
+        timeout: std::time::Duration,
+    },
+
+    /// The timeline failed: by [`crate::timeline::Timeline::fail`], by a failure of a timeline
+    /// that work signalling it waited on, by a failed stream, or by being dropped with stream
+    /// waits pending.
+    #[error("timeline '{timeline}' failed at value {value}: {cause}")]
+    TimelineFailed {
+        /// The timeline.
+        timeline: String,
+        /// The last value it reached before failing.
+        value: u64,
+        /// Why: the error given to `fail`, or the upstream timeline's failure.
+        #[source]
+        cause: Arc<Error>,
+    },
+
+    /// Work was cancelled on purpose (a reason to pass to
+    /// [`crate::timeline::Timeline::fail`]).
+    #[error("cancelled: {0}")]
+    Cancelled(String),
+
+    /// A timeline was dropped while streams still waited on it (the cause its failure carries).
+    #[error(
+        "timeline '{timeline}' dropped at value {value} with {pending} stream wait(s) pending"
+    )]
+    TimelineDropped {
+        /// The timeline.
+        timeline: String,
+        /// Its value when dropped.
+        value: u64,
+        /// Stream waits for higher values it still had (waits of one stream on it one right
+        /// after the other, with nothing enqueued between them, count once).
+        pending: usize,
+    },
+
+    /// Commands (a command buffer or a graph launch) were to be enqueued after a stream wait for
+    /// a timeline value whose signal is not signalled or enqueued yet, on a mechanism that holds
+    /// only later *timeline operations* behind such a wait, not commands (CUDA `events`). The
+    /// commands would run early, so nothing was enqueued.
+    #[error(
+        "timeline '{timeline}': commands cannot wait for value {value} before its signal is \
+         enqueued (highest signalled or enqueued: {enqueued}) with the {mechanism} mechanism: \
+         enqueue the signal first, or use a mechanism that holds commands (stream-mem-ops, the default)"
+    )]
+    WaitBeforeSignalUnsupported {
+        /// The timeline waited on.
+        timeline: String,
+        /// The value waited for.
+        value: u64,
+        /// The highest value signalled or enqueued when the commands were submitted.
+        enqueued: u64,
+        /// The timeline's mechanism.
+        mechanism: String,
+    },
+
+    /// The pipeline runtime's stall watchdog fired: no thread made progress for the timeout.
+    /// Every ring was stopped; `threads` says, per thread, what it was blocked on and who
+    /// had to act.
+    #[error("pipeline stalled: no thread made progress for {timeout_ms} ms: {}", .threads.join("; "))]
+    Stalled {
+        /// The watchdog's timeout.
+        timeout_ms: u64,
+        /// One entry per plan thread: `thread NAME: what it is blocked on (who must act)`.
+        threads: Vec<String>,
+    },
+
+    /// No CUDA driver or no GPU: the CUDA backend cannot be used here.
+    #[error("no CUDA device: {0}")]
+    NoDevice(String),
+
+    /// A backend call failed (a CUDA driver error, or a host stream whose closure panicked).
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+
+    /// A pipeline spec or plan that cannot be parsed, derived, checked or run: the pipeline
+    /// layer's [`PlanError`](crate::pipeline::PlanError), so that `derive`, `check_deadlock`
+    /// and `runtime::run` compose with `?`.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+}
+
+/// A failed backend call: which backend, which operation, and what it said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackendError {
+    /// `"cuda"` or `"host"`.
+    pub backend: &'static str,
+    /// The operation, e.g. `"cuEventRecord"` or `"stream wait"`.
+    pub op: &'static str,
+    /// The backend's own code (a `CUresult`), when it has one.
+    pub code: Option<i64>,
+    /// The backend's message.
+    pub message: String,
+}
+
+impl BackendError {
+    /// A backend error without a numeric code.
+    pub fn new(backend: &'static str, op: &'static str, message: impl Into<String>) -> Self {
+        BackendError {
+            backend,
+            op,
+            code: None,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for BackendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} backend: {} failed: {}",
+            self.backend, self.op, self.message
+        )?;
+        if let Some(code) = self.code {
+            write!(f, " (code {code})")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for BackendError {}
+
+impl Error {
+    /// The error at the bottom of a chain of [`Error::TimelineFailed`] (the original reason a
+    /// failure spread from timeline to timeline); `self` for any other error.
+    pub fn root_cause(&self) -> &Error {
+        let mut e = self;
+        while let Error::TimelineFailed { cause, .. } = e {
+            e = cause;
+        }
+        e
+    }
+
+    /// True for [`Error::Stopped`].
+    pub fn is_stopped(&self) -> bool {
+        matches!(self, Error::Stopped { .. })
+    }
+
+    pub(crate) fn invalid(ring: &str, message: impl Into<String>) -> Self {
+        Error::InvalidArgument {
+            ring: ring.to_owned(),
+            message: message.into(),
+        }
+    }
+}
+
+fn not_yet_detail(seq: i64, next: i64) -> String {
+    if next > seq {
+        format!("its record is in flight: the producer is recording seq {seq}")
+    } else {
+        format!("next seq to record is {next}")
+    }
+}
+
+/// The message of a caught panic's payload.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic".into())
+}
