@@ -12,9 +12,9 @@
 //! instead of stream-waiting. When one stage would wait twice on the same ring,
 //! only the wait with the smallest lag is kept (it implies the other).
 
-use super::error::PlanError;
 use super::plan::{Consumer, ConsumerKind, Op, Plan, Ring, StagePlan, ThreadPlan};
 use super::spec::{PipelineSpec, Place, ResolvedSlots, Topology};
+use crate::error::PlanError;
 
 /// Derives the plan, rejecting a requested max_size below its ring's bound.
 ///

@@ -59,17 +59,16 @@
 
 pub mod deadlock;
 pub mod derive;
-pub mod error;
 pub mod plan;
 pub mod runtime;
 pub mod spec;
 pub mod spec_toml;
 
+pub use crate::error::PlanError;
 pub use deadlock::{
     check_deadlock, check_deadlock_with, CheckOptions, Step, Trace, Verdict, DEFAULT_MAX_STATES,
 };
 pub use derive::{derive, derive_unchecked};
-pub use error::PlanError;
 pub use plan::{Consumer, ConsumerKind, NamedOp, Op, Plan, Ring, StagePlan, ThreadPlan};
 pub use spec::{
     BufferSpec, Ident, MaxSizeOverride, ParamSpec, PipelineBuilder, PipelineSpec, Place, Slots,

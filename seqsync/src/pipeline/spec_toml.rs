@@ -49,10 +49,10 @@ use std::path::Path;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::error::PlanError;
 use super::spec::{
     BufferSpec, Ident, ParamSpec, PipelineSpec, Place, Slots, StageSpec, ThreadSpec,
 };
+use crate::error::PlanError;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

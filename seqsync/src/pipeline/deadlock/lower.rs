@@ -1,7 +1,7 @@
 //! Lowering: a [`Plan`] becomes the search's [`Model`], every index and count checked.
 
 use super::model::{MConsumer, MOp, MRing, Model};
-use crate::pipeline::error::PlanError;
+use crate::error::PlanError;
 use crate::pipeline::plan::{Op, Plan};
 use crate::pipeline::spec::MAX_VALUE;
 

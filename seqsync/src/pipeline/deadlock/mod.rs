@@ -57,8 +57,8 @@ mod verdict;
 
 pub use verdict::{Step, Trace, Verdict};
 
-use super::error::PlanError;
 use super::plan::Plan;
+use crate::error::PlanError;
 use model::Model;
 use search::Search;
 

@@ -3,7 +3,7 @@
 use super::{
     BufferSpec, Ident, MaxSizeOverride, ParamSpec, PipelineSpec, Slots, StageSpec, ThreadSpec,
 };
-use crate::pipeline::error::PlanError;
+use crate::error::PlanError;
 
 /// Builds a [`PipelineSpec`] in Rust; errors surface in [`build`](Self::build).
 ///

@@ -31,7 +31,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::error::PlanError;
+use crate::error::PlanError;
 
 /// Largest value accepted for a parameter, a slot count or a max_size, so that
 /// every seq id and lag fits an `i64` with room to spare.

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use super::{Ident, PipelineSpec, Place, Slots, StageSpec, MAX_VALUE};
-use crate::pipeline::error::PlanError;
+use crate::error::PlanError;
 
 /// Rejects values too large to be used as seq-id lags.
 /// The one max_size limit, [`crate::ring::MAX_SIZE`], in words.
