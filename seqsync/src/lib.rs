@@ -13,15 +13,23 @@
 //! trait: nothing above `backend` names a concrete backend.
 //!
 //! ```text
-//!   pipeline (spec, derive, deadlock, runtime)   memory (handoff)   hazard (checks any of them)
-//!                      |                              |                  |
-//!                      +--------------+---------------+                  |
-//!                                     |                                  |
-//!                          ring (EventRingbuf)                           |
-//!                                     |                                  |
-//!     backend: the Backend trait (streams, host work, events) <----------+
+//!   pipeline (spec, derive,      graph (command buffers,      memory (pool, handoff)
+//!     deadlock, runtime)           lowerings, queues)            |               |
+//!           |                            |                        |               v
+//!           v                            v                        |   hazard (vector clocks,
+//!   ring (EventRingbuf)        timeline (values, waits, <---------+    checks any backend)
+//!           |                    failure)                                         |
+//!           |                            |                                        |
+//!           +-------------+--------------+----------------------------------------+
+//!                         v
+//!     backend: the Backend trait (streams, host work, events; commands, graphs, memory)
 //!              host (worker threads, chaos) | cuda (cudarc) | any (picked at run time)
+//!
+//!     below them all: error, lock, wait_strategy, name, primitive
 //! ```
+//!
+//! Every layer also uses `backend` itself. Each folder's `mod.rs` says what it may use, and
+//! `tests/layers.rs` holds the code to it.
 //!
 //! | layer | module | what it is |
 //! |---|---|---|
