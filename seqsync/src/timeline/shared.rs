@@ -56,6 +56,22 @@ pub(crate) struct Shared<B: Backend> {
 }
 
 impl<B: Backend> Shared<B> {
+    /// The layout the `repr(C, align(64))` comment on [`Shared`] claims: the lock, the state,
+    /// the flags and the floor lie in the first cache line, the semaphore starts in it, and
+    /// `target` lies in the second. Evaluated for every backend a build makes timelines on
+    /// (`new` names it), so a layout that breaks the claim does not compile. Not under loom,
+    /// whose lock and atomics are larger.
+    #[cfg(not(seqsync_loom))]
+    const LINES: () = {
+        use std::mem::{offset_of, size_of};
+        assert!(offset_of!(Self, state) + size_of::<Lock<State>>() <= 64);
+        assert!(offset_of!(Self, failed) < 64 && offset_of!(Self, stream_waited) < 64);
+        assert!(offset_of!(Self, floor) + size_of::<AtomicU64>() <= 64);
+        assert!(offset_of!(Self, sem) < 64);
+        assert!(offset_of!(Self, target) >= 64);
+        assert!(offset_of!(Self, target) + size_of::<Weak<dyn FailTarget>>() <= 128);
+    };
+
     /// A panic under the lock (a backend call) leaves `last_enqueued` at most one signal
     /// behind or ahead: a later signal of that value is refused or let through, as it would
     /// be without the panic.
@@ -64,6 +80,8 @@ impl<B: Backend> Shared<B> {
     }
 
     pub(crate) fn new(backend: &B, name: &str, initial: u64) -> Result<Arc<Self>> {
+        #[cfg(not(seqsync_loom))]
+        let () = Self::LINES;
         if initial > MAX_VALUE {
             return Err(out_of_range(name, initial));
         }
@@ -312,32 +330,4 @@ pub(crate) fn out_of_range(name: &str, got: u64) -> Error {
         got,
         max: MAX_VALUE,
     }
-}
-
-#[cfg(all(test, not(seqsync_loom)))]
-mod tests {
-    use super::*;
-
-    /// The layer the `repr(C, align(64))` comment on [`Shared`] claims, held at compile time: the
-    /// lock, the state, the flags and the floor lie in the first cache line, the semaphore starts
-    /// in it, and `target` lies in the second, on the host backend and on CUDA (not under loom,
-    /// whose lock and atomics are larger). Checked where the crate's unit tests build: naming the
-    /// concrete backends is for tests above `backend/`.
-    const _: () = {
-        macro_rules! lines {
-            ($b:ty) => {{
-                use std::mem::{offset_of, size_of};
-                type S = Shared<$b>;
-                assert!(offset_of!(S, state) + size_of::<Lock<State>>() <= 64);
-                assert!(offset_of!(S, failed) < 64 && offset_of!(S, stream_waited) < 64);
-                assert!(offset_of!(S, floor) + size_of::<AtomicU64>() <= 64);
-                assert!(offset_of!(S, sem) < 64);
-                assert!(offset_of!(S, target) >= 64);
-                assert!(offset_of!(S, target) + size_of::<Weak<dyn FailTarget>>() <= 128);
-            }};
-        }
-        lines!(crate::backend::host::HostBackend);
-        #[cfg(feature = "cuda")]
-        lines!(crate::backend::cuda::CudaBackend);
-    };
 }
