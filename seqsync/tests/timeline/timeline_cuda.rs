@@ -509,3 +509,133 @@ per_mechanism!(a_buffer_dropped_while_a_stream_waits_on_the_host_does_not_block:
     a_buffer_dropped_while_a_stream_waits_on_the_host_does_not_block_hybrid: TimelineMechanism::Hybrid,
     a_buffer_dropped_while_a_stream_waits_on_the_host_does_not_block_events: TimelineMechanism::Events,
 );
+
+/// `true` if work enqueued on `stream` now runs within `within` (a host closure behind
+/// whatever `stream` waits for); a stream that never gets there is left waiting.
+fn runs_within(
+    b: &CudaBackend,
+    stream: &std::sync::Arc<seqsync::cudarc::driver::CudaStream>,
+    within: Duration,
+) -> bool {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let ran = Arc::new(AtomicBool::new(false));
+    let r = ran.clone();
+    seqsync::backend::Backend::launch_host(
+        b,
+        stream,
+        Box::new(move || r.store(true, Ordering::SeqCst)),
+    )
+    .unwrap();
+    let start = std::time::Instant::now();
+    while !ran.load(Ordering::SeqCst) && start.elapsed() < within {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    ran.load(Ordering::SeqCst)
+}
+
+/// A host signal made while a lower signal is still pending on a stream, then a higher signal
+/// on another stream: whatever order the writes land in, the timeline ends at the highest
+/// value, and stream waits for it (enqueued before and after) are released. (stream-mem-ops
+/// wrote the host's value again behind the pending write, which then landed after the higher
+/// one: the word ended at 103 and the waits for 104 never ran.)
+fn a_host_signal_between_stream_signals_leaves_the_highest_value(m: TimelineMechanism) {
+    let Some((_g, b)) = with(m) else {
+        return;
+    };
+    let gate = Timeline::new(&b, "gate", 0).unwrap();
+    let t = Timeline::new(&b, "t", 0).unwrap();
+    let [s1, s2, w1, w2] = [(); 4].map(|()| b.new_stream().unwrap());
+    // Waits enqueued before any signal: on the word, where the mechanism has one.
+    t.wait_on(&w1, 1).unwrap();
+    t.wait_on(&w2, 104).unwrap();
+    gate.wait_on(&s1, 1).unwrap();
+    t.signal_on(&s1, 1).unwrap();
+    t.signal(103).unwrap();
+    t.signal_on(&s2, 104).unwrap();
+    b.stream_synchronize(&s2).unwrap();
+    // Only now does s1's write of 1 land.
+    gate.signal(1).unwrap();
+    b.stream_synchronize(&s1).unwrap();
+    let w3 = b.new_stream().unwrap();
+    t.wait_on(&w3, 104).unwrap();
+    let released = [&w1, &w2, &w3].map(|w| runs_within(&b, w, Duration::from_secs(5)));
+    assert_eq!(
+        released, [true; 3],
+        "{m:?}: stream waits for 1, 104 (before) and 104 (after) released"
+    );
+    assert_eq!(t.query().unwrap(), 104);
+}
+
+/// Signals of one timeline on two streams, the lower one behind a wait that the other stream
+/// releases later: legal (each value exceeds those enqueued before it), and neither stream may
+/// wait for the other's signal. (stream-mem-ops made the higher signal wait on the device for
+/// the lower one, so that writes landed in value order: here that is a deadlock.)
+fn signals_on_two_streams_do_not_make_one_wait_for_the_other(m: TimelineMechanism) {
+    let Some((_g, b)) = with(m) else {
+        return;
+    };
+    let gate = Timeline::new(&b, "gate", 0).unwrap();
+    let t = Timeline::new(&b, "t", 0).unwrap();
+    let (s1, s2) = (b.new_stream().unwrap(), b.new_stream().unwrap());
+    gate.wait_on(&s1, 1).unwrap();
+    t.signal_on(&s1, 1).unwrap();
+    t.signal_on(&s2, 5).unwrap();
+    gate.signal_on(&s2, 1).unwrap();
+    let reached = t.wait(5, Duration::from_secs(5));
+    if reached.is_err() {
+        // Unblock the streams before failing: a host signal above everything enqueued.
+        t.signal(6).unwrap();
+    }
+    assert!(
+        reached.is_ok(),
+        "{m:?}: {reached:?}: s2 waited for s1's signal"
+    );
+    gate.wait(1, LONG).unwrap();
+    b.stream_synchronize(&s1).unwrap();
+    assert_eq!(t.query().unwrap(), 5);
+    let w = b.new_stream().unwrap();
+    t.wait_on(&w, 5).unwrap();
+    assert!(
+        runs_within(&b, &w, Duration::from_secs(5)),
+        "{m:?}: a wait for 5 after both landed"
+    );
+}
+
+/// A failure after the value was reached releases a stream wait for that value that the stream
+/// has not got to yet. (The failed word `2^63 | c` released, under the device's cyclic `>=`,
+/// only the values above `c`: a wait for a value at or below `c` that ran after the failure
+/// waited forever.)
+fn a_failure_releases_a_pending_wait_for_a_value_reached_before(m: TimelineMechanism) {
+    let Some((g, b)) = with(m) else {
+        return;
+    };
+    let t = Timeline::new(&b, "t", 0).unwrap();
+    let s = b.new_stream().unwrap();
+    g.spin(&s, Duration::from_millis(300));
+    t.wait_on(&s, 1).unwrap();
+    t.signal(1).unwrap();
+    t.fail(seqsync::Error::Cancelled("given up".into()));
+    assert!(
+        runs_within(&b, &s, Duration::from_secs(5)),
+        "{m:?}: the wait for 1 (reached, then failed) never released its stream"
+    );
+}
+
+per_mechanism!(a_host_signal_between_stream_signals_leaves_the_highest_value:
+    a_host_signal_between_stream_signals_leaves_the_highest_value_memops: TimelineMechanism::StreamMemOps,
+    a_host_signal_between_stream_signals_leaves_the_highest_value_hybrid: TimelineMechanism::Hybrid,
+    a_host_signal_between_stream_signals_leaves_the_highest_value_events: TimelineMechanism::Events,
+);
+
+per_mechanism!(signals_on_two_streams_do_not_make_one_wait_for_the_other:
+    signals_on_two_streams_do_not_make_one_wait_for_the_other_memops: TimelineMechanism::StreamMemOps,
+    signals_on_two_streams_do_not_make_one_wait_for_the_other_hybrid: TimelineMechanism::Hybrid,
+    signals_on_two_streams_do_not_make_one_wait_for_the_other_events: TimelineMechanism::Events,
+);
+
+per_mechanism!(a_failure_releases_a_pending_wait_for_a_value_reached_before:
+    a_failure_releases_a_pending_wait_for_a_value_reached_before_memops: TimelineMechanism::StreamMemOps,
+    a_failure_releases_a_pending_wait_for_a_value_reached_before_hybrid: TimelineMechanism::Hybrid,
+    a_failure_releases_a_pending_wait_for_a_value_reached_before_events: TimelineMechanism::Events,
+);

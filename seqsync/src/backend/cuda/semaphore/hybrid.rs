@@ -165,8 +165,7 @@ impl HybridWord {
         let word = failed_word(last_value);
         st.events.points.fail(word);
         st.word_waits.clear();
-        // An error here means a stream could not get the re-write; its own failure shows.
-        drop(self.word.store(word));
+        self.word.fail(last_value);
     }
 
     pub(crate) fn failure(&self) -> Option<Error> {

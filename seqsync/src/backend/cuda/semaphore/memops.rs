@@ -7,25 +7,31 @@
 //!   `c < v`: a failure releases every wait on values the timeline never reached.
 //! - host `query`: a load of the word (no driver call).
 //!
-//! Writes are plain stores, so the word could go back when two writes land out of order. Two
-//! rules keep it monotonic: a signal enqueued on a stream while another stream still has a
-//! lower signal of the same timeline pending first waits (on the device) for that one, so
-//! stream writes land in value order; and a host store (signal or failure) is written again on
-//! every stream whose lower write is still pending, right after it, so a late lower write is
-//! overwritten at once (the timeline layer never reports the brief dip: it keeps the highest
-//! value it has seen).
+//! Writes are plain stores, so a lower value can land after a higher one (two streams' writes,
+//! or a stream's write and a host store): the word *dips*. No stream waits for another's write
+//! to prevent that (a cross-stream wait deadlocks a legal program); instead, once a word has
+//! more than one writer, its writes are watched and the word is repaired on the host
+//! (`write_order`, `repair`). A dip never releases a wait early, and the timeline layer never
+//! reports one (it keeps the highest value it has seen).
+//!
+//! A failure stores `2^63` on the device, which the cyclic `GEQ` reads as reached for every
+//! value `1..2^63`: the failed word `2^63 | c` would release only the values above `c`, and a
+//! wait for a value at or below `c` that its stream got to after the failure would wait
+//! forever. The host keeps `2^63 | c` apart and [`MemOpsWord::load`] gives it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use cudarc::driver::{sys, CudaContext, CudaStream};
 
+use super::repair::{self, Repair};
 use super::slots::{self, Pool, Slot};
+use super::write_order::{Plan, Top, Watches};
 use crate::backend::cuda::context::with_context;
 use crate::backend::cuda::open_waits;
 use crate::backend::cuda::{driver_error, make_current};
-use crate::backend::semaphore::FAILED_BIT;
+use crate::backend::semaphore::{failed_word, FAILED_BIT};
 use crate::error::{Error, Result};
 
 /// How often (at most) a host wait asks the driver whether a stream that should write the word
@@ -36,13 +42,92 @@ pub(crate) struct MemOpsWord {
     slot: Slot,
     ctx: Arc<CudaContext>,
     pool: Arc<Mutex<Pool>>,
-    /// Per stream: the highest value it was asked to write.
-    writers: Mutex<Vec<(Arc<CudaStream>, u64)>>,
-    /// Streams that waited on the word (for the slot's quarantine on drop).
+    /// The writes of the word, shared with the repair thread.
+    writes: Arc<Writes>,
+    /// `2^63 | c` once the host failed the word (the device word holds `2^63`), else 0.
+    failed: AtomicU64,
+    /// The highest value whose write is enqueued or stored (`u64::MAX` once failed): a wait
+    /// at or below it is released by a write that is on its way, not by a host store to come.
+    enqueued: AtomicU64,
+    /// Streams that waited on the word (for the slot's quarantine on drop), and the last one
+    /// added (a stream that waits again needs no lock).
     waiters: Mutex<Vec<Arc<CudaStream>>>,
+    last_waiter: AtomicPtr<CudaStream>,
     failure: Mutex<Option<Error>>,
     born: Instant,
     last_health_ns: AtomicU64,
+}
+
+/// The writes of a word. Two locks: `order`, held across the driver calls of a signal or a
+/// store (which it serializes), and `watch`, held for a few loads and stores only, the one
+/// lock the repair thread takes (so that no driver call, which may wait for the device, can
+/// hold up a repair the device waits for).
+struct Writes {
+    at: &'static AtomicU64,
+    order: Mutex<Top<Arc<CudaStream>>>,
+    watch: Mutex<Watch>,
+    /// Writes are watched: set by a signal or store (under `order`), cleared by the repair
+    /// thread; a signal reads it without taking `watch`.
+    watching: AtomicBool,
+}
+
+struct Watch {
+    watches: Watches<Arc<CudaStream>, Slot>,
+    /// Markers whose write landed, for the word's next watched writes (given back to the pool
+    /// with the word).
+    spare: Vec<Slot>,
+    /// Handed to the repair thread, which has not let it go yet.
+    queued: bool,
+    /// The word is gone (its slot may serve another word): nothing may touch it any more.
+    gone: bool,
+}
+
+impl Writes {
+    fn order(&self) -> MutexGuard<'_, Top<Arc<CudaStream>>> {
+        self.order.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn watch(&self) -> MutexGuard<'_, Watch> {
+        self.watch.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Watch `value`'s write on `stream`, followed by `marker`, and hand the word to the repair
+    /// thread unless it has it.
+    fn add(self: &Arc<Self>, stream: Arc<CudaStream>, value: u64, marker: Slot) {
+        let mut w = self.watch();
+        w.watches.watch(stream, value, marker);
+        self.watching.store(true, Ordering::SeqCst);
+        if !w.queued {
+            w.queued = true;
+            let me: Arc<dyn Repair> = self.clone();
+            repair::watch(Arc::downgrade(&me));
+        }
+    }
+}
+
+/// `true` once the marker's write (of 1) landed.
+fn marker_landed(m: &Slot) -> bool {
+    // SAFETY: markers are slots of the word's pool, owned by the watched write until it is done.
+    unsafe { slots::atomic(m) }.load(Ordering::SeqCst) != 0
+}
+
+impl Repair for Writes {
+    fn repair(&self) -> bool {
+        let mut w = self.watch();
+        if w.gone {
+            w.queued = false;
+            return false;
+        }
+        let Watch { watches, spare, .. } = &mut *w;
+        let (target, more) = watches.repair(marker_landed, |x| spare.push(x.marker));
+        // Every value in `target` was reached; a higher one the word holds stays.
+        self.at.fetch_max(target, Ordering::SeqCst);
+        if !more {
+            w.queued = false;
+            self.watching.store(false, Ordering::SeqCst);
+        }
+        more
+    }
 }
 
 fn check(op: &'static str, r: sys::CUresult) -> Result<()> {
@@ -63,8 +148,22 @@ impl MemOpsWord {
             slot,
             ctx: ctx.clone(),
             pool: pool.clone(),
-            writers: Mutex::new(Vec::new()),
+            writes: Arc::new(Writes {
+                // SAFETY: the slot comes from the pool and is owned by this word until drop.
+                at: unsafe { slots::atomic(&slot) },
+                order: Mutex::new(Top::new()),
+                watch: Mutex::new(Watch {
+                    watches: Watches::new(initial),
+                    spare: Vec::new(),
+                    queued: false,
+                    gone: false,
+                }),
+                watching: AtomicBool::new(false),
+            }),
+            failed: AtomicU64::new(0),
+            enqueued: AtomicU64::new(initial),
             waiters: Mutex::new(Vec::new()),
+            last_waiter: AtomicPtr::new(std::ptr::null_mut()),
             failure: Mutex::new(None),
             born: Instant::now(),
             last_health_ns: AtomicU64::new(0),
@@ -74,21 +173,27 @@ impl MemOpsWord {
     /// The word's memory. The pool never frees it, but gives the slot to another word once
     /// this one is dropped: hold the reference no longer than the word.
     pub(crate) fn at(&self) -> &'static AtomicU64 {
-        // SAFETY: the slot comes from the pool and is owned by this word until drop.
-        unsafe { slots::atomic(&self.slot) }
+        self.writes.at
     }
 
+    /// The word, or `2^63 | c` once failed.
     pub(crate) fn load(&self) -> u64 {
-        self.at().load(Ordering::SeqCst)
+        let word = self.at().load(Ordering::SeqCst);
+        if word & FAILED_BIT != 0 {
+            // `failed` is set before the device word takes the bit.
+            return self.failed.load(Ordering::SeqCst).max(word);
+        }
+        word
     }
 
-    fn write_on(&self, stream: &CudaStream, value: u64) -> Result<()> {
+    fn write_on(&self, stream: &CudaStream, at: sys::CUdeviceptr, value: u64) -> Result<()> {
         // SAFETY: `stream` is a live stream of this word's context (a handle that names no
         // context was bound by the caller; with_context binds and retries should the driver
-        // find no usable context) and `slot.dev` the device address of live pinned memory;
-        // flags 0 = with memory barrier.
+        // find no usable context) and `at` the device address of a slot of the word's pool
+        // (live pinned memory); flags 0 = with memory barrier (the write lands after
+        // everything enqueued before it).
         with_context(&self.ctx, "cuStreamWriteValue64", || unsafe {
-            sys::cuStreamWriteValue64_v2(stream.cu_stream(), self.slot.dev, value, 0)
+            sys::cuStreamWriteValue64_v2(stream.cu_stream(), at, value, 0)
         })
     }
 
@@ -102,57 +207,167 @@ impl MemOpsWord {
 
     /// Enqueue a write of `value` on `stream` (context bound by the caller).
     pub(crate) fn signal_on(&self, stream: &Arc<CudaStream>, value: u64) -> Result<()> {
-        let now = self.load();
-        let mut writers = self.writers.lock().unwrap_or_else(|e| e.into_inner());
-        let landed = |v: u64| now & FAILED_BIT == 0 && v <= now;
-        // The highest lower write still pending on another stream: land after it.
-        let before = writers
-            .iter()
-            .filter(|(s, v)| !Arc::ptr_eq(s, stream) && !landed(*v))
-            .map(|(_, v)| *v)
-            .max();
-        if let Some(v) = before {
-            self.wait_geq(stream, v)?;
+        let mut o = self.writes.order();
+        let now = self.at().load(Ordering::SeqCst);
+        if now & FAILED_BIT != 0 {
+            // Failed: every wait is released, and a write would only undo that.
+            return Ok(());
         }
-        self.write_on(stream, value)?;
-        writers.retain(|(s, v)| !Arc::ptr_eq(s, stream) && !landed(*v));
-        writers.push((stream.clone(), value));
+        let watching = self.writes.watching.load(Ordering::SeqCst);
+        match o.plan(stream, now, watching, Arc::ptr_eq) {
+            Plan::Plain => {
+                self.write_on(stream, self.slot.dev, value)?;
+                o.wrote(stream.clone(), value);
+            }
+            Plan::Watch(top) => self.watched_write(&mut o, top, stream, value)?,
+        }
+        // Under the lock, which every writer of `enqueued` holds: a store, not an RMW.
+        self.enqueued.store(value, Ordering::SeqCst);
         Ok(())
     }
 
+    /// A write that may land out of order: followed by a marker, and so is the top write of
+    /// another stream (`top`) that may still be pending.
+    #[cold]
+    #[inline(never)]
+    fn watched_write(
+        &self,
+        o: &mut Top<Arc<CudaStream>>,
+        top: Option<Arc<CudaStream>>,
+        stream: &Arc<CudaStream>,
+        value: u64,
+    ) -> Result<()> {
+        repair::ready()?;
+        if let Some(s) = top {
+            let m = self.follow_with_marker(&s)?;
+            if let Some((s, v)) = o.take() {
+                self.writes.add(s, v, m);
+            }
+        }
+        // A top on this stream is before this write: the watch after it covers both.
+        o.take();
+        let marker = self.marker()?;
+        if let Err(e) = self.write_on(stream, self.slot.dev, value) {
+            self.give_back_marker(marker);
+            return Err(e);
+        }
+        if let Err(e) = self.write_on(stream, marker.dev, 1) {
+            // The write is enqueued and cannot be watched: the word may stay below it.
+            self.note_failure(&e);
+            self.give_back_marker(marker);
+            return Err(e);
+        }
+        self.writes.add(stream.clone(), value, marker);
+        Ok(())
+    }
+
+    /// A marker word holding 0: one of the word's spare markers, or a new slot.
+    fn marker(&self) -> Result<Slot> {
+        if let Some(m) = self.writes.watch().spare.pop() {
+            // SAFETY: a spare marker is a slot of the pool whose one write landed: the word
+            // owns it, and no stream touches it any more.
+            unsafe { slots::atomic(&m) }.store(0, Ordering::SeqCst);
+            return Ok(m);
+        }
+        self.pool
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take(&self.ctx, 0)
+    }
+
+    fn give_back_marker(&self, marker: Slot) {
+        self.writes.watch().spare.push(marker);
+    }
+
+    /// A marker written on `stream` after everything enqueued on it so far.
+    fn follow_with_marker(&self, stream: &Arc<CudaStream>) -> Result<Slot> {
+        let marker = self.marker()?;
+        make_current(&self.ctx)?;
+        match self.write_on(stream, marker.dev, 1) {
+            Ok(()) => Ok(marker),
+            Err(e) => {
+                self.give_back_marker(marker);
+                Err(e)
+            }
+        }
+    }
+
     /// Enqueue a wait for `value` on `stream` (context bound by the caller).
+    #[inline]
     pub(crate) fn wait_on(&self, stream: &Arc<CudaStream>, value: u64) -> Result<()> {
-        open_waits::enqueue_wait(self.at(), value, || self.wait_geq(stream, value))?;
+        if value <= self.enqueued.load(Ordering::SeqCst) {
+            // Its write is on its way (or stored): the wait never waits on the host.
+            self.wait_geq(stream, value)?;
+        } else {
+            // Wait-before-signal: listed while open (see `open_waits`).
+            open_waits::enqueue_wait(self.at(), value, || self.wait_geq(stream, value))?;
+        }
+        if !std::ptr::eq(
+            self.last_waiter.load(Ordering::Relaxed),
+            Arc::as_ptr(stream),
+        ) {
+            self.add_waiter(stream);
+        }
+        Ok(())
+    }
+
+    #[cold]
+    fn add_waiter(&self, stream: &Arc<CudaStream>) {
         let mut waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
         if !waiters.iter().any(|s| Arc::ptr_eq(s, stream)) {
             waiters.push(stream.clone());
         }
-        Ok(())
+        // The list keeps the stream alive, so the address names it for as long as the word is.
+        self.last_waiter
+            .store(Arc::as_ptr(stream) as *mut CudaStream, Ordering::Relaxed);
     }
 
-    /// Host store of `word` (a value or a failed word), written again after every lower write
-    /// still pending on a stream.
-    pub(crate) fn store(&self, word: u64) -> Result<()> {
-        let before = self.at().swap(word, Ordering::SeqCst);
-        let mut writers = self.writers.lock().unwrap_or_else(|e| e.into_inner());
+    /// Host store of `value` (above every write enqueued).
+    pub(crate) fn store(&self, value: u64) -> Result<()> {
+        debug_assert!(value & FAILED_BIT == 0);
+        self.store_word(value)
+    }
+
+    /// Fail the word at `last_value`: `2^63` on the device (every wait released), `2^63 |
+    /// last_value` for the host.
+    pub(crate) fn fail(&self, last_value: u64) {
+        self.failed.store(failed_word(last_value), Ordering::SeqCst);
+        // An error here is kept as the word's failure or belongs to a broken stream.
+        drop(self.store_word(FAILED_BIT));
+    }
+
+    fn store_word(&self, word: u64) -> Result<()> {
+        let mut o = self.writes.order();
+        let before = self.at().load(Ordering::SeqCst);
         let mut first_err = None;
-        let mut bound = false;
-        for (s, v) in writers.iter_mut() {
-            let pending = before & FAILED_BIT != 0 || *v > before;
-            if pending && *v < word {
-                if !bound {
-                    make_current(&self.ctx)?;
-                    bound = true;
-                }
-                match self.write_on(s, word) {
-                    Ok(()) => *v = word,
-                    Err(e) => {
-                        first_err.get_or_insert(e);
+        if let Some(s) = o.before_store(before) {
+            // The top write may land after this store: watch it.
+            match repair::ready().and_then(|()| self.follow_with_marker(&s)) {
+                Ok(m) => {
+                    if let Some((s, v)) = o.take() {
+                        self.writes.add(s, v, m);
                     }
+                }
+                Err(e) => {
+                    self.note_failure(&e);
+                    first_err = Some(e);
                 }
             }
         }
-        drop(writers);
+        // The store is the highest value now: nothing pending can be taken for it.
+        o.take();
+        {
+            let mut w = self.writes.watch();
+            self.at().fetch_max(word, Ordering::SeqCst);
+            w.watches.stored(word);
+        }
+        let enqueued = if word & FAILED_BIT != 0 {
+            u64::MAX
+        } else {
+            word
+        };
+        self.enqueued.store(enqueued, Ordering::SeqCst);
+        drop(o);
         open_waits::settle();
         first_err.map_or(Ok(()), Err)
     }
@@ -185,13 +400,8 @@ impl MemOpsWord {
         {
             return Ok(());
         }
-        let writers: Vec<_> = self
-            .writers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .map(|(s, _)| s.clone())
-            .collect();
+        let mut writers: Vec<_> = self.writes.order().stream().cloned().into_iter().collect();
+        writers.extend(self.writes.watch().watches.streams().cloned());
         for s in writers {
             // SAFETY: a live stream handle; cuStreamQuery only reads its state.
             match unsafe { sys::cuStreamQuery(s.cu_stream()) } {
@@ -212,19 +422,31 @@ impl Drop for MemOpsWord {
         open_waits::forget(self.at());
         let mut users: Vec<Arc<CudaStream>> =
             std::mem::take(&mut *self.waiters.lock().unwrap_or_else(|e| e.into_inner()));
-        for (s, _) in self
-            .writers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .drain(..)
-        {
+        if let Some((s, _)) = self.writes.order().take() {
             if !users.iter().any(|u| Arc::ptr_eq(u, &s)) {
                 users.push(s);
             }
         }
-        self.pool
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .give_back(&self.ctx, self.slot, &users);
+        let (watched, spare) = {
+            let mut w = self.writes.watch();
+            // From here on the repair thread leaves the slot alone.
+            w.gone = true;
+            (w.watches.take(), std::mem::take(&mut w.spare))
+        };
+        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        for m in spare {
+            pool.give_back_idle(m);
+        }
+        for w in watched {
+            if marker_landed(&w.marker) {
+                pool.give_back_idle(w.marker);
+            } else {
+                pool.give_back(&self.ctx, w.marker, std::slice::from_ref(&w.stream));
+            }
+            if !users.iter().any(|u| Arc::ptr_eq(u, &w.stream)) {
+                users.push(w.stream);
+            }
+        }
+        pool.give_back(&self.ctx, self.slot, &users);
     }
 }

@@ -35,7 +35,9 @@ mod events;
 mod hybrid;
 mod memops;
 mod points;
+mod repair;
 mod slots;
+mod write_order;
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -44,7 +46,7 @@ use std::time::{Duration, Instant};
 use cudarc::driver::{sys, CudaContext, CudaStream};
 
 use super::Deferred;
-use crate::backend::semaphore::{failed_word, Mechanism, Semaphore, MAX_VALUE};
+use crate::backend::semaphore::{Mechanism, Semaphore, MAX_VALUE};
 use crate::error::{BackendError, Error, Result};
 use event_pool::EventPool;
 use events::{DeferredQueues, EventsWord};
@@ -354,8 +356,7 @@ impl Semaphore for CudaSemaphore {
     fn fail(&self, last_value: u64) {
         match &self.word {
             Word::Hybrid(w) => w.fail(last_value),
-            // An error here means a stream could not get the re-write; its own failure shows.
-            Word::MemOps(w) => drop(w.store(failed_word(last_value))),
+            Word::MemOps(w) => w.fail(last_value),
             Word::Events(w) => w.fail(last_value),
         }
     }

@@ -76,6 +76,11 @@ impl Pool {
         self.quarantine.push((slot, events));
     }
 
+    /// Give back `slot`, which no stream touches any more.
+    pub(crate) fn give_back_idle(&mut self, slot: Slot) {
+        self.free.push(slot);
+    }
+
     fn reclaim(&mut self) {
         let mut i = 0;
         while i < self.quarantine.len() {

@@ -1,0 +1,86 @@
+//! The thread that repairs stream-memory-operation words after writes that landed out of
+//! order (see `write_order`).
+//!
+//! A word with watched writes is handed to the thread ([`watch`]); the thread looks at every
+//! such word every [`POLL`], raising each to its highest value known landed, and lets a word
+//! go once none of its writes is watched. It makes no driver call (markers are host loads),
+//! so nothing the driver blocks on (a free that waits for the device to drain, behind a stream
+//! that waits for a repaired value) can hold it up. It is started by the first word that needs
+//! it and then parks whenever no word does.
+
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use crate::error::{BackendError, Error, Result};
+
+/// How long the thread sleeps between looks while a word has watched writes (a dip lasts
+/// about this long, plus the sleep's own slack).
+const POLL: Duration = Duration::from_micros(20);
+
+/// A word the thread repairs.
+pub(crate) trait Repair: Send + Sync {
+    /// Raise the word to its highest value known landed; `true` while writes are watched.
+    fn repair(&self) -> bool;
+}
+
+struct Inbox {
+    words: Mutex<Vec<Weak<dyn Repair>>>,
+    wake: Condvar,
+}
+
+static INBOX: Inbox = Inbox {
+    words: Mutex::new(Vec::new()),
+    wake: Condvar::new(),
+};
+static STARTED: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+
+/// Start the thread if it is not running (before anything is enqueued that needs it).
+///
+/// # Errors
+/// [`Error::Backend`] if the thread cannot be started.
+pub(crate) fn ready() -> Result<()> {
+    STARTED
+        .get_or_init(|| {
+            std::thread::Builder::new()
+                .name("seqsync-word-repair".into())
+                .spawn(run)
+                .map(drop)
+                .map_err(|e| e.to_string())
+        })
+        .clone()
+        .map_err(|why| {
+            Error::Backend(BackendError::new(
+                "cuda",
+                "timeline (stream memory operations)",
+                format!("cannot start the thread that repairs words written out of order: {why}"),
+            ))
+        })
+}
+
+/// Repair `word` until its [`Repair::repair`] says nothing is watched ([`ready`] first). A
+/// word handed over twice is looked at twice, which is harmless.
+pub(crate) fn watch(word: Weak<dyn Repair>) {
+    INBOX
+        .words
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(word);
+    INBOX.wake.notify_one();
+}
+
+fn run() {
+    let mut words: Vec<Weak<dyn Repair>> = Vec::new();
+    loop {
+        {
+            let mut inbox = INBOX.words.lock().unwrap_or_else(|e| e.into_inner());
+            while inbox.is_empty() && words.is_empty() {
+                inbox = INBOX.wake.wait(inbox).unwrap_or_else(|e| e.into_inner());
+            }
+            words.append(&mut inbox);
+        }
+        words.retain(|w| w.upgrade().is_some_and(|w: Arc<dyn Repair>| w.repair()));
+        if !words.is_empty() {
+            std::thread::sleep(POLL);
+        }
+    }
+}
