@@ -38,6 +38,13 @@ ops = {
  "cuMemFree(again)": lambda: ck(cu.cuMemFree(keep["d"].pop())),
  "cuMemHostRegister": lambda: keep.setdefault("r", []).append((ctypes.create_string_buffer(1<<16),)) or ck(cu.cuMemHostRegister(ctypes.addressof(keep["r"][-1][0]), 1<<16, 0)),
  "cuMemHostUnregister": lambda: ck(cu.cuMemHostUnregister(ctypes.addressof(keep["r"][-1][0]))),
+ "cuGraphInstantiate": lambda: keep.setdefault("g", []).append((lambda g: (g, ck(cu.cuGraphInstantiate(g, 0))))(ck(cu.cuGraphCreate(0)))),
+ "cuGraphExecDestroy(never launched)": lambda: ck(cu.cuGraphExecDestroy(keep["g"][-1][1])),
+ "cuGraphDestroy": lambda: ck(cu.cuGraphDestroy(keep["g"].pop()[0])),
+ "cuGraphExecDestroy(launched on other, done)": lambda: (lambda g: (lambda e: (ck(cu.cuGraphLaunch(e, other)), ck(cu.cuStreamSynchronize(other)), ck(cu.cuGraphExecDestroy(e))))(ck(cu.cuGraphInstantiate(g, 0))))(ck(cu.cuGraphCreate(0))),
+ "cuMemcpyDtoH(pageable)": lambda: (keep.setdefault("d", []).append(ck(cu.cuMemAlloc(4096))), ck(cu.cuMemcpyDtoH(ctypes.addressof(ctypes.create_string_buffer(4096)), keep["d"][-1], 4096))),
+ "cuMemcpyHtoD(pageable)": lambda: ck(cu.cuMemcpyHtoD(keep["d"][-1], ctypes.addressof(ctypes.create_string_buffer(4096)), 4096)),
+ "cuMemsetD32": lambda: ck(cu.cuMemsetD32(keep["d"][-1], 0, 1024)),
  "cuCtxSynchronize": lambda: ck(cu.cuCtxSynchronize()),
 }
 for name, f in ops.items():

@@ -92,13 +92,14 @@
 //!
 //! A wait before its signal that holds everything after it (`stream-mem-ops`, the word waits of
 //! `events+memops`) blocks its stream on the GPU until the value comes, maybe from a host
-//! signal not made yet. Meanwhile `cuMemFree`, `cuMemFreeHost`, `cuMemHostUnregister` and
-//! `cuCtxSynchronize`, on any thread of the process, wait for the GPU to drain, and hold a
-//! driver lock that blocks other threads' driver calls too (measured on the H200: BENCHMARKS.md
-//! §5, "Driver calls that wait for the device"). seqsync makes none of them then: a
-//! `DeviceBuffer` or `PinnedBuffer` dropped while such a wait is open is freed once none is
-//! (and its memory goes to the next allocation of its size meanwhile). Code of your own that
-//! makes those calls must not do so while a thread it waits for has a signal to make, or the
+//! signal not made yet. Meanwhile `cuMemFree`, `cuMemFreeHost`, `cuMemHostUnregister`,
+//! `cuCtxSynchronize` and a `cuGraphExecDestroy` of a pending launch, on any thread of the
+//! process, wait for the GPU to drain, and hold a driver lock that blocks other threads'
+//! driver calls too (measured on the H200: BENCHMARKS.md §5, "Driver calls that wait for the
+//! device"). seqsync makes none of them then: a `DeviceBuffer`, `PinnedBuffer` or CUDA graph
+//! dropped while such a wait is open is freed once none is (past 1 GiB held, allocations are
+//! refused with a named error rather than grow). Code of your own that makes those calls must
+//! not do so while a thread it waits for has a signal to make, or the
 //! process hangs; the `events` mechanism holds such waits on the host and never blocks the GPU.
 //!
 //! # Host waits

@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::sys;
 
 use super::command::{param_pointers, CudaKernel};
+use super::open_waits::{self, Held, Memory};
 use super::{bind_for, check, make_current, with_context, CudaBackend, CudaContext};
 use crate::backend::command::{check_range, HostFn, Op};
 use crate::backend::replay::GraphBackend;
@@ -115,19 +116,16 @@ impl std::fmt::Debug for CudaGraphExec {
 
 impl Drop for CudaGraphExec {
     fn drop(&mut self) {
-        // SAFETY: both handles were created by this value and are destroyed once, here. A
-        // launched graph still running may be destroyed: the driver finishes its launches
-        // first, and the host nodes' closures are owned by the graph's user object, which the
-        // driver releases only after that (see the module docs).
-        unsafe {
-            let _ = make_current(&self.ctx);
-            if !self.exec.is_null() {
-                sys::cuGraphExecDestroy(self.exec);
-            }
-            if !self.graph.is_null() {
-                sys::cuGraphDestroy(self.graph);
-            }
-        }
+        // Destroyed now, or once no stream waits on the host (`cuGraphExecDestroy` waits for
+        // the device): see `open_waits`. A launched graph still running may be destroyed: the
+        // driver finishes its launches first, and the host nodes' closures are owned by the
+        // graph's user object, which the driver releases only after that (see the module docs).
+        open_waits::free(Held {
+            memory: Memory::Graph(self.exec, self.graph),
+            bytes: 0,
+            ctx: self.ctx.clone(),
+            deferred: None,
+        });
         drop_released();
     }
 }

@@ -10,7 +10,8 @@ use super::{bind_for, driver_error, CudaBackend, Deferred};
 use crate::error::Result;
 
 /// Device memory of `len` `u32`s (`cuMemAlloc`), freed on drop (held back while a stream waits
-/// for a timeline value nothing has written yet; then reused by the next allocation of its size).
+/// for a timeline value nothing has written yet, and freed once none does: see
+/// `backend/cuda/open_waits.rs`).
 #[derive(Debug)]
 pub struct DeviceBuffer {
     ptr: sys::CUdeviceptr,
@@ -23,7 +24,7 @@ pub struct DeviceBuffer {
 }
 
 /// Page-locked host memory of `len` `u32`s (`cuMemHostAlloc`, not write-combined, so host
-/// reads are fast), freed on drop (held back, and reused, as [`DeviceBuffer`]'s memory is).
+/// reads are fast), freed on drop (held back as [`DeviceBuffer`]'s memory is).
 #[derive(Debug)]
 pub struct PinnedBuffer {
     ptr: *mut u32,
@@ -45,13 +46,10 @@ impl CudaBackend {
     pub fn alloc_device(&self, len: usize) -> Result<DeviceBuffer> {
         self.bind()?;
         let bytes = len.max(1) * 4;
-        let ptr = match open_waits::reuse(&self.ctx, false, bytes) {
-            Some(Memory::Device(ptr)) => ptr,
-            _ => {
-                // SAFETY: the context is current; the size is non-zero (at least one element).
-                unsafe { result::malloc_sync(bytes) }.map_err(|e| driver_error("cuMemAlloc", e))?
-            }
-        };
+        open_waits::admit_allocation("cuMemAlloc", bytes)?;
+        // SAFETY: the context is current; the size is non-zero (at least one element).
+        let ptr =
+            unsafe { result::malloc_sync(bytes) }.map_err(|e| driver_error("cuMemAlloc", e))?;
         Ok(DeviceBuffer {
             ptr,
             len,
@@ -65,15 +63,10 @@ impl CudaBackend {
     pub fn alloc_pinned(&self, len: usize) -> Result<PinnedBuffer> {
         self.bind()?;
         let bytes = len.max(1) * 4;
-        let ptr = match open_waits::reuse(&self.ctx, true, bytes) {
-            Some(Memory::Pinned(ptr)) => ptr,
-            _ => {
-                // SAFETY: the context is current; flags 0 asks for plain cached page-locked
-                // memory.
-                unsafe { result::malloc_host(bytes, 0) }
-                    .map_err(|e| driver_error("cuMemHostAlloc", e))?
-            }
-        } as *mut u32;
+        open_waits::admit_allocation("cuMemHostAlloc", bytes)?;
+        // SAFETY: the context is current; flags 0 asks for plain cached page-locked memory.
+        let ptr = unsafe { result::malloc_host(bytes, 0) }
+            .map_err(|e| driver_error("cuMemHostAlloc", e))? as *mut u32;
         // SAFETY: `ptr` points to `len` freshly allocated u32s that nothing else references.
         unsafe { std::ptr::write_bytes(ptr, 0, len) };
         Ok(PinnedBuffer {
@@ -176,7 +169,7 @@ impl Drop for DeviceBuffer {
             memory: Memory::Device(self.ptr),
             bytes: self.len.max(1) * 4,
             ctx: self.ctx.clone(),
-            deferred: self.deferred.clone(),
+            deferred: Some(self.deferred.clone()),
         });
     }
 }
@@ -240,7 +233,7 @@ impl Drop for PinnedBuffer {
             memory: Memory::Pinned(self.ptr as *mut _),
             bytes: self.len.max(1) * 4,
             ctx: self.ctx.clone(),
-            deferred: self.deferred.clone(),
+            deferred: Some(self.deferred.clone()),
         });
     }
 }

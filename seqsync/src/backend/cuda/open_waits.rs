@@ -13,14 +13,20 @@
 //!
 //! So seqsync never frees its buffers while one of its word waits may be open:
 //!
-//! - every word wait is enqueued under the shared side of a process-wide gate and, if its word
-//!   is below its value, listed as *open*;
+//! - every word wait for a value whose write is not enqueued yet (a wait before its signal:
+//!   only a host store or a later signal can release it) is enqueued under the shared side of
+//!   a process-wide gate and, if its word is below its value, listed as *open*; a wait whose
+//!   write is on its way is neither (`memops`: it is released without the host, or after a
+//!   listed wait upstream of that write, which keeps the frees back itself);
 //! - a buffer's free takes the exclusive side (no wait can be enqueued meanwhile), drops the
 //!   open waits whose words got there, and frees only if none is left; otherwise the buffer is
 //!   *held*;
-//! - held buffers are freed at the next free or host store that finds no open wait, and an
-//!   allocation of the same size and kind reuses one instead of asking the driver (so dropping
-//!   and allocating the same buffers over and over does not grow memory).
+//! - held buffers are freed at the next free, host store or allocation that finds no open
+//!   wait. They are never handed to a new owner meanwhile: the owner that dropped one may have
+//!   left work on it running (a free with `cuMemFree` waits for that work; a reuse would not);
+//! - while more than [`HELD_LIMIT`] bytes are held, an allocation is refused with a named
+//!   error instead of growing memory without bound (a program that always has a wait before
+//!   its signal open, and drops and allocates buffers, reaches it).
 //!
 //! Work of other code in the process that calls these functions itself is not covered: the
 //! timeline docs say so (`crate::timeline`, "# Mechanisms").
@@ -31,7 +37,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use cudarc::driver::{result, sys, CudaContext};
 
 use super::{make_current, Deferred};
-use crate::error::Result;
+use crate::error::{BackendError, Error, Result};
 
 /// Shared: enqueueing a word wait. Exclusive: a free that must find no open wait.
 static GATE: RwLock<()> = RwLock::new(());
@@ -42,6 +48,11 @@ static STATE: Mutex<State> = Mutex::new(State {
 });
 /// How many buffers are held (read without the lock on the host-store path).
 static HELD: AtomicUsize = AtomicUsize::new(0);
+/// Their bytes.
+static HELD_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// The most bytes of dropped buffers held back before allocations are refused.
+pub(crate) const HELD_LIMIT: usize = 1 << 30;
 
 /// Open waits are pruned (those whose words got there dropped) once the list reaches this
 /// length, then at twice what was left: the list stays within twice the waits really open.
@@ -59,6 +70,9 @@ struct State {
 pub(crate) enum Memory {
     Device(sys::CUdeviceptr),
     Pinned(*mut std::ffi::c_void),
+    /// An instantiated CUDA graph and its graph: `cuGraphExecDestroy` waits for the device
+    /// too (seen on the H200: a test hung in it behind a stream waiting for a host signal).
+    Graph(sys::CUgraphExec, sys::CUgraph),
 }
 
 /// A buffer whose free waits for the open waits to close.
@@ -66,7 +80,8 @@ pub(crate) struct Held {
     pub(crate) memory: Memory,
     pub(crate) bytes: usize,
     pub(crate) ctx: Arc<CudaContext>,
-    pub(crate) deferred: Arc<Deferred>,
+    /// Where its free's error goes (`None`: nowhere, a graph's destroy).
+    pub(crate) deferred: Option<Arc<Deferred>>,
 }
 
 // SAFETY: a held buffer is memory nothing uses any more (its owner dropped it after its last
@@ -77,19 +92,39 @@ unsafe impl Send for Held {}
 impl Held {
     fn free_now(self) {
         if let Err(e) = make_current(&self.ctx) {
-            self.deferred.push_error(e);
+            if let Some(d) = &self.deferred {
+                d.push_error(e);
+            }
         }
+        let note = |op: &'static str, r| {
+            if let Some(d) = &self.deferred {
+                d.note(op, r);
+            }
+        };
         match self.memory {
             Memory::Device(ptr) => {
                 // SAFETY: `ptr` came from cuMemAlloc in `ctx` (kept alive by `self.ctx`) and
                 // is freed once: its owner gave it up, and it left the held list.
                 let r = unsafe { result::free_sync(ptr) };
-                self.deferred.note("cuMemFree", r);
+                note("cuMemFree", r);
             }
             Memory::Pinned(ptr) => {
                 // SAFETY: as above, for memory from cuMemHostAlloc.
                 let r = unsafe { result::free_host(ptr) };
-                self.deferred.note("cuMemFreeHost", r);
+                note("cuMemFreeHost", r);
+            }
+            Memory::Graph(exec, graph) => {
+                // SAFETY: both handles were created in `ctx` by their `CudaGraphExec`, which
+                // gave them up; each is destroyed once, here. A launch still running may be
+                // destroyed: the driver finishes it first.
+                unsafe {
+                    if !exec.is_null() {
+                        sys::cuGraphExecDestroy(exec);
+                    }
+                    if !graph.is_null() {
+                        sys::cuGraphDestroy(graph);
+                    }
+                }
             }
         }
     }
@@ -124,6 +159,7 @@ impl State {
             return None;
         }
         HELD.store(0, Ordering::SeqCst);
+        HELD_BYTES.store(0, Ordering::SeqCst);
         Some(std::mem::take(&mut self.held))
     }
 }
@@ -167,6 +203,7 @@ pub(crate) fn free(buffer: Held) {
             buffer.free_now();
         }
         None => {
+            HELD_BYTES.fetch_add(buffer.bytes, Ordering::SeqCst);
             st.held.push(buffer);
             HELD.fetch_add(1, Ordering::SeqCst);
         }
@@ -194,20 +231,29 @@ fn settle_slow() {
     }
 }
 
-/// A held buffer of exactly `bytes` of the kind `pinned` says, in `ctx`, for a new owner.
-pub(crate) fn reuse(ctx: &Arc<CudaContext>, pinned: bool, bytes: usize) -> Option<Memory> {
+/// Before an allocation: free the held buffers if no wait is open any more (never blocking),
+/// and refuse the allocation while more than [`HELD_LIMIT`] bytes stay held.
+///
+/// # Errors
+/// [`Error::Backend`] naming the limit.
+pub(crate) fn admit_allocation(op: &'static str, bytes: usize) -> Result<()> {
     if HELD.load(Ordering::SeqCst) == 0 {
-        return None;
+        return Ok(());
     }
-    let mut st = state();
-    let i = st.held.iter().position(|h| {
-        h.bytes == bytes
-            && Arc::ptr_eq(&h.ctx, ctx)
-            && matches!(h.memory, Memory::Pinned(_)) == pinned
-    })?;
-    let h = st.held.swap_remove(i);
-    HELD.fetch_sub(1, Ordering::SeqCst);
-    Some(h.memory)
+    settle_slow();
+    let held = HELD_BYTES.load(Ordering::SeqCst);
+    if held > HELD_LIMIT {
+        return Err(Error::Backend(BackendError::new(
+            "cuda",
+            op,
+            format!(
+                "{held} bytes of dropped buffers are held back (limit {HELD_LIMIT}) because \
+                 stream waits for values nothing has written yet are open (freeing now could \
+                 hang the process); refusing {bytes} more bytes until those waits are past"
+            ),
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
