@@ -176,6 +176,7 @@ impl CommandBackend for CudaBackend {
         check("cuMemsetD32", unsafe {
             sys::cuMemsetD32_v2(b.device_ptr(), 0, words)
         })?;
+        legacy_stream_synchronize()?;
         Ok(Arc::new(b))
     }
 
@@ -199,7 +200,8 @@ impl CommandBackend for CudaBackend {
         // SAFETY: `data` is `data.len()` readable u32s; the device range is inside the buffer.
         check("cuMemcpyHtoD", unsafe {
             sys::cuMemcpyHtoD_v2(memory.device_ptr(), data.as_ptr().cast(), data.len() * 4)
-        })
+        })?;
+        legacy_stream_synchronize()
     }
 
     fn spin_kernel(&self, us: u64) -> Result<CudaKernel> {
@@ -208,4 +210,18 @@ impl CommandBackend for CudaBackend {
             vec![KernelParam::U64(us * 1000)],
         ))
     }
+}
+
+/// Wait for the legacy default stream. A "synchronous" `cuMemsetD32` of device memory, and the
+/// DMA of a `cuMemcpyHtoD` from pageable memory, may still be running on it when the call
+/// returns, and nothing orders it with seqsync's (non-blocking) streams: without this, kernels
+/// enqueued next could run before the memory holds what the call wrote (seen on the H200 with
+/// four tests at once: `same_results_through_every_lowering` read zeros). It waits for nothing
+/// else: the legacy stream does not wait for non-blocking streams.
+fn legacy_stream_synchronize() -> Result<()> {
+    // SAFETY: the null stream handle names the current context's legacy default stream (the
+    // caller made the context current).
+    check("cuStreamSynchronize", unsafe {
+        sys::cuStreamSynchronize(std::ptr::null_mut())
+    })
 }
