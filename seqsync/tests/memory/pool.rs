@@ -308,16 +308,19 @@ fn trim_and_release_threshold<B: MemOps>(b: &B) {
     let a = p.alloc(&s, 1 << 20, &[]).unwrap();
     let c = p.alloc(&s, 1 << 20, &[]).unwrap();
     b.busy(&s, Duration::from_millis(300));
+    let busy_end = p.record(&s).unwrap();
     p.free(&s, a.block, &[]).unwrap();
-    assert_eq!(
-        p.trim_to(0).unwrap(),
-        0,
-        "a free still pending is not released"
-    );
-    assert_eq!(p.stats().reserved_current, 2 << 20);
+    let first = p.trim_to(0).unwrap();
+    // Asked after the trim: if the busy work is still running, the free was pending during it.
+    // (Another test's free that waits for the device to drain can hold this thread's driver
+    // calls until the busy work is over: then there is nothing to check.)
+    if !b.query(busy_end.event()).unwrap() {
+        assert_eq!(first, 0, "a free still pending is not released");
+        assert_eq!(p.stats().reserved_current, 2 << 20);
+    }
     b.sync_stream(&s);
     assert_eq!(
-        p.trim_to(0).unwrap(),
+        first + p.trim_to(0).unwrap(),
         1 << 20,
         "the completed free's slab goes"
     );
@@ -637,7 +640,12 @@ fn alloca_waits_on_a_point_of_a_busy_stream<B: MemOps>(b: &B) {
         .alloc_with(&q, 512, &[Wait::Point(&w)], AllocFlags::default().signal())
         .unwrap();
     let s = a.ready.as_ref().unwrap();
-    assert!(!b.query(s.event()).unwrap(), "s reached before w");
+    // s first, then w: if s is done, w was done before it. (Asking only whether s is done
+    // failed once with four tests sharing the H200: another test's free waited for the device
+    // to drain, the busy kernel included, before this one's calls returned.)
+    let s_done = b.query(s.event()).unwrap();
+    let w_done = b.query(w.event()).unwrap();
+    assert!(!s_done || w_done, "s reached before w");
     b.synchronize(s.event()).unwrap();
     assert!(b.query(w.event()).unwrap());
     assert!(a.block.capacity() >= 512);
