@@ -28,7 +28,8 @@ pub(crate) struct CheckArgs {
     /// Print one JSON object and nothing else on stdout.
     #[arg(long)]
     json: bool,
-    /// States the deadlock check explores before it gives up (inconclusive).
+    /// States the deadlock check's search explores before it gives up (inconclusive); only
+    /// plans the proof from dependency cycles does not decide are searched.
     #[arg(long, default_value_t = DEFAULT_MAX_STATES)]
     max_states: usize,
 }

@@ -9,8 +9,8 @@
 //! This replaces the seed's "mental checklist": instead of filling in ring
 //! parameters by hand, write a [`PipelineSpec`] (in Rust with
 //! [`PipelineSpec::builder`], or in TOML with [`spec_toml::from_str`]), call
-//! [`derive()`] to get a [`Plan`], and [`check_deadlock`] to explore every
-//! interleaving of the threads' loops. [`runtime::run`] then executes
+//! [`derive()`] to get a [`Plan`], and [`check_deadlock`] to prove that no interleaving of
+//! the threads' loops gets stuck (from the cycles of the dependencies, or by a search). [`runtime::run`] then executes
 //! [`Plan::threads`] op by op, one OS thread per plan thread.
 //!
 //! | module | concept |

@@ -11,3 +11,4 @@ mod pipeline_derive;
 mod pipeline_proptest;
 mod pipeline_run_end;
 mod pipeline_runtime;
+mod pipeline_scale;

@@ -162,9 +162,29 @@ fn independent_threads_are_checked_separately() {
     assert!(verdict.is_deadlock_free(), "{verdict}");
 }
 
+/// A derived plan is proved from its dependency cycles: no search, so no state cap applies.
+#[test]
+fn a_derived_plan_is_proved_whatever_the_state_cap() {
+    let plan = derive(&seed_builder(4, 4, 4, 4)).unwrap();
+    let verdict = check_deadlock_with(&plan, CheckOptions { max_states: 10 }).unwrap();
+    assert_eq!(verdict, Verdict::DeadlockFree { states: 0 }, "{verdict}");
+}
+
+/// The search still decides what the proof does not take (a non-blocking wait on another
+/// thread's ring, which no derivation makes): with a tiny state cap, inconclusive.
 #[test]
 fn state_cap_gives_inconclusive() {
-    let plan = derive(&seed_builder(4, 4, 4, 4)).unwrap();
+    let mut plan = derive(&seed_builder(4, 4, 4, 4)).unwrap();
+    let other_thread_wait = plan
+        .threads
+        .iter_mut()
+        .flat_map(|t| t.ops.iter_mut())
+        .find_map(|op| match op {
+            seqsync::pipeline::Op::Wait { blocking, .. } if *blocking => Some(blocking),
+            _ => None,
+        })
+        .expect("the seed has a wait on another thread's ring");
+    *other_thread_wait = false;
     let verdict = check_deadlock_with(&plan, CheckOptions { max_states: 10 }).unwrap();
     assert!(matches!(verdict, Verdict::Inconclusive { .. }), "{verdict}");
 }
@@ -190,4 +210,29 @@ fn compact_trace_folds_runs_but_keeps_order() {
     );
     assert_eq!(lines.last(), Some(&trace.summary));
     assert!(trace.summary.contains("it never will"), "{}", trace.summary);
+}
+
+/// A deadlock the proof finds while the search gives up is shown as its cycle of
+/// dependencies, with lags summing to at most 0.
+#[test]
+fn a_deadlock_too_far_to_search_is_shown_as_its_cycle() {
+    let mut spec = seed_builder(5, 4, 4, 4);
+    spec.set("h.max_size", 3).unwrap();
+    let plan = derive_unchecked(&spec).unwrap();
+    let verdict = check_deadlock_with(&plan, CheckOptions { max_states: 3 }).unwrap();
+    let Verdict::Deadlock { trace } = &verdict else {
+        panic!("{verdict}");
+    };
+    assert!(trace.summary.contains("form a cycle"), "{verdict}");
+    assert!(trace.steps.is_empty(), "{verdict}");
+    assert!(
+        trace.stuck.iter().any(|s| s.text.contains("ring h")),
+        "{verdict}"
+    );
+    // With room to search, the same plan shows the interleaving instead.
+    let searched = check_deadlock(&plan).unwrap();
+    assert!(
+        searched.trace().is_some_and(|t| !t.steps.is_empty()),
+        "{searched}"
+    );
 }

@@ -1,4 +1,13 @@
-//! Deadlock check: explores every interleaving of the threads' loops.
+//! Deadlock check: a proof from the cycles of the dependencies where every call blocks
+//! (`marked.rs`: polynomial, any size), else a search over every interleaving of the threads'
+//! loops.
+//!
+//! A group of linked threads whose calls all block, or whose non-blocking calls are the kind the
+//! derivation makes (the ring's other end on the same thread, never unready), is decided by
+//! `marked.rs`; a deadlock it proves is then shown as the search's shortest interleaving when
+//! the search finds one within the state cap, else as the cycle itself. Other groups with a
+//! non-blocking call are searched (and may be inconclusive). The search also cross-checks the
+//! proof in the tests.
 //!
 //! It may use: the derived [`Plan`] and the spec's limits only: it runs nothing,
 //! so no ring and no backend.
@@ -44,12 +53,14 @@
 //! | file | what it is |
 //! |---|---|
 //! | `lower.rs` | the plan lowered to the model, checked for consistency |
+//! | `marked.rs` | the proof for threads whose calls all block: every dependency cycle positive |
 //! | `model.rs` | the model: a state's ring counters and what each thread does next |
 //! | `search.rs` | the breadth-first search over states |
 //! | `replay.rs` | a stuck state's interleaving, replayed into words |
 //! | `verdict.rs` | the outcome: [`Verdict`], [`Trace`], [`Step`] |
 
 mod lower;
+mod marked;
 mod model;
 mod replay;
 mod search;
@@ -94,17 +105,33 @@ pub fn check_deadlock(plan: &Plan) -> Result<Verdict, PlanError> {
 /// # Errors
 /// As [`check_deadlock`].
 pub fn check_deadlock_with(plan: &Plan, options: CheckOptions) -> Result<Verdict, PlanError> {
-    let model = Model::new(plan)?;
+    Ok(check_lowered(Model::new(plan)?, options))
+}
+
+/// [`check_deadlock_with`] on the lowered plan.
+fn check_lowered(model: Model, options: CheckOptions) -> Verdict {
     let mut total = 0;
     let mut inconclusive = false;
     for component in model.components() {
+        if marked::decidable(&model, &component) {
+            let edges = marked::edges(&model, &component);
+            if let Err(cycle) = marked::nonpositive_cycle(&edges) {
+                return match Search::new(&model, component, options.max_states).run() {
+                    stuck @ (Verdict::Deadlock { .. } | Verdict::WouldFail { .. }) => stuck,
+                    _ => Verdict::Deadlock {
+                        trace: cycle_trace(&model, &cycle),
+                    },
+                };
+            }
+            continue;
+        }
         match Search::new(&model, component, options.max_states).run() {
             Verdict::DeadlockFree { states } => total += states,
             Verdict::Inconclusive { states } => {
                 total += states;
                 inconclusive = true;
             }
-            stuck => return Ok(stuck),
+            stuck => return stuck,
         }
     }
     // The end of a run (see the module docs): a consumer lagging by more than its ring holds.
@@ -122,19 +149,275 @@ pub fn check_deadlock_with(plan: &Plan, options: CheckOptions) -> Result<Verdict
             ..model.clone()
         };
         for component in finite.components() {
+            if marked::decidable(&finite, &component) {
+                // Decided (see "Runs end"): the endless loops are live and every call blocks,
+                // so the run ends stuck exactly on a ring a consumer lags past.
+                let Some(r) = finite.rings.iter().find(|r| {
+                    r.max_size + 1 == n
+                        && r.consumers.iter().any(|c| c.lag > r.max_size)
+                        && r.producer
+                            .as_ref()
+                            .is_some_and(|(p, _, _)| component.contains(p))
+                }) else {
+                    continue;
+                };
+                return match Search::new(&finite, component, options.max_states).run() {
+                    stuck @ (Verdict::Deadlock { .. } | Verdict::WouldFail { .. }) => stuck,
+                    _ => Verdict::Deadlock {
+                        trace: end_trace(r),
+                    },
+                };
+            }
             match Search::new(&finite, component, options.max_states).run() {
                 Verdict::DeadlockFree { states } => total += states,
                 Verdict::Inconclusive { states } => {
                     total += states;
                     inconclusive = true;
                 }
-                stuck => return Ok(stuck),
+                stuck => return stuck,
             }
         }
     }
-    Ok(if inconclusive {
+    if inconclusive {
         Verdict::Inconclusive { states: total }
     } else {
         Verdict::DeadlockFree { states: total }
-    })
+    }
+}
+
+/// A deadlock shown by its cycle of dependencies (the search gave up before reaching it).
+fn cycle_trace(model: &Model, cycle: &[marked::Edge]) -> Trace {
+    let op_name = |(t, k): (usize, usize)| match &model.threads[t].1[k] {
+        model::MOp::Consume {
+            stage, ring, sync, ..
+        } => format!(
+            "stage {stage}'s {} on ring {}",
+            if *sync { "synchronize" } else { "wait" },
+            model.rings[*ring].name
+        ),
+        model::MOp::Record { stage, ring, .. } => {
+            format!("stage {stage}'s record on ring {}", model.rings[*ring].name)
+        }
+        model::MOp::Launch { stage } => format!("stage {stage}'s launch"),
+    };
+    let stuck = cycle
+        .iter()
+        .map(|e| Step {
+            thread: model.thread_name(e.to.0).to_string(),
+            text: format!(
+                "BLOCKED: {} at batch s needs {} (thread {}) done at batch s - {} ({})",
+                op_name(e.to),
+                op_name(e.from),
+                model.thread_name(e.from.0),
+                e.d,
+                match e.why {
+                    marked::Why::Program => "program order".to_string(),
+                    marked::Why::NextBatch => "the previous batch".to_string(),
+                    marked::Why::Wait(r) =>
+                        format!("the wait's lag on ring {}", model.rings[r].name),
+                    marked::Why::Room(r) => format!(
+                        "room in ring {}: max_size {} minus the consumer's lag",
+                        model.rings[r].name, model.rings[r].max_size
+                    ),
+                }
+            ),
+        })
+        .collect();
+    let total: i128 = cycle.iter().map(|e| i128::from(e.d)).sum();
+    Trace {
+        steps: Vec::new(),
+        stuck,
+        summary: format!(
+            "deadlock: these {} dependencies form a cycle whose lags sum to {total} (<= 0): \
+             each op on it waits, through the cycle, for itself at the same batch or a later \
+             one (too many states to show an interleaving)",
+            cycle.len()
+        ),
+    }
+}
+
+/// The end of a run stuck on ring `r` (see "Runs end"), shown in words.
+fn end_trace(r: &model::MRing) -> Trace {
+    let c = r
+        .consumers
+        .iter()
+        .max_by_key(|c| c.lag)
+        .expect("a consumer lags past the ring");
+    Trace {
+        steps: Vec::new(),
+        stuck: vec![Step {
+            thread: r
+                .producer
+                .as_ref()
+                .map_or(String::new(), |(_, _, s)| format!("stage {s}")),
+            text: format!(
+                "BLOCKED: record on ring {} at the last batch: the ring holds {} but stage {} \
+                 lags by {} and never releases the last {} seqs of a run",
+                r.name, r.max_size, c.stage, c.lag, c.lag
+            ),
+        }],
+        summary: format!(
+            "deadlock at the end of a run of {} batches (or more): ring {} needs max_size >= {}",
+            r.max_size + 1,
+            r.name,
+            c.lag
+        ),
+    }
+}
+
+/// The proof against the search, on random models (some calls non-blocking): they agree on
+/// every group of threads the proof takes and the search decides, and the whole check agrees
+/// with the search alone.
+#[cfg(test)]
+mod cross_check {
+    use super::model::{MConsumer, MOp, MRing, Model};
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Per ring: (producer thread, max_size); per consumer: (ring, thread, lag); per thread,
+    /// launches to put between; positions are shuffled by `order`.
+    fn model(
+        threads: usize,
+        rings: &[(usize, i64, bool)],
+        consumers: &[(usize, usize, i64, bool)],
+        order: &[usize],
+        end: Option<i64>,
+    ) -> Model {
+        let mut ops: Vec<Vec<MOp>> = vec![Vec::new(); threads];
+        let mut places: Vec<(usize, MOp)> = Vec::new();
+        for (r, &(t, _, blocking)) in rings.iter().enumerate() {
+            places.push((
+                t % threads,
+                MOp::Record {
+                    ring: r,
+                    blocking,
+                    stage: format!("p{r}"),
+                },
+            ));
+        }
+        for (i, &(r, t, lag, blocking)) in consumers.iter().enumerate() {
+            places.push((
+                t % threads,
+                MOp::Consume {
+                    ring: r % rings.len(),
+                    lag,
+                    blocking,
+                    stage: format!("c{i}"),
+                    sync: i % 2 == 0,
+                },
+            ));
+        }
+        // A deterministic shuffle of where each op goes in its thread.
+        for (i, (t, op)) in places.into_iter().enumerate() {
+            let at = order.get(i).copied().unwrap_or(0) % (ops[t].len() + 1);
+            ops[t].insert(at, op);
+        }
+        let mut mrings: Vec<MRing> = rings
+            .iter()
+            .enumerate()
+            .map(|(r, &(_, max_size, _))| MRing {
+                name: format!("r{r}"),
+                max_size,
+                producer: None,
+                consumers: Vec::new(),
+            })
+            .collect();
+        let mut max_lag = 0;
+        for (t, body) in ops.iter().enumerate() {
+            for (k, op) in body.iter().enumerate() {
+                match op {
+                    MOp::Record { ring, stage, .. } => {
+                        mrings[*ring].producer = Some((t, k, stage.clone()))
+                    }
+                    MOp::Consume {
+                        ring, lag, stage, ..
+                    } => {
+                        max_lag = max_lag.max(*lag);
+                        mrings[*ring].consumers.push(MConsumer {
+                            thread: t,
+                            op: k,
+                            lag: *lag,
+                            stage: stage.clone(),
+                        });
+                    }
+                    MOp::Launch { .. } => {}
+                }
+            }
+        }
+        Model {
+            threads: ops
+                .into_iter()
+                .enumerate()
+                .map(|(t, body)| (format!("t{t}"), body))
+                .collect(),
+            rings: mrings,
+            max_lag,
+            end,
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(
+            std::env::var("SEQSYNC_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(400)
+        ))]
+
+        #[test]
+        fn the_proof_agrees_with_the_search(
+            threads in 1..4usize,
+            rings in prop::collection::vec(
+                (0..4usize, 1..4i64, prop::bool::weighted(0.7)), 1..4),
+            consumers in prop::collection::vec(
+                (0..4usize, 0..4usize, 0..4i64, prop::bool::weighted(0.7)), 0..5),
+            order in prop::collection::vec(0..8usize, 0..10),
+        ) {
+            let m = model(threads, &rings, &consumers, &order, None);
+            for component in m.components() {
+                if !marked::decidable(&m, &component) {
+                    continue;
+                }
+                let proof = marked::nonpositive_cycle(&marked::edges(&m, &component));
+                let search = Search::new(&m, component.clone(), 200_000).run();
+                match search {
+                    Verdict::Inconclusive { .. } => {}
+                    Verdict::DeadlockFree { .. } => prop_assert!(
+                        proof.is_ok(), "the search finds no deadlock, the proof a cycle {:?}: {:?}",
+                        proof, m
+                    ),
+                    other => prop_assert!(
+                        proof.is_err(), "the search is stuck, the proof finds no cycle: {}\n{:?}",
+                        other, m
+                    ),
+                }
+            }
+            // The whole check (the proof, the runs' end) against the search alone.
+            let searched = {
+                let mut verdict = Verdict::DeadlockFree { states: 1 };
+                'all: for end in [None].into_iter().chain(
+                    m.rings.iter().filter(|r| r.consumers.iter().any(|c| c.lag > r.max_size))
+                        .map(|r| Some(r.max_size + 1))
+                ) {
+                    let mm = Model { end, ..m.clone() };
+                    for component in mm.components() {
+                        let v = Search::new(&mm, component, 200_000).run();
+                        if !matches!(v, Verdict::DeadlockFree { .. }) {
+                            verdict = v;
+                            break 'all;
+                        }
+                    }
+                }
+                verdict
+            };
+            let checked = check_model(&m);
+            if !matches!(searched, Verdict::Inconclusive { .. }) {
+                prop_assert_eq!(
+                    searched.is_deadlock_free(), checked.is_deadlock_free(),
+                    "search: {}\ncheck: {}\n{:?}", searched, checked, m
+                );
+            }
+        }
+    }
+
+    fn check_model(m: &Model) -> Verdict {
+        check_lowered(m.clone(), CheckOptions::default())
+    }
 }

@@ -76,7 +76,8 @@ impl fmt::Display for Trace {
 pub enum Verdict {
     /// No interleaving gets stuck.
     DeadlockFree {
-        /// Distinct states explored.
+        /// Distinct states the search explored: 0 where every group of linked threads makes
+        /// only blocking calls, which the cycles of their dependencies decide without a search.
         states: usize,
     },
     /// Some interleaving reaches a state where every thread is blocked.
@@ -114,6 +115,10 @@ impl Verdict {
 impl fmt::Display for Verdict {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Verdict::DeadlockFree { states: 0 } => write!(
+                f,
+                "deadlock-free (proved: every cycle of its dependencies has a positive lag)"
+            ),
             Verdict::DeadlockFree { states } => {
                 write!(f, "deadlock-free ({states} states explored)")
             }
