@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use clap::Args;
 use seqsync::backend::host::Chaos;
 use seqsync::pipeline::{
-    check_deadlock_with, derive, derive_unchecked, spec_toml, CheckOptions, PipelineSpec, Plan,
-    PlanError, Verdict, DEFAULT_MAX_STATES,
+    check_deadlock_with, derive, derive_unchecked, minimum_sizes, spec_toml, CheckOptions,
+    PipelineSpec, Plan, PlanError, SizeBound, Verdict, DEFAULT_MAX_STATES,
 };
 use seqsync::{BackendKind, HostBackend};
 use seqsync_demo::demo::{self, DemoConfig, Engine};
@@ -94,7 +94,12 @@ fn load(path: &PathBuf, set: &[String]) -> Result<PipelineSpec, Failure> {
     Ok(spec)
 }
 
-fn json_of(plan: &Plan, verdict: &Verdict, bound_error: Option<&PlanError>) -> serde_json::Value {
+fn json_of(
+    plan: &Plan,
+    verdict: &Verdict,
+    bound_error: Option<&PlanError>,
+    sizes: &[SizeBound],
+) -> serde_json::Value {
     let rings: Vec<serde_json::Value> = plan
         .rings
         .iter()
@@ -125,8 +130,24 @@ fn json_of(plan: &Plan, verdict: &Verdict, bound_error: Option<&PlanError>) -> s
         "threads": serde_json::to_value(plan).expect("a plan serializes")["threads"],
         "deadlock_free": verdict.is_deadlock_free() && bound_error.is_none(),
         "verdict": verdict,
+        "minimum_sizes": sizes,
         "error": bound_error.map(|e| e.to_string()),
     })
+}
+
+/// Each ring's smallest size from the proof, with the cycle (or run end) that forces it.
+fn print_sizes(plan: &Plan, sizes: &[SizeBound]) {
+    println!("smallest sizes that cannot deadlock (every other size as it is):");
+    for (ring, b) in plan.rings.iter().zip(sizes) {
+        let m = b
+            .max_size
+            .map_or_else(|| "-".to_string(), |m| m.to_string());
+        println!(
+            "  {:<6} {:>4} (has {}): {}",
+            b.ring, m, ring.max_size, b.because
+        );
+    }
+    println!();
 }
 
 fn print_verdict(verdict: &Verdict) {
@@ -167,8 +188,9 @@ pub(crate) fn run(a: CheckArgs) -> Result<(), Failure> {
         Err(e) => return Err(malformed(e)),
     };
     let verdict = check(&plan, a.max_states)?;
+    let sizes = minimum_sizes(&plan).map_err(malformed)?;
     if a.json {
-        println!("{}", json_of(&plan, &verdict, bound_error.as_ref()));
+        println!("{}", json_of(&plan, &verdict, bound_error.as_ref(), &sizes));
     } else {
         let params: Vec<String> = spec
             .params
@@ -183,6 +205,7 @@ pub(crate) fn run(a: CheckArgs) -> Result<(), Failure> {
         println!();
         print!("{plan}");
         println!();
+        print_sizes(&plan, &sizes);
         print_verdict(&verdict);
     }
     let message = match (&bound_error, &verdict) {
@@ -215,7 +238,8 @@ pub(crate) fn run_spec(a: RunArgs) -> Result<(), Failure> {
         }
         verdict => {
             if a.json {
-                println!("{}", json_of(&plan, &verdict, None));
+                let sizes = minimum_sizes(&plan).map_err(malformed)?;
+                println!("{}", json_of(&plan, &verdict, None, &sizes));
             } else {
                 print_verdict(&verdict);
             }

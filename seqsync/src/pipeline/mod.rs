@@ -66,7 +66,8 @@ pub mod spec_toml;
 
 pub use crate::error::PlanError;
 pub use deadlock::{
-    check_deadlock, check_deadlock_with, CheckOptions, Step, Trace, Verdict, DEFAULT_MAX_STATES,
+    check_deadlock, check_deadlock_with, minimum_sizes, CheckOptions, SizeBound, Step, Trace,
+    Verdict, DEFAULT_MAX_STATES,
 };
 pub use derive::{derive, derive_unchecked};
 pub use plan::{Consumer, ConsumerKind, NamedOp, Op, Plan, Ring, StagePlan, ThreadPlan};

@@ -236,3 +236,44 @@ fn a_deadlock_too_far_to_search_is_shown_as_its_cycle() {
         "{searched}"
     );
 }
+
+/// The proof's smallest size of every ring of the seed is the seed's deadlock bound: h2g 1,
+/// f and g `nin`, h `max(nx, ny)`, g2h `nout` (the lag of h's wait, which a smaller ring never
+/// releases at the end of a run); one below it the check finds the plan stuck, at it free.
+#[test]
+fn the_proof_finds_the_seeds_bounds() {
+    let (nin, nx, ny, nout) = (3, 4, 2, 5);
+    let spec = seed_builder(nin, nx, ny, nout);
+    let plan = derive(&spec).unwrap();
+    let sizes = seqsync::pipeline::minimum_sizes(&plan).unwrap();
+    let got: Vec<(String, Option<u64>)> =
+        sizes.iter().map(|s| (s.ring.clone(), s.max_size)).collect();
+    let want = [
+        ("h2g", 1),
+        ("f", nin),
+        ("g", nin),
+        ("h", nx.max(ny)),
+        ("g2h", nout),
+    ]
+    .map(|(r, m)| (r.to_string(), Some(m)));
+    assert_eq!(got, want, "{sizes:#?}");
+    for (ring, size) in plan.rings.iter().zip(&sizes) {
+        let m = size.max_size.unwrap();
+        assert!(
+            ring.bound <= m && m <= ring.max_size,
+            "{}: {size:?}",
+            ring.name
+        );
+        assert!(!size.because.is_empty());
+        let at = |max_size: u64| {
+            let mut s = spec.clone();
+            s.set(&format!("{}.max_size", ring.name), max_size).unwrap();
+            check_deadlock(&derive_unchecked(&s).unwrap()).unwrap()
+        };
+        assert!(at(m).is_deadlock_free(), "{} at {m}", ring.name);
+        if m > 1 {
+            let v = at(m - 1);
+            assert!(!v.is_deadlock_free(), "{} at {}: {v}", ring.name, m - 1);
+        }
+    }
+}

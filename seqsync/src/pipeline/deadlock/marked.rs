@@ -41,6 +41,8 @@
 //! each. Those paths hold from the first batch on, so the start's relaxations do not matter. A
 //! group with any other non-blocking call is left to the search.
 
+use std::collections::{HashMap, HashSet, VecDeque};
+
 use super::model::{MOp, Model};
 
 /// One dependency: op `to` at batch `s` needs op `from` done at batch `s - d`.
@@ -198,6 +200,122 @@ pub(super) fn nonpositive_cycle(edges: &[Edge]) -> Result<(), Vec<Edge>> {
     }
     cycle.reverse();
     Err(cycle)
+}
+
+/// The smallest `max_size` of ring `ring` that keeps every cycle through its room positive,
+/// every other size as it is, and the run's end unstuck (`>=` every consumer's lag); with the
+/// dependency path that binds it (empty when the end of a run or 1 binds it). `None` when a
+/// cycle that does not go through the ring's room is not positive already, or another ring of
+/// the group is smaller than a consumer's lag: no size of this ring helps.
+///
+/// A cycle through the room a consumer at lag `L` gives back is that dependency (`max_size -
+/// L`) and a path from the record to the consumer's op (total `D`): positive exactly when
+/// `max_size >= L - D + 1`. (A cycle through the room twice is the sum of two such cycles.)
+/// A group's dependencies, prepared once for the [`minimum_size`] of each of its rings.
+pub(super) struct Group {
+    edges: Vec<Edge>,
+    /// Per op, the edges of lag 0 out of it.
+    zero_out: HashMap<(usize, usize), Vec<usize>>,
+    /// Every cycle positive with the sizes as they are.
+    live: bool,
+}
+
+impl Group {
+    pub(super) fn new(model: &Model, component: &[usize]) -> Self {
+        let edges = edges(model, component);
+        let mut zero_out: HashMap<(usize, usize), Vec<usize>> = HashMap::new();
+        for (i, e) in edges.iter().enumerate() {
+            if e.d == 0 {
+                zero_out.entry(e.from).or_default().push(i);
+            }
+        }
+        let live = nonpositive_cycle(&edges).is_ok();
+        Group {
+            edges,
+            zero_out,
+            live,
+        }
+    }
+}
+
+pub(super) fn minimum_size(
+    model: &Model,
+    component: &[usize],
+    ring: usize,
+    group: &Group,
+) -> Option<(i64, Vec<Edge>)> {
+    let rest = |e: &Edge| e.why != Why::Room(ring);
+    // Fewer edges, no new cycle: a live group stays live without this ring's room.
+    if !group.live {
+        let rest: Vec<Edge> = group.edges.iter().copied().filter(rest).collect();
+        nonpositive_cycle(&rest).ok()?;
+    }
+    // Another ring of the group that a consumer lags past ends every long run stuck.
+    let other_stuck_at_end = model.rings.iter().enumerate().any(|(i, o)| {
+        i != ring
+            && o.producer
+                .as_ref()
+                .is_some_and(|(p, _, _)| component.contains(p))
+            && o.consumers.iter().any(|c| c.lag > o.max_size)
+    });
+    if other_stuck_at_end {
+        return None;
+    }
+    let r = &model.rings[ring];
+    let (pt, pk, _) = r.producer.as_ref()?;
+    let from = (*pt, *pk);
+    // Every `d` but this ring's room is now `>= 0` (only a room smaller than a lag is
+    // negative), so a cycle through the room binds more than the run's end exactly when a
+    // path of total 0 leads from the record to the consumer: a search over the edges of lag 0.
+    let mut parent: HashMap<(usize, usize), usize> = HashMap::new();
+    let mut queue = VecDeque::from([from]);
+    let mut seen = HashSet::from([from]);
+    while let Some(u) = queue.pop_front() {
+        for &i in group.zero_out.get(&u).map_or(&[][..], |v| &v[..]) {
+            let e = &group.edges[i];
+            if rest(e) && seen.insert(e.to) {
+                parent.insert(e.to, i);
+                queue.push_back(e.to);
+            }
+        }
+    }
+    let dist = |to: (usize, usize)| seen.contains(&to).then_some(0i128);
+    let record_blocks = matches!(
+        model.threads[*pt].1[*pk],
+        MOp::Record { blocking: true, .. }
+    );
+    // (size, the consumer whose cycle binds it, if a cycle does).
+    let mut best: (i128, Option<(usize, usize)>) = (1, None);
+    for c in &r.consumers {
+        let lag = i128::from(c.lag);
+        let mut need = lag;
+        if !record_blocks {
+            // A non-blocking record must never find the ring full (see `decidable`).
+            need = need.max(lag + i128::from(c.op >= *pk));
+        }
+        if need > best.0 {
+            best = (need, None);
+        }
+        let to = (c.thread, c.op);
+        if let Some(d) = dist(to) {
+            // The cycle binds when it asks for more than the run's end does (ties go to it).
+            let cycle = lag - d + 1;
+            if cycle > lag && (cycle > best.0 || (cycle == best.0 && best.1.is_none())) {
+                best = (cycle, Some(to));
+            }
+        }
+    }
+    let size = i64::try_from(best.0).ok()?;
+    let mut path = Vec::new();
+    if let Some(mut at) = best.1 {
+        while at != from {
+            let e = group.edges[*parent.get(&at)?];
+            path.push(e);
+            at = e.from;
+        }
+        path.reverse();
+    }
+    Some((size, path))
 }
 
 #[cfg(test)]

@@ -185,21 +185,149 @@ fn check_lowered(model: Model, options: CheckOptions) -> Verdict {
     }
 }
 
+/// The smallest `max_size` a ring may have, every other size as it is, and why.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SizeBound {
+    /// The ring.
+    pub ring: String,
+    /// The smallest `max_size` that keeps its threads from deadlocking (and its non-blocking
+    /// record from overflowing), or `None` when the proof does not decide its threads or no
+    /// size of this ring helps.
+    pub max_size: Option<u64>,
+    /// The cycle (or the run's end) that forces it, in words.
+    pub because: String,
+}
+
+/// Every ring's smallest `max_size`, from the cycles of the dependencies (see `marked.rs`):
+/// one below it, the plan can get stuck; at it, the ring's cycles are all positive.
+///
+/// ```
+/// use seqsync::pipeline::{derive, minimum_sizes, PipelineSpec, StageSpec};
+///
+/// let spec = PipelineSpec::builder()
+///     .buffer("x", 2)
+///     .thread("t")
+///     .stage("p", StageSpec::on_stream("s").writes("x"))
+///     .thread("u")
+///     .stage("c", StageSpec::on_stream("s2").reads("x"))
+///     .build()?;
+/// let bounds = minimum_sizes(&derive(&spec)?)?;
+/// assert_eq!(bounds[0].ring, "p");
+/// assert_eq!(bounds[0].max_size, Some(1));
+/// # Ok::<(), seqsync::pipeline::PlanError>(())
+/// ```
+///
+/// # Errors
+/// As [`check_deadlock`].
+pub fn minimum_sizes(plan: &Plan) -> Result<Vec<SizeBound>, PlanError> {
+    let model = Model::new(plan)?;
+    let components = model.components();
+    // One shortest-path search per ring over its group's dependencies: a bounded amount of
+    // work in all, so that a plan of tens of thousands of stages is still checked at once.
+    let ops: usize = model.threads.iter().map(|(_, ops)| ops.len()).sum();
+    let work = model.rings.len().saturating_mul(ops.saturating_mul(3));
+    if work > MINIMUM_SIZES_WORK {
+        return Ok(model
+            .rings
+            .iter()
+            .map(|r| SizeBound {
+                ring: r.name.clone(),
+                max_size: None,
+                because: format!(
+                    "not computed: {} rings over {ops} ops is past the {MINIMUM_SIZES_WORK} \
+                     steps the per-ring search may take",
+                    model.rings.len()
+                ),
+            })
+            .collect());
+    }
+    let groups: Vec<marked::Group> = components
+        .iter()
+        .map(|c| marked::Group::new(&model, c))
+        .collect();
+    Ok((0..model.rings.len())
+        .map(|r| size_bound(&model, &components, &groups, r))
+        .collect())
+}
+
+/// The most rings × dependencies [`minimum_sizes`] searches (a plan of 1000 stages is far
+/// below it).
+pub const MINIMUM_SIZES_WORK: usize = 20_000_000;
+
+fn size_bound(
+    model: &Model,
+    components: &[Vec<usize>],
+    groups: &[marked::Group],
+    r: usize,
+) -> SizeBound {
+    let ring = &model.rings[r];
+    let bound = |max_size: Option<i64>, because: String| SizeBound {
+        ring: ring.name.clone(),
+        max_size: max_size.and_then(|m| u64::try_from(m).ok()),
+        because,
+    };
+    let Some((pt, _, _)) = &ring.producer else {
+        return bound(None, "nobody records it".into());
+    };
+    let Some(at) = components.iter().position(|c| c.contains(pt)) else {
+        return bound(Some(1), "nobody waits on it".into());
+    };
+    let component = &components[at];
+    if !marked::decidable(model, component) {
+        return bound(
+            None,
+            "its threads make a non-blocking call on another thread's ring: the proof does not \
+             decide them (the search does)"
+                .into(),
+        );
+    }
+    let Some((size, path)) = marked::minimum_size(model, component, r, &groups[at]) else {
+        return bound(
+            None,
+            "no size of this ring helps: a cycle that does not go through it already sums to \
+             0 or less, or another ring of its threads is smaller than a consumer's lag"
+                .into(),
+        );
+    };
+    let because = if let (Some(first), Some(last)) = (path.first(), path.last()) {
+        let lags: i64 = path.iter().map(|e| e.d).sum();
+        let c = ring
+            .consumers
+            .iter()
+            .find(|c| (c.thread, c.op) == last.to)
+            .expect("the path ends at a consumer");
+        format!(
+            "the cycle from {} to {} (lags summing to {lags}), back through the room {} \
+             releases (max_size - {}): positive from max_size {size}",
+            op_words(model, first.from),
+            op_words(model, last.to),
+            c.stage,
+            c.lag
+        )
+    } else if let Some(c) = ring
+        .consumers
+        .iter()
+        .max_by_key(|c| c.lag)
+        .filter(|c| c.lag == size)
+    {
+        format!(
+            "stage {} lags by {}: a smaller ring deadlocks at the end of a run",
+            c.stage, c.lag
+        )
+    } else if size > 1 {
+        format!(
+            "its non-blocking record (on thread {}) must never find it full",
+            model.thread_name(*pt)
+        )
+    } else {
+        "one slot is enough".into()
+    };
+    bound(Some(size), because)
+}
+
 /// A deadlock shown by its cycle of dependencies (the search gave up before reaching it).
 fn cycle_trace(model: &Model, cycle: &[marked::Edge]) -> Trace {
-    let op_name = |(t, k): (usize, usize)| match &model.threads[t].1[k] {
-        model::MOp::Consume {
-            stage, ring, sync, ..
-        } => format!(
-            "stage {stage}'s {} on ring {}",
-            if *sync { "synchronize" } else { "wait" },
-            model.rings[*ring].name
-        ),
-        model::MOp::Record { stage, ring, .. } => {
-            format!("stage {stage}'s record on ring {}", model.rings[*ring].name)
-        }
-        model::MOp::Launch { stage } => format!("stage {stage}'s launch"),
-    };
+    let op_name = |at| op_words(model, at);
     let stuck = cycle
         .iter()
         .map(|e| Step {
@@ -262,6 +390,23 @@ fn end_trace(r: &model::MRing) -> Trace {
             r.name,
             c.lag
         ),
+    }
+}
+
+/// Op `k` of thread `t`, in words.
+fn op_words(model: &Model, (t, k): (usize, usize)) -> String {
+    match &model.threads[t].1[k] {
+        model::MOp::Consume {
+            stage, ring, sync, ..
+        } => format!(
+            "stage {stage}'s {} on ring {}",
+            if *sync { "synchronize" } else { "wait" },
+            model.rings[*ring].name
+        ),
+        model::MOp::Record { stage, ring, .. } => {
+            format!("stage {stage}'s record on ring {}", model.rings[*ring].name)
+        }
+        model::MOp::Launch { stage } => format!("stage {stage}'s launch"),
     }
 }
 
@@ -413,6 +558,61 @@ mod cross_check {
                     searched.is_deadlock_free(), checked.is_deadlock_free(),
                     "search: {}\ncheck: {}\n{:?}", searched, checked, m
                 );
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(
+            std::env::var("SEQSYNC_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(400)
+        ))]
+
+        /// At a ring's minimum size the check proves the model free (the search agrees where
+        /// it decides); one below, it is stuck.
+        #[test]
+        fn a_rings_minimum_size_is_exact(
+            threads in 1..4usize,
+            rings in prop::collection::vec(
+                (0..4usize, 1..4i64, prop::bool::weighted(0.7)), 1..4),
+            consumers in prop::collection::vec(
+                (0..4usize, 0..4usize, 0..4i64, prop::bool::weighted(0.7)), 0..5),
+            order in prop::collection::vec(0..8usize, 0..10),
+        ) {
+            let m = model(threads, &rings, &consumers, &order, None);
+            let components = m.components();
+            for r in 0..m.rings.len() {
+                let groups: Vec<marked::Group> =
+                    components.iter().map(|c| marked::Group::new(&m, c)).collect();
+                let b = size_bound(&m, &components, &groups, r);
+                let Some(min) = b.max_size else { continue };
+                // The ring's own group of threads only (another group may be stuck anyway).
+                let Some(group) = components
+                    .iter()
+                    .find(|c| m.rings[r].producer.as_ref().is_some_and(|(p, _, _)| c.contains(p)))
+                else {
+                    continue;
+                };
+                let sized = |size: i64| {
+                    let mut mm = m.clone();
+                    mm.rings[r].max_size = size;
+                    for (t, (_, ops)) in mm.threads.iter_mut().enumerate() {
+                        if !group.contains(&t) {
+                            ops.clear();
+                        }
+                    }
+                    mm
+                };
+                let at = sized(min as i64);
+                let v = check_model(&at);
+                prop_assert!(v.is_deadlock_free(), "ring {} at {}: {}\n{:?}", r, min, v, at);
+                if min > 1 {
+                    let below = sized(min as i64 - 1);
+                    let v = check_model(&below);
+                    prop_assert!(
+                        !v.is_deadlock_free(),
+                        "ring {} at {} ({}): {}\n{:?}", r, min - 1, b.because, v, below
+                    );
+                }
             }
         }
     }
