@@ -218,6 +218,8 @@ pub(super) struct Group {
     zero_out: HashMap<(usize, usize), Vec<usize>>,
     /// Every cycle positive with the sizes as they are.
     live: bool,
+    /// The group's rings that a consumer lags past (each ends every long run stuck).
+    short: Vec<usize>,
 }
 
 impl Group {
@@ -230,20 +232,25 @@ impl Group {
             }
         }
         let live = nonpositive_cycle(&edges).is_ok();
+        let short = (0..model.rings.len())
+            .filter(|&i| {
+                let r = &model.rings[i];
+                r.producer
+                    .as_ref()
+                    .is_some_and(|(p, _, _)| component.contains(p))
+                    && r.consumers.iter().any(|c| c.lag > r.max_size)
+            })
+            .collect();
         Group {
             edges,
             zero_out,
             live,
+            short,
         }
     }
 }
 
-pub(super) fn minimum_size(
-    model: &Model,
-    component: &[usize],
-    ring: usize,
-    group: &Group,
-) -> Option<(i64, Vec<Edge>)> {
+pub(super) fn minimum_size(model: &Model, ring: usize, group: &Group) -> Option<(i64, Vec<Edge>)> {
     let rest = |e: &Edge| e.why != Why::Room(ring);
     // Fewer edges, no new cycle: a live group stays live without this ring's room.
     if !group.live {
@@ -251,14 +258,7 @@ pub(super) fn minimum_size(
         nonpositive_cycle(&rest).ok()?;
     }
     // Another ring of the group that a consumer lags past ends every long run stuck.
-    let other_stuck_at_end = model.rings.iter().enumerate().any(|(i, o)| {
-        i != ring
-            && o.producer
-                .as_ref()
-                .is_some_and(|(p, _, _)| component.contains(p))
-            && o.consumers.iter().any(|c| c.lag > o.max_size)
-    });
-    if other_stuck_at_end {
+    if group.short.iter().any(|&i| i != ring) {
         return None;
     }
     let r = &model.rings[ring];

@@ -281,7 +281,7 @@ fn size_bound(
                 .into(),
         );
     }
-    let Some((size, path)) = marked::minimum_size(model, component, r, &groups[at]) else {
+    let Some((size, path)) = marked::minimum_size(model, r, &groups[at]) else {
         return bound(
             None,
             "no size of this ring helps: a cycle that does not go through it already sums to \
@@ -501,6 +501,22 @@ mod cross_check {
         }
     }
 
+    /// A model of 1 to 3 threads, 1 to 3 rings and up to 4 consumers, most calls blocking.
+    fn random_model() -> impl Strategy<Value = Model> {
+        (
+            1..4usize,
+            prop::collection::vec((0..4usize, 1..4i64, prop::bool::weighted(0.7)), 1..4),
+            prop::collection::vec(
+                (0..4usize, 0..4usize, 0..4i64, prop::bool::weighted(0.7)),
+                0..5,
+            ),
+            prop::collection::vec(0..8usize, 0..10),
+        )
+            .prop_map(|(threads, rings, consumers, order)| {
+                model(threads, &rings, &consumers, &order, None)
+            })
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(
             std::env::var("SEQSYNC_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(400)
@@ -508,14 +524,8 @@ mod cross_check {
 
         #[test]
         fn the_proof_agrees_with_the_search(
-            threads in 1..4usize,
-            rings in prop::collection::vec(
-                (0..4usize, 1..4i64, prop::bool::weighted(0.7)), 1..4),
-            consumers in prop::collection::vec(
-                (0..4usize, 0..4usize, 0..4i64, prop::bool::weighted(0.7)), 0..5),
-            order in prop::collection::vec(0..8usize, 0..10),
+            m in random_model(),
         ) {
-            let m = model(threads, &rings, &consumers, &order, None);
             for component in m.components() {
                 if !marked::decidable(&m, &component) {
                     continue;
@@ -560,29 +570,17 @@ mod cross_check {
                 );
             }
         }
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(
-            std::env::var("SEQSYNC_FUZZ_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(400)
-        ))]
 
         /// At a ring's minimum size the check proves the model free (the search agrees where
         /// it decides); one below, it is stuck.
         #[test]
         fn a_rings_minimum_size_is_exact(
-            threads in 1..4usize,
-            rings in prop::collection::vec(
-                (0..4usize, 1..4i64, prop::bool::weighted(0.7)), 1..4),
-            consumers in prop::collection::vec(
-                (0..4usize, 0..4usize, 0..4i64, prop::bool::weighted(0.7)), 0..5),
-            order in prop::collection::vec(0..8usize, 0..10),
+            m in random_model(),
         ) {
-            let m = model(threads, &rings, &consumers, &order, None);
             let components = m.components();
+            let groups: Vec<marked::Group> =
+                components.iter().map(|c| marked::Group::new(&m, c)).collect();
             for r in 0..m.rings.len() {
-                let groups: Vec<marked::Group> =
-                    components.iter().map(|c| marked::Group::new(&m, c)).collect();
                 let b = size_bound(&m, &components, &groups, r);
                 let Some(min) = b.max_size else { continue };
                 // The ring's own group of threads only (another group may be stuck anyway).
