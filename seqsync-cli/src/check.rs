@@ -7,10 +7,11 @@ use clap::Args;
 use seqsync::backend::host::Chaos;
 use seqsync::pipeline::{
     check_deadlock_with, derive, derive_unchecked, minimum_sizes, spec_toml, CheckOptions,
-    PipelineSpec, Plan, PlanError, SizeBound, Verdict, DEFAULT_MAX_STATES,
+    PipelineSpec, Plan, PlanError, SizeBound, StageTimes, Verdict, DEFAULT_MAX_STATES,
 };
-use seqsync::{BackendKind, HostBackend};
+use seqsync::{AnyBackend, BackendKind, HostBackend};
 use seqsync_demo::demo::{self, DemoConfig, Engine};
+use seqsync_demo::samples::{Measured, Samples, MAX_MEASURED_BATCHES};
 use seqsync_demo::selftest;
 
 use crate::Failure;
@@ -32,13 +33,19 @@ pub(crate) struct CheckArgs {
     /// plans the proof from dependency cycles does not decide are searched.
     #[arg(long, default_value_t = DEFAULT_MAX_STATES)]
     max_states: usize,
+    /// Stage times, to predict the throughput: `f=12us,g=30us,...` for every stage, plus
+    /// `STAGE.after=…` for host work after a stage's synchronize and `host=…` for each host
+    /// call (units ns, us, ms, s).
+    #[arg(long, value_name = "STAGE=TIME,...")]
+    times: Option<String>,
 }
 
 #[derive(Args)]
 pub(crate) struct RunArgs {
     /// The pipeline spec (TOML). Seed-shaped specs run the demo's kernels on the pipeline
-    /// engine (on the GPU if there is one); any other shape runs on the host backend with
-    /// built-in stages that check every buffer read.
+    /// engine (on the GPU if there is one); any other shape runs built-in stages that check
+    /// every buffer read, on the host backend (or, with `--backend cuda`, as host functions
+    /// on CUDA streams).
     spec: PathBuf,
     /// Override a parameter (`nin=5`) or a ring's size (`h.max_size=6`); repeatable.
     #[arg(long = "set", value_name = "NAME=VALUE")]
@@ -68,6 +75,14 @@ pub(crate) struct RunArgs {
     /// not run.
     #[arg(long, default_value_t = DEFAULT_MAX_STATES)]
     max_states: usize,
+    /// Measure every stage's durations as it runs, predict the throughput from them and
+    /// compare it with the run's (at most 100 000 batches).
+    #[arg(long)]
+    measure: bool,
+    /// Specs not shaped like the seed's: each built-in stage's work takes at least this long
+    /// (`left=200us,right=300us,...`, the rest slept), to compare a run with `check --times`.
+    #[arg(long, value_name = "STAGE=TIME,...")]
+    times: Option<String>,
 }
 
 /// The deadlock check, exploring at most `max_states` states (at least 1).
@@ -99,6 +114,7 @@ fn json_of(
     verdict: &Verdict,
     bound_error: Option<&PlanError>,
     sizes: &[SizeBound],
+    throughput: Option<&crate::throughput::Report>,
 ) -> serde_json::Value {
     let rings: Vec<serde_json::Value> = plan
         .rings
@@ -131,6 +147,7 @@ fn json_of(
         "deadlock_free": verdict.is_deadlock_free() && bound_error.is_none(),
         "verdict": verdict,
         "minimum_sizes": sizes,
+        "throughput": throughput,
         "error": bound_error.map(|e| e.to_string()),
     })
 }
@@ -187,10 +204,30 @@ pub(crate) fn run(a: CheckArgs) -> Result<(), Failure> {
         }
         Err(e) => return Err(malformed(e)),
     };
+    let times = match &a.times {
+        Some(t) => Some(StageTimes::parse(t).map_err(malformed)?),
+        None => None,
+    };
     let verdict = check(&plan, a.max_states)?;
     let sizes = minimum_sizes(&plan).map_err(malformed)?;
+    // A prediction only for a plan that runs: a deadlock has no period.
+    let throughput = match &times {
+        Some(t) if verdict.is_deadlock_free() && bound_error.is_none() => {
+            Some(crate::throughput::report(&spec, &plan, t).map_err(malformed)?)
+        }
+        _ => None,
+    };
     if a.json {
-        println!("{}", json_of(&plan, &verdict, bound_error.as_ref(), &sizes));
+        println!(
+            "{}",
+            json_of(
+                &plan,
+                &verdict,
+                bound_error.as_ref(),
+                &sizes,
+                throughput.as_ref()
+            )
+        );
     } else {
         let params: Vec<String> = spec
             .params
@@ -207,6 +244,14 @@ pub(crate) fn run(a: CheckArgs) -> Result<(), Failure> {
         println!();
         print_sizes(&plan, &sizes);
         print_verdict(&verdict);
+        match (&throughput, &times) {
+            (Some(r), _) => {
+                println!();
+                crate::throughput::print(r, "these stage times (--times)");
+            }
+            (None, Some(_)) => println!("no throughput prediction: the plan does not run"),
+            (None, None) => {}
+        }
     }
     let message = match (&bound_error, &verdict) {
         (Some(e), _) => e.to_string(),
@@ -239,7 +284,7 @@ pub(crate) fn run_spec(a: RunArgs) -> Result<(), Failure> {
         verdict => {
             if a.json {
                 let sizes = minimum_sizes(&plan).map_err(malformed)?;
-                println!("{}", json_of(&plan, &verdict, None, &sizes));
+                println!("{}", json_of(&plan, &verdict, None, &sizes, None));
             } else {
                 print_verdict(&verdict);
             }
@@ -256,8 +301,28 @@ pub(crate) fn run_spec(a: RunArgs) -> Result<(), Failure> {
             });
         }
     }
+    if a.measure && a.batches > MAX_MEASURED_BATCHES {
+        return Err(Failure {
+            message: format!(
+                "--measure keeps a few samples per batch: at most {MAX_MEASURED_BATCHES} \
+                 batches, not {}",
+                a.batches
+            ),
+            code: 2,
+        });
+    }
     if demo::seed_shape(&spec).is_err() {
         return run_selftest(&a, &spec, &plan);
+    }
+    if a.times.is_some() {
+        return Err(Failure {
+            message: format!(
+                "--times pads the built-in stages of specs not shaped like the seed's; {} runs \
+                 the demo's kernels, which take what they take (measure them with --measure)",
+                a.spec.display()
+            ),
+            code: 2,
+        });
     }
     let config = DemoConfig {
         backend: a.backend,
@@ -266,37 +331,101 @@ pub(crate) fn run_spec(a: RunArgs) -> Result<(), Failure> {
         chaos: a.chaos,
         engine: a.engine,
         graph_batches: a.graph_batches,
-        spec: Some(spec),
+        spec: Some(spec.clone()),
         baselines: false,
+        trace: a.measure,
         ..DemoConfig::default()
     };
     let report = demo::run(&config)?;
+    let measured = match (&report.trace, a.measure) {
+        (Some(trace), true) => {
+            let samples = Samples::from_trace(trace, |label| {
+                Some(
+                    match label {
+                        "copy in" => "h2g",
+                        "copy out" | "process" => "g2h",
+                        other => other,
+                    }
+                    .to_string(),
+                )
+            });
+            Some(compare(&spec, &plan, &samples)?)
+        }
+        _ => None,
+    };
     if a.json {
-        println!(
-            "{}",
-            serde_json::to_string(&report).expect("report serializes")
-        );
+        let mut v = serde_json::to_value(&report).expect("report serializes");
+        v["measure"] = serde_json::to_value(&measured).expect("a comparison serializes");
+        println!("{v}");
     } else {
         crate::print_summary(&report, None);
+        if let Some(m) = &measured {
+            print_comparison(m);
+        }
     }
     crate::verified(&report)
 }
 
+/// A measured run against the prediction from its own stage times.
+#[derive(serde::Serialize)]
+struct Comparison {
+    measured: Measured,
+    predicted: crate::throughput::Report,
+    /// Measured (steady) over predicted batches per second.
+    ratio: Option<f64>,
+}
+
+fn compare(spec: &PipelineSpec, plan: &Plan, samples: &Samples) -> Result<Comparison, Failure> {
+    let measured = samples.measured();
+    let predicted =
+        crate::throughput::report(spec, plan, &samples.stage_times()).map_err(|e| Failure {
+            message: format!("cannot predict from the measured times: {e}"),
+            code: 1,
+        })?;
+    let ratio = measured
+        .steady_batches_per_second
+        .map(|m| m / predicted.prediction.batches_per_second);
+    Ok(Comparison {
+        measured,
+        predicted,
+        ratio,
+    })
+}
+
+fn print_comparison(c: &Comparison) {
+    println!();
+    println!("measured stage times (means): {}", c.measured.times);
+    crate::throughput::print(&c.predicted, "the measured stage times");
+    match (c.measured.steady_batches_per_second, c.ratio) {
+        (Some(m), Some(r)) => println!(
+            "measured: {} once full ({} batches); measured / predicted = {r:.3}",
+            crate::throughput::rate(m),
+            c.measured.steady_batches
+        ),
+        _ => println!("measured: too few batches for a steady rate"),
+    }
+}
+
 /// Any other shape: built-in stages on the host backend, every read checked.
 fn run_selftest(a: &RunArgs, spec: &PipelineSpec, plan: &Plan) -> Result<(), Failure> {
-    if a.backend == BackendKind::Cuda {
+    if a.backend == BackendKind::Cuda && a.chaos.is_some() {
         return Err(Failure {
-            message: format!(
-                "{}: only seed-shaped specs (stages h2g, f, g, h, g2h over buffers in, x, y, out) \
-                 have GPU kernels; run other shapes with --backend host",
-                a.spec.display()
-            ),
+            message: "--chaos delays the host backend's streams; it cannot be used with \
+                      --backend cuda"
+                .into(),
             code: 2,
         });
     }
-    let host = match a.chaos {
-        Some(seed) => HostBackend::with_chaos(Chaos::new(seed)),
-        None => HostBackend::new(),
+    // `auto` keeps other shapes on the host backend; `--backend cuda` runs the same built-in
+    // stages as host functions on CUDA streams (the rings' events and waits on the GPU).
+    let host = match (a.backend, a.chaos) {
+        (BackendKind::Cuda, _) => AnyBackend::new(BackendKind::Cuda)?,
+        (_, Some(seed)) => AnyBackend::Host(HostBackend::with_chaos(Chaos::new(seed))),
+        (_, None) => AnyBackend::Host(HostBackend::new()),
+    };
+    let times = match &a.times {
+        Some(t) => Some(StageTimes::parse(t).map_err(malformed)?),
+        None => None,
     };
     if a.batches < 1 {
         return Err(Failure {
@@ -316,17 +445,25 @@ fn run_selftest(a: &RunArgs, spec: &PipelineSpec, plan: &Plan) -> Result<(), Fai
             })
         }
     };
-    let report = selftest::run(spec, plan, &host, a.batches, elems)?;
+    let options = selftest::Options {
+        pad: times.as_ref(),
+        measure: a.measure,
+    };
+    let report = selftest::run_with(spec, plan, &host, a.batches, elems, &options)?;
+    let measured = match &report.samples {
+        Some(s) => Some(compare(spec, plan, s)?),
+        None => None,
+    };
     if a.json {
-        println!(
-            "{}",
-            serde_json::to_string(&report).expect("report serializes")
-        );
+        let mut v = serde_json::to_value(&report).expect("report serializes");
+        v["measure"] = serde_json::to_value(&measured).expect("a comparison serializes");
+        println!("{v}");
     } else {
         println!(
-            "ran {} batches of {} on the host backend with built-in stages{}: {} reads checked, {} wrong ({:.3} s)",
+            "ran {} batches of {} on the {} backend with built-in stages{}: {} reads checked, {} wrong ({:.3} s)",
             report.batches,
             a.spec.display(),
+            if matches!(host, AnyBackend::Host(_)) { "host" } else { "CUDA" },
             a.chaos.map(|s| format!(" (chaos seed {s})")).unwrap_or_default(),
             report.reads_checked,
             report.wrong_reads,
@@ -334,6 +471,9 @@ fn run_selftest(a: &RunArgs, spec: &PipelineSpec, plan: &Plan) -> Result<(), Fai
         );
         for w in &report.first_wrong {
             println!("  {w}");
+        }
+        if let Some(m) = &measured {
+            print_comparison(m);
         }
     }
     if report.wrong_reads == 0 {

@@ -14,6 +14,7 @@ mod bench;
 mod check;
 mod graph;
 mod output;
+mod throughput;
 
 /// seqsync: order GPU work across CUDA streams and host threads by sequence id.
 ///

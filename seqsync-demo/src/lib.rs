@@ -8,6 +8,7 @@
 //! | [`bench`](mod@bench) | the ring against the raw backend calls (`seqsync bench`) |
 //! | [`selftest`] | built-in checking stages for any declared pipeline (`seqsync run`) |
 //! | [`graph_run`] | a graph file's workload run for its makespan (`seqsync graph --run`) |
+//! | [`samples`] | the stage durations a run measured, for a throughput prediction (`seqsync run --measure`) |
 //!
 //! It uses the library only through its public API: [`seqsync::backend::Backend`], rings and the
 //! pipeline layer.
@@ -17,6 +18,7 @@
 pub mod bench;
 pub mod demo;
 pub mod graph_run;
+pub mod samples;
 pub mod selftest;
 
 use seqsync::Error;

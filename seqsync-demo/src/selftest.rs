@@ -40,13 +40,15 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use seqsync::backend::Backend;
 use seqsync::pipeline::runtime::{self, RunConfig, Stages};
 use seqsync::pipeline::spec::buffer_slots;
-use seqsync::pipeline::{PipelineSpec, Plan, PlanError};
+use seqsync::pipeline::{PipelineSpec, Plan, PlanError, StageTimes};
 use seqsync::Result;
+
+use crate::samples::{Samples, MAX_MEASURED_BATCHES};
 
 /// What a self-test run found.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -61,6 +63,20 @@ pub struct SelfTestReport {
     pub first_wrong: Vec<String>,
     /// Wall time of the run, in seconds.
     pub wall_s: f64,
+    /// With [`Options::measure`]: every stage's durations as it ran.
+    #[serde(skip)]
+    pub samples: Option<Samples>,
+}
+
+/// How [`run_with`] runs the built-in stages.
+#[derive(Debug, Clone, Default)]
+pub struct Options<'a> {
+    /// Each stage's work takes at least its time here (the rest of it slept), so that a run
+    /// can be compared with a prediction from the same times.
+    pub pad: Option<&'a StageTimes>,
+    /// Collect every stage's durations ([`SelfTestReport::samples`]); at most
+    /// [`MAX_MEASURED_BATCHES`] batches.
+    pub measure: bool,
 }
 
 fn mix(mut z: u64) -> u64 {
@@ -218,6 +234,31 @@ pub fn run<B: Backend>(
     batches: i64,
     elems: usize,
 ) -> Result<SelfTestReport> {
+    run_with(spec, plan, backend, batches, elems, &Options::default())
+}
+
+/// [`run`], with stage times padded and durations measured as `options` says.
+///
+/// # Errors
+/// Those of [`run`]; with `options.measure`, [`seqsync::Error::InvalidArgument`] for more than
+/// [`MAX_MEASURED_BATCHES`] batches.
+pub fn run_with<B: Backend>(
+    spec: &PipelineSpec,
+    plan: &Plan,
+    backend: &B,
+    batches: i64,
+    elems: usize,
+    options: &Options<'_>,
+) -> Result<SelfTestReport> {
+    if options.measure && batches > MAX_MEASURED_BATCHES {
+        return Err(crate::invalid(
+            "selftest",
+            format!(
+                "a measured run keeps a few samples per batch: at most {MAX_MEASURED_BATCHES} \
+                 batches, not {batches}"
+            ),
+        ));
+    }
     let slots =
         buffer_slots(spec).map_err(|e: PlanError| crate::invalid("selftest", e.to_string()))?;
     let elems = elems.max(1);
@@ -265,16 +306,43 @@ pub fn run<B: Backend>(
         wrong: AtomicU64::new(0),
         first_wrong: Mutex::default(),
     });
+    let t0 = Instant::now();
+    let samples = options
+        .measure
+        .then(|| Arc::new(Mutex::new(Samples::default())));
     let mut stages = Stages::<B>::new();
     for flow in &flows {
         let (flow, world) = (flow.clone(), world.clone());
+        let pad = options.pad.and_then(|p| p.work(&flow.name));
+        let samples = samples.clone();
+        let us = move |t: Instant| t.saturating_duration_since(t0).as_secs_f64() * 1e6;
+        // The stage's work: checked reads and writes, padded to its time, measured.
+        let work = move |flow: &StageFlow, world: &World, samples: Option<&Mutex<Samples>>, seq| {
+            let start = Instant::now();
+            world.work(flow, seq);
+            if let Some(rest) = pad.and_then(|p| p.checked_sub(start.elapsed())) {
+                std::thread::sleep(rest);
+            }
+            if let Some(s) = samples {
+                let end = Instant::now();
+                lock(s).work(&flow.name, seq, us(end) - us(start), us(end));
+            }
+        };
         stages = stages.stage(flow.name.clone(), move |cx| {
+            let start = Instant::now();
             match cx.stream {
                 Some(stream) => {
                     let (flow, world, seq) = (flow.clone(), world.clone(), cx.seq);
-                    backend.launch_host(stream, Box::new(move || world.work(&flow, seq)))?;
+                    let on_stream = samples.clone();
+                    backend.launch_host(
+                        stream,
+                        Box::new(move || work(&flow, &world, on_stream.as_deref(), seq)),
+                    )?;
+                    if let Some(s) = &samples {
+                        lock(s).launch(cx.stage, us(Instant::now()) - us(start));
+                    }
                 }
-                None => world.work(&flow, cx.seq),
+                None => work(&flow, &world, samples.as_deref(), cx.seq),
             }
             Ok(())
         });
@@ -300,5 +368,10 @@ pub fn run<B: Backend>(
         wrong_reads: world.wrong.load(Ordering::Relaxed),
         first_wrong,
         wall_s: Duration::as_secs_f64(&stats.wall),
+        samples: samples.map(|s| lock(&s).clone()),
     })
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }

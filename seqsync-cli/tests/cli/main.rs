@@ -10,3 +10,4 @@ mod check;
 mod cli;
 mod cli_graph;
 mod flag_fuzz;
+mod throughput;

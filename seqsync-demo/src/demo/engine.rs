@@ -170,50 +170,75 @@ pub(crate) fn run<D: Device>(
     let tracing = opt.spans.is_some();
     let slot = |s: i64, n: i64| (s % n) as usize;
     let stats = {
+        // With --trace (and --measure), each launch's host time is a span on its thread's
+        // track too.
+        let launched = |cx: &StageCtx<'_, D::B>, f: &dyn Fn() -> Result<()>| match opt.spans {
+            Some(spans) => spans.time(
+                &format!("thread {}", cx.thread),
+                &format!("launch {}", cx.stage),
+                cx.seq,
+                f,
+            ),
+            None => f(),
+        };
         let stages = Stages::<D::B>::new()
             .stage("h2g", |cx| {
-                dev.chaos_pause();
-                let (s, st) = (cx.seq, stream_of(cx)?);
-                let hin = slot(s, np);
-                // get_data: the host batch for s (its buffer's previous copy has finished).
-                pool.wait_free(dev, s)?;
-                dev.fill_input(s);
-                checker.issued(s);
-                marked(dev, tracing, st, "s_h2g", "copy in", s, || {
-                    dev.copy_in(st, hin, slot(s, nin))
-                })?;
-                pool.copy_enqueued(dev, st, s)
+                launched(cx, &|| {
+                    dev.chaos_pause();
+                    let (s, st) = (cx.seq, stream_of(cx)?);
+                    let hin = slot(s, np);
+                    // get_data: the host batch for s (its buffer's previous copy has finished).
+                    pool.wait_free(dev, s)?;
+                    dev.fill_input(s);
+                    checker.issued(s);
+                    marked(dev, tracing, st, "s_h2g", "copy in", s, || {
+                        dev.copy_in(st, hin, slot(s, nin))
+                    })?;
+                    pool.copy_enqueued(dev, st, s)
+                })
             })
             .stage("f", |cx| {
-                let (s, st) = (cx.seq, stream_of(cx)?);
-                marked(dev, tracing, st, "s_f", "f", s, || {
-                    dev.launch_f(st, slot(s, nin), slot(s, nx))
+                launched(cx, &|| {
+                    let (s, st) = (cx.seq, stream_of(cx)?);
+                    marked(dev, tracing, st, "s_f", "f", s, || {
+                        dev.launch_f(st, slot(s, nin), slot(s, nx))
+                    })
                 })
             })
             .stage("g", |cx| {
-                let (s, st) = (cx.seq, stream_of(cx)?);
-                marked(dev, tracing, st, "s_g", "g", s, || {
-                    dev.launch_g(st, slot(s, nin), slot(s, ny))
-                })?;
-                dev.chaos_pause();
-                Ok(())
+                launched(cx, &|| {
+                    let (s, st) = (cx.seq, stream_of(cx)?);
+                    marked(dev, tracing, st, "s_g", "g", s, || {
+                        dev.launch_g(st, slot(s, nin), slot(s, ny))
+                    })?;
+                    dev.chaos_pause();
+                    Ok(())
+                })
             })
             .stage("h", |cx| {
-                let (s, st) = (cx.seq, stream_of(cx)?);
-                marked(dev, tracing, st, "s_h", "h", s, || {
-                    dev.launch_h(st, slot(s, nx), slot(s, ny), slot(s, nout))
+                launched(cx, &|| {
+                    let (s, st) = (cx.seq, stream_of(cx)?);
+                    marked(dev, tracing, st, "s_h", "h", s, || {
+                        dev.launch_h(st, slot(s, nx), slot(s, ny), slot(s, nout))
+                    })
                 })
             })
             .stage("g2h", |cx| {
-                dev.chaos_pause();
-                let (s, st) = (cx.seq, stream_of(cx)?);
-                marked(dev, tracing, st, "s_g2h", "copy out", s, || {
-                    dev.copy_out(st, slot(s, nout), 0)
+                launched(cx, &|| {
+                    dev.chaos_pause();
+                    let (s, st) = (cx.seq, stream_of(cx)?);
+                    marked(dev, tracing, st, "s_g2h", "copy out", s, || {
+                        dev.copy_out(st, slot(s, nout), 0)
+                    })
                 })
             })
             .after_sync("g2h", |s| {
                 // process_data: the copy into host output buffer 0 has completed.
-                checker.process(dev, 0, s);
+                let process = || checker.process(dev, 0, s);
+                match opt.spans {
+                    Some(spans) => spans.time("process", "process", s, process),
+                    None => process(),
+                }
                 if let Some(p) = opt.progress {
                     p(s + 1);
                 }

@@ -231,6 +231,16 @@ pub enum PlanError {
     #[error("the spec declares no stages: add a [[thread]] with at least one [[thread.stage]]")]
     NoStages,
 
+    /// A stage time (`--times`, [`StageTimes`](crate::pipeline::StageTimes)) is malformed,
+    /// names no stage of the plan, or is missing for one.
+    #[error("stage time {entry}: {problem}")]
+    StageTime {
+        /// The entry (or the stage it is missing for), quoted.
+        entry: String,
+        /// What is wrong.
+        problem: String,
+    },
+
     /// A plan handed to the deadlock checker is internally inconsistent.
     #[error("inconsistent plan: {message}")]
     InvalidPlan {
@@ -261,6 +271,7 @@ impl PlanError {
             | PlanError::BadAssignment { .. }
             | PlanError::MaxSizeBelowBound { .. }
             | PlanError::InvalidPlan { .. }
+            | PlanError::StageTime { .. }
             | PlanError::NoStages => None,
         }
     }

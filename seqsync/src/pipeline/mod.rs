@@ -22,6 +22,7 @@
 //! | [`deadlock`] | the state-space exploration and its trace |
 //! | [`error`] | [`PlanError`] |
 //! | [`runtime`] | running a [`Plan`] with one closure per stage |
+//! | [`throughput`] | the period a plan runs at, from its stages' times, and the cycle that sets it |
 //!
 //! # Example
 //!
@@ -63,6 +64,7 @@ pub mod plan;
 pub mod runtime;
 pub mod spec;
 pub mod spec_toml;
+pub mod throughput;
 
 pub use crate::error::PlanError;
 pub use deadlock::{
@@ -75,3 +77,4 @@ pub use spec::{
     BufferSpec, Ident, MaxSizeOverride, ParamSpec, PipelineBuilder, PipelineSpec, Place, Slots,
     StageSpec, ThreadSpec,
 };
+pub use throughput::{predict, Prediction, StageTimes};

@@ -1,0 +1,363 @@
+//! The timed event graph of a plan: one node per host op and one per stream stage's work, and
+//! one edge per reason a node waits, each with the batches it reaches back (`lag`).
+//!
+//! A node's time at batch `s` is when it is done. Edge `u → v` with lag `d` says: `v` at batch
+//! `s` is done no earlier than `u` at batch `s - d`, plus `v`'s own duration. Who produces the
+//! edges:
+//!
+//! | edge | from → to | lag |
+//! |---|---|---|
+//! | program order | host op `k - 1` → op `k` of a thread | 0 |
+//! | next batch | a thread's last op → its first | 1 |
+//! | recorded (a host call waits for the record to be enqueued) | the ring's record op → a wait or synchronize at lag `L` | `L` |
+//! | room (a record re-uses the event of seq `s - max_size`) | each consumer's op at lag `L` → the record | `max_size - L` |
+//! | issued (the work starts only once launched) | the launch op → the stage's work | 0 |
+//! | stream order | the previous work on the stream (same thread) → the next | 0, or 1 across the batch |
+//! | stream wait | the device event of the ring → the next work on the waiting stream | `L` (+ the event's own) |
+//! | device done (a synchronize returns once the device got there) | the device event → the synchronize | `L` (+ the event's own) |
+//!
+//! A ring's *device event* is the work on its record's stream that the record follows (the
+//! last launch on that stream before it in the thread's loop); a host stage's ring, or a
+//! record on a stream with no work of its thread, is done when the record op is.
+//!
+//! Work of several threads on one stream runs in an order no plan fixes: those streams get a
+//! resource bound instead (their works one after another, [`Graph::shared_streams`]).
+
+use crate::error::PlanError;
+use crate::pipeline::plan::{Op, Plan};
+
+use super::times::StageTimes;
+
+/// Why a node waits on another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Why {
+    Program,
+    NextBatch,
+    /// A host call on ring `.0` waits for its record.
+    Recorded(usize),
+    /// A record on ring `.0` waits for room.
+    Room(usize),
+    Issued,
+    /// Stream `.0`'s order.
+    StreamOrder(usize),
+    /// A stream wait on ring `.0`.
+    StreamWait(usize),
+    /// A synchronize on ring `.0`.
+    DeviceDone(usize),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Node {
+    /// Op `.1` of thread `.0`.
+    Host(usize, usize),
+    /// Stage `.0`'s work on its stream.
+    Device(usize),
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Edge {
+    pub(super) from: usize,
+    pub(super) to: usize,
+    pub(super) lag: i64,
+    pub(super) why: Why,
+}
+
+pub(super) struct Graph {
+    pub(super) nodes: Vec<Node>,
+    /// Each node's duration, in nanoseconds.
+    pub(super) weight: Vec<u64>,
+    pub(super) edges: Vec<Edge>,
+    /// Streams with work of more than one thread: (stream, its stages).
+    pub(super) shared_streams: Vec<(usize, Vec<usize>)>,
+}
+
+fn invalid(message: String) -> PlanError {
+    PlanError::InvalidPlan { message }
+}
+
+fn nanos(d: std::time::Duration) -> u64 {
+    // At most MAX_STAGE_TIME (an hour): far below u64::MAX nanoseconds.
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl Graph {
+    /// The graph of `plan` with the durations of `times`.
+    ///
+    /// # Errors
+    /// [`PlanError::StageTime`] for a stage without a time, a time for no stage, or after-sync
+    /// work for a stage that does not synchronize; [`PlanError::InvalidPlan`] for an index out
+    /// of range.
+    pub(super) fn new(plan: &Plan, times: &StageTimes) -> Result<Self, PlanError> {
+        check_times(plan, times)?;
+        let stage_stream = |g: usize| -> Result<Option<usize>, PlanError> {
+            let s = plan
+                .stages
+                .get(g)
+                .ok_or_else(|| invalid(format!("op names stage #{g}")))?;
+            match s.stream {
+                Some(st) if st >= plan.streams.len() => {
+                    Err(invalid(format!("stage `{}` names stream #{st}", s.name)))
+                }
+                st => Ok(st),
+            }
+        };
+        let work = |g: usize| nanos(times.work(&plan.stages[g].name).unwrap_or_default());
+        let host_call = nanos(times.host_call_time());
+
+        let mut nodes = Vec::new();
+        let mut weight = Vec::new();
+        // host[t][k]: node of op k of thread t.
+        let mut host: Vec<Vec<usize>> = Vec::new();
+        for (t, tp) in plan.threads.iter().enumerate() {
+            let mut ids = Vec::with_capacity(tp.ops.len());
+            for (k, op) in tp.ops.iter().enumerate() {
+                let w = match *op {
+                    Op::Launch { stage } => match stage_stream(stage)? {
+                        None => work(stage),
+                        Some(_) => {
+                            host_call
+                                + nanos(
+                                    times
+                                        .launch_work(&plan.stages[stage].name)
+                                        .unwrap_or_default(),
+                                )
+                        }
+                    },
+                    Op::Synchronize { stage, .. } => {
+                        let name = &plan
+                            .stages
+                            .get(stage)
+                            .ok_or_else(|| invalid(format!("op names stage #{stage}")))?
+                            .name;
+                        host_call + nanos(times.after_sync_work(name).unwrap_or_default())
+                    }
+                    _ => host_call,
+                };
+                ids.push(nodes.len());
+                nodes.push(Node::Host(t, k));
+                weight.push(w);
+            }
+            host.push(ids);
+        }
+        // device[g]: node of stage g's work (stream stages only).
+        let mut device = Vec::with_capacity(plan.stages.len());
+        for g in 0..plan.stages.len() {
+            device.push(match stage_stream(g)? {
+                Some(_) => {
+                    nodes.push(Node::Device(g));
+                    weight.push(work(g));
+                    Some(nodes.len() - 1)
+                }
+                None => None,
+            });
+        }
+
+        let mut edges = Vec::new();
+        let mut edge = |from, to, lag, why| edges.push(Edge { from, to, lag, why });
+        let ring_of = |r: usize| {
+            plan.rings
+                .get(r)
+                .ok_or_else(|| invalid(format!("op names ring #{r}")))
+        };
+        // Where each ring is recorded: (thread, op, stream); who consumes it: (node, lag).
+        let mut record_at = vec![None; plan.rings.len()];
+        let mut consumers: Vec<Vec<(usize, i64)>> = vec![Vec::new(); plan.rings.len()];
+        for (t, tp) in plan.threads.iter().enumerate() {
+            for (k, op) in tp.ops.iter().enumerate() {
+                match *op {
+                    Op::Record { ring, stream, .. } => {
+                        ring_of(ring)?;
+                        record_at[ring] = Some((t, k, stream));
+                    }
+                    Op::Wait { ring, lag, .. } | Op::Synchronize { ring, lag, .. } => {
+                        ring_of(ring)?;
+                        consumers[ring].push((host[t][k], lag));
+                    }
+                    Op::Launch { .. } => {}
+                }
+            }
+        }
+        // A ring's device event: (node, extra lag).
+        let event = |r: usize| -> Result<Option<(usize, i64)>, PlanError> {
+            let Some((t, k, stream)) = record_at[r] else {
+                return Ok(None);
+            };
+            let ops = &plan.threads[t].ops;
+            let Some(st) = stream else {
+                return Ok(Some((host[t][k], 0)));
+            };
+            let on_stream = |op: &Op| match *op {
+                Op::Launch { stage } => {
+                    matches!(stage_stream(stage), Ok(Some(s)) if s == st).then_some(stage)
+                }
+                _ => None,
+            };
+            let before = ops[..k].iter().rev().find_map(on_stream).map(|g| (g, 0));
+            let wrapped = || {
+                ops[k + 1..]
+                    .iter()
+                    .rev()
+                    .find_map(on_stream)
+                    .map(|g| (g, 1))
+            };
+            Ok(match before.or_else(wrapped) {
+                Some((g, lag)) => device[g].map(|n| (n, lag)),
+                None => Some((host[t][k], 0)),
+            })
+        };
+
+        for (t, tp) in plan.threads.iter().enumerate() {
+            let ops = &tp.ops;
+            let ids = &host[t];
+            for k in 1..ops.len() {
+                edge(ids[k - 1], ids[k], 0, Why::Program);
+            }
+            if let (Some(&first), Some(&last)) = (ids.first(), ids.last()) {
+                edge(last, first, 1, Why::NextBatch);
+            }
+            // Each stream's launches of this thread, in order: (op index, stage).
+            let mut launches: Vec<(usize, usize, usize)> = Vec::new(); // (stream, op, stage)
+            for (k, op) in ops.iter().enumerate() {
+                if let Op::Launch { stage } = *op {
+                    if let Some(st) = stage_stream(stage)? {
+                        launches.push((st, k, stage));
+                    }
+                }
+            }
+            // The next launch on `st` after op `k` (wrapping into the next batch): (stage, lag).
+            let next_on = |st: usize, k: usize| {
+                let on: Vec<_> = launches.iter().filter(|l| l.0 == st).collect();
+                on.iter()
+                    .find(|l| l.1 > k)
+                    .map(|l| (l.2, 0))
+                    .or_else(|| on.first().map(|l| (l.2, 1)))
+            };
+            for (k, op) in ops.iter().enumerate() {
+                match *op {
+                    Op::Wait {
+                        ring, lag, stream, ..
+                    } => {
+                        if stream >= plan.streams.len() {
+                            return Err(invalid(format!("a wait names stream #{stream}")));
+                        }
+                        ring_of(ring)?;
+                        if let Some((rt, rk, _)) = record_at[ring] {
+                            edge(host[rt][rk], ids[k], lag, Why::Recorded(ring));
+                        }
+                        if let (Some((ev, d)), Some((g, wrap))) = (event(ring)?, next_on(stream, k))
+                        {
+                            if let Some(n) = device[g] {
+                                edge(ev, n, lag + d + wrap, Why::StreamWait(ring));
+                            }
+                        }
+                    }
+                    Op::Synchronize { ring, lag, .. } => {
+                        ring_of(ring)?;
+                        if let Some((rt, rk, _)) = record_at[ring] {
+                            edge(host[rt][rk], ids[k], lag, Why::Recorded(ring));
+                        }
+                        if let Some((ev, d)) = event(ring)? {
+                            edge(ev, ids[k], lag + d, Why::DeviceDone(ring));
+                        }
+                    }
+                    Op::Launch { stage } => {
+                        if let Some(n) = device[stage] {
+                            edge(ids[k], n, 0, Why::Issued);
+                        }
+                    }
+                    Op::Record { ring, .. } => {
+                        let r = ring_of(ring)?;
+                        let size = i64::try_from(r.max_size)
+                            .map_err(|_| invalid(format!("ring `{}`'s max_size", r.name)))?;
+                        for &(c, lag) in &consumers[ring] {
+                            edge(c, ids[k], size - lag, Why::Room(ring));
+                        }
+                    }
+                }
+            }
+            // Stream order among this thread's works on each stream.
+            for (i, &(st, _, g)) in launches.iter().enumerate() {
+                let prev = launches[..i]
+                    .iter()
+                    .rev()
+                    .find(|l| l.0 == st)
+                    .map(|l| (l.2, 0))
+                    .or_else(|| launches.iter().rev().find(|l| l.0 == st).map(|l| (l.2, 1)));
+                if let (Some((p, lag)), Some(n)) = (prev, device[g]) {
+                    if let Some(pn) = device[p] {
+                        edge(pn, n, lag, Why::StreamOrder(st));
+                    }
+                }
+            }
+        }
+
+        let mut shared_streams = Vec::new();
+        for st in 0..plan.streams.len() {
+            let stages: Vec<usize> = (0..plan.stages.len())
+                .filter(|&g| plan.stages[g].stream == Some(st))
+                .collect();
+            let mut threads: Vec<usize> = stages.iter().map(|&g| plan.stages[g].thread).collect();
+            threads.sort_unstable();
+            threads.dedup();
+            if threads.len() > 1 {
+                shared_streams.push((st, stages));
+            }
+        }
+        Ok(Graph {
+            nodes,
+            weight,
+            edges,
+            shared_streams,
+        })
+    }
+}
+
+/// Every stage has a time; every time and after-sync work names a stage (that synchronizes).
+fn check_times(plan: &Plan, times: &StageTimes) -> Result<(), PlanError> {
+    let q = crate::name::quoted;
+    for s in &plan.stages {
+        if times.work(&s.name).is_none() {
+            return Err(PlanError::StageTime {
+                entry: q(&s.name),
+                problem: format!("no time given for this stage: add {}=DURATION", s.name),
+            });
+        }
+    }
+    for (name, _) in times.stages() {
+        if plan.stage_index(name).is_none() {
+            return Err(PlanError::StageTime {
+                entry: q(name),
+                problem: "the plan has no stage of this name".into(),
+            });
+        }
+    }
+    for (name, _) in times.launches() {
+        let on_stream = plan
+            .stage_index(name)
+            .is_some_and(|g| plan.stages[g].stream.is_some());
+        if !on_stream {
+            return Err(PlanError::StageTime {
+                entry: q(&format!("{name}.launch")),
+                problem: "a launch time needs a stage on a stream (a host stage's time is its \
+                          work)"
+                    .into(),
+            });
+        }
+    }
+    for (name, _) in times.after_syncs() {
+        let syncs = plan.stage_index(name).is_some_and(|g| {
+            plan.threads.iter().any(|t| {
+                t.ops
+                    .iter()
+                    .any(|op| matches!(*op, Op::Synchronize { stage, .. } if stage == g))
+            })
+        });
+        if !syncs {
+            return Err(PlanError::StageTime {
+                entry: q(&format!("{name}.after")),
+                problem: "after-sync work needs a stage that synchronizes (`sync = true`)".into(),
+            });
+        }
+    }
+    Ok(())
+}
