@@ -233,7 +233,11 @@ fn run_any_shape_rejects_bad_sizes() {
     assert!(out.2.contains("whole number"), "{}", out.2);
     let out = seqsync(&["run", fanout(), "--backend", "cuda", "--chaos", "1"]);
     assert_eq!(out.0, 2);
-    assert!(out.2.contains("cannot be used with --backend cuda"), "{}", out.2);
+    assert!(
+        out.2.contains("cannot be used with --backend cuda"),
+        "{}",
+        out.2
+    );
 }
 
 /// The two-thread spec: A's `w` writes `b` (3 slots), B's `r` reads it.

@@ -141,8 +141,24 @@ pub fn predict(plan: &Plan, times: &StageTimes) -> Result<Prediction, PlanError>
             })
         }
     };
-    // Streams several threads share: their works one after another, each batch.
-    for (st, stages) in &g.shared_streams {
+    // Streams several threads share, and resources the times name: their works one after
+    // another, each batch.
+    let mut serial: Vec<(String, Vec<usize>)> = g
+        .shared_streams
+        .iter()
+        .map(|(st, stages)| (format!("stream {}", plan.streams[*st]), stages.clone()))
+        .collect();
+    for (resource, names) in times.shared_resources() {
+        let mut stages = Vec::new();
+        for n in names {
+            stages.push(plan.stage_index(n).ok_or_else(|| PlanError::StageTime {
+                entry: crate::name::quoted(n),
+                problem: format!("{resource} names a stage the plan does not have"),
+            })?);
+        }
+        serial.push((resource.clone(), stages));
+    }
+    for (resource, stages) in &serial {
         let work: u64 = stages
             .iter()
             .map(|&s| duration_ns(times.work(&plan.stages[s].name)))
@@ -155,14 +171,13 @@ pub fn predict(plan: &Plan, times: &StageTimes) -> Result<Prediction, PlanError>
                 .iter()
                 .map(|&s| CycleStep {
                     node: format!(
-                        "work of {} on {} ({})",
+                        "work of {} ({})",
                         plan.stages[s].name,
-                        plan.streams[*st],
                         shown(Duration::from_nanos(duration_ns(
                             times.work(&plan.stages[s].name)
                         )))
                     ),
-                    then: format!("stream {} runs it, then the next", plan.streams[*st]),
+                    then: format!("{resource} runs one work at a time: then the next"),
                     lag: 0,
                 })
                 .collect();

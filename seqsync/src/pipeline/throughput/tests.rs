@@ -108,6 +108,25 @@ fn a_stream_two_threads_share_runs_their_works_in_turn() {
 }
 
 #[test]
+fn stages_that_share_a_resource_add_up() {
+    let times = us("load=300us,left=500us,right=400us,merge=200us");
+    assert_eq!(
+        predict(&fanout(), &times).unwrap().period,
+        Duration::from_micros(500)
+    );
+    let one = times
+        .clone()
+        .one_at_a_time("the host-function thread", ["load", "left", "right"]);
+    let p = predict(&fanout(), &one).unwrap();
+    assert_eq!(p.period, Duration::from_micros(1200));
+    assert!(p.critical.steps[0]
+        .then
+        .contains("the host-function thread"));
+    let bad = times.one_at_a_time("x", ["nope"]);
+    assert!(predict(&fanout(), &bad).is_err());
+}
+
+#[test]
 fn a_host_stage_takes_its_time_on_its_thread() {
     let p = predict(&fanout(), &us("load=10us,left=10us,right=10us,merge=70us")).unwrap();
     assert_eq!(p.period, Duration::from_micros(70));

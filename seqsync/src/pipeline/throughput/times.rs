@@ -44,6 +44,7 @@ pub struct StageTimes {
     after_sync: BTreeMap<String, Duration>,
     launch: BTreeMap<String, Duration>,
     host_call: Duration,
+    one_at_a_time: Vec<(String, Vec<String>)>,
 }
 
 impl StageTimes {
@@ -68,6 +69,24 @@ impl StageTimes {
     pub fn launch(mut self, name: impl Into<String>, d: Duration) -> Self {
         self.launch.insert(name.into(), d);
         self
+    }
+
+    /// The works of `stages` run one at a time, whatever their streams: they share
+    /// `resource` (e.g. host functions on CUDA streams, which the driver runs on one thread).
+    /// Their times, added up, bound the period.
+    pub fn one_at_a_time(
+        mut self,
+        resource: impl Into<String>,
+        stages: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Self {
+        let stages = stages.into_iter().map(Into::into).collect();
+        self.one_at_a_time.push((resource.into(), stages));
+        self
+    }
+
+    /// The resources given with [`one_at_a_time`](Self::one_at_a_time), with their stages.
+    pub fn shared_resources(&self) -> &[(String, Vec<String>)] {
+        &self.one_at_a_time
     }
 
     /// Each ring call and launch costs its host thread `d`.
