@@ -217,12 +217,29 @@ fn pipeline_engine_trace_has_host_thread_tracks() {
             .unwrap_or_else(|| panic!("no track {name}"))
     };
     let (pid, tid) = track("thread g2h");
-    // g2h's blocking calls: its wait on h and its record of g2h, every batch.
-    let spans = events
+    // g2h's blocking calls (its wait on h and its record of g2h) and its launch of the copy
+    // out, every batch.
+    let on_g2h = |label: &str| {
+        events
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["pid"] == pid && e["tid"] == tid)
+            .filter(|e| {
+                e["args"]["stage"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .starts_with(label)
+            })
+            .count()
+    };
+    assert_eq!(on_g2h("wait h") + on_g2h("record g2h"), 2 * 8);
+    assert_eq!(on_g2h("launch g2h"), 8);
+    // process_data after every synchronize, on a track of its own.
+    let (ppid, ptid) = track("process");
+    let process = events
         .iter()
-        .filter(|e| e["ph"] == "X" && e["pid"] == pid && e["tid"] == tid)
+        .filter(|e| e["ph"] == "X" && e["pid"] == ppid && e["tid"] == ptid)
         .count();
-    assert_eq!(spans, 2 * 8);
+    assert_eq!(process, 8);
 }
 
 #[test]
