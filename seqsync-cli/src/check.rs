@@ -35,8 +35,8 @@ pub(crate) struct CheckArgs {
     max_states: usize,
     /// Stage times, to predict the throughput: `f=12us,g=30us,...` for every stage, plus
     /// `STAGE.after=…` for host work after a stage's synchronize and `host=…` for each host
-    /// call (units ns, us, ms, s).
-    #[arg(long, value_name = "STAGE=TIME,...")]
+    /// call (units ns, us, ms, s); `@FILE` reads them from a file, one or more per line.
+    #[arg(long, value_name = "STAGE=TIME,...|@FILE")]
     times: Option<String>,
 }
 
@@ -80,8 +80,9 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     measure: bool,
     /// Specs not shaped like the seed's: each built-in stage's work takes at least this long
-    /// (`left=200us,right=300us,...`, the rest slept), to compare a run with `check --times`.
-    #[arg(long, value_name = "STAGE=TIME,...")]
+    /// (`left=200us,right=300us,...`, the rest slept), to compare a run with `check --times`;
+    /// `@FILE` reads them from a file.
+    #[arg(long, value_name = "STAGE=TIME,...|@FILE")]
     times: Option<String>,
 }
 
@@ -98,6 +99,29 @@ fn malformed(e: PlanError) -> Failure {
         message: e.to_string(),
         code: 2,
     }
+}
+
+/// `--times`: the text, or `@FILE`'s (at most the size a spec may be); a problem is one line
+/// and exit code 2.
+fn stage_times(arg: &str) -> Result<StageTimes, Failure> {
+    let Some(path) = arg.strip_prefix('@') else {
+        return StageTimes::parse(arg).map_err(malformed);
+    };
+    let unreadable = |e: String| Failure {
+        message: format!("--times @{}: {e}", path.escape_debug()),
+        code: 2,
+    };
+    let len = std::fs::metadata(path)
+        .map_err(|e| unreadable(e.to_string()))?
+        .len();
+    if len > spec_toml::MAX_SPEC_BYTES as u64 {
+        return Err(unreadable(format!(
+            "the file is {len} bytes, more than the {} a times file may be",
+            spec_toml::MAX_SPEC_BYTES
+        )));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| unreadable(e.to_string()))?;
+    StageTimes::parse(&text).map_err(malformed)
 }
 
 /// Parses the spec and applies the overrides; every problem is one line and exit code 2.
@@ -205,7 +229,7 @@ pub(crate) fn run(a: CheckArgs) -> Result<(), Failure> {
         Err(e) => return Err(malformed(e)),
     };
     let times = match &a.times {
-        Some(t) => Some(StageTimes::parse(t).map_err(malformed)?),
+        Some(t) => Some(stage_times(t)?),
         None => None,
     };
     let verdict = check(&plan, a.max_states)?;
@@ -433,7 +457,7 @@ fn run_selftest(a: &RunArgs, spec: &PipelineSpec, plan: &Plan) -> Result<(), Fai
         (_, None) => AnyBackend::Host(HostBackend::new()),
     };
     let times = match &a.times {
-        Some(t) => Some(StageTimes::parse(t).map_err(malformed)?),
+        Some(t) => Some(stage_times(t)?),
         None => None,
     };
     if a.batches < 1 {

@@ -4,7 +4,20 @@
 use seqsync::pipeline::{
     derive, predict, PipelineSpec, Plan, PlanError, Prediction, Slots, StageTimes,
 };
+use std::collections::HashMap;
+
 use serde::Serialize;
+
+/// The most sizes on a critical cycle tried one slot larger (each is a derivation and a
+/// prediction of its own); a cycle through more names the rest untried.
+pub(crate) const MAX_GAINS_TRIED: usize = 16;
+
+/// Stages and rings of the plan times the sizes tried: fewer tries on a large plan, so that
+/// they take seconds at most.
+const GAINS_WORK: usize = 1_000_000;
+
+/// The most steps of a critical cycle printed (`--json` has them all).
+pub(crate) const MAX_STEPS_SHOWN: usize = 40;
 
 /// One size one larger, and the prediction it gives.
 #[derive(Debug, Clone, Serialize)]
@@ -24,6 +37,8 @@ pub(crate) struct Report {
     /// Buffers on the cycle whose slot count is a number, not a parameter (`--set` cannot
     /// change them).
     pub fixed_buffers: Vec<String>,
+    /// Sizes on the cycle past the first [`MAX_GAINS_TRIED`], not tried.
+    pub untried: usize,
 }
 
 pub(crate) fn report(
@@ -34,15 +49,26 @@ pub(crate) fn report(
     let prediction = predict(plan, times)?;
     let mut sets = Vec::new();
     let mut fixed_buffers = Vec::new();
+    // Lookups by name: a cycle may pass every buffer and ring of a large spec.
+    let slots: HashMap<&str, &Slots> = spec
+        .buffers
+        .iter()
+        .map(|b| (b.name.name.as_str(), &b.slots))
+        .collect();
+    let rings: HashMap<&str, u64> = plan
+        .rings
+        .iter()
+        .map(|r| (r.name.as_str(), r.max_size))
+        .collect();
+    let params: HashMap<&str, u64> = spec
+        .params
+        .iter()
+        .map(|p| (p.name.name.as_str(), p.value))
+        .collect();
     for b in &prediction.critical.buffers {
-        match spec
-            .buffers
-            .iter()
-            .find(|s| s.name.name == *b)
-            .map(|s| &s.slots)
-        {
+        match slots.get(b.as_str()) {
             Some(Slots::Param(p)) => {
-                if let Some(v) = spec.param(p) {
+                if let Some(v) = params.get(p.as_str()) {
                     sets.push(format!("{p}={}", v.saturating_add(1)));
                 }
             }
@@ -50,12 +76,16 @@ pub(crate) fn report(
         }
     }
     for r in &prediction.critical.ring_sizes {
-        if let Some(ring) = plan.ring(r) {
-            sets.push(format!("{r}.max_size={}", ring.max_size.saturating_add(1)));
+        if let Some(max_size) = rings.get(r.as_str()) {
+            sets.push(format!("{r}.max_size={}", max_size.saturating_add(1)));
         }
     }
     sets.sort();
     sets.dedup();
+    let tries =
+        (GAINS_WORK / (plan.stages.len() + plan.rings.len()).max(1)).clamp(1, MAX_GAINS_TRIED);
+    let untried = sets.len().saturating_sub(tries);
+    sets.truncate(tries);
     let mut gains = Vec::new();
     for set in sets {
         let mut larger = spec.clone();
@@ -77,6 +107,7 @@ pub(crate) fn report(
         prediction,
         gains,
         fixed_buffers,
+        untried,
     })
 }
 
@@ -106,7 +137,7 @@ pub(crate) fn print(r: &Report, source: &str) {
         c.lag,
         if c.lag == 1 { "" } else { "es" }
     );
-    for s in &c.steps {
+    for s in c.steps.iter().take(MAX_STEPS_SHOWN) {
         let lag = if s.lag > 0 {
             format!(
                 " [{} batch{} back]",
@@ -117,6 +148,12 @@ pub(crate) fn print(r: &Report, source: &str) {
             String::new()
         };
         println!("    {}\n      -> {}{lag}", s.node, s.then);
+    }
+    if c.steps.len() > MAX_STEPS_SHOWN {
+        println!(
+            "    ... and {} more steps (--json lists them all)",
+            c.steps.len() - MAX_STEPS_SHOWN
+        );
     }
     if r.gains.is_empty() && r.fixed_buffers.is_empty() {
         println!(
@@ -132,7 +169,20 @@ pub(crate) fn print(r: &Report, source: &str) {
             (g.ratio - 1.0) * 100.0
         );
     }
-    for b in &r.fixed_buffers {
+    if r.untried > 0 {
+        println!(
+            "  {} more sizes on this cycle not tried one larger (at most {MAX_GAINS_TRIED} are, \
+             fewer in a large plan)",
+            r.untried
+        );
+    }
+    if r.fixed_buffers.len() > MAX_GAINS_TRIED {
+        println!(
+            "  {} buffers of fixed slot counts set lags on this cycle; the first {MAX_GAINS_TRIED}:",
+            r.fixed_buffers.len()
+        );
+    }
+    for b in r.fixed_buffers.iter().take(MAX_GAINS_TRIED) {
         println!(
             "  buffer {b} sets a lag on this cycle; its slot count is a number in the spec (make \
              it a parameter to try sizes with --set)"

@@ -225,9 +225,9 @@ fn a_bad_sweep_size_is_one_line() {
     }
 }
 
-/// Ctrl-C (SIGINT) during a run stops the command within a few hundred milliseconds with one
-/// line and exit code 130, and leaves no trace file, not even an empty or half-written one (a
-/// 0-byte file used to stay behind), nor a temporary one.
+/// Ctrl-C (SIGINT) during `graph --run`, `check`, `demo` or `run` stops the command within a few
+/// hundred milliseconds with one line and exit code 130, and leaves no trace file, not even an
+/// empty or half-written one (a 0-byte file used to stay behind), nor a temporary one.
 #[test]
 fn ctrl_c_stops_the_run_and_leaves_no_half_written_trace() {
     use std::process::{Command, Stdio};
@@ -236,7 +236,19 @@ fn ctrl_c_stops_the_run_and_leaves_no_half_written_trace() {
     std::fs::create_dir_all(&dir).unwrap();
     let trace = dir.join("run.json");
     let fanout = common::fanout();
+    // A graph of one 5 s kernel, run on the host backend; a check of 30 000 stages (seconds).
+    let graph = common::spec_file(
+        "interrupt-graph.toml",
+        "[[command]]\nname = \"k\"\nkind = \"kernel\"\nus = 5000000\n",
+    );
+    let mut long = String::from("[[thread]]\nname = \"t\"\n");
+    for i in 0..30_000 {
+        long += &format!("[[thread.stage]]\nname = \"s{i}\"\nstream = \"s\"\n");
+    }
+    let long = common::spec_file("interrupt-check.toml", &long);
     for args in [
+        vec!["graph", &graph, "--run", "--backend", "host"],
+        vec!["check", &long],
         vec![
             "demo",
             "--backend",
@@ -278,4 +290,66 @@ fn ctrl_c_stops_the_run_and_leaves_no_half_written_trace() {
         assert!(left.is_empty(), "{args:?} left {left:?}");
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A pipeline thread the OS refuses to spawn (here: an unprivileged user allowed 100
+/// processes, and a spec of 3 000 threads) stops the run at once with one line naming the
+/// thread. The threads already started used to wait on rings only the missing one would feed,
+/// until the stall watchdog fired 10 s later with a message of 90 KB. Needs root (to drop to
+/// `nobody` with `RLIMIT_NPROC`); elsewhere it says it is skipped.
+#[test]
+fn a_thread_the_os_refuses_stops_the_run_at_once_naming_it() {
+    use std::os::unix::process::CommandExt;
+    use std::process::Command;
+    // SAFETY: `geteuid` has no precondition.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root, to run the command as `nobody` under RLIMIT_NPROC");
+        return;
+    }
+    let mut spec = String::from("[buffers]\n");
+    for i in 0..2_999 {
+        spec += &format!("b{i} = 2\n");
+    }
+    for i in 0..3_000 {
+        spec += &format!(
+            "[[thread]]\nname = \"t{i}\"\n[[thread.stage]]\nname = \"s{i}\"\nhost = true\n"
+        );
+        if i > 0 {
+            spec += &format!("reads = [\"b{}\"]\n", i - 1);
+        }
+        if i < 2_999 {
+            spec += &format!("writes = [\"b{i}\"]\n");
+        }
+    }
+    let path = common::spec_file("threads-3000.toml", &spec);
+    let mut cmd = Command::new(common::exe());
+    cmd.args(["run", &path, "--backend", "host", "--batches", "10"]);
+    // SAFETY: between fork and exec the closure only makes async-signal-safe system calls
+    // (setrlimit, setgroups, setgid, setuid) on values it owns.
+    unsafe {
+        cmd.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 100,
+                rlim_max: 100,
+            };
+            if libc::setrlimit(libc::RLIMIT_NPROC, &limit) != 0
+                || libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setgid(65534) != 0
+                || libc::setuid(65534) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let start = std::time::Instant::now();
+    let out = cmd.output().unwrap();
+    let took = start.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(out.status.code().is_some(), "killed by a signal: {err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("cannot spawn its thread"), "{err}");
+    assert!(!err.contains("stalled"), "{err}");
+    assert!(took < std::time::Duration::from_secs(5), "took {took:?}");
 }

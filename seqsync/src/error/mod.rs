@@ -282,11 +282,12 @@ pub enum Error {
     /// The pipeline runtime's stall watchdog fired: no thread made progress for the timeout.
     /// Every ring was stopped; `threads` says, per thread, what it was blocked on and who
     /// had to act.
-    #[error("pipeline stalled: no thread made progress for {timeout_ms} ms: {}", .threads.join("; "))]
+    #[error("pipeline stalled: no thread made progress for {timeout_ms} ms: {}", stalled_threads(.threads))]
     Stalled {
         /// The watchdog's timeout.
         timeout_ms: u64,
         /// One entry per plan thread: `thread NAME: what it is blocked on (who must act)`.
+        /// The message shows the first 16 of them.
         threads: Vec<String>,
     },
 
@@ -385,4 +386,53 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .map(|s| s.to_string())
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "a non-string panic".into())
+}
+
+/// The most threads a stall's message describes (the error's `threads` has every one).
+pub(crate) const STALL_THREADS_SHOWN: usize = 16;
+
+/// A stall's threads, the first [`STALL_THREADS_SHOWN`], and how many more.
+fn stalled_threads(threads: &[String]) -> String {
+    let mut text = threads
+        .iter()
+        .take(STALL_THREADS_SHOWN)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join("; ");
+    if threads.len() > STALL_THREADS_SHOWN {
+        text += &format!("; and {} more threads", threads.len() - STALL_THREADS_SHOWN);
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stall of many threads is one bounded line: the first 16, and how many more (3 000
+    /// threads made a line of 90 KB).
+    #[test]
+    fn a_stall_of_many_threads_shows_the_first_and_counts_the_rest() {
+        let threads: Vec<String> = (0..40)
+            .map(|i| format!("thread t{i}: not started"))
+            .collect();
+        let text = Error::Stalled {
+            timeout_ms: 10,
+            threads,
+        }
+        .to_string();
+        assert!(
+            text.contains("thread t15: not started; and 24 more threads"),
+            "{text}"
+        );
+        assert!(!text.contains("thread t16"), "{text}");
+        let few = Error::Stalled {
+            timeout_ms: 10,
+            threads: vec!["thread a: x".into(), "thread b: y".into()],
+        };
+        assert_eq!(
+            few.to_string(),
+            "pipeline stalled: no thread made progress for 10 ms: thread a: x; thread b: y"
+        );
+    }
 }

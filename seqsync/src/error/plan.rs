@@ -241,6 +241,23 @@ pub enum PlanError {
         problem: String,
     },
 
+    /// The throughput prediction's search for the critical cycle passed its bound on rounds or
+    /// on the work of all rounds together, on a graph of `nodes` nodes and `arcs` arcs.
+    #[error(
+        "the throughput prediction gave up: its graph of {nodes} nodes and {arcs} arcs did not \
+         converge within {max_rounds} rounds or {max_work} node and arc visits"
+    )]
+    PredictionLimit {
+        /// Nodes of the timed event graph.
+        nodes: usize,
+        /// Its arcs.
+        arcs: usize,
+        /// The bound on rounds.
+        max_rounds: usize,
+        /// The bound on node and arc visits over all rounds.
+        max_work: usize,
+    },
+
     /// A plan handed to the deadlock checker is internally inconsistent.
     #[error("inconsistent plan: {message}")]
     InvalidPlan {
@@ -272,6 +289,7 @@ impl PlanError {
             | PlanError::MaxSizeBelowBound { .. }
             | PlanError::InvalidPlan { .. }
             | PlanError::StageTime { .. }
+            | PlanError::PredictionLimit { .. }
             | PlanError::NoStages => None,
         }
     }

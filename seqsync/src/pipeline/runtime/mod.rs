@@ -232,12 +232,25 @@ pub fn run<B: Backend>(config: RunConfig<'_, '_, B>) -> Result<RunStats> {
     let (results, stalled): (Vec<(ThreadStats, Option<Error>)>, Option<Error>) =
         std::thread::scope(|scope| {
             let (rings, first) = (&rings, &first);
-            let watcher = stall_timeout.map(|timeout| {
+            let watcher = match stall_timeout.map(|timeout| {
                 let progress = &progress;
-                scope.spawn(move || {
-                    watchdog::watch(plan, rings, progress, timeout, batches, &over_rx)
-                })
-            });
+                std::thread::Builder::new()
+                    .name("seqsync-watchdog".into())
+                    .spawn_scoped(scope, move || {
+                        watchdog::watch(plan, rings, progress, timeout, batches, &over_rx)
+                    })
+            }) {
+                Some(Err(e)) => {
+                    // No watchdog, no run: nothing was started yet.
+                    let e = Error::Backend(crate::error::BackendError::new(
+                        "pipeline runtime",
+                        "spawn the stall watchdog's thread",
+                        e.to_string(),
+                    ));
+                    return (Vec::new(), Some(e));
+                }
+                w => w.and_then(Result::ok),
+            };
             let progress_of = |i: usize| stall_timeout.map(|_| &progress[i]);
             let observer = stages.observer.as_ref();
             let handles: Vec<_> = plan
@@ -288,7 +301,24 @@ pub fn run<B: Backend>(config: RunConfig<'_, '_, B>) -> Result<RunStats> {
                             (stats, err)
                         })
                 })
-                .collect();
+                .collect::<Vec<_>>();
+            // A thread that could not be spawned (the OS refused: too many threads, no
+            // memory for a stack) stops every ring now, before any join: the threads that did
+            // start may be blocked on rings only it would have fed.
+            let unspawned = handles
+                .iter()
+                .zip(&plan.threads)
+                .find_map(|(h, t)| h.as_ref().err().map(|e| (t, e)));
+            if let Some((t, e)) = unspawned {
+                let e = stage_err(&t.name, format!("cannot spawn its thread: {e}"));
+                for r in rings {
+                    r.stop(e.to_string());
+                }
+                first
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert_with(|| e.clone());
+            }
             let results = handles
                 .into_iter()
                 .zip(&plan.threads)
@@ -298,15 +328,8 @@ pub fn run<B: Backend>(config: RunConfig<'_, '_, B>) -> Result<RunStats> {
                         (ThreadStats::default(), Some(e))
                     }),
                     Err(e) => {
-                        // No thread: stop every ring so that the threads already started end.
+                        // Its rings were stopped above.
                         let e = stage_err(&t.name, format!("cannot spawn its thread: {e}"));
-                        for r in rings {
-                            r.stop(e.to_string());
-                        }
-                        first
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .get_or_insert_with(|| e.clone());
                         (ThreadStats::default(), Some(e))
                     }
                 })

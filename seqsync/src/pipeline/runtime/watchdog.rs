@@ -1,6 +1,7 @@
 //! The stall watchdog: when no thread has made progress for the timeout, it stops every ring
 //! and names what each thread is blocked on and who must act.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -124,8 +125,14 @@ fn report<B: Backend>(
     progress: &[Progress],
     batches: i64,
 ) -> Vec<String> {
+    let index: HashMap<&str, usize> = plan
+        .threads
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.name.as_str(), i))
+        .collect();
     let state = |thread: &str| -> String {
-        match plan.threads.iter().position(|t| t.name == thread) {
+        match index.get(thread).copied() {
             Some(i) => match progress[i].snapshot() {
                 (Doing::Finished, _, _) => format!("finished its {batches} batches"),
                 (_, _, seq) => format!("at seq {seq}"),

@@ -8,10 +8,16 @@
 //! (its path's weight less `eta` times its lag). A node switches to an edge that leads to a
 //! larger ratio, else to one that raises its potential; when none does, the largest `eta` is
 //! the maximum cycle ratio, and its policy cycle is a critical cycle. Each round is linear in
-//! the edges; the number of rounds is small in practice (and bounded here by [`MAX_ROUNDS`]).
+//! the edges; the number of rounds is small in practice once each node starts on its heaviest
+//! out-edge (starting on the first one instead took a round per few stages along a chain of
+//! one thread: quadratic), and is bounded here by [`MAX_ROUNDS`] and [`MAX_WORK`].
 
 /// Policy rounds before the search gives up ([`Outcome::RoundLimit`]).
 pub(super) const MAX_ROUNDS: usize = 100_000;
+
+/// Nodes and arcs visited, over all rounds, before the search gives up
+/// ([`Outcome::RoundLimit`]): a bound on its time (seconds, BENCHMARKS.md §8).
+pub(super) const MAX_WORK: usize = 2_000_000_000;
 
 /// One edge: `from → to`, its weight and its lag (`> 0` on every cycle, else
 /// [`Outcome::ZeroLag`]).
@@ -31,7 +37,7 @@ pub(super) enum Outcome {
     Acyclic,
     /// A cycle whose lags sum to 0 (its arcs): its ratio is unbounded.
     ZeroLag(Vec<usize>),
-    /// No convergence within [`MAX_ROUNDS`].
+    /// No convergence within [`MAX_ROUNDS`] rounds or [`MAX_WORK`] nodes and arcs visited.
     RoundLimit,
 }
 
@@ -71,11 +77,27 @@ pub(super) fn critical_cycle(n: usize, arcs: &[Arc]) -> Outcome {
     let eps = 1e-12 * (total + 1.0);
 
     let mut policy: Vec<usize> = (0..n)
-        .map(|v| out[v].first().copied().unwrap_or(0))
+        // The heaviest out-edge, the one of least lag among those (the first among equals).
+        .map(|v| {
+            out[v]
+                .iter()
+                .copied()
+                .reduce(|best, i| {
+                    let (a, b) = (&arcs[i], &arcs[best]);
+                    if a.weight > b.weight || (a.weight == b.weight && a.lag < b.lag) {
+                        i
+                    } else {
+                        best
+                    }
+                })
+                .unwrap_or(0)
+        })
         .collect();
     let mut eta = vec![0.0f64; n];
     let mut x = vec![0.0f64; n];
-    for _ in 0..MAX_ROUNDS {
+    // Each round visits every node and arc once: stop at MAX_WORK of them in all.
+    let rounds = (MAX_WORK / (n + arcs.len()).max(1)).clamp(1, MAX_ROUNDS);
+    for _ in 0..rounds {
         // Value determination: each component's cycle, then the trees leading into it.
         let mut cycles: Vec<(f64, Vec<usize>)> = Vec::new();
         let mut done = vec![false; n];

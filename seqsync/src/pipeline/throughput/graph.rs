@@ -23,6 +23,8 @@
 //! Work of several threads on one stream runs in an order no plan fixes: those streams get a
 //! resource bound instead (their works one after another, [`Graph::shared_streams`]).
 
+use std::collections::{BTreeMap, HashSet};
+
 use crate::error::PlanError;
 use crate::pipeline::plan::{Op, Plan};
 
@@ -177,34 +179,41 @@ impl Graph {
                 }
             }
         }
-        // A ring's device event: (node, extra lag).
-        let event = |r: usize| -> Result<Option<(usize, i64)>, PlanError> {
-            let Some((t, k, stream)) = record_at[r] else {
-                return Ok(None);
-            };
-            let ops = &plan.threads[t].ops;
-            let Some(st) = stream else {
-                return Ok(Some((host[t][k], 0)));
-            };
-            let on_stream = |op: &Op| match *op {
-                Op::Launch { stage } => {
-                    matches!(stage_stream(stage), Ok(Some(s)) if s == st).then_some(stage)
+        // Each thread's launches on each stream, in op order: launches[t][st] = [(op, stage)].
+        // Every lookup below is a binary search in one of these lists, so the graph takes
+        // near-linear work in the ops however many stages a thread holds.
+        let mut launches: Vec<BTreeMap<usize, Vec<(usize, usize)>>> = Vec::new();
+        for tp in &plan.threads {
+            let mut on: BTreeMap<usize, Vec<(usize, usize)>> = BTreeMap::new();
+            for (k, op) in tp.ops.iter().enumerate() {
+                if let Op::Launch { stage } = *op {
+                    if let Some(st) = stage_stream(stage)? {
+                        on.entry(st).or_default().push((k, stage));
+                    }
                 }
-                _ => None,
+            }
+            launches.push(on);
+        }
+        // A ring's device event: (node, extra lag).
+        let event = |r: usize| -> Option<(usize, i64)> {
+            let (t, k, stream) = record_at[r]?;
+            let Some(st) = stream else {
+                return Some((host[t][k], 0));
             };
-            let before = ops[..k].iter().rev().find_map(on_stream).map(|g| (g, 0));
-            let wrapped = || {
-                ops[k + 1..]
-                    .iter()
-                    .rev()
-                    .find_map(on_stream)
-                    .map(|g| (g, 1))
+            let on = launches[t].get(&st).map_or(&[][..], Vec::as_slice);
+            // The last launch on `st` before the record; else the thread's last one on `st`,
+            // of the batch before.
+            let before = on.partition_point(|&(op, _)| op < k);
+            let found = match before {
+                0 => on.last().map(|&(_, g)| (g, 1)),
+                i => Some((on[i - 1].1, 0)),
             };
-            Ok(match before.or_else(wrapped) {
+            match found {
                 Some((g, lag)) => device[g].map(|n| (n, lag)),
                 None => Some((host[t][k], 0)),
-            })
+            }
         };
+        let events: Vec<Option<(usize, i64)>> = (0..plan.rings.len()).map(event).collect();
 
         for (t, tp) in plan.threads.iter().enumerate() {
             let ops = &tp.ops;
@@ -215,22 +224,13 @@ impl Graph {
             if let (Some(&first), Some(&last)) = (ids.first(), ids.last()) {
                 edge(last, first, 1, Why::NextBatch);
             }
-            // Each stream's launches of this thread, in order: (op index, stage).
-            let mut launches: Vec<(usize, usize, usize)> = Vec::new(); // (stream, op, stage)
-            for (k, op) in ops.iter().enumerate() {
-                if let Op::Launch { stage } = *op {
-                    if let Some(st) = stage_stream(stage)? {
-                        launches.push((st, k, stage));
-                    }
-                }
-            }
             // The next launch on `st` after op `k` (wrapping into the next batch): (stage, lag).
             let next_on = |st: usize, k: usize| {
-                let on: Vec<_> = launches.iter().filter(|l| l.0 == st).collect();
-                on.iter()
-                    .find(|l| l.1 > k)
-                    .map(|l| (l.2, 0))
-                    .or_else(|| on.first().map(|l| (l.2, 1)))
+                let on = launches[t].get(&st)?;
+                match on.get(on.partition_point(|&(op, _)| op <= k)) {
+                    Some(&(_, g)) => Some((g, 0)),
+                    None => on.first().map(|&(_, g)| (g, 1)),
+                }
             };
             for (k, op) in ops.iter().enumerate() {
                 match *op {
@@ -244,7 +244,7 @@ impl Graph {
                         if let Some((rt, rk, _)) = record_at[ring] {
                             edge(host[rt][rk], ids[k], lag, Why::Recorded(ring));
                         }
-                        if let (Some((ev, d)), Some((g, wrap))) = (event(ring)?, next_on(stream, k))
+                        if let (Some((ev, d)), Some((g, wrap))) = (events[ring], next_on(stream, k))
                         {
                             if let Some(n) = device[g] {
                                 edge(ev, n, lag + d + wrap, Why::StreamWait(ring));
@@ -256,7 +256,7 @@ impl Graph {
                         if let Some((rt, rk, _)) = record_at[ring] {
                             edge(host[rt][rk], ids[k], lag, Why::Recorded(ring));
                         }
-                        if let Some((ev, d)) = event(ring)? {
+                        if let Some((ev, d)) = events[ring] {
                             edge(ev, ids[k], lag + d, Why::DeviceDone(ring));
                         }
                     }
@@ -275,34 +275,37 @@ impl Graph {
                     }
                 }
             }
-            // Stream order among this thread's works on each stream.
-            for (i, &(st, _, g)) in launches.iter().enumerate() {
-                let prev = launches[..i]
-                    .iter()
-                    .rev()
-                    .find(|l| l.0 == st)
-                    .map(|l| (l.2, 0))
-                    .or_else(|| launches.iter().rev().find(|l| l.0 == st).map(|l| (l.2, 1)));
-                if let (Some((p, lag)), Some(n)) = (prev, device[g]) {
-                    if let Some(pn) = device[p] {
+            // Stream order among this thread's works on each stream: each after the one before
+            // it, the first after the last of the batch before.
+            for (&st, on) in &launches[t] {
+                for (i, &(_, g)) in on.iter().enumerate() {
+                    let (p, lag) = match i {
+                        0 => (on[on.len() - 1].1, 1),
+                        i => (on[i - 1].1, 0),
+                    };
+                    if let (Some(pn), Some(n)) = (device[p], device[g]) {
                         edge(pn, n, lag, Why::StreamOrder(st));
                     }
                 }
             }
         }
 
-        let mut shared_streams = Vec::new();
-        for st in 0..plan.streams.len() {
-            let stages: Vec<usize> = (0..plan.stages.len())
-                .filter(|&g| plan.stages[g].stream == Some(st))
-                .collect();
-            let mut threads: Vec<usize> = stages.iter().map(|&g| plan.stages[g].thread).collect();
-            threads.sort_unstable();
-            threads.dedup();
-            if threads.len() > 1 {
-                shared_streams.push((st, stages));
+        // Streams with work of more than one thread, found in one pass over the stages.
+        let mut on_stream: Vec<Vec<usize>> = vec![Vec::new(); plan.streams.len()];
+        for (g, s) in plan.stages.iter().enumerate() {
+            if let Some(st) = s.stream {
+                on_stream[st].push(g);
             }
         }
+        let shared_streams = on_stream
+            .into_iter()
+            .enumerate()
+            .filter(|(_, stages)| {
+                stages
+                    .iter()
+                    .any(|&g| plan.stages[g].thread != plan.stages[stages[0]].thread)
+            })
+            .collect();
         Ok(Graph {
             nodes,
             weight,
@@ -315,6 +318,12 @@ impl Graph {
 /// Every stage has a time; every time and after-sync work names a stage (that synchronizes).
 fn check_times(plan: &Plan, times: &StageTimes) -> Result<(), PlanError> {
     let q = crate::name::quoted;
+    let index: std::collections::HashMap<&str, usize> = plan
+        .stages
+        .iter()
+        .enumerate()
+        .map(|(g, s)| (s.name.as_str(), g))
+        .collect();
     for s in &plan.stages {
         if times.work(&s.name).is_none() {
             return Err(PlanError::StageTime {
@@ -324,7 +333,7 @@ fn check_times(plan: &Plan, times: &StageTimes) -> Result<(), PlanError> {
         }
     }
     for (name, _) in times.stages() {
-        if plan.stage_index(name).is_none() {
+        if !index.contains_key(name) {
             return Err(PlanError::StageTime {
                 entry: q(name),
                 problem: "the plan has no stage of this name".into(),
@@ -332,9 +341,9 @@ fn check_times(plan: &Plan, times: &StageTimes) -> Result<(), PlanError> {
         }
     }
     for (name, _) in times.launches() {
-        let on_stream = plan
-            .stage_index(name)
-            .is_some_and(|g| plan.stages[g].stream.is_some());
+        let on_stream = index
+            .get(name)
+            .is_some_and(|&g| plan.stages[g].stream.is_some());
         if !on_stream {
             return Err(PlanError::StageTime {
                 entry: q(&format!("{name}.launch")),
@@ -344,15 +353,17 @@ fn check_times(plan: &Plan, times: &StageTimes) -> Result<(), PlanError> {
             });
         }
     }
+    let synced: HashSet<usize> = plan
+        .threads
+        .iter()
+        .flat_map(|t| &t.ops)
+        .filter_map(|op| match *op {
+            Op::Synchronize { stage, .. } => Some(stage),
+            _ => None,
+        })
+        .collect();
     for (name, _) in times.after_syncs() {
-        let syncs = plan.stage_index(name).is_some_and(|g| {
-            plan.threads.iter().any(|t| {
-                t.ops
-                    .iter()
-                    .any(|op| matches!(*op, Op::Synchronize { stage, .. } if stage == g))
-            })
-        });
-        if !syncs {
+        if !index.get(name).is_some_and(|g| synced.contains(g)) {
             return Err(PlanError::StageTime {
                 entry: q(&format!("{name}.after")),
                 problem: "after-sync work needs a stage that synchronizes (`sync = true`)".into(),

@@ -133,11 +133,11 @@ pub fn predict(plan: &Plan, times: &StageTimes) -> Result<Prediction, PlanError>
             });
         }
         Outcome::RoundLimit => {
-            return Err(PlanError::InvalidPlan {
-                message: format!(
-                    "the throughput prediction did not converge in {} rounds",
-                    cycle_ratio::MAX_ROUNDS
-                ),
+            return Err(PlanError::PredictionLimit {
+                nodes: g.nodes.len(),
+                arcs: arcs.len(),
+                max_rounds: cycle_ratio::MAX_ROUNDS,
+                max_work: cycle_ratio::MAX_WORK,
             })
         }
     };
@@ -148,13 +148,24 @@ pub fn predict(plan: &Plan, times: &StageTimes) -> Result<Prediction, PlanError>
         .iter()
         .map(|(st, stages)| (format!("stream {}", plan.streams[*st]), stages.clone()))
         .collect();
+    let index: std::collections::HashMap<&str, usize> = plan
+        .stages
+        .iter()
+        .enumerate()
+        .map(|(g, s)| (s.name.as_str(), g))
+        .collect();
     for (resource, names) in times.shared_resources() {
         let mut stages = Vec::new();
         for n in names {
-            stages.push(plan.stage_index(n).ok_or_else(|| PlanError::StageTime {
-                entry: crate::name::quoted(n),
-                problem: format!("{resource} names a stage the plan does not have"),
-            })?);
+            stages.push(
+                index
+                    .get(n.as_str())
+                    .copied()
+                    .ok_or_else(|| PlanError::StageTime {
+                        entry: crate::name::quoted(n),
+                        problem: format!("{resource} names a stage the plan does not have"),
+                    })?,
+            );
         }
         serial.push((resource.clone(), stages));
     }

@@ -130,7 +130,7 @@ impl StageTimes {
         self.after_sync.iter().map(|(k, v)| (k.as_str(), *v))
     }
 
-    /// Parses `NAME=DURATION` entries separated by commas: `NAME` a stage (its work),
+    /// Parses `NAME=DURATION` entries separated by commas or newlines: `NAME` a stage (its work),
     /// `STAGE.after` (host work after its synchronize), `STAGE.launch` (its launch's host
     /// time) or `host` (each host call); `DURATION`
     /// a number with a unit `ns`, `us` (or `µs`), `ms` or `s`.
@@ -140,7 +140,11 @@ impl StageTimes {
     /// unit, a negative or non-finite number, or one above [`MAX_STAGE_TIME`].
     pub fn parse(text: &str) -> Result<Self, PlanError> {
         let mut out = StageTimes::new();
-        for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        for entry in text
+            .split([',', '\n'])
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+        {
             let bad = |problem: String| PlanError::StageTime {
                 entry: crate::name::quoted(entry),
                 problem,
@@ -240,5 +244,13 @@ mod tests {
             matches!(&e, PlanError::StageTime { entry, .. } if entry == "`g`"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn entries_may_stand_one_per_line() {
+        let t = StageTimes::parse("f=1us\r\ng=2us,\n\nh=3us\n").unwrap();
+        assert_eq!(t.work("f"), Some(Duration::from_micros(1)));
+        assert_eq!(t.work("g"), Some(Duration::from_micros(2)));
+        assert_eq!(t.work("h"), Some(Duration::from_micros(3)));
     }
 }
