@@ -140,7 +140,11 @@ fn print_report(a: &GraphArgs, dag: &seqsync::graph::Dag, r: &Report, analysis: 
         println!("  stream {i}: {}", s.join(" "));
     }
     for w in &r.waits {
-        println!("  wait: {} -> {}", w.from, w.to);
+        if w.join {
+            println!("  wait: {}'s join -> {}", w.from, w.to);
+        } else {
+            println!("  wait: {} -> {}", w.from, w.to);
+        }
     }
     println!(
         "lowering {:?}: {} streams, {} events (lower bound {}), {} false dependencies",

@@ -236,14 +236,22 @@ fn ctrl_c_stops_the_run_and_leaves_no_half_written_trace() {
     std::fs::create_dir_all(&dir).unwrap();
     let trace = dir.join("run.json");
     let fanout = common::fanout();
-    // A graph of one 5 s kernel, run on the host backend; a check of 30 000 stages (seconds).
+    // A graph of one 5 s kernel, run on the host backend; a check of 80 000 stages (seconds
+    // even in a release build on a fast machine: interrupted after 300 ms).
     let graph = common::spec_file(
         "interrupt-graph.toml",
         "[[command]]\nname = \"k\"\nkind = \"kernel\"\nus = 5000000\n",
     );
-    let mut long = String::from("[[thread]]\nname = \"t\"\n");
-    for i in 0..30_000 {
-        long += &format!("[[thread.stage]]\nname = \"s{i}\"\nstream = \"s\"\n");
+    let mut long = String::from("[buffers]\n");
+    for i in 0..80_000 {
+        long += &format!("b{i}=2\n");
+    }
+    long += "[[thread]]\nname=\"t\"\n";
+    for i in 0..80_000 {
+        long += &format!("[[thread.stage]]\nname=\"s{i}\"\nstream=\"s\"\nwrites=[\"b{i}\"]\n");
+        if i > 0 {
+            long += &format!("reads=[\"b{}\"]\n", i - 1);
+        }
     }
     let long = common::spec_file("interrupt-check.toml", &long);
     for args in [
@@ -269,7 +277,8 @@ fn ctrl_c_stops_the_run_and_leaves_no_half_written_trace() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(800));
+        let delay = if args[0] == "check" { 300 } else { 800 };
+        std::thread::sleep(Duration::from_millis(delay));
         let sent = Instant::now();
         // SAFETY: `kill` with a live child's pid and a valid signal number.
         assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);

@@ -11,11 +11,14 @@ pub trait GraphBackend: CommandBackend {
     type GraphExec: Send;
 
     /// Build a graph whose node `i` runs `ops[i]` after every node in `deps[i]`, and
-    /// instantiate it. `order` lists every node after its dependencies.
+    /// instantiate it. `order` lists every node after its dependencies. A dependency
+    /// `ops.len() + k` is *join* `k`: an empty node that runs after every op in `joins[k]`
+    /// (shared dependencies, `a + b` edges instead of `a × b`).
     fn instantiate_graph(
         &self,
         ops: &[Op<Self>],
         deps: &[Vec<usize>],
+        joins: &[Vec<usize>],
         order: &[usize],
     ) -> Result<Self::GraphExec>;
 

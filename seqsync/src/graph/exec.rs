@@ -328,6 +328,9 @@ impl<B: CommandBackend> StreamPool<B> {
             if *r && exe.events[c].is_none() {
                 exe.events[c] = Some(b.create_event(EventOptions::default())?);
             }
+            if exe.joined[c] && exe.join_events[c].is_none() {
+                exe.join_events[c] = Some(b.create_event(EventOptions::default())?);
+            }
         }
         let mut queue_waits = 0;
         let sched = &exe.schedule;
@@ -342,6 +345,13 @@ impl<B: CommandBackend> StreamPool<B> {
             }
             for &from in &exe.waits_into[c] {
                 b.wait(stream, exe.events[from].as_ref().expect("created above"))?;
+            }
+            for &j in &exe.joins_into[c] {
+                b.wait(stream, exe.join_events[j].as_ref().expect("created above"))?;
+            }
+            // The join: recorded once the stream has waited for everything `c` waits for.
+            if exe.joined[c] {
+                b.record(exe.join_events[c].as_ref().expect("created above"), stream)?;
             }
             exe.graph.ops[c].enqueue(b, stream)?;
             if exe.recorded[c] {

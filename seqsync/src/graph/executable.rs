@@ -18,6 +18,13 @@ pub struct Executable<B: CommandBackend> {
     pub(super) recorded: Vec<bool>,
     /// One event per command that other streams wait for (created at the first submission).
     pub(super) events: Vec<Option<B::Event>>,
+    /// Per command, the commands whose joins it waits for.
+    pub(super) joins_into: Vec<Vec<usize>>,
+    /// Per command, whether other streams wait for its join (an event right before it).
+    pub(super) joined: Vec<bool>,
+    /// One event per command whose join other streams wait for (created at the first
+    /// submission).
+    pub(super) join_events: Vec<Option<B::Event>>,
 }
 
 impl<B: CommandBackend> Graph<B> {
@@ -41,6 +48,8 @@ impl<B: CommandBackend> Graph<B> {
         let report = schedule.report(&self.dag, &self.analysis);
         let waits_into = schedule.waits_into();
         let recorded = schedule.recorded();
+        let joins_into = schedule.joins_into();
+        let joined = schedule.joined();
         let n = self.dag.len();
         Executable {
             graph: self,
@@ -49,6 +58,9 @@ impl<B: CommandBackend> Graph<B> {
             waits_into,
             recorded,
             events: (0..n).map(|_| None).collect(),
+            joins_into,
+            joined,
+            join_events: (0..n).map(|_| None).collect(),
         }
     }
 }

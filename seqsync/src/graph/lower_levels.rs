@@ -3,7 +3,7 @@
 //! Each command's level is the length of the longest dependency path to it. All commands of a
 //! level run concurrently, each on its own stream (the `i`-th command of a level on stream
 //! `i`); every command of the next level waits for every command of this one, as an execution
-//! barrier between levels does. Every dependency is honoured, but a command of level `l + 1`
+//! barrier between levels does (the first for each, the others for its join). Every dependency is honoured, but a command of level `l + 1`
 //! also waits for the commands of level `l` it does not depend on: those are its false
 //! dependencies, which [`Schedule::compare`] counts.
 
@@ -39,18 +39,32 @@ pub fn lower_levels(dag: &Dag, _analysis: &Analysis) -> Schedule {
             stream_of[c] = i;
         }
     }
+    // The first command of each level waits for every command of the level before (on other
+    // streams); the others wait for its join: `a + b` waits between levels of `a` and `b`.
     let mut waits = Vec::new();
+    let mut joins = Vec::new();
     for pair in by_level.windows(2) {
-        for &c in &pair[1] {
-            for &p in &pair[0] {
-                if stream_of[p] != stream_of[c] {
+        let Some((&first, rest)) = pair[1].split_first() else {
+            continue;
+        };
+        for &p in &pair[0] {
+            if stream_of[p] != stream_of[first] {
+                waits.push(Wait { from: p, to: first });
+            }
+        }
+        for &c in rest {
+            if pair[0].len() < 2 {
+                // One command before: its event is the join.
+                if let Some(&p) = pair[0].first().filter(|&&p| stream_of[p] != stream_of[c]) {
                     waits.push(Wait { from: p, to: c });
                 }
+            } else {
+                joins.push(Wait { from: first, to: c });
             }
         }
     }
     let order = by_level.concat();
-    Schedule::new(order, stream_of, waits)
+    Schedule::new(order, stream_of, waits).with_joins(joins)
 }
 
 #[cfg(test)]

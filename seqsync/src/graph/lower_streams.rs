@@ -11,6 +11,15 @@
 //! ([`Schedule::compare`] checks both directions). Why no wasted event: a wait is made only
 //! for a reduction edge that is not a stream neighbour pair, which is exactly the
 //! [`lower_bound`](super::schedule::lower_bound) for the streams used.
+//!
+//! **Joins.** A command whose reduction predecessors are exactly those of a command placed
+//! before it, two or more on other streams, waits for that command's *join* (the event its
+//! stream records once it has waited for them all) instead of for each: the commands after a
+//! barrier between `a` and `b` commands make `a - 1 + b - 1` waits, not about `a × b`. The
+//! join orders exactly the shared predecessors and what they follow, all of which the
+//! command's predecessors already order before it, so it adds no false dependency.
+
+use std::collections::HashMap;
 
 use super::dag::Dag;
 use super::reduce::Analysis;
@@ -26,6 +35,10 @@ pub fn lower_streams(dag: &Dag, analysis: &Analysis) -> Schedule {
     let mut stream_of = vec![usize::MAX; n];
     let mut last: Vec<usize> = Vec::new(); // last command of each stream
     let mut waits = Vec::new();
+    let mut joins = Vec::new();
+    // The first command placed with each set of reduction predecessors that needed two or
+    // more waits: later commands with the same set wait for its join.
+    let mut first_with: HashMap<&[usize], usize> = HashMap::new();
     for &c in dag.topo() {
         let preds = &analysis.reduced[c];
         let cont = preds
@@ -44,12 +57,31 @@ pub fn lower_streams(dag: &Dag, analysis: &Analysis) -> Schedule {
         last[s] = c;
         for &p in preds {
             unplaced[p] -= 1;
-            if stream_of[p] != s {
-                waits.push(Wait { from: p, to: c });
+        }
+        let cross = preds.iter().filter(|&&p| stream_of[p] != s).count();
+        if cross < 2 {
+            waits.extend(
+                preds
+                    .iter()
+                    .filter(|&&p| stream_of[p] != s)
+                    .map(|&p| Wait { from: p, to: c }),
+            );
+            continue;
+        }
+        match first_with.get(preds.as_slice()) {
+            Some(&j) => joins.push(Wait { from: j, to: c }),
+            None => {
+                first_with.insert(preds.as_slice(), c);
+                waits.extend(
+                    preds
+                        .iter()
+                        .filter(|&&p| stream_of[p] != s)
+                        .map(|&p| Wait { from: p, to: c }),
+                );
             }
         }
     }
-    Schedule::new(dag.topo().to_vec(), stream_of, waits)
+    Schedule::new(dag.topo().to_vec(), stream_of, waits).with_joins(joins)
 }
 
 #[cfg(test)]

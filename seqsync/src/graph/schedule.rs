@@ -8,7 +8,8 @@ use super::dag::Dag;
 use super::reduce::Analysis;
 
 /// One cross-stream wait: an event recorded on `from`'s stream right after `from`, waited on by
-/// `to`'s stream right before `to`.
+/// `to`'s stream right before `to`. (In [`Schedule::joins`]: recorded right *before* `from`,
+/// after `from`'s own waits.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Wait {
     /// The command the event is recorded after.
@@ -28,8 +29,14 @@ pub struct Schedule {
     pub index_of: Vec<usize>,
     /// Each stream's commands, in order.
     pub streams: Vec<Vec<usize>>,
-    /// Every cross-stream wait.
+    /// Every cross-stream wait on an event recorded after a command.
     pub waits: Vec<Wait>,
+    /// Every wait on a *join*: an event recorded on `from`'s stream right before `from`, once
+    /// its stream has waited for everything `from` waits for. A command whose dependencies are
+    /// exactly another's (the commands after an execution barrier) waits for that one's join
+    /// instead of for each dependency: `a + b` waits for a barrier between `a` and `b`
+    /// commands, not `a × b`.
+    pub joins: Vec<Wait>,
     /// The order in which commands are enqueued (every wait's `from` before its `to`).
     pub order: Vec<usize>,
 }
@@ -49,8 +56,34 @@ impl Schedule {
             index_of,
             streams,
             waits,
+            joins: Vec::new(),
             order,
         }
+    }
+
+    /// The same schedule with these waits on joins (see [`Schedule::joins`]).
+    pub fn with_joins(mut self, joins: Vec<Wait>) -> Schedule {
+        self.joins = joins;
+        self
+    }
+
+    /// `joins_into()[c]`: the commands whose joins `c`'s stream waits for right before `c`.
+    pub fn joins_into(&self) -> Vec<Vec<usize>> {
+        let mut w = vec![Vec::new(); self.stream_of.len()];
+        for x in &self.joins {
+            w[x.to].push(x.from);
+        }
+        w
+    }
+
+    /// `joined()[c]`: some other stream waits for `c`'s join, so an event is recorded right
+    /// before it.
+    pub fn joined(&self) -> Vec<bool> {
+        let mut r = vec![false; self.stream_of.len()];
+        for x in &self.joins {
+            r[x.from] = true;
+        }
+        r
     }
 
     /// `waits_into()[c]`: the commands whose events `c`'s stream waits for right before `c`.
@@ -72,10 +105,11 @@ impl Schedule {
     }
 
     /// `ordered_before()[c]`: every command the schedule runs before `c` — through stream
-    /// order and waits, transitively.
+    /// order, waits and joins, transitively.
     pub fn ordered_before(&self) -> Vec<BitSet> {
         let n = self.stream_of.len();
         let into = self.waits_into();
+        let joins = self.joins_into();
         let mut before = vec![BitSet::new(n); n];
         for &c in &self.order {
             let mut b = BitSet::new(n);
@@ -89,6 +123,10 @@ impl Schedule {
             }
             for &p in &into[c] {
                 add(p, &before);
+            }
+            // A join is what `j` was ordered after, not `j` itself.
+            for &j in &joins[c] {
+                b.union_with(&before[j]);
             }
             before[c] = b;
         }
@@ -121,7 +159,7 @@ impl Schedule {
             commands: dag.len(),
             width: analysis.width,
             streams,
-            events: self.waits.len(),
+            events: self.waits.len() + self.joins.len(),
             events_lower_bound: lower_bound(analysis.reduced_edges(), dag.len(), streams),
             false_dependencies,
             missing_dependencies: missing,
@@ -135,9 +173,12 @@ impl Schedule {
             waits: self
                 .waits
                 .iter()
-                .map(|w| WaitNames {
+                .map(|w| (w, false))
+                .chain(self.joins.iter().map(|w| (w, true)))
+                .map(|(w, join)| WaitNames {
                     from: dag.name(w.from).to_owned(),
                     to: dag.name(w.to).to_owned(),
+                    join,
                 })
                 .collect(),
         }
@@ -145,7 +186,7 @@ impl Schedule {
 }
 
 /// The fewest cross-stream waits any lowering onto `streams` streams can make without adding
-/// commands: every reduction edge needs a wait of its own unless its two ends are neighbours on
+/// commands or joins: every reduction edge needs a wait of its own unless its two ends are neighbours on
 /// one stream, and `streams` streams have `commands - streams` neighbour pairs.
 pub fn lower_bound(reduced_edges: usize, commands: usize, streams: usize) -> usize {
     reduced_edges.saturating_sub(commands.saturating_sub(streams))
@@ -165,10 +206,12 @@ pub struct Assigned {
 /// A cross-stream wait, by command names.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct WaitNames {
-    /// The command the event is recorded after.
+    /// The command the event is recorded after (before, for a join).
     pub from: String,
     /// The command whose stream waits.
     pub to: String,
+    /// A wait on `from`'s join: the event recorded right before `from`, after its waits.
+    pub join: bool,
 }
 
 /// What a lowering made of a graph (`seqsync graph --json` prints it).
@@ -180,9 +223,10 @@ pub struct Report {
     pub width: usize,
     /// Streams used.
     pub streams: usize,
-    /// Cross-stream waits (each an event record plus a stream wait).
+    /// Cross-stream waits (each an event record plus a stream wait), joins included.
     pub events: usize,
-    /// [`lower_bound`]: reduction edges − (commands − streams).
+    /// [`lower_bound`]: reduction edges − (commands − streams), the fewest waits without
+    /// joins (with them, a barrier's waits come below it).
     pub events_lower_bound: usize,
     /// Ordered pairs the lowering adds that the graph does not order.
     pub false_dependencies: usize,
@@ -191,6 +235,6 @@ pub struct Report {
     pub missing_dependencies: usize,
     /// Each command's stream and position.
     pub assignment: Vec<Assigned>,
-    /// Each cross-stream wait.
+    /// Each cross-stream wait, the waits on joins last.
     pub waits: Vec<WaitNames>,
 }

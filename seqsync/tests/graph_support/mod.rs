@@ -100,6 +100,27 @@ pub fn dense(rng: &mut Rng, n: usize, percent: u64) -> Vec<Vec<usize>> {
         .collect()
 }
 
+/// Groups of 1 to 8 commands, each command depending on every command of the group before (an
+/// execution barrier between groups), and now and then also on an earlier one of its own
+/// group: many commands with the same dependencies, which the lowerings join.
+pub fn barriers(rng: &mut Rng, groups: usize) -> Vec<Vec<usize>> {
+    let mut preds: Vec<Vec<usize>> = Vec::new();
+    let mut before: Vec<usize> = Vec::new();
+    for _ in 0..groups {
+        let size = rng.below(8) as usize + 1;
+        let start = preds.len();
+        for k in 0..size {
+            let mut p = before.clone();
+            if k > 0 && rng.below(4) == 0 {
+                p.push(start + rng.below(k as u64) as usize);
+            }
+            preds.push(p);
+        }
+        before = (start..preds.len()).collect();
+    }
+    preds
+}
+
 /// The 13-graph families used by the traversal tests, seeded.
 pub fn families(seed: u64) -> Vec<(String, Vec<Vec<usize>>)> {
     let mut rng = Rng::new(seed);
@@ -120,6 +141,8 @@ pub fn families(seed: u64) -> Vec<(String, Vec<Vec<usize>>)> {
         out.push((format!("diamond{i}({p},{it})"), diamond(p, it).0));
         let n = rng.below(60) as usize + 1;
         out.push((format!("dense{i}({n})"), dense(&mut rng, n, 15)));
+        let g = rng.below(5) as usize + 1;
+        out.push((format!("barriers{i}({g})"), barriers(&mut rng, g)));
     }
     out
 }

@@ -169,6 +169,7 @@ impl GraphBackend for CudaBackend {
         &self,
         ops: &[Op<Self>],
         deps: &[Vec<usize>],
+        joins: &[Vec<usize>],
         order: &[usize],
     ) -> Result<CudaGraphExec> {
         make_current(&self.ctx)?;
@@ -187,8 +188,27 @@ impl GraphBackend for CudaBackend {
             sys::cuGraphCreate(&mut g.graph, 0)
         })?;
         let ctx = self.ctx.cu_ctx();
+        // Join nodes, added when first depended on (their ops come earlier in `order`).
+        let mut join_nodes: Vec<sys::CUgraphNode> = vec![std::ptr::null_mut(); joins.len()];
+        let n = ops.len();
         for &i in order {
-            let d: Vec<sys::CUgraphNode> = deps[i].iter().map(|&p| g.nodes[p]).collect();
+            let mut d = Vec::with_capacity(deps[i].len());
+            for &p in &deps[i] {
+                let Some(k) = p.checked_sub(n) else {
+                    d.push(g.nodes[p]);
+                    continue;
+                };
+                if join_nodes[k].is_null() {
+                    let jd: Vec<sys::CUgraphNode> = joins[k].iter().map(|&q| g.nodes[q]).collect();
+                    // SAFETY: `g.graph` is live; `jd` holds nodes of it added earlier (a
+                    // join's ops are dependencies of a node later in `order`); a valid
+                    // out-pointer.
+                    check("cuGraphAddEmptyNode", unsafe {
+                        sys::cuGraphAddEmptyNode(&mut join_nodes[k], g.graph, jd.as_ptr(), jd.len())
+                    })?;
+                }
+                d.push(join_nodes[k]);
+            }
             let mut node: sys::CUgraphNode = std::ptr::null_mut();
             match &ops[i] {
                 Op::Kernel(k) => {

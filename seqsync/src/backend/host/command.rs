@@ -92,6 +92,7 @@ impl GraphBackend for HostBackend {
         &self,
         ops: &[Op<HostBackend>],
         _deps: &[Vec<usize>],
+        _joins: &[Vec<usize>],
         order: &[usize],
     ) -> Result<HostGraphExec> {
         for op in ops {
