@@ -181,3 +181,28 @@ fn a_header_names_what_it_has_in_backticks_or_links() {
         ["timeline"]
     );
 }
+
+/// One CUDA driver layer: no raw driver call (`sys::cu…`) and no cudarc `result::` call outside
+/// `backend/cuda/driver.rs`, in code (comments aside).
+#[test]
+fn raw_driver_calls_only_in_the_driver_layer() {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let driver = src().join("backend").join("cuda").join("driver.rs");
+    let mut found = Vec::new();
+    for f in files.iter().filter(|f| **f != driver) {
+        for (n, line) in code(f).0 {
+            let raw = line.match_indices("sys::cu").any(|(i, _)| {
+                line[i + "sys::cu".len()..].starts_with(|c: char| c.is_ascii_uppercase())
+            });
+            if raw || line.contains("driver::result::") || line.contains("result::malloc") {
+                found.push(format!("{}:{n}: {}", f.display(), line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "raw driver calls outside driver.rs:\n{}",
+        found.join("\n")
+    );
+}

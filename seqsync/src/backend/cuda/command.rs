@@ -6,9 +6,9 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use cudarc::driver::sys;
+use super::driver;
 
-use super::{bind_for, check, make_current, with_context, CudaBackend, CudaFunction, DeviceBuffer};
+use super::{bind_for, make_current, with_context, CudaBackend, CudaFunction, DeviceBuffer};
 use crate::backend::command::{check_range, CommandBackend, CopyOp, FillOp};
 use crate::error::Result;
 
@@ -120,8 +120,8 @@ impl CommandBackend for CudaBackend {
         // the call); `ptrs` has one pointer per kernel parameter, each to an 8-byte slot that
         // lives until the call returns (the driver copies the values at launch); the caller
         // gives the parameters the kernel's types, and orders the memory they point to.
-        with_context(stream.context(), "cuLaunchKernel", || unsafe {
-            sys::cuLaunchKernel(
+        with_context(stream.context(), || unsafe {
+            driver::launch_kernel(
                 k.function.cu_function(),
                 k.grid.0,
                 k.grid.1,
@@ -144,8 +144,8 @@ impl CommandBackend for CudaBackend {
         // SAFETY: both ranges lie inside live allocations (checked above; the Arcs keep them
         // alive for the call, and the graph that holds the op keeps them until it completes).
         // Unified addresses (device memory or a pinned view): the driver picks the direction.
-        with_context(stream.context(), "cuMemcpyAsync", || unsafe {
-            sys::cuMemcpyAsync(
+        with_context(stream.context(), || unsafe {
+            driver::memcpy_async(
                 op.dst.device_ptr() + op.dst_offset as u64 * 4,
                 op.src.device_ptr() + op.src_offset as u64 * 4,
                 op.words * 4,
@@ -158,8 +158,8 @@ impl CommandBackend for CudaBackend {
         check_range("fill", op.offset, op.words, op.dst.len())?;
         bind_for(stream)?;
         // SAFETY: the range lies inside a live allocation (checked above), 4-byte aligned.
-        with_context(stream.context(), "cuMemsetD32Async", || unsafe {
-            sys::cuMemsetD32Async(
+        with_context(stream.context(), || unsafe {
+            driver::memset_d32_async(
                 op.dst.device_ptr() + op.offset as u64 * 4,
                 op.value,
                 op.words,
@@ -173,9 +173,7 @@ impl CommandBackend for CudaBackend {
         make_current(&self.ctx)?;
         // SAFETY: `b` is a live allocation of at least `max(words, 1)` u32s in this context,
         // which is current.
-        check("cuMemsetD32", unsafe {
-            sys::cuMemsetD32_v2(b.device_ptr(), 0, words)
-        })?;
+        unsafe { driver::memset_d32(b.device_ptr(), 0, words) }.check()?;
         legacy_stream_synchronize()?;
         Ok(Arc::new(b))
     }
@@ -184,13 +182,14 @@ impl CommandBackend for CudaBackend {
         let mut out = vec![0u32; memory.len()];
         make_current(&self.ctx)?;
         // SAFETY: `out` has room for `len` u32s and the device range is the whole live buffer.
-        check("cuMemcpyDtoH", unsafe {
-            sys::cuMemcpyDtoH_v2(
+        unsafe {
+            driver::memcpy_dtoh(
                 out.as_mut_ptr().cast(),
                 memory.device_ptr(),
                 memory.len() * 4,
             )
-        })?;
+        }
+        .check()?;
         Ok(out)
     }
 
@@ -198,9 +197,8 @@ impl CommandBackend for CudaBackend {
         check_range("write", 0, data.len(), memory.len())?;
         make_current(&self.ctx)?;
         // SAFETY: `data` is `data.len()` readable u32s; the device range is inside the buffer.
-        check("cuMemcpyHtoD", unsafe {
-            sys::cuMemcpyHtoD_v2(memory.device_ptr(), data.as_ptr().cast(), data.len() * 4)
-        })?;
+        unsafe { driver::memcpy_htod(memory.device_ptr(), data.as_ptr().cast(), data.len() * 4) }
+            .check()?;
         legacy_stream_synchronize()
     }
 
@@ -221,7 +219,5 @@ impl CommandBackend for CudaBackend {
 fn legacy_stream_synchronize() -> Result<()> {
     // SAFETY: the null stream handle names the current context's legacy default stream (the
     // caller made the context current).
-    check("cuStreamSynchronize", unsafe {
-        sys::cuStreamSynchronize(std::ptr::null_mut())
-    })
+    unsafe { driver::stream_synchronize(std::ptr::null_mut()) }.check()
 }

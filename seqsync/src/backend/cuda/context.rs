@@ -1,9 +1,9 @@
 //! Which context a raw driver call runs in, whatever other code on the thread made current
 //! (see "Beside other CUDA code" in the folder's docs).
 
+use super::driver;
 use cudarc::driver::{sys, CudaContext, CudaStream};
 
-use super::driver::check;
 use crate::error::Result;
 
 /// Is `stream` one of the handles that name no context (`NULL`/`CU_STREAM_LEGACY`: the legacy
@@ -19,14 +19,10 @@ fn names_no_context(stream: sys::CUstream) -> bool {
 pub(crate) fn make_current(ctx: &CudaContext) -> Result<()> {
     let mut current: sys::CUcontext = std::ptr::null_mut();
     // SAFETY: `current` is a valid out-pointer; the call only reads this thread's binding.
-    check("cuCtxGetCurrent", unsafe {
-        sys::cuCtxGetCurrent(&mut current)
-    })?;
+    unsafe { driver::ctx_get_current(&mut current) }.check()?;
     if current != ctx.cu_ctx() {
         // SAFETY: `ctx.cu_ctx()` is a live context, kept alive by the `CudaContext` we borrow.
-        check("cuCtxSetCurrent", unsafe {
-            sys::cuCtxSetCurrent(ctx.cu_ctx())
-        })?;
+        unsafe { driver::ctx_set_current(ctx.cu_ctx()) }.check()?;
     }
     Ok(())
 }
@@ -41,36 +37,4 @@ pub(crate) fn bind_for(stream: &CudaStream) -> Result<()> {
     } else {
         Ok(())
     }
-}
-
-/// Run the raw driver call `call`; a call on handles that name their context needs no current
-/// context, but should the driver still find none usable (`CUDA_ERROR_INVALID_CONTEXT`, e.g.
-/// other code left none current on this thread), make `ctx` current and call once more.
-#[inline]
-pub(super) fn with_context(
-    ctx: &CudaContext,
-    op: &'static str,
-    call: impl Fn() -> sys::CUresult,
-) -> Result<()> {
-    match call() {
-        sys::CUresult::CUDA_SUCCESS => Ok(()),
-        r => retry_or_fail(ctx, op, r, &call),
-    }
-}
-
-/// [`with_context`] off its fast path (kept out of line, so that the callers' hot code stays
-/// short): bind and call again after `CUDA_ERROR_INVALID_CONTEXT`, else the error.
-#[cold]
-#[inline(never)]
-fn retry_or_fail(
-    ctx: &CudaContext,
-    op: &'static str,
-    r: sys::CUresult,
-    call: &dyn Fn() -> sys::CUresult,
-) -> Result<()> {
-    if r == sys::CUresult::CUDA_ERROR_INVALID_CONTEXT {
-        make_current(ctx)?;
-        return check(op, call());
-    }
-    check(op, r)
 }

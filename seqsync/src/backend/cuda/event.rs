@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use cudarc::driver::{sys, CudaContext, CudaStream};
 
-use super::context::{make_current, with_context};
+use super::context::make_current;
 use super::deferred::Deferred;
-use super::driver::check;
+use super::driver::{self, with_context};
 use crate::error::{Error, Result};
 
 /// A CUDA event owned by seqsync (a raw `CUevent`; destroyed on drop).
@@ -38,9 +38,7 @@ impl CudaEvent {
         let mut raw: sys::CUevent = std::ptr::null_mut();
         // SAFETY: `ctx` is current on this thread (above) and `raw` is a valid out-pointer; on
         // success the driver hands us ownership of a new event.
-        check("cuEventCreate", unsafe {
-            sys::cuEventCreate(&mut raw, flags)
-        })?;
+        unsafe { driver::event_create(&mut raw, flags) }.check()?;
         Ok(CudaEvent {
             raw,
             ctx: ctx.clone(),
@@ -59,9 +57,9 @@ impl Drop for CudaEvent {
         // SAFETY: `raw` was created by cuEventCreate in `ctx`, which `self.ctx` keeps alive, and
         // is destroyed exactly once, here. Destroying an event with pending work is allowed:
         // the driver releases it once the work completes.
-        let r = unsafe { sys::cuEventDestroy_v2(self.raw) };
+        let r = unsafe { driver::event_destroy(self.raw) };
         // Drop never fails: keep the error apart (never another call's failure).
-        self.deferred.note("cuEventDestroy", r.result());
+        self.deferred.note(r.op(), r.result());
     }
 }
 
@@ -84,7 +82,7 @@ pub(super) fn foreign_stream(event: &CudaEvent, stream: &CudaStream) -> Error {
 pub(crate) fn stream_wait(stream: &CudaStream, event: &CudaEvent) -> Result<()> {
     // SAFETY: both handles are live for the duration of the call (the caller borrows them);
     // flags 0 is the only documented value.
-    with_context(stream.context(), "cuStreamWaitEvent", || unsafe {
-        sys::cuStreamWaitEvent(stream.cu_stream(), event.raw, 0)
+    with_context(stream.context(), || unsafe {
+        driver::stream_wait_event(stream.cu_stream(), event.raw, 0)
     })
 }

@@ -15,11 +15,12 @@ use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 
+use super::driver;
 use cudarc::driver::sys;
 
 use super::command::{param_pointers, CudaKernel};
 use super::open_waits::{self, Held, Memory};
-use super::{bind_for, check, make_current, with_context, CudaBackend, CudaContext};
+use super::{bind_for, make_current, with_context, CudaBackend, CudaContext};
 use crate::backend::command::{check_range, HostFn, Op};
 use crate::backend::replay::GraphBackend;
 use crate::error::{panic_message, Error, Result};
@@ -71,7 +72,7 @@ fn keep_alive_with_graph(graph: sys::CUgraph, fns: HostFns) -> Result<()> {
     // SAFETY: a valid out-pointer; `ptr` stays valid until the destructor takes it back;
     // `release_host_fns` has the `CUhostFn` signature and makes no CUDA call.
     let r = unsafe {
-        sys::cuUserObjectCreate(
+        driver::user_object_create(
             &mut object,
             ptr.cast(),
             Some(release_host_fns),
@@ -79,25 +80,25 @@ fn keep_alive_with_graph(graph: sys::CUgraph, fns: HostFns) -> Result<()> {
             sys::CUuserObject_flags_enum::CU_USER_OBJECT_NO_DESTRUCTOR_SYNC as u32,
         )
     };
-    if r != sys::CUresult::CUDA_SUCCESS {
+    if r.code() != sys::CUresult::CUDA_SUCCESS {
         // SAFETY: no user object was made, so the box is still ours, taken back once here.
         drop(unsafe { Box::from_raw(ptr) });
-        return check("cuUserObjectCreate", r);
+        return r.check();
     }
     // SAFETY: `graph` and `object` are live; the one reference made above moves to the graph.
     let r = unsafe {
-        sys::cuGraphRetainUserObject(
+        driver::graph_retain_user_object(
             graph,
             object,
             1,
             sys::CUuserObjectRetain_flags_enum::CU_GRAPH_USER_OBJECT_MOVE as u32,
         )
     };
-    if r != sys::CUresult::CUDA_SUCCESS {
+    if r.code() != sys::CUresult::CUDA_SUCCESS {
         // SAFETY: the reference is still ours: releasing it runs the destructor (the graph
         // never saw the object, and no node of it has run).
-        let _ = unsafe { sys::cuUserObjectRelease(object, 1) };
-        return check("cuGraphRetainUserObject", r);
+        let _ = unsafe { driver::user_object_release(object, 1) };
+        return r.check();
     }
     Ok(())
 }
@@ -184,9 +185,7 @@ impl GraphBackend for CudaBackend {
         // the graph if the build fails half-way (no launch exists then).
         let mut host_fns: HostFns = Vec::new();
         // SAFETY: a valid out-pointer; flags must be 0.
-        check("cuGraphCreate", unsafe {
-            sys::cuGraphCreate(&mut g.graph, 0)
-        })?;
+        unsafe { driver::graph_create(&mut g.graph, 0) }.check()?;
         let ctx = self.ctx.cu_ctx();
         // Join nodes, added when first depended on (their ops come earlier in `order`).
         let mut join_nodes: Vec<sys::CUgraphNode> = vec![std::ptr::null_mut(); joins.len()];
@@ -203,9 +202,15 @@ impl GraphBackend for CudaBackend {
                     // SAFETY: `g.graph` is live; `jd` holds nodes of it added earlier (a
                     // join's ops are dependencies of a node later in `order`); a valid
                     // out-pointer.
-                    check("cuGraphAddEmptyNode", unsafe {
-                        sys::cuGraphAddEmptyNode(&mut join_nodes[k], g.graph, jd.as_ptr(), jd.len())
-                    })?;
+                    unsafe {
+                        driver::graph_add_empty_node(
+                            &mut join_nodes[k],
+                            g.graph,
+                            jd.as_ptr(),
+                            jd.len(),
+                        )
+                    }
+                    .check()?;
                 }
                 d.push(join_nodes[k]);
             }
@@ -218,9 +223,10 @@ impl GraphBackend for CudaBackend {
                     // SAFETY: `g.graph` is live; `d` holds nodes of it added earlier (`order`
                     // lists dependencies first); the parameter pointers point to slots alive
                     // for the call (the driver copies the values into the node).
-                    check("cuGraphAddKernelNode", unsafe {
-                        sys::cuGraphAddKernelNode_v2(&mut node, g.graph, d.as_ptr(), d.len(), &p)
-                    })?;
+                    unsafe {
+                        driver::graph_add_kernel_node(&mut node, g.graph, d.as_ptr(), d.len(), &p)
+                    }
+                    .check()?;
                 }
                 Op::Copy(c) => {
                     check_range("copy source", c.src_offset, c.words, c.src.len())?;
@@ -258,9 +264,17 @@ impl GraphBackend for CudaBackend {
                     };
                     // SAFETY: as for kernel nodes; the ranges lie inside live allocations
                     // (checked above), which the graph's ops keep alive.
-                    check("cuGraphAddMemcpyNode", unsafe {
-                        sys::cuGraphAddMemcpyNode(&mut node, g.graph, d.as_ptr(), d.len(), &m, ctx)
-                    })?;
+                    unsafe {
+                        driver::graph_add_memcpy_node(
+                            &mut node,
+                            g.graph,
+                            d.as_ptr(),
+                            d.len(),
+                            &m,
+                            ctx,
+                        )
+                    }
+                    .check()?;
                 }
                 Op::Fill(f) => {
                     check_range("fill", f.offset, f.words, f.dst.len())?;
@@ -273,9 +287,17 @@ impl GraphBackend for CudaBackend {
                         height: 1,
                     };
                     // SAFETY: as for copies.
-                    check("cuGraphAddMemsetNode", unsafe {
-                        sys::cuGraphAddMemsetNode(&mut node, g.graph, d.as_ptr(), d.len(), &m, ctx)
-                    })?;
+                    unsafe {
+                        driver::graph_add_memset_node(
+                            &mut node,
+                            g.graph,
+                            d.as_ptr(),
+                            d.len(),
+                            &m,
+                            ctx,
+                        )
+                    }
+                    .check()?;
                 }
                 Op::Host(h) => {
                     let boxed: Box<HostFn> = Box::new(h.clone());
@@ -288,9 +310,10 @@ impl GraphBackend for CudaBackend {
                     // the graph's user object before the graph is instantiated (or is dropped
                     // with `g` if the build fails, before any launch), so it outlives every
                     // launch of the graph.
-                    check("cuGraphAddHostNode", unsafe {
-                        sys::cuGraphAddHostNode(&mut node, g.graph, d.as_ptr(), d.len(), &p)
-                    })?;
+                    unsafe {
+                        driver::graph_add_host_node(&mut node, g.graph, d.as_ptr(), d.len(), &p)
+                    }
+                    .check()?;
                 }
             }
             g.nodes[i] = node;
@@ -299,17 +322,15 @@ impl GraphBackend for CudaBackend {
             keep_alive_with_graph(g.graph, host_fns)?;
         }
         // SAFETY: `g.graph` is a complete, live graph; a valid out-pointer; flags 0.
-        check("cuGraphInstantiate", unsafe {
-            sys::cuGraphInstantiateWithFlags(&mut g.exec, g.graph, 0)
-        })?;
+        unsafe { driver::graph_instantiate(&mut g.exec, g.graph, 0) }.check()?;
         Ok(g)
     }
 
     fn launch_graph(&self, exec: &CudaGraphExec, stream: &Self::Stream) -> Result<()> {
         bind_for(stream)?;
         // SAFETY: `exec.exec` is a live instantiated graph of this context; `stream` is live.
-        with_context(stream.context(), "cuGraphLaunch", || unsafe {
-            sys::cuGraphLaunch(exec.exec, stream.cu_stream())
+        with_context(stream.context(), || unsafe {
+            driver::graph_launch(exec.exec, stream.cu_stream())
         })
     }
 
@@ -335,8 +356,6 @@ impl GraphBackend for CudaBackend {
         // SAFETY: `exec.exec` and `n` are live handles of one graph; the parameter slots live
         // for the call (the driver copies them). A node of another kind or a different
         // function is rejected by the driver with an error.
-        check("cuGraphExecKernelNodeSetParams", unsafe {
-            sys::cuGraphExecKernelNodeSetParams_v2(exec.exec, n, &p)
-        })
+        unsafe { driver::graph_exec_kernel_node_set_params(exec.exec, n, &p) }.check()
     }
 }

@@ -5,10 +5,10 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 
+use super::driver;
 use cudarc::driver::{sys, CudaStream};
 
 use super::context::make_current;
-use super::driver::check;
 use crate::error::{panic_message, BackendError, Error, Result};
 
 /// A host function's closure, as `cuLaunchHostFunc` carries it: a thin pointer to a boxed
@@ -42,18 +42,18 @@ impl HostPanics {
         // for the call); the trampoline has the `CUhostFn` signature and makes no CUDA call; on
         // success the driver passes `user_data` to it exactly once, and it frees the box.
         let r = unsafe {
-            sys::cuLaunchHostFunc(
+            driver::launch_host_func(
                 stream.cu_stream(),
                 Some(host_fn_trampoline),
                 user_data.cast(),
             )
         };
-        if r != sys::CUresult::CUDA_SUCCESS {
+        if r.code() != sys::CUresult::CUDA_SUCCESS {
             // SAFETY: the launch failed, so the driver will never call the trampoline: the box
             // is still ours, taken back exactly once here.
             drop(unsafe { Box::from_raw(user_data) });
         }
-        check("cuLaunchHostFunc", r)
+        r.check()
     }
 
     /// The first panic kept for `stream` as an error (the others of that stream forgotten), or

@@ -3,10 +3,11 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{result, sys, CudaContext, CudaStream};
+use super::driver;
+use cudarc::driver::{sys, CudaContext, CudaStream};
 
 use super::open_waits::{self, Held, Memory};
-use super::{bind_for, driver_error, CudaBackend, Deferred};
+use super::{bind_for, CudaBackend, Deferred};
 use crate::error::Result;
 
 /// Device memory of `len` `u32`s (`cuMemAlloc`), freed on drop (held back while a stream waits
@@ -47,9 +48,10 @@ impl CudaBackend {
         self.bind()?;
         let bytes = len.max(1) * 4;
         open_waits::admit_allocation("cuMemAlloc", bytes)?;
-        // SAFETY: the context is current; the size is non-zero (at least one element).
-        let ptr =
-            unsafe { result::malloc_sync(bytes) }.map_err(|e| driver_error("cuMemAlloc", e))?;
+        let mut ptr: sys::CUdeviceptr = 0;
+        // SAFETY: the context is current; a valid out-pointer; the size is non-zero (at least
+        // one element).
+        unsafe { driver::mem_alloc(&mut ptr, bytes) }.check()?;
         Ok(DeviceBuffer {
             ptr,
             len,
@@ -64,9 +66,11 @@ impl CudaBackend {
         self.bind()?;
         let bytes = len.max(1) * 4;
         open_waits::admit_allocation("cuMemHostAlloc", bytes)?;
-        // SAFETY: the context is current; flags 0 asks for plain cached page-locked memory.
-        let ptr = unsafe { result::malloc_host(bytes, 0) }
-            .map_err(|e| driver_error("cuMemHostAlloc", e))? as *mut u32;
+        let mut host: *mut std::ffi::c_void = std::ptr::null_mut();
+        // SAFETY: the context is current; a valid out-pointer; flags 0 asks for plain cached
+        // page-locked memory.
+        unsafe { driver::mem_host_alloc(&mut host, bytes, 0) }.check()?;
+        let ptr = host as *mut u32;
         // SAFETY: `ptr` points to `len` freshly allocated u32s that nothing else references.
         unsafe { std::ptr::write_bytes(ptr, 0, len) };
         Ok(PinnedBuffer {
@@ -114,15 +118,14 @@ impl DeviceBuffer {
         // owners, which the caller keeps until the copy completes), and the caller orders all
         // other access to them against the copy.
         unsafe {
-            sys::cuMemcpyHtoDAsync_v2(
+            driver::memcpy_htod_async(
                 self.ptr,
                 src.ptr as *const _,
                 self.len * 4,
                 stream.cu_stream(),
             )
         }
-        .result()
-        .map_err(|e| driver_error("cuMemcpyHtoDAsync", e))
+        .check()
     }
 
     /// Enqueue a copy of this buffer into `dst` on `stream`.
@@ -143,15 +146,14 @@ impl DeviceBuffer {
         bind_for(stream)?;
         // SAFETY: as in `copy_from_pinned_async`.
         unsafe {
-            sys::cuMemcpyDtoHAsync_v2(
+            driver::memcpy_dtoh_async(
                 dst.ptr as *mut _,
                 self.ptr,
                 self.len * 4,
                 stream.cu_stream(),
             )
         }
-        .result()
-        .map_err(|e| driver_error("cuMemcpyDtoHAsync", e))
+        .check()
     }
 }
 

@@ -7,9 +7,10 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
+use super::driver;
 use cudarc::driver::{sys, CudaContext, CudaStream};
 
-use super::{check, driver_error, CudaBackend, DeviceBuffer};
+use super::{driver_error, CudaBackend, DeviceBuffer};
 use crate::backend::{next_stream_id, MemoryBackend, MemoryUsage};
 use crate::error::Result;
 
@@ -130,17 +131,14 @@ impl CudaAsyncPool {
         // SAFETY: `raw` is a live pool; `ptr` points to an int (the reuse flags) or a cuuint64_t
         // (the threshold and the high marks), as the attribute's documentation requires, and
         // lives for the call.
-        check("cuMemPoolSetAttribute", unsafe {
-            sys::cuMemPoolSetAttribute(self.raw, attr, ptr)
-        })
+        unsafe { driver::mem_pool_set_attribute(self.raw, attr, ptr) }.check()
     }
 
     fn get(&self, attr: sys::CUmemPool_attribute) -> Result<u64> {
         let mut value = 0u64;
         // SAFETY: `raw` is a live pool; the usage attributes are cuuint64_t, written to `value`.
-        check("cuMemPoolGetAttribute", unsafe {
-            sys::cuMemPoolGetAttribute(self.raw, attr, (&mut value as *mut u64).cast())
-        })?;
+        unsafe { driver::mem_pool_get_attribute(self.raw, attr, (&mut value as *mut u64).cast()) }
+            .check()?;
         Ok(value)
     }
 }
@@ -150,7 +148,7 @@ impl Drop for CudaAsyncPool {
         self.ctx.record_err(self.ctx.bind_to_thread());
         // SAFETY: `raw` came from cuMemPoolCreate and is destroyed once; outstanding allocations
         // keep the driver's pool alive until they are freed (documented behaviour).
-        let r = unsafe { sys::cuMemPoolDestroy(self.raw) };
+        let r = unsafe { driver::mem_pool_destroy(self.raw) };
         self.ctx.record_err(r.result());
     }
 }
@@ -182,9 +180,7 @@ impl MemoryBackend for CudaBackend {
         let mut raw: sys::CUmemoryPool = std::ptr::null_mut();
         // SAFETY: `props` is fully initialized and `raw` is a valid out-pointer; on success we
         // own the new pool.
-        check("cuMemPoolCreate", unsafe {
-            sys::cuMemPoolCreate(&mut raw, &props)
-        })?;
+        unsafe { driver::mem_pool_create(&mut raw, &props) }.check()?;
         let pool = CudaAsyncPool {
             raw,
             ctx: self.ctx.clone(),
@@ -208,9 +204,8 @@ impl MemoryBackend for CudaBackend {
         let mut ptr: sys::CUdeviceptr = 0;
         // SAFETY: the pool and the stream are live handles of this context; `ptr` is a valid
         // out-pointer.
-        check("cuMemAllocFromPoolAsync", unsafe {
-            sys::cuMemAllocFromPoolAsync(&mut ptr, bytes, pool.raw, stream.cu_stream())
-        })?;
+        unsafe { driver::mem_alloc_from_pool_async(&mut ptr, bytes, pool.raw, stream.cu_stream()) }
+            .check()?;
         Ok(ptr)
     }
 
@@ -218,17 +213,13 @@ impl MemoryBackend for CudaBackend {
         self.bind()?;
         // SAFETY: `addr` is a live allocation of the pool (the caller, `NativePool`, frees only
         // addresses it allocated and has not freed); the stream is live.
-        check("cuMemFreeAsync", unsafe {
-            sys::cuMemFreeAsync(addr, stream.cu_stream())
-        })
+        unsafe { driver::mem_free_async(addr, stream.cu_stream()) }.check()
     }
 
     fn trim_async_pool(&self, pool: &CudaAsyncPool, keep: usize) -> Result<()> {
         self.bind()?;
         // SAFETY: `raw` is a live pool; trimming never touches outstanding allocations.
-        check("cuMemPoolTrimTo", unsafe {
-            sys::cuMemPoolTrimTo(pool.raw, keep)
-        })
+        unsafe { driver::mem_pool_trim_to(pool.raw, keep) }.check()
     }
 
     fn async_pool_usage(&self, pool: &CudaAsyncPool) -> Result<MemoryUsage> {

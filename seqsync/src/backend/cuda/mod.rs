@@ -60,10 +60,9 @@ mod open_waits;
 mod semaphore;
 
 pub use command::{CudaKernel, KernelParam};
-use context::with_context;
 pub(crate) use context::{bind_for, make_current};
 pub(crate) use deferred::Deferred;
-use driver::check;
+use driver::with_context;
 pub use driver::{driver_error, driver_present};
 use event::foreign_stream;
 pub use event::CudaEvent;
@@ -208,9 +207,7 @@ impl CudaBackend {
         let mut ms = 0f32;
         // SAFETY: both events are live handles of this context (they hold the context alive);
         // `ms` is a valid out-pointer for the duration of the call.
-        check("cuEventElapsedTime", unsafe {
-            sys::cuEventElapsedTime(&mut ms, start.raw, end.raw)
-        })?;
+        unsafe { driver::event_elapsed_time(&mut ms, start.raw, end.raw) }.check()?;
         Ok(ms)
     }
 
@@ -300,8 +297,8 @@ impl Backend for CudaBackend {
         // SAFETY: `event.raw` is live (owned by `event`) and `stream` is a live stream handle
         // (kept alive by the Arc) of the same context, checked above; a handle that names no
         // context resolves through the current context, made the stream's own by `bind_for`.
-        with_context(stream.context(), "cuEventRecord", || unsafe {
-            sys::cuEventRecord(event.raw, stream.cu_stream())
+        with_context(stream.context(), || unsafe {
+            driver::event_record(event.raw, stream.cu_stream())
         })
     }
 
@@ -316,8 +313,8 @@ impl Backend for CudaBackend {
     fn synchronize(&self, event: &CudaEvent) -> Result<()> {
         // SAFETY: `event.raw` is a live event handle (it names its context, so none need be
         // current); the call only blocks.
-        with_context(&event.ctx, "cuEventSynchronize", || unsafe {
-            sys::cuEventSynchronize(event.raw)
+        with_context(&event.ctx, || unsafe {
+            driver::event_synchronize(event.raw)
         })
     }
 
@@ -334,16 +331,16 @@ impl Backend for CudaBackend {
     #[inline]
     fn query(&self, event: &CudaEvent) -> Result<bool> {
         // SAFETY: `event.raw` is a live event handle; cuEventQuery only reads its state.
-        let mut r = unsafe { sys::cuEventQuery(event.raw) };
-        if r == sys::CUresult::CUDA_ERROR_INVALID_CONTEXT {
+        let mut r = unsafe { driver::event_query(event.raw) };
+        if r.code() == sys::CUresult::CUDA_ERROR_INVALID_CONTEXT {
             make_current(&event.ctx)?;
             // SAFETY: as above.
-            r = unsafe { sys::cuEventQuery(event.raw) };
+            r = unsafe { driver::event_query(event.raw) };
         }
-        match r {
+        match r.code() {
             sys::CUresult::CUDA_SUCCESS => Ok(true),
             sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-            other => check("cuEventQuery", other).map(|()| false),
+            _ => r.check().map(|()| false),
         }
     }
 

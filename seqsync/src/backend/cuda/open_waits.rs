@@ -34,7 +34,8 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
-use cudarc::driver::{result, sys, CudaContext};
+use super::driver;
+use cudarc::driver::{sys, CudaContext};
 
 use super::{make_current, Deferred};
 use crate::error::{BackendError, Error, Result};
@@ -105,13 +106,13 @@ impl Held {
             Memory::Device(ptr) => {
                 // SAFETY: `ptr` came from cuMemAlloc in `ctx` (kept alive by `self.ctx`) and
                 // is freed once: its owner gave it up, and it left the held list.
-                let r = unsafe { result::free_sync(ptr) };
-                note("cuMemFree", r);
+                let r = unsafe { driver::mem_free(ptr) };
+                note(r.op(), r.result());
             }
             Memory::Pinned(ptr) => {
                 // SAFETY: as above, for memory from cuMemHostAlloc.
-                let r = unsafe { result::free_host(ptr) };
-                note("cuMemFreeHost", r);
+                let r = unsafe { driver::mem_free_host(ptr) };
+                note(r.op(), r.result());
             }
             Memory::Graph(exec, graph) => {
                 // SAFETY: both handles were created in `ctx` by their `CudaGraphExec`, which
@@ -119,10 +120,12 @@ impl Held {
                 // destroyed: the driver finishes it first.
                 unsafe {
                     if !exec.is_null() {
-                        sys::cuGraphExecDestroy(exec);
+                        let r = driver::graph_exec_destroy(exec);
+                        note(r.op(), r.result());
                     }
                     if !graph.is_null() {
-                        sys::cuGraphDestroy(graph);
+                        let r = driver::graph_destroy(graph);
+                        note(r.op(), r.result());
                     }
                 }
             }

@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::{sys, CudaContext, CudaStream};
 
 use super::points::{Points, WaitPlan};
-use crate::backend::cuda::context::with_context;
-use crate::backend::cuda::{driver_error, CudaEvent, Deferred};
+use crate::backend::cuda::driver::{self, with_context};
+use crate::backend::cuda::{CudaEvent, Deferred};
 use crate::error::{Error, Result};
 
 /// Slots a timeline's ring keeps at least (more while more points are in flight) when it gives
@@ -107,8 +107,8 @@ impl EventPoints {
         // allowed (see the module docs for why no one needs its previous state).
         // Both handles name their context, so none need be current (a driver that still finds
         // none usable gets it made current and a second try). On an error nothing changed.
-        with_context(ctx, "cuEventRecord", || unsafe {
-            sys::cuEventRecord(ev.raw, stream.cu_stream())
+        with_context(ctx, || unsafe {
+            driver::event_record(ev.raw, stream.cu_stream())
         })?;
         self.points.push(value, stream.cu_stream() as usize);
         Ok(())
@@ -161,17 +161,15 @@ impl EventPoints {
     /// The highest value whose event completed (`cuEventQuery`, a few per stream in flight: see
     /// [`Points::poll`]), or the highest known reached.
     pub(crate) fn poll(&mut self) -> Result<u64> {
-        // SAFETY: a live event handle owned by the points; cuEventQuery only reads it.
-        let r = self
-            .points
-            .poll(|ev| match unsafe { sys::cuEventQuery(ev.raw) } {
+        let r = self.points.poll(|ev| {
+            // SAFETY: a live event handle owned by the points; cuEventQuery only reads it.
+            let r = unsafe { driver::event_query(ev.raw) };
+            match r.code() {
                 sys::CUresult::CUDA_SUCCESS => Ok(true),
                 sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-                other => Err(other
-                    .result()
-                    .map_err(|e| driver_error("cuEventQuery", e))
-                    .expect_err("not a success code")),
-            });
+                _ => r.check().map(|()| false),
+            }
+        });
         self.trim();
         r
     }

@@ -28,9 +28,9 @@ use cudarc::driver::{sys, CudaContext, CudaStream};
 use super::repair::{self, Repair};
 use super::slots::{self, Pool, Slot};
 use super::write_order::{Plan, Top, Watches};
-use crate::backend::cuda::context::with_context;
+use crate::backend::cuda::driver::{self, with_context};
+use crate::backend::cuda::make_current;
 use crate::backend::cuda::open_waits;
-use crate::backend::cuda::{driver_error, make_current};
 use crate::backend::semaphore::{failed_word, FAILED_BIT};
 use crate::error::{Error, Result};
 
@@ -130,10 +130,6 @@ impl Repair for Writes {
     }
 }
 
-fn check(op: &'static str, r: sys::CUresult) -> Result<()> {
-    r.result().map_err(|e| driver_error(op, e))
-}
-
 impl MemOpsWord {
     pub(crate) fn new(
         ctx: &Arc<CudaContext>,
@@ -192,16 +188,16 @@ impl MemOpsWord {
         // find no usable context) and `at` the device address of a slot of the word's pool
         // (live pinned memory); flags 0 = with memory barrier (the write lands after
         // everything enqueued before it).
-        with_context(&self.ctx, "cuStreamWriteValue64", || unsafe {
-            sys::cuStreamWriteValue64_v2(stream.cu_stream(), at, value, 0)
+        with_context(&self.ctx, || unsafe {
+            driver::stream_write_value64(stream.cu_stream(), at, value, 0)
         })
     }
 
     fn wait_geq(&self, stream: &CudaStream, value: u64) -> Result<()> {
         let geq = sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32;
         // SAFETY: as in `write_on`.
-        with_context(&self.ctx, "cuStreamWaitValue64", || unsafe {
-            sys::cuStreamWaitValue64_v2(stream.cu_stream(), self.slot.dev, value, geq)
+        with_context(&self.ctx, || unsafe {
+            driver::stream_wait_value64(stream.cu_stream(), self.slot.dev, value, geq)
         })
     }
 
@@ -404,10 +400,11 @@ impl MemOpsWord {
         writers.extend(self.writes.watch().watches.streams().cloned());
         for s in writers {
             // SAFETY: a live stream handle; cuStreamQuery only reads its state.
-            match unsafe { sys::cuStreamQuery(s.cu_stream()) } {
+            let r = unsafe { driver::stream_query(s.cu_stream()) };
+            match r.code() {
                 sys::CUresult::CUDA_SUCCESS | sys::CUresult::CUDA_ERROR_NOT_READY => {}
-                other => {
-                    let e = check("cuStreamQuery", other).expect_err("not a success code");
+                _ => {
+                    let e = r.check().expect_err("not a success code");
                     *self.failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
                     return Err(e);
                 }

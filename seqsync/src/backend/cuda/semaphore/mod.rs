@@ -43,6 +43,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::backend::cuda::driver;
 use cudarc::driver::{sys, CudaContext, CudaStream};
 
 use super::Deferred;
@@ -232,8 +233,8 @@ fn probe_memops(
         let mut v = 0i32;
         let a = sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS;
         // SAFETY: `v` is a valid out-pointer and the device handle comes from a live context.
-        let r = unsafe { sys::cuDeviceGetAttribute(&mut v, a, ctx.cu_device()) };
-        match r {
+        let r = unsafe { driver::device_get_attribute(&mut v, a, ctx.cu_device()) };
+        match r.code() {
             sys::CUresult::CUDA_SUCCESS => format!("{v}"),
             other => format!("{other:?}"),
         }
@@ -252,7 +253,7 @@ fn probe_memops(
     let start = Instant::now();
     loop {
         // SAFETY: a live stream handle; cuStreamQuery only reads its state.
-        match unsafe { sys::cuStreamQuery(stream.cu_stream()) } {
+        match unsafe { driver::stream_query(stream.cu_stream()) }.code() {
             sys::CUresult::CUDA_SUCCESS => break,
             sys::CUresult::CUDA_ERROR_NOT_READY if start.elapsed() < Duration::from_secs(1) => {
                 std::thread::sleep(Duration::from_micros(50))

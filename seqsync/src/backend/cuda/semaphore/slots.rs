@@ -8,9 +8,10 @@
 
 use std::sync::Arc;
 
+use crate::backend::cuda::driver;
 use cudarc::driver::{sys, CudaContext, CudaStream};
 
-use crate::backend::cuda::{driver_error, make_current, CudaEvent, Deferred};
+use crate::backend::cuda::{make_current, CudaEvent, Deferred};
 use crate::error::Result;
 
 const PAGE: usize = 4096;
@@ -84,11 +85,10 @@ impl Pool {
     fn reclaim(&mut self) {
         let mut i = 0;
         while i < self.quarantine.len() {
-            // SAFETY: the events are live handles owned by the quarantine entry.
-            let done = self.quarantine[i]
-                .1
-                .iter()
-                .all(|e| unsafe { sys::cuEventQuery(e.raw) } == sys::CUresult::CUDA_SUCCESS);
+            let done = self.quarantine[i].1.iter().all(|e| {
+                // SAFETY: the events are live handles owned by the quarantine entry.
+                unsafe { driver::event_query(e.raw) }.code() == sys::CUresult::CUDA_SUCCESS
+            });
             if done {
                 let (slot, _events) = self.quarantine.swap_remove(i);
                 self.free.push(slot);
@@ -104,14 +104,11 @@ impl Pool {
         let mut host: *mut std::ffi::c_void = std::ptr::null_mut();
         // SAFETY: the context is current; `host` is a valid out-pointer; on success we own a
         // page of pinned memory, which we never free.
-        let r = unsafe { sys::cuMemHostAlloc(&mut host, PAGE, flags) };
-        r.result().map_err(|e| driver_error("cuMemHostAlloc", e))?;
+        unsafe { driver::mem_host_alloc(&mut host, PAGE, flags) }.check()?;
         let mut dev: sys::CUdeviceptr = 0;
         // SAFETY: `host` was returned by cuMemHostAlloc with DEVICEMAP in the current context;
         // `dev` is a valid out-pointer; flags must be 0.
-        let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dev, host, 0) };
-        r.result()
-            .map_err(|e| driver_error("cuMemHostGetDevicePointer", e))?;
+        unsafe { driver::mem_host_get_device_pointer(&mut dev, host, 0) }.check()?;
         for i in (0..PAGE / LINE).rev() {
             self.free.push(Slot {
                 // SAFETY: `i * LINE < PAGE`: the pointer stays inside the page.
@@ -142,7 +139,6 @@ fn record_now(
     let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
     let ev = CudaEvent::create(ctx, deferred, flags)?;
     // SAFETY: both handles are live and belong to `ctx`.
-    let r = unsafe { sys::cuEventRecord(ev.raw, stream.cu_stream()) };
-    r.result().map_err(|e| driver_error("cuEventRecord", e))?;
+    unsafe { driver::event_record(ev.raw, stream.cu_stream()) }.check()?;
     Ok(ev)
 }
