@@ -7,7 +7,7 @@
 //!   *at once*, with blocking calls, `synchronize_with_producer` and stops, on a chaos host
 //!   backend, under a watchdog. It fails on a lost wake-up (the run hangs), on more than
 //!   `max_size` seqs in flight, and on a wait that does not order the consumer's work (each
-//!   checked by breaking the ring on purpose: see the trust note in the README).
+//!   checked by breaking the ring on purpose: see the tests in docs/ARCHITECTURE.md).
 
 use std::sync::mpsc;
 
