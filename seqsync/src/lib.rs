@@ -14,18 +14,19 @@
 //!
 //! ```text
 //!   pipeline (spec, derive,      graph (command buffers,      memory (pool, handoff)
-//!     deadlock, runtime)           lowerings, queues)            |               |
-//!           |                            |                        |               v
-//!           v                            v                        |   hazard (vector clocks,
-//!   ring (EventRingbuf)        timeline (values, waits, <---------+    checks any backend)
-//!           |                    failure)                                         |
-//!           |                            |                                        |
-//!           +-------------+--------------+----------------------------------------+
+//!     deadlock, runtime,           lowerings, queues)            |
+//!     throughput)                        |                        |    hazard (vector clocks,
+//!           |                            v                        |    checks any backend)
+//!           v                    timeline (values, waits, <-------+           |
+//!   ring (EventRingbuf)            failure)                                   |
+//!           |                            |                                    |
+//!           +-------------+--------------+------------------------------------+
 //!                         v
 //!     backend: the Backend trait (streams, host work, events; commands, graphs, memory)
 //!              host (worker threads, chaos) | cuda (cudarc) | any (picked at run time)
 //!
-//!     below them all: error, lock, wait_strategy, name, primitive
+//!     below them all: error, lock, wait_strategy, name, primitive, happens_before (the vector
+//!     clocks that hazard and memory's handoff share)
 //! ```
 //!
 //! Every layer also uses `backend` itself. Each folder's `mod.rs` says what it may use, and
@@ -66,6 +67,7 @@
 pub mod backend;
 mod error;
 pub mod graph;
+mod happens_before;
 pub mod hazard;
 mod lock;
 pub mod memory;

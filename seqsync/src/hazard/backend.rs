@@ -5,12 +5,12 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use super::checker::{Access, EventId, HazardChecker};
-use super::clock::ActorId;
 use crate::backend::{
     Backend, EventOptions, Interrupt, Mechanism, MemoryBackend, MemoryUsage, Semaphore,
     SemaphoreWaker, SyncOutcome,
 };
 use crate::error::{Error, Result};
+use crate::happens_before::ActorId;
 
 /// A backend that checks for hazards: every record, stream wait, host synchronize (and query
 /// that reports completion) goes to the inner backend and to a shared [`HazardChecker`];

@@ -6,17 +6,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::ThreadId;
 
-use super::clock::{ActorId, Epoch, VectorClock};
 use super::report::{AccessSite, ActorKind, Hazard, HazardKind};
-
-/// Read or write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum AccessKind {
-    /// The access reads the slot.
-    Read,
-    /// The access writes the slot.
-    Write,
-}
+pub use crate::happens_before::AccessKind;
+use crate::happens_before::{ActorId, Epoch, VectorClock};
 
 /// One access to one slot of a buffer, by one stage, for one seq.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //! a buffer slot not ordered after the previous conflicting access.
 //!
 //! It may use: `backend`, through the [`Backend`](crate::backend::Backend) trait only (it wraps
-//! any backend).
+//! any backend), and `happens_before` (actors, vector clocks, [`ActorId`]).
 //!
 //! A hand-written pipeline (the seed's `CudaEventRingbuf` code) is correct only if every
 //! kernel's reads come after the writes they read, and its writes after the reads (and writes)
@@ -14,7 +14,6 @@
 //!
 //! | module | concept |
 //! |---|---|
-//! | `clock` | vector clocks and epochs (internal), [`ActorId`] |
 //! | `checker` | [`HazardChecker`], the tracker; [`Access`] |
 //! | `backend` | [`ValidatingBackend`], a [`Backend`](crate::backend::Backend) wrapper feeding the checker |
 //! | `command` | [`ValidatingKernel`]: command graphs on a validating backend, kernels declaring their accesses |
@@ -77,13 +76,11 @@
 
 mod backend;
 mod checker;
-mod clock;
 mod command;
 mod report;
 
+pub use crate::happens_before::ActorId;
 pub use backend::{ValidatingBackend, ValidatingEvent, ValidatingSemaphore, ValidatingStream};
 pub use checker::{Access, AccessKind, EventId, HazardChecker};
-pub use clock::ActorId;
-pub(crate) use clock::VectorClock;
 pub use command::ValidatingKernel;
 pub use report::{AccessSite, ActorKind, Hazard, HazardKind};

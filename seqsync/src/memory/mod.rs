@@ -2,8 +2,8 @@
 //! host threads) waits only for what is not already ordered; and device memory allocated and
 //! freed in stream order.
 //!
-//! It may use: `backend` through the [`Backend`](crate::backend::Backend) trait, and `hazard`'s
-//! vector clocks, `timeline` (the timelines of a wait list) and the crate's short-section
+//! It may use: `backend` through the [`Backend`](crate::backend::Backend) trait, the vector
+//! clocks of `happens_before`, `timeline` (the timelines of a wait list) and the crate's short-section
 //! `lock` below it.
 //!
 //! | module | what it is |

@@ -20,7 +20,7 @@
 //! | [`derive`](mod@derive) | the derivation rules |
 //! | [`plan`] | the [`Plan`]: rings and threads' ops with resolved indices |
 //! | [`deadlock`] | the state-space exploration and its trace |
-//! | [`error`] | [`PlanError`] |
+//! | `error` | [`PlanError`] |
 //! | [`runtime`] | running a [`Plan`] with one closure per stage |
 //! | [`throughput`] | the period a plan runs at, from its stages' times, and the cycle that sets it |
 //!

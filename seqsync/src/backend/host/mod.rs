@@ -121,7 +121,7 @@ impl HostBackend {
     ///
     /// # Panics
     /// If the operating system cannot start the stream's worker thread (out of threads or
-    /// memory); [`Backend::new_stream`](crate::backend::Backend::new_stream) returns that as
+    /// memory); [`Backend::new_stream`] returns that as
     /// an error instead.
     pub fn new_stream(&self, name: &str) -> HostStream {
         match self.try_new_stream(name) {

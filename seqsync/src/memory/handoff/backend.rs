@@ -9,7 +9,7 @@ use super::state::{HandoffStats, State};
 use super::task::with_current;
 use crate::backend::{Backend, EventOptions, Interrupt, SemaphoreWaker, SyncOutcome};
 use crate::error::{Error, Result};
-use crate::hazard::{AccessKind, ActorId};
+use crate::happens_before::{AccessKind, ActorId};
 
 /// A backend that tracks buffers: every call goes to the inner backend, and keeps the epoch
 /// model of the [module docs](super) in step. Cheap to clone; clones share the tracker.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::lock::{Guard, Lock};
 
 use super::state::State;
-use crate::hazard::AccessKind;
+use crate::happens_before::AccessKind;
 
 /// The tracker's state, shared by its backend, streams, events and buffers.
 #[derive(Debug, Default)]

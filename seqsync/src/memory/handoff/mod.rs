@@ -1,8 +1,9 @@
 //! Buffer handoff by epochs (seed 003): moving a buffer between streams — and between the host
 //! threads that own them — waits only for what no event or synchronize already ordered.
 //!
-//! It may use: `backend`, through the [`Backend`](crate::backend::Backend) trait only, and the
-//! hazard checker's vector clocks (`hazard`), whose happens-before it shares, and the crate's short-section `lock`.
+//! It may use: `backend`, through the [`Backend`](crate::backend::Backend) trait only, the
+//! vector clocks of `happens_before` (the hazard checker's too), and the crate's short-section
+//! `lock`.
 //!
 //! A library that tracks buffers (CUDA.jl, cudarc's per-slice events) makes a buffer's new
 //! stream wait for everything its old stream queued. That is more than needed when the

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use super::task::{Task, Users};
-use crate::hazard::{AccessKind, ActorId, VectorClock};
+use crate::happens_before::{AccessKind, ActorId, VectorClock};
 
 /// What the tracker decided, counted over its lifetime. Every earlier use on another stream
 /// that a new use must come after is counted once, under the reason it needed no wait, or as

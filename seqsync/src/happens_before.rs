@@ -1,4 +1,8 @@
-//! Vector clocks: one logical counter per actor (stream or host thread).
+//! Happens-before, as the hazard checker and buffer handoff both track it: actors (streams and
+//! host threads), their vector clocks (one logical counter per actor), and the two kinds of
+//! access.
+//!
+//! It may use nothing else of the crate.
 //!
 //! An actor's own entry counts its accesses; the other entries say how much of every other
 //! actor's history it is ordered after (through events, stream waits and host synchronizes).
@@ -6,7 +10,7 @@
 //! an actor iff `epoch.tick <= clock[epoch.actor]`.
 
 /// An actor of the happens-before model: a stream or a host thread, registered with a
-/// [`HazardChecker`](super::HazardChecker), which hands these out.
+/// [`HazardChecker`](crate::hazard::HazardChecker) or a buffer tracker, which hand these out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ActorId(pub(crate) u32);
 
@@ -82,6 +86,15 @@ impl VectorClock {
     pub fn covers(&self, epoch: Epoch) -> bool {
         epoch.tick <= self.get(epoch.actor)
     }
+}
+
+/// Read or write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AccessKind {
+    /// The access reads the slot.
+    Read,
+    /// The access writes the slot.
+    Write,
 }
 
 #[cfg(test)]
