@@ -944,7 +944,7 @@ mod cuda {
 
     mechanisms!(
         random_programs_keep_the_contract_auto: TimelineMechanism::Auto,
-        random_programs_keep_the_contract_memops: TimelineMechanism::StreamMemOps,
+        random_programs_keep_the_contract_memops: TimelineMechanism::MemOps,
         random_programs_keep_the_contract_hybrid: TimelineMechanism::Hybrid,
         random_programs_keep_the_contract_events: TimelineMechanism::Events,
     );

@@ -35,7 +35,7 @@ const WARM_UP: usize = 5;
 /// One per-call comparison.
 #[derive(Debug, Clone, Serialize)]
 pub struct TimelineRow {
-    /// The timeline mechanism (`host-word`, `events+memops`, `stream-mem-ops`, `events`).
+    /// The timeline mechanism (`host-word`, `hybrid`, `memops`, `events`).
     pub mechanism: String,
     /// What was measured.
     pub name: String,
@@ -50,7 +50,7 @@ pub struct TimelineRow {
 /// A ping-pong between two streams.
 #[derive(Debug, Clone, Serialize)]
 pub struct PingPongRow {
-    /// The timeline mechanism (`host-word`, `events+memops`, `stream-mem-ops`, `events`).
+    /// The timeline mechanism (`host-word`, `hybrid`, `memops`, `events`).
     pub mechanism: String,
     /// Microseconds per round trip with timelines (enqueue included).
     pub timeline_us: f64,
@@ -417,7 +417,7 @@ fn run_cuda(
     let (mut ops, mut ping) = (vec![], vec![]);
     for m in [
         TimelineMechanism::Hybrid,
-        TimelineMechanism::StreamMemOps,
+        TimelineMechanism::MemOps,
         TimelineMechanism::Events,
     ] {
         let b = gpu.clone().with_timeline_mechanism(m);

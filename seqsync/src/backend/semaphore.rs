@@ -37,7 +37,7 @@ pub enum Mechanism {
     /// wait on it, and wake parked host waiters.
     HostWord,
     /// CUDA events for waits whose signal is already enqueued, and stream memory operations
-    /// (on a word as in [`Mechanism::StreamMemOps`]) only for waits enqueued before their
+    /// (on a word as in [`Mechanism::MemOps`]) only for waits enqueued before their
     /// signal: those wait on the device, so everything enqueued after them on the stream waits
     /// too. A host query is a load of the word and, while signals are pending, an event query.
     /// Limit: a failure releases an event wait only once the signal's stream gets there
@@ -46,7 +46,7 @@ pub enum Mechanism {
     /// CUDA stream memory operations: `cuStreamWriteValue64` / `cuStreamWaitValue64` on a word
     /// in pinned, device-mapped host memory; a host query is a load of that word. The CUDA
     /// default.
-    StreamMemOps,
+    MemOps,
     /// CUDA events, one per signalled value; a wait whose signal is not enqueued yet is held on
     /// the host (with every later timeline operation of its stream) until it is. Limits: see
     /// [`Mechanism::holds_commands`] and [`Mechanism::releases_every_wait_on_failure`].
@@ -71,15 +71,15 @@ impl Mechanism {
     /// cannot release an event wait early, so such a wait goes on only when the signal's
     /// stream gets there (everything it signals afterwards still fails).
     pub fn releases_every_wait_on_failure(&self) -> bool {
-        matches!(self, Mechanism::HostWord | Mechanism::StreamMemOps)
+        matches!(self, Mechanism::HostWord | Mechanism::MemOps)
     }
 
-    /// A short name: `"host-word"`, `"events+memops"`, `"stream-mem-ops"` or `"events"`.
+    /// A short name: `"host-word"`, `"hybrid"`, `"memops"` or `"events"`.
     pub fn name(&self) -> &'static str {
         match self {
             Mechanism::HostWord => "host-word",
-            Mechanism::Hybrid => "events+memops",
-            Mechanism::StreamMemOps => "stream-mem-ops",
+            Mechanism::Hybrid => "hybrid",
+            Mechanism::MemOps => "memops",
             Mechanism::Events { .. } => "events",
         }
     }

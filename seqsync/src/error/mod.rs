@@ -266,7 +266,7 @@ pub enum Error {
     #[error(
         "timeline '{timeline}': commands cannot wait for value {value} before its signal is \
          enqueued (highest signalled or enqueued: {enqueued}) with the {mechanism} mechanism: \
-         enqueue the signal first, or use a mechanism that holds commands (stream-mem-ops, the default)"
+         enqueue the signal first, or use a mechanism that holds commands (memops, the default)"
     )]
     WaitBeforeSignalUnsupported {
         /// The timeline waited on.

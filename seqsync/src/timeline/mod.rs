@@ -86,12 +86,12 @@
 //! | mechanism | a wait before its signal holds | a failure releases |
 //! |---|---|---|
 //! | `host-word` (host backend) | everything after it | every wait, at once |
-//! | `stream-mem-ops` (CUDA default) | everything after it | every wait, at once |
-//! | `events+memops` (CUDA, asked for) | everything after it | word waits at once; an event wait (its signal was enqueued first) when the signal's stream gets there |
-//! | `events` (CUDA fallback, or asked for) | later timeline operations only: a command buffer, barrier or pool call that would need more is refused with [`Error::WaitBeforeSignalUnsupported`] | deferred waits at once; event waits as `events+memops` |
+//! | `memops` (CUDA default) | everything after it | every wait, at once |
+//! | `hybrid` (CUDA, asked for) | everything after it | word waits at once; an event wait (its signal was enqueued first) when the signal's stream gets there |
+//! | `events` (CUDA fallback, or asked for) | later timeline operations only: a command buffer, barrier or pool call that would need more is refused with [`Error::WaitBeforeSignalUnsupported`] | deferred waits at once; event waits as `hybrid` |
 //!
-//! A wait before its signal that holds everything after it (`stream-mem-ops`, the word waits of
-//! `events+memops`) blocks its stream on the GPU until the value comes, maybe from a host
+//! A wait before its signal that holds everything after it (`memops`, the word waits of
+//! `hybrid`) blocks its stream on the GPU until the value comes, maybe from a host
 //! signal not made yet. Meanwhile `cuMemFree`, `cuMemFreeHost`, `cuMemHostUnregister`,
 //! `cuCtxSynchronize` and a `cuGraphExecDestroy` of a pending launch, on any thread of the
 //! process, wait for the GPU to drain, and hold a driver lock that blocks other threads'
@@ -184,8 +184,8 @@ impl<B: Backend> Timeline<B> {
     }
 
     /// How the backend implements this timeline. On CUDA: stream memory operations by default
-    /// (`stream-mem-ops`: every wait on the device, every one released by a failure),
-    /// `events+memops` or events when asked for (the CUDA backend's `TimelineMechanism`,
+    /// (`memops`: every wait on the device, every one released by a failure),
+    /// `hybrid` or events when asked for (the CUDA backend's `TimelineMechanism`,
     /// `SEQSYNC_TIMELINE_MECHANISM`), or events with the reason memory operations are not
     /// usable. [`Mechanism::holds_commands`] and
     /// [`Mechanism::releases_every_wait_on_failure`] say where a mechanism falls short of the

@@ -171,7 +171,7 @@ struct Registry {
 }
 
 /// Smallest list length that triggers a prune. A prune reads each timeline's value, which may
-/// ask the device: on `events+memops` a bisection of the points in flight, a few CUDA event
+/// ask the device: on `hybrid` a bisection of the points in flight, a few CUDA event
 /// queries. At 64 entries the prune was a visible share of an ordered `signal_on` + `wait_on`
 /// pair on the H200 (BENCHMARKS.md §5, "Biased locks, coalesced waits"); at 256 it is a quarter
 /// of that, for at most 6 KiB of entries per list and stream between prunes when the device

@@ -1,5 +1,5 @@
 //! CUDA-only timeline tests: which mechanism a backend picks, the events mechanism's host-side
-//! deferral, which waits of `events+memops` use the word, and kernels ordered by a wait enqueued
+//! deferral, which waits of `hybrid` use the word, and kernels ordered by a wait enqueued
 //! before its signal, for every mechanism.
 //! (Every contract and conformance case also runs on CUDA, in `timeline_contract.rs` and
 //! `timeline_cts.rs`, with the mechanism `SEQSYNC_TIMELINE_MECHANISM` picks.)
@@ -36,7 +36,7 @@ fn auto_uses_stream_memory_operations_where_they_work() {
     println!("mechanism: {}", t.mechanism());
     // The H200 runs them; elsewhere the fallback must say why.
     match t.mechanism() {
-        Mechanism::StreamMemOps => {}
+        Mechanism::MemOps => {}
         Mechanism::Events {
             fallback_reason: Some(why),
         } => assert!(!why.is_empty()),
@@ -60,19 +60,19 @@ fn forced_mechanisms_are_used() {
             fallback_reason: None
         }
     );
-    let Some((_, b)) = with(TimelineMechanism::StreamMemOps) else {
+    let Some((_, b)) = with(TimelineMechanism::MemOps) else {
         return;
     };
     assert_eq!(
         Timeline::new(&b, "t", 0).unwrap().mechanism(),
-        Mechanism::StreamMemOps
+        Mechanism::MemOps
     );
     let Some((_, b)) = with(TimelineMechanism::Hybrid) else {
         return;
     };
     let t = Timeline::new(&b, "t", 0).unwrap();
     assert_eq!(t.mechanism(), Mechanism::Hybrid);
-    assert_eq!(t.mechanism().name(), "events+memops");
+    assert_eq!(t.mechanism().name(), "hybrid");
 }
 
 #[test]
@@ -255,7 +255,7 @@ fn kernels_ordered_by_wait_before_signal_with(m: TimelineMechanism, disturb: &dy
     ignore = "needs a GPU: cargo test --features gpu-tests"
 )]
 fn kernels_ordered_by_wait_before_signal_memops() {
-    kernels_ordered_by_wait_before_signal(TimelineMechanism::StreamMemOps)
+    kernels_ordered_by_wait_before_signal(TimelineMechanism::MemOps)
 }
 
 #[test]
@@ -330,7 +330,7 @@ fn kernels_ordered_with_no_or_another_context_current() {
     let other = CudaContext::new_non_primary(0, 0).expect("a second CUDA context");
     for m in [
         TimelineMechanism::Hybrid,
-        TimelineMechanism::StreamMemOps,
+        TimelineMechanism::MemOps,
         TimelineMechanism::Events,
     ] {
         kernels_ordered_by_wait_before_signal_with(m, &|| set(std::ptr::null_mut()));
@@ -373,7 +373,7 @@ fn stream_ids_are_stable_and_never_reused() {
 /// A failure releases every stream wait where the mechanism says it does
 /// (`Mechanism::releases_every_wait_on_failure`: the default, stream memory operations), also a
 /// wait whose signal is enqueued behind a stream that is stuck; with event waits
-/// (`events+memops`, `events`) such a wait goes on once the stuck stream gets to the signal.
+/// (`hybrid`, `events`) such a wait goes on once the stuck stream gets to the signal.
 #[test]
 #[cfg_attr(
     not(feature = "gpu-tests"),
@@ -385,7 +385,7 @@ fn a_failure_releases_the_waits_its_mechanism_says() {
     use std::time::Instant;
     for m in [
         TimelineMechanism::Auto,
-        TimelineMechanism::StreamMemOps,
+        TimelineMechanism::MemOps,
         TimelineMechanism::Hybrid,
         TimelineMechanism::Events,
     ] {
@@ -505,7 +505,7 @@ macro_rules! per_mechanism {
 }
 
 per_mechanism!(a_buffer_dropped_while_a_stream_waits_on_the_host_does_not_block:
-    a_buffer_dropped_while_a_stream_waits_on_the_host_does_not_block_memops: TimelineMechanism::StreamMemOps,
+    a_buffer_dropped_while_a_stream_waits_on_the_host_does_not_block_memops: TimelineMechanism::MemOps,
     a_buffer_dropped_while_a_stream_waits_on_the_host_does_not_block_hybrid: TimelineMechanism::Hybrid,
     a_buffer_dropped_while_a_stream_waits_on_the_host_does_not_block_events: TimelineMechanism::Events,
 );
@@ -536,7 +536,7 @@ fn runs_within(
 
 /// A host signal made while a lower signal is still pending on a stream, then a higher signal
 /// on another stream: whatever order the writes land in, the timeline ends at the highest
-/// value, and stream waits for it (enqueued before and after) are released. (stream-mem-ops
+/// value, and stream waits for it (enqueued before and after) are released. (memops
 /// wrote the host's value again behind the pending write, which then landed after the higher
 /// one: the word ended at 103 and the waits for 104 never ran.)
 fn a_host_signal_between_stream_signals_leaves_the_highest_value(m: TimelineMechanism) {
@@ -569,7 +569,7 @@ fn a_host_signal_between_stream_signals_leaves_the_highest_value(m: TimelineMech
 
 /// Signals of one timeline on two streams, the lower one behind a wait that the other stream
 /// releases later: legal (each value exceeds those enqueued before it), and neither stream may
-/// wait for the other's signal. (stream-mem-ops made the higher signal wait on the device for
+/// wait for the other's signal. (memops made the higher signal wait on the device for
 /// the lower one, so that writes landed in value order: here that is a deadlock.)
 fn signals_on_two_streams_do_not_make_one_wait_for_the_other(m: TimelineMechanism) {
     let Some((_g, b)) = with(m) else {
@@ -623,19 +623,19 @@ fn a_failure_releases_a_pending_wait_for_a_value_reached_before(m: TimelineMecha
 }
 
 per_mechanism!(a_host_signal_between_stream_signals_leaves_the_highest_value:
-    a_host_signal_between_stream_signals_leaves_the_highest_value_memops: TimelineMechanism::StreamMemOps,
+    a_host_signal_between_stream_signals_leaves_the_highest_value_memops: TimelineMechanism::MemOps,
     a_host_signal_between_stream_signals_leaves_the_highest_value_hybrid: TimelineMechanism::Hybrid,
     a_host_signal_between_stream_signals_leaves_the_highest_value_events: TimelineMechanism::Events,
 );
 
 per_mechanism!(signals_on_two_streams_do_not_make_one_wait_for_the_other:
-    signals_on_two_streams_do_not_make_one_wait_for_the_other_memops: TimelineMechanism::StreamMemOps,
+    signals_on_two_streams_do_not_make_one_wait_for_the_other_memops: TimelineMechanism::MemOps,
     signals_on_two_streams_do_not_make_one_wait_for_the_other_hybrid: TimelineMechanism::Hybrid,
     signals_on_two_streams_do_not_make_one_wait_for_the_other_events: TimelineMechanism::Events,
 );
 
 per_mechanism!(a_failure_releases_a_pending_wait_for_a_value_reached_before:
-    a_failure_releases_a_pending_wait_for_a_value_reached_before_memops: TimelineMechanism::StreamMemOps,
+    a_failure_releases_a_pending_wait_for_a_value_reached_before_memops: TimelineMechanism::MemOps,
     a_failure_releases_a_pending_wait_for_a_value_reached_before_hybrid: TimelineMechanism::Hybrid,
     a_failure_releases_a_pending_wait_for_a_value_reached_before_events: TimelineMechanism::Events,
 );

@@ -149,7 +149,7 @@ impl CudaBackend {
         self.timelines.deferred_held()
     }
 
-    /// `(writes, waits)`: stream memory operations on timeline words that the `events+memops`
+    /// `(writes, waits)`: stream memory operations on timeline words that the `hybrid`
     /// mechanism enqueued so far (only waits enqueued before their signal need them).
     pub fn timeline_word_ops(&self) -> (u64, u64) {
         self.timelines.word_ops()

@@ -15,7 +15,7 @@
 //! Limit: only timeline operations are held. A kernel or copy you launch on the stream
 //! directly, after a deferred wait, is not held (CUDA cannot insert the wait before it later);
 //! with this mechanism, enqueue the signal before launching work that depends on it, or use
-//! `stream-mem-ops` (the default where the device runs stream memory operations), which waits
+//! `memops` (the default where the device runs stream memory operations), which waits
 //! on the device instead. The graph layer and the pools refuse a call in that case, and a call
 //! on a stream that holds deferred operations
 //! ([`crate::Error::WaitBeforeSignalUnsupported`], nothing enqueued).

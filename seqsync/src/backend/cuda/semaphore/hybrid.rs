@@ -1,4 +1,4 @@
-//! Mechanism (c), `events+memops`: events for waits whose signal is already enqueued, stream
+//! Mechanism (c), `hybrid`: events for waits whose signal is already enqueued, stream
 //! memory operations only for waits enqueued before their signal.
 //!
 //! - `signal_on(s, v)`: record a (reused) event on `s` as the point of value `v`; if a stream
@@ -28,7 +28,7 @@ use crate::backend::semaphore::{failed_word, FAILED_BIT};
 use crate::error::{Error, Result};
 use crate::lock::{Guard, Lock};
 
-/// Word writes and word waits the `events+memops` timelines of a backend enqueued (a
+/// Word writes and word waits the `hybrid` timelines of a backend enqueued (a
 /// diagnostic: an ordered pair must enqueue neither).
 #[derive(Debug, Default)]
 pub(crate) struct WordOps {

@@ -5,11 +5,11 @@
 //! `backend/semaphore.rs` (the word's contract), and the crate's short-section `lock`; nothing
 //! above `backend/`.
 //!
-//! - **stream memory operations** (`memops`, named `stream-mem-ops`): the default where the
+//! - **stream memory operations** (`memops`): the default where the
 //!   device runs them. Every signal writes the word, every wait waits on it, on the device: a
 //!   wait holds everything enqueued after it, whether its signal is enqueued yet or not, and a
 //!   failure (the failed word) releases every wait at once, wherever its signal is stuck;
-//! - **events + stream memory operations** (`hybrid`, named `events+memops`), when asked for:
+//! - **events + stream memory operations** (`hybrid`), when asked for:
 //!   a wait whose signal is already enqueued is an event wait (an event record + wait costs
 //!   about a seventh of a memory-operation write + wait: BENCHMARKS.md §5); only a wait
 //!   enqueued before its signal waits on the word. *Limit*: an event wait cannot be released
@@ -58,7 +58,7 @@ use slots::Pool;
 /// Which mechanism a CUDA backend's timelines use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TimelineMechanism {
-    /// Stream memory operations ([`TimelineMechanism::StreamMemOps`]) if the device runs
+    /// Stream memory operations ([`TimelineMechanism::MemOps`]) if the device runs
     /// them, else events: the mechanism that keeps the whole timeline contract where it can
     /// (a failure releases every wait).
     #[default]
@@ -67,7 +67,7 @@ pub enum TimelineMechanism {
     /// their signal; creating a timeline fails where memory operations do not work.
     Hybrid,
     /// Stream memory operations; creating a timeline fails where they do not work.
-    StreamMemOps,
+    MemOps,
     /// Events per timepoint, with host-side deferral.
     Events,
 }
@@ -77,8 +77,8 @@ impl std::str::FromStr for TimelineMechanism {
     fn from_str(s: &str) -> Result<Self> {
         match s {
             "auto" => Ok(TimelineMechanism::Auto),
-            "hybrid" | "events+memops" => Ok(TimelineMechanism::Hybrid),
-            "memops" | "stream-mem-ops" => Ok(TimelineMechanism::StreamMemOps),
+            "hybrid" => Ok(TimelineMechanism::Hybrid),
+            "memops" => Ok(TimelineMechanism::MemOps),
             "events" => Ok(TimelineMechanism::Events),
             other => Err(Error::invalid(
                 "timeline",
@@ -147,7 +147,7 @@ impl TimelineSupport {
         self.deferred.holds(stream)
     }
 
-    /// Word writes and word waits enqueued by `events+memops` timelines so far.
+    /// Word writes and word waits enqueued by `hybrid` timelines so far.
     pub(crate) fn word_ops(&self) -> (u64, u64) {
         (
             self.word_ops
@@ -188,7 +188,7 @@ impl TimelineSupport {
                 self.probe_or_fail(ctx)?;
                 self.hybrid(ctx, initial)
             }
-            TimelineMechanism::StreamMemOps => {
+            TimelineMechanism::MemOps => {
                 self.probe_or_fail(ctx)?;
                 self.memops(ctx, initial)
             }
@@ -200,7 +200,7 @@ impl TimelineSupport {
         Ok(CudaSemaphore {
             at: Some(word.at()),
             word: Word::MemOps(Box::new(word)),
-            mechanism: Mechanism::StreamMemOps,
+            mechanism: Mechanism::MemOps,
         })
     }
 
@@ -289,7 +289,7 @@ enum Word {
 /// holds this (a timeline's hot fields) and then the word, nothing between.
 #[repr(C)]
 pub struct CudaSemaphore {
-    /// The word in host memory (`events+memops` and stream memory operations), owned by `word`.
+    /// The word in host memory (`hybrid` and stream memory operations), owned by `word`.
     at: Option<&'static AtomicU64>,
     word: Word,
     mechanism: Mechanism,
@@ -332,7 +332,7 @@ impl Semaphore for CudaSemaphore {
         }
     }
 
-    /// No driver call: the word as stored (stream memory operations, and `events+memops`,
+    /// No driver call: the word as stored (stream memory operations, and `hybrid`,
     /// whose completed points may be ahead of it), or the highest value known reached
     /// (events).
     #[inline]

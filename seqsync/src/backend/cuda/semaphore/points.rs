@@ -1,6 +1,6 @@
 //! The bookkeeping of the event-based mechanisms, apart from the driver calls (so it is tested
 //! on the host): which signalled values have an event ("points"), which values are known
-//! reached, and, for the `events+memops` mechanism, which stream waits on the word still need a
+//! reached, and, for the `hybrid` mechanism, which stream waits on the word still need a
 //! word write.
 //!
 //! `E` is the event type (`CudaEvent` in the backend, anything in tests).
@@ -13,7 +13,7 @@ use crate::backend::semaphore::FAILED_BIT;
 /// that completes leaves its event where the ring reuses it.
 ///
 /// `repr(C)`: what a signal or a stream wait reads comes first, in 64 bytes (one cache line
-/// where the owner aligns it: see the `events+memops` word).
+/// where the owner aligns it: see the `hybrid` word).
 #[repr(C)]
 pub(crate) struct Points<E> {
     /// The ring: `len` points from `head` on (wrapping), ascending by value, every value above
@@ -330,7 +330,7 @@ fn highest_done<X>(
     Ok(Some(at(lo)))
 }
 
-/// Stream waits on the word (`events+memops`) that no word write enqueued so far releases.
+/// Stream waits on the word (`hybrid`) that no word write enqueued so far releases.
 #[derive(Debug)]
 #[repr(C)]
 pub(crate) struct WordWaits {

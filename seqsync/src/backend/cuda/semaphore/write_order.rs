@@ -240,7 +240,7 @@ mod tests {
 
     #[test]
     fn a_host_store_watches_a_pending_top_and_repairs_to_the_store() {
-        // The case stream-mem-ops got wrong: s1's 1 pending, host 103, s2's 104.
+        // The case memops got wrong: s1's 1 pending, host 103, s2's 104.
         let mut w = word();
         w.plan("s1", 0);
         w.top.wrote("s1", 1);
