@@ -318,12 +318,7 @@ impl Graph {
 /// Every stage has a time; every time and after-sync work names a stage (that synchronizes).
 fn check_times(plan: &Plan, times: &StageTimes) -> Result<(), PlanError> {
     let q = crate::name::quoted;
-    let index: std::collections::HashMap<&str, usize> = plan
-        .stages
-        .iter()
-        .enumerate()
-        .map(|(g, s)| (s.name.as_str(), g))
-        .collect();
+    let index = stage_indices(plan);
     for s in &plan.stages {
         if times.work(&s.name).is_none() {
             return Err(PlanError::StageTime {
@@ -371,4 +366,13 @@ fn check_times(plan: &Plan, times: &StageTimes) -> Result<(), PlanError> {
         }
     }
     Ok(())
+}
+
+/// Each stage's index by its name: lookups in one step for plans of many stages.
+pub(super) fn stage_indices(plan: &Plan) -> std::collections::HashMap<&str, usize> {
+    plan.stages
+        .iter()
+        .enumerate()
+        .map(|(g, s)| (s.name.as_str(), g))
+        .collect()
 }

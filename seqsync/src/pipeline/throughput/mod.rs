@@ -148,12 +148,7 @@ pub fn predict(plan: &Plan, times: &StageTimes) -> Result<Prediction, PlanError>
         .iter()
         .map(|(st, stages)| (format!("stream {}", plan.streams[*st]), stages.clone()))
         .collect();
-    let index: std::collections::HashMap<&str, usize> = plan
-        .stages
-        .iter()
-        .enumerate()
-        .map(|(g, s)| (s.name.as_str(), g))
-        .collect();
+    let index = graph::stage_indices(plan);
     for (resource, names) in times.shared_resources() {
         let mut stages = Vec::new();
         for n in names {
