@@ -3,9 +3,9 @@
 //! Each command's level is the length of the longest dependency path to it. All commands of a
 //! level run concurrently, each on its own stream (the `i`-th command of a level on stream
 //! `i`); every command of the next level waits for every command of this one, as an execution
-//! barrier between levels does (the first for each, the others for its join). Every dependency is honoured, but a command of level `l + 1`
-//! also waits for the commands of level `l` it does not depend on: those are its false
-//! dependencies, which [`Schedule::compare`] counts.
+//! barrier between levels does (the first for each, the others for its join). Every dependency
+//! is honoured, but a command of level `l + 1` also waits for the commands of level `l` it
+//! does not depend on: those are its false dependencies, which [`Schedule::compare`] counts.
 
 use super::dag::Dag;
 use super::reduce::Analysis;

@@ -19,7 +19,7 @@
 //! join orders exactly the shared predecessors and what they follow, all of which the
 //! command's predecessors already order before it, so it adds no false dependency.
 
-use std::collections::HashMap;
+use std::collections::hash_map::{Entry, HashMap};
 
 use super::dag::Dag;
 use super::reduce::Analysis;
@@ -59,26 +59,26 @@ pub fn lower_streams(dag: &Dag, analysis: &Analysis) -> Schedule {
             unplaced[p] -= 1;
         }
         let cross = preds.iter().filter(|&&p| stream_of[p] != s).count();
-        if cross < 2 {
-            waits.extend(
+        // With two or more waits to make, the first command with these predecessors makes
+        // them; the later ones wait for its join.
+        let join = match cross {
+            0 | 1 => None,
+            _ => match first_with.entry(preds.as_slice()) {
+                Entry::Occupied(j) => Some(*j.get()),
+                Entry::Vacant(v) => {
+                    v.insert(c);
+                    None
+                }
+            },
+        };
+        match join {
+            Some(j) => joins.push(Wait { from: j, to: c }),
+            None => waits.extend(
                 preds
                     .iter()
                     .filter(|&&p| stream_of[p] != s)
                     .map(|&p| Wait { from: p, to: c }),
-            );
-            continue;
-        }
-        match first_with.get(preds.as_slice()) {
-            Some(&j) => joins.push(Wait { from: j, to: c }),
-            None => {
-                first_with.insert(preds.as_slice(), c);
-                waits.extend(
-                    preds
-                        .iter()
-                        .filter(|&&p| stream_of[p] != s)
-                        .map(|&p| Wait { from: p, to: c }),
-                );
-            }
+            ),
         }
     }
     Schedule::new(dag.topo().to_vec(), stream_of, waits).with_joins(joins)

@@ -69,39 +69,23 @@ impl Schedule {
 
     /// `joins_into()[c]`: the commands whose joins `c`'s stream waits for right before `c`.
     pub fn joins_into(&self) -> Vec<Vec<usize>> {
-        let mut w = vec![Vec::new(); self.stream_of.len()];
-        for x in &self.joins {
-            w[x.to].push(x.from);
-        }
-        w
+        into_each(self.stream_of.len(), &self.joins)
     }
 
     /// `joined()[c]`: some other stream waits for `c`'s join, so an event is recorded right
     /// before it.
     pub fn joined(&self) -> Vec<bool> {
-        let mut r = vec![false; self.stream_of.len()];
-        for x in &self.joins {
-            r[x.from] = true;
-        }
-        r
+        waited_for(self.stream_of.len(), &self.joins)
     }
 
     /// `waits_into()[c]`: the commands whose events `c`'s stream waits for right before `c`.
     pub fn waits_into(&self) -> Vec<Vec<usize>> {
-        let mut w = vec![Vec::new(); self.stream_of.len()];
-        for x in &self.waits {
-            w[x.to].push(x.from);
-        }
-        w
+        into_each(self.stream_of.len(), &self.waits)
     }
 
     /// `recorded()[c]`: some other stream waits for `c`, so an event is recorded after it.
     pub fn recorded(&self) -> Vec<bool> {
-        let mut r = vec![false; self.stream_of.len()];
-        for x in &self.waits {
-            r[x.from] = true;
-        }
-        r
+        waited_for(self.stream_of.len(), &self.waits)
     }
 
     /// `ordered_before()[c]`: every command the schedule runs before `c` — through stream
@@ -183,6 +167,24 @@ impl Schedule {
                 .collect(),
         }
     }
+}
+
+/// Per command of `n`, the `from`s of the waits into it.
+fn into_each(n: usize, waits: &[Wait]) -> Vec<Vec<usize>> {
+    let mut w = vec![Vec::new(); n];
+    for x in waits {
+        w[x.to].push(x.from);
+    }
+    w
+}
+
+/// Per command of `n`, whether some wait is for it.
+fn waited_for(n: usize, waits: &[Wait]) -> Vec<bool> {
+    let mut r = vec![false; n];
+    for x in waits {
+        r[x.from] = true;
+    }
+    r
 }
 
 /// The fewest cross-stream waits any lowering onto `streams` streams can make without adding
