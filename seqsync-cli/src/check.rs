@@ -5,9 +5,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 use seqsync::backend::host::Chaos;
+use seqsync::internal::pipeline::{derive_unchecked, minimum_sizes, SizeBound, DEFAULT_MAX_STATES};
 use seqsync::pipeline::{
-    check_deadlock_with, derive, derive_unchecked, minimum_sizes, spec_toml, CheckOptions,
-    PipelineSpec, Plan, PlanError, SizeBound, StageTimes, Verdict, DEFAULT_MAX_STATES,
+    check_deadlock_with, derive, CheckOptions, PipelineSpec, Plan, PlanError, StageTimes, Verdict,
 };
 use seqsync::{AnyBackend, BackendKind, HostBackend};
 use seqsync_demo::demo::{self, DemoConfig, Engine};
@@ -91,7 +91,7 @@ fn check(plan: &Plan, max_states: usize) -> Result<Verdict, Failure> {
     let options = CheckOptions {
         max_states: max_states.max(1),
     };
-    check_deadlock_with(plan, options).map_err(malformed)
+    Ok(check_deadlock_with(plan, options))
 }
 
 fn malformed(e: PlanError) -> Failure {
@@ -114,10 +114,10 @@ fn stage_times(arg: &str) -> Result<StageTimes, Failure> {
     let len = std::fs::metadata(path)
         .map_err(|e| unreadable(e.to_string()))?
         .len();
-    if len > spec_toml::MAX_SPEC_BYTES as u64 {
+    if len > seqsync::internal::pipeline::MAX_SPEC_BYTES as u64 {
         return Err(unreadable(format!(
             "the file is {len} bytes, more than the {} a times file may be",
-            spec_toml::MAX_SPEC_BYTES
+            seqsync::internal::pipeline::MAX_SPEC_BYTES
         )));
     }
     let text = std::fs::read_to_string(path).map_err(|e| unreadable(e.to_string()))?;
@@ -126,7 +126,7 @@ fn stage_times(arg: &str) -> Result<StageTimes, Failure> {
 
 /// Parses the spec and applies the overrides; every problem is one line and exit code 2.
 fn load(path: &PathBuf, set: &[String]) -> Result<PipelineSpec, Failure> {
-    let mut spec = spec_toml::from_path(path).map_err(malformed)?;
+    let mut spec = PipelineSpec::from_path(path).map_err(malformed)?;
     for a in set {
         spec.apply_assignment(a).map_err(malformed)?;
     }
@@ -141,7 +141,7 @@ fn json_of(
     throughput: Option<&crate::throughput::Report>,
 ) -> serde_json::Value {
     let rings: Vec<serde_json::Value> = plan
-        .rings
+        .rings()
         .iter()
         .map(|r| {
             serde_json::json!({
@@ -179,7 +179,7 @@ fn json_of(
 /// Each ring's smallest size from the proof, with the cycle (or run end) that forces it.
 fn print_sizes(plan: &Plan, sizes: &[SizeBound]) {
     println!("smallest sizes that cannot deadlock (every other size as it is):");
-    for (ring, b) in plan.rings.iter().zip(sizes) {
+    for (ring, b) in plan.rings().iter().zip(sizes) {
         let m = b
             .max_size
             .map_or_else(|| "-".to_string(), |m| m.to_string());
@@ -233,7 +233,7 @@ pub(crate) fn run(a: CheckArgs) -> Result<(), Failure> {
         None => None,
     };
     let verdict = check(&plan, a.max_states)?;
-    let sizes = minimum_sizes(&plan).map_err(malformed)?;
+    let sizes = minimum_sizes(&plan);
     // A prediction only for a plan that runs: a deadlock has no period.
     let throughput = match &times {
         Some(t) if verdict.is_deadlock_free() && bound_error.is_none() => {
@@ -307,7 +307,7 @@ pub(crate) fn run_spec(a: RunArgs) -> Result<(), Failure> {
         }
         verdict => {
             if a.json {
-                let sizes = minimum_sizes(&plan).map_err(malformed)?;
+                let sizes = minimum_sizes(&plan);
                 println!("{}", json_of(&plan, &verdict, None, &sizes, None));
             } else {
                 print_verdict(&verdict);
@@ -488,7 +488,7 @@ fn run_selftest(a: &RunArgs, spec: &PipelineSpec, plan: &Plan) -> Result<(), Fai
             // On CUDA streams the built-in stages are host functions, which the driver runs
             // one at a time on one thread of its own.
             let shared = (!matches!(host, AnyBackend::Host(_))).then(|| {
-                plan.stages
+                plan.stages()
                     .iter()
                     .filter(|g| g.stream.is_some())
                     .map(|g| g.name.clone())

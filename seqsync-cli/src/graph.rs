@@ -3,8 +3,10 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use seqsync::backend::{Backend, GraphBackend};
-use seqsync::graph::{report, spec_toml, Analysis, Lowering, Report};
+use seqsync::backend::Backend;
+use seqsync::graph::{Lowering, Report};
+use seqsync::internal::backend::GraphBackend;
+use seqsync::internal::graph::{report, spec_toml, Analysis};
 use seqsync::{AnyBackend, BackendKind};
 use seqsync_demo::graph_run as run;
 
@@ -116,7 +118,12 @@ fn run_on<B: GraphBackend>(
     Ok(run::run(backend, spec, lowering, runs)?)
 }
 
-fn print_report(a: &GraphArgs, dag: &seqsync::graph::Dag, r: &Report, analysis: &Analysis) {
+fn print_report(
+    a: &GraphArgs,
+    dag: &seqsync::internal::graph::Dag,
+    r: &Report,
+    analysis: &Analysis,
+) {
     println!(
         "{}: {} commands, {} dependencies ({} in the transitive reduction), width {}",
         a.file.display(),

@@ -1,9 +1,8 @@
 //! `--times` and `--measure`: the throughput a plan's stage times predict, its critical cycle,
 //! and what one more slot of a ring or buffer on that cycle would give.
 
-use seqsync::pipeline::{
-    derive, predict, PipelineSpec, Plan, PlanError, Prediction, Slots, StageTimes,
-};
+use seqsync::internal::pipeline::Slots;
+use seqsync::pipeline::{derive, predict, PipelineSpec, Plan, PlanError, Prediction, StageTimes};
 use std::collections::HashMap;
 
 use serde::Serialize;
@@ -56,7 +55,7 @@ pub(crate) fn report(
         .map(|b| (b.name.name.as_str(), &b.slots))
         .collect();
     let rings: HashMap<&str, u64> = plan
-        .rings
+        .rings()
         .iter()
         .map(|r| (r.name.as_str(), r.max_size))
         .collect();
@@ -83,7 +82,7 @@ pub(crate) fn report(
     sets.sort();
     sets.dedup();
     let tries =
-        (GAINS_WORK / (plan.stages.len() + plan.rings.len()).max(1)).clamp(1, MAX_GAINS_TRIED);
+        (GAINS_WORK / (plan.stages().len() + plan.rings().len()).max(1)).clamp(1, MAX_GAINS_TRIED);
     let untried = sets.len().saturating_sub(tries);
     sets.truncate(tries);
     let mut gains = Vec::new();

@@ -6,10 +6,11 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use seqsync::backend::command::{CommandBackend, CopyOp, FillOp};
-use seqsync::backend::GraphBackend;
-use seqsync::graph::spec_toml::GraphSpec;
-use seqsync::graph::{Affinity, CommandKind, Graph, Lowering, Op, StreamPool};
+use seqsync::backend::{CommandBackend, CopyOp, FillOp};
+use seqsync::graph::{Affinity, Graph, Lowering, Queues};
+use seqsync::internal::backend::GraphBackend;
+use seqsync::internal::graph::spec_toml::GraphSpec;
+use seqsync::internal::graph::{Command, CommandKind};
 use seqsync::Result;
 
 /// Words each copy or fill of a graph file moves.
@@ -35,18 +36,18 @@ pub fn build<B: CommandBackend>(backend: &B, spec: &GraphSpec) -> Result<Graph<B
     for c in 0..dag.len() {
         let us = spec.us[c];
         ops.push(match dag.kind(c) {
-            CommandKind::Kernel => Op::Kernel(backend.spin_kernel(us)?),
-            CommandKind::Host => Op::Host(std::sync::Arc::new(move || {
+            CommandKind::Kernel => Command::Kernel(backend.spin_kernel(us)?),
+            CommandKind::Host => Command::Host(std::sync::Arc::new(move || {
                 std::thread::sleep(Duration::from_micros(us))
             })),
-            CommandKind::Copy => Op::Copy(CopyOp {
+            CommandKind::Copy => Command::Copy(CopyOp {
                 src: backend.alloc_words(MOVE_WORDS)?,
                 src_offset: 0,
                 dst: backend.alloc_words(MOVE_WORDS)?,
                 dst_offset: 0,
                 words: MOVE_WORDS,
             }),
-            CommandKind::Fill => Op::Fill(FillOp {
+            CommandKind::Fill => Command::Fill(FillOp {
                 dst: backend.alloc_words(MOVE_WORDS)?,
                 offset: 0,
                 words: MOVE_WORDS,
@@ -67,9 +68,9 @@ pub fn run<B: GraphBackend>(
     runs: usize,
 ) -> Result<RunReport> {
     let graph = build(backend, spec)?;
-    let mut pool = StreamPool::new(backend.clone());
+    let mut pool = Queues::new(backend.clone());
     let mut times = Vec::with_capacity(runs);
-    let mut time = |submit: &mut dyn FnMut(&mut StreamPool<B>) -> Result<()>| -> Result<()> {
+    let mut time = |submit: &mut dyn FnMut(&mut Queues<B>) -> Result<()>| -> Result<()> {
         submit(&mut pool)?; // warm-up
         pool.synchronize()?;
         for _ in 0..runs.max(1) {
@@ -127,10 +128,10 @@ pub fn trace<B: GraphBackend>(
     let dag = &spec.dag;
     let t0 = Arc::new(Mutex::new(Instant::now()));
     let times = Arc::new(Mutex::new(vec![(0.0, 0.0); dag.len()]));
-    let ops: Vec<Op<B>> = (0..dag.len())
+    let ops: Vec<Command<B>> = (0..dag.len())
         .map(|c| {
             let (t0, times, us) = (t0.clone(), times.clone(), spec.us[c]);
-            Op::Host(std::sync::Arc::new(move || {
+            Command::Host(std::sync::Arc::new(move || {
                 let start = t0.lock().unwrap_or_else(|e| e.into_inner()).elapsed();
                 std::thread::sleep(Duration::from_micros(us));
                 let end = t0.lock().unwrap_or_else(|e| e.into_inner()).elapsed();
@@ -140,7 +141,7 @@ pub fn trace<B: GraphBackend>(
         })
         .collect();
     let graph = Graph::new(dag.clone(), ops);
-    let mut pool = StreamPool::new(backend.clone());
+    let mut pool = Queues::new(backend.clone());
     let report = if lowering == Lowering::CudaGraph {
         let exe = graph.instantiate(backend)?;
         *t0.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();

@@ -12,11 +12,11 @@
 //! the demo's kernels, on the GPU if there is one).
 //!
 //! ```
-//! use seqsync::pipeline::{derive, spec_toml};
+//! use seqsync::pipeline::{derive, PipelineSpec};
 //! use seqsync_demo::selftest;
 //! use seqsync::HostBackend;
 //!
-//! let spec = spec_toml::from_str(r#"
+//! let spec = PipelineSpec::from_toml(r#"
 //!     [buffers]
 //!     a = 2
 //!     [[thread]]
@@ -43,8 +43,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use seqsync::backend::Backend;
-use seqsync::pipeline::runtime::{self, RunConfig, Stages};
-use seqsync::pipeline::spec::buffer_slots;
+use seqsync::internal::pipeline::buffer_slots;
+use seqsync::pipeline::{self, RunConfig, Stages};
 use seqsync::pipeline::{PipelineSpec, Plan, PlanError, StageTimes};
 use seqsync::Result;
 
@@ -347,14 +347,14 @@ pub fn run_with<B: Backend>(
             Ok(())
         });
     }
-    let streams = runtime::new_streams(backend, plan)?;
-    let stats = runtime::run(RunConfig {
+    let streams = seqsync::pipeline::new_streams(backend, plan)?;
+    let stats = pipeline::run(RunConfig {
         plan,
         backend,
         streams: &streams,
         stages: &stages,
         batches,
-        stall_timeout: Some(runtime::DEFAULT_STALL_TIMEOUT),
+        stall_timeout: Some(seqsync::internal::pipeline::DEFAULT_STALL_TIMEOUT),
     })?;
     drop(streams);
     let first_wrong = world

@@ -10,7 +10,7 @@
 //! an actor iff `epoch.tick <= clock[epoch.actor]`.
 
 /// An actor of the happens-before model: a stream or a host thread, registered with a
-/// [`HazardChecker`](crate::hazard::HazardChecker) or a buffer tracker, which hand these out.
+/// hazard checker or a buffer tracker, which hand these out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ActorId(pub(crate) u32);
 

@@ -50,7 +50,7 @@
 //! use seqsync::{Blocking, EventRingbuf, HostBackend};
 //!
 //! let host = HostBackend::new();
-//! let (copy, kernel) = (host.new_stream("copy"), host.new_stream("kernel"));
+//! let (copy, kernel) = (host.new_stream("copy")?, host.new_stream("kernel")?);
 //! let copied = EventRingbuf::new(&host, "copy", 1, 4)?;
 //! for seq in 0..8 {
 //!     copy.launch(move || { /* copy batch `seq` in */ });
@@ -67,7 +67,7 @@
 pub mod backend;
 mod error;
 pub mod graph;
-mod happens_before;
+pub(crate) mod happens_before;
 pub mod hazard;
 mod lock;
 pub mod memory;
@@ -76,7 +76,7 @@ pub mod pipeline;
 mod primitive;
 pub mod ring;
 pub mod timeline;
-pub mod wait_strategy;
+pub(crate) mod wait_strategy;
 
 #[cfg(all(test, seqsync_loom))]
 mod tests;
@@ -94,11 +94,111 @@ pub use error::{BackendError, Error, Result};
 pub use ring::{Blocking, EventRingbuf};
 pub use timeline::Timeline;
 
-/// Not API: what this workspace's demo, benchmarks and CLI read about the crate's internals.
-/// It may change or go in any release.
+/// Not API: what this workspace's demo, benchmarks, CLI and tests read about the crate's
+/// internals, one module per layer. Nothing here is documented or stable: it may change or go
+/// in any release. Applications use the public modules above.
 #[doc(hidden)]
 pub mod internal {
-    use crate::lock;
+    /// The backend layer's internals: command and graph-replay traits, semaphores, interrupts,
+    /// memory usage, the run-time-picked handles.
+    pub mod backend {
+        pub use crate::backend::any::*;
+        pub use crate::backend::command::*;
+        pub use crate::backend::interrupt::*;
+        pub use crate::backend::memory::*;
+        pub use crate::backend::replay::*;
+        pub use crate::backend::semaphore::*;
+        pub use crate::backend::{Backend, EventOptions};
+
+        /// The host backend's handles.
+        pub mod host {
+            pub use crate::backend::host::command::*;
+            pub use crate::backend::host::event::*;
+            pub use crate::backend::host::memory::*;
+            pub use crate::backend::host::semaphore::*;
+            pub use crate::backend::host::stream::*;
+            pub use crate::backend::host::{Chaos, HostBackend};
+        }
+
+        /// The CUDA backend's handles and driver helpers.
+        #[cfg(feature = "cuda")]
+        pub mod cuda {
+            pub use crate::backend::cuda::command::*;
+            pub use crate::backend::cuda::driver::{driver_error, driver_present};
+            pub use crate::backend::cuda::event::*;
+            pub use crate::backend::cuda::graph_exec::*;
+            pub use crate::backend::cuda::mempool::*;
+            pub use crate::backend::cuda::semaphore::*;
+            pub use crate::backend::cuda::{CudaBackend, DeviceBuffer, PinnedBuffer};
+            pub use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
+        }
+    }
+
+    /// The graph layer's internals: the DAG, its analysis, the lowerings and schedules, the
+    /// `seqsync graph` file format.
+    pub mod graph {
+        pub use crate::graph::bitset::*;
+        pub use crate::graph::dag::*;
+        pub use crate::graph::lower_cuda_graph::*;
+        pub use crate::graph::lower_levels::*;
+        pub use crate::graph::lower_streams::*;
+        pub use crate::graph::lowering::*;
+        pub use crate::graph::queues::*;
+        pub use crate::graph::record::*;
+        pub use crate::graph::reduce::*;
+        pub use crate::graph::schedule::*;
+        pub use crate::graph::{Executable, GraphError};
+
+        /// The `seqsync graph` file format.
+        pub mod spec_toml {
+            pub use crate::graph::spec_toml::*;
+        }
+    }
+
+    /// The pipeline layer's internals: the spec's parts, the derivation without its deadlock
+    /// check, the deadlock search's options and traces, the runtime's and the throughput
+    /// model's helpers.
+    pub mod pipeline {
+        pub use crate::pipeline::deadlock::*;
+        pub use crate::pipeline::derive::*;
+        pub use crate::pipeline::plan::*;
+        pub use crate::pipeline::runtime::*;
+        pub use crate::pipeline::spec::*;
+        pub use crate::pipeline::spec_toml::*;
+        pub use crate::pipeline::throughput::*;
+        pub use crate::pipeline::PlanError;
+
+        /// `plan` without `stage`'s waits (and synchronizes) on `ring`: a plan that misorders
+        /// on purpose, for negative controls. `None` if `stage` has no such wait.
+        pub fn without_wait(plan: Plan, stage: &str, ring: &str) -> Option<Plan> {
+            plan.without_wait(stage, ring)
+        }
+
+        /// `plan` with every wait and synchronize of `thread` given the blocking flag
+        /// `blocking`, for tests of the deadlock check. `None` if there is no such thread.
+        pub fn with_waits_blocking(plan: Plan, thread: &str, blocking: bool) -> Option<Plan> {
+            plan.with_waits_blocking(thread, blocking)
+        }
+    }
+
+    /// The memory layer's internals: the allocator trait both pools implement, the native pool,
+    /// the handoff layer's statistics and events.
+    pub mod memory {
+        pub use crate::memory::allocation::*;
+        pub use crate::memory::handoff::backend::*;
+        pub use crate::memory::handoff::state::*;
+        pub use crate::memory::native::*;
+    }
+
+    /// The hazard checker's internals: the checker itself, accesses, actors, the validating
+    /// handles.
+    pub mod hazard {
+        pub use crate::happens_before::*;
+        pub use crate::hazard::backend::*;
+        pub use crate::hazard::checker::*;
+        pub use crate::hazard::command::*;
+        pub use crate::hazard::report::*;
+    }
 
     /// Whether the crate's internal locks are *biased* to the thread that takes them: a timeline's
     /// admission state, its streams' failure ledgers, the CUDA timeline words' point lists and the
@@ -122,6 +222,6 @@ pub mod internal {
     /// ```
     #[cfg(not(seqsync_loom))]
     pub fn lock_biasing() -> std::result::Result<(), &'static str> {
-        lock::biasing()
+        crate::lock::biasing()
     }
 }

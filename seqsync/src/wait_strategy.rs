@@ -103,7 +103,7 @@ impl Expectation {
 
 /// What a waiter does next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Step {
+pub(crate) enum Next {
     /// Poll again at once.
     Spin,
     /// Sleep (or park) up to this long, then poll.
@@ -112,9 +112,9 @@ pub(crate) enum Step {
 
 /// The plan (see the [module docs](self)): what to do `elapsed` into a wait expected to take
 /// `expected`, for a waiter that is woken on completion (`notified`) or not.
-pub(crate) fn step(elapsed: Duration, expected: Option<Duration>, notified: bool) -> Step {
+pub(crate) fn next(elapsed: Duration, expected: Option<Duration>, notified: bool) -> Next {
     if elapsed < SPIN {
-        return Step::Spin;
+        return Next::Spin;
     }
     // Sleep a fraction of how long the wait has lasted (or, past the expected end, of how late
     // it is): a wait that ends at a surprising time is noticed within that fraction of it.
@@ -126,16 +126,16 @@ pub(crate) fn step(elapsed: Duration, expected: Option<Duration>, notified: bool
         }
     };
     let Some(e) = expected else {
-        return Step::Sleep(backoff(elapsed, 8));
+        return Next::Sleep(backoff(elapsed, 8));
     };
     let from = e.saturating_sub(SPIN_AHEAD);
     if elapsed < from {
-        return Step::Sleep(backoff(elapsed, 8).min(from - elapsed));
+        return Next::Sleep(backoff(elapsed, 8).min(from - elapsed));
     }
     if elapsed < e + SPIN_AFTER {
-        return Step::Spin;
+        return Next::Spin;
     }
-    Step::Sleep(backoff(elapsed - e, 4))
+    Next::Sleep(backoff(elapsed - e, 4))
 }
 
 /// Lowers the calling thread's timer slack to 1 µs while it lives (Linux), restoring it on
@@ -226,17 +226,17 @@ pub(crate) fn wait_until<R>(
             Some(d) => d - now,
             None => Duration::MAX,
         };
-        match step(elapsed, expected, notified) {
+        match next(elapsed, expected, notified) {
             // Under loom a spin would never let another thread run: park briefly instead.
             #[cfg(not(seqsync_loom))]
-            Step::Spin => {
+            Next::Spin => {
                 for _ in 0..16 {
                     std::hint::spin_loop();
                 }
             }
             #[cfg(seqsync_loom)]
-            Step::Spin => sleep(FINE_POLL.min(left)),
-            Step::Sleep(d) => {
+            Next::Spin => sleep(FINE_POLL.min(left)),
+            Next::Sleep(d) => {
                 slack.get_or_insert_with(TightTimerSlack::new);
                 sleep(d.min(left));
             }
@@ -263,36 +263,36 @@ mod tests {
 
     #[test]
     fn a_wait_spins_first() {
-        assert_eq!(step(Duration::ZERO, None, false), Step::Spin);
-        assert_eq!(step(99 * US, Some(100 * MS), true), Step::Spin);
+        assert_eq!(next(Duration::ZERO, None, false), Next::Spin);
+        assert_eq!(next(99 * US, Some(100 * MS), true), Next::Spin);
     }
 
     #[test]
     fn an_unknown_wait_sleeps_an_eighth_of_its_length_up_to_poll_max() {
-        assert_eq!(step(120 * US, None, false), Step::Sleep(FINE_POLL));
-        assert_eq!(step(200 * US, None, false), Step::Sleep(25 * US));
-        assert_eq!(step(2 * MS, None, false), Step::Sleep(250 * US));
-        assert_eq!(step(8 * MS, None, false), Step::Sleep(MS));
-        assert_eq!(step(80 * MS, None, false), Step::Sleep(POLL_MAX));
-        assert_eq!(step(80 * MS, None, true), Step::Sleep(PARK_MAX));
+        assert_eq!(next(120 * US, None, false), Next::Sleep(FINE_POLL));
+        assert_eq!(next(200 * US, None, false), Next::Sleep(25 * US));
+        assert_eq!(next(2 * MS, None, false), Next::Sleep(250 * US));
+        assert_eq!(next(8 * MS, None, false), Next::Sleep(MS));
+        assert_eq!(next(80 * MS, None, false), Next::Sleep(POLL_MAX));
+        assert_eq!(next(80 * MS, None, true), Next::Sleep(PARK_MAX));
     }
 
     #[test]
     fn an_expected_wait_sleeps_until_the_margin_then_spins_across_the_end() {
         let e = Some(100 * MS);
-        assert_eq!(step(50 * MS, e, false), Step::Sleep(POLL_MAX));
-        assert_eq!(step(99 * MS, e, false), Step::Sleep(800 * US));
+        assert_eq!(next(50 * MS, e, false), Next::Sleep(POLL_MAX));
+        assert_eq!(next(99 * MS, e, false), Next::Sleep(800 * US));
         // Never sleeps past the start of the window, notified or not.
-        assert_eq!(step(99_700 * US, e, false), Step::Sleep(100 * US));
-        assert_eq!(step(99_700 * US, e, true), Step::Sleep(100 * US));
-        assert_eq!(step(99_800 * US, e, false), Step::Spin);
-        assert_eq!(step(100_099 * US, e, true), Step::Spin);
+        assert_eq!(next(99_700 * US, e, false), Next::Sleep(100 * US));
+        assert_eq!(next(99_700 * US, e, true), Next::Sleep(100 * US));
+        assert_eq!(next(99_800 * US, e, false), Next::Spin);
+        assert_eq!(next(100_099 * US, e, true), Next::Spin);
         // Late: polls a quarter of the lateness apart.
-        assert_eq!(step(100_199 * US, e, false), Step::Spin);
-        assert_eq!(step(100_200 * US, e, false), Step::Sleep(50 * US));
-        assert_eq!(step(100_400 * US, e, false), Step::Sleep(100 * US));
-        assert_eq!(step(120 * MS, e, false), Step::Sleep(POLL_MAX));
-        assert_eq!(step(100_200 * US, e, true), Step::Sleep(PARK_MAX));
+        assert_eq!(next(100_199 * US, e, false), Next::Spin);
+        assert_eq!(next(100_200 * US, e, false), Next::Sleep(50 * US));
+        assert_eq!(next(100_400 * US, e, false), Next::Sleep(100 * US));
+        assert_eq!(next(120 * MS, e, false), Next::Sleep(POLL_MAX));
+        assert_eq!(next(100_200 * US, e, true), Next::Sleep(PARK_MAX));
     }
 
     #[test]

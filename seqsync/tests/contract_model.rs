@@ -1,6 +1,6 @@
 //! Random programs over the newer layers, against a sequential model of their contract
 //! (DESIGN.md "Failure, drops and queue order"): timelines (stream and host signals and waits,
-//! failures, drops of the last handle), command-graph submissions on a [`StreamPool`] (queues,
+//! failures, drops of the last handle), command-graph submissions on a [`Queues`] (queues,
 //! barriers, empty buffers, waits and signals) and the stream-ordered [`Pool`] (alloc, uses,
 //! frees with wait lists). Run on the host backend with chaos and slow work, so that an order
 //! the implementation misses shows up.
@@ -25,8 +25,9 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use seqsync::backend::host::Chaos;
-use seqsync::backend::{Backend, GraphBackend, MemoryBackend};
-use seqsync::graph::{Affinity, CommandBuffer, Lowering, StreamPool, Submit};
+use seqsync::backend::{Backend, MemoryBackend};
+use seqsync::graph::{Affinity, CommandBuffer, Lowering, Queues, Submit};
+use seqsync::internal::backend::GraphBackend;
 use seqsync::memory::{Block, Pool, PoolConfig, Wait};
 use seqsync::timeline::Timeline;
 use seqsync::{Error, HostBackend};
@@ -496,7 +497,7 @@ fn run_on<B: Under>(host: &B, ops: &[Op]) -> Vec<String> {
     };
     // Dropped last: the pools, then the timelines.
     let pool = Pool::new(host, "model", PoolConfig::default()).unwrap();
-    let mut graphs = StreamPool::new(host.clone());
+    let mut graphs = Queues::new(host.clone());
     let streams: Vec<B::Stream> = (0..STREAMS)
         .map(|i| host.new_stream(&format!("s{i}")).unwrap())
         .collect();

@@ -4,9 +4,8 @@
 
 use seqsync::backend::host::Chaos;
 use seqsync::backend::Backend;
-use seqsync::hazard::{
-    Access, AccessKind, ActorKind, Hazard, HazardChecker, HazardKind, ValidatingBackend,
-};
+use seqsync::hazard::{Hazard, HazardKind, ValidatingBackend};
+use seqsync::internal::hazard::{Access, AccessKind, ActorKind, HazardChecker};
 use seqsync::{Blocking, EventRingbuf, HostBackend};
 
 // ---- the model, driven by hand --------------------------------------------------------------
@@ -629,7 +628,7 @@ fn a_host_record_without_the_consumers_wait_is_reported() {
 /// stage on thread t1 reads it; the runtime publishes the host stage with `record_host`.
 #[test]
 fn a_pipeline_host_stage_feeding_a_stream_stage_is_clean() {
-    use seqsync::pipeline::{derive, runtime, PipelineSpec, StageSpec};
+    use seqsync::pipeline::{self, derive, PipelineSpec, StageSpec};
     let spec = PipelineSpec::builder()
         .buffer("buf", 2)
         .thread("t0")
@@ -640,8 +639,8 @@ fn a_pipeline_host_stage_feeding_a_stream_stage_is_clean() {
         .unwrap();
     let plan = derive(&spec).unwrap();
     let vb = ValidatingBackend::new(HostBackend::new());
-    let streams = runtime::new_streams(&vb, &plan).unwrap();
-    let stages = runtime::Stages::<ValidatingBackend<HostBackend>>::new()
+    let streams = pipeline::new_streams(&vb, &plan).unwrap();
+    let stages = pipeline::Stages::<ValidatingBackend<HostBackend>>::new()
         .stage("produce", |cx| {
             vb.host_access(Access::write("produce", "buf", cx.seq as usize % 2, cx.seq));
             Ok(())
@@ -654,7 +653,7 @@ fn a_pipeline_host_stage_feeding_a_stream_stage_is_clean() {
             );
             Ok(())
         });
-    runtime::run(runtime::RunConfig {
+    pipeline::run(pipeline::RunConfig {
         plan: &plan,
         backend: &vb,
         streams: &streams,

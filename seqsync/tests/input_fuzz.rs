@@ -13,8 +13,10 @@
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use seqsync::graph::{self, Analysis, Lowering};
-use seqsync::pipeline::{check_deadlock_with, derive, spec_toml, CheckOptions};
+use seqsync::graph::Lowering;
+use seqsync::internal::graph;
+use seqsync::internal::graph::Analysis;
+use seqsync::pipeline::{check_deadlock_with, derive, CheckOptions, PipelineSpec};
 
 const SEED_SPEC: &str = include_str!("../../specs/seed.toml");
 const FANOUT_SPEC: &str = include_str!("../../specs/fanout.toml");
@@ -179,7 +181,7 @@ fn quoted_spans(line: &str) -> Vec<(usize, usize)> {
 /// Everything a file goes through before anything runs. Returns nothing: a panic is the
 /// failure.
 fn answer(text: &str) {
-    if let Ok(spec) = spec_toml::from_str(text) {
+    if let Ok(spec) = PipelineSpec::from_toml(text) {
         if let Ok(plan) = derive(&spec) {
             let _ = check_deadlock_with(&plan, CheckOptions { max_states: 20_000 });
             let _ = plan.to_string();

@@ -13,9 +13,10 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::graph_run::RunReport;
-use seqsync::backend::{GraphBackend, Op};
-use seqsync::graph::spec_toml::GraphSpec;
-use seqsync::graph::{Affinity, CommandKind, Dag, DagBuilder, Graph, Lowering, StreamPool};
+use seqsync::graph::{Affinity, Graph, Lowering, Queues};
+use seqsync::internal::backend::{Command, GraphBackend};
+use seqsync::internal::graph::spec_toml::GraphSpec;
+use seqsync::internal::graph::{CommandKind, Dag, DagBuilder};
 use seqsync::Result;
 
 /// Submit cost for one DAG size.
@@ -168,7 +169,7 @@ fn time(
 fn submit_row<B: GraphBackend>(b: &B, n: usize, reps: usize) -> Result<SubmitRow> {
     let dag = random_dag(n, 0x5EED + n as u64);
     let kernel = b.spin_kernel(0)?;
-    let ops: Vec<Op<B>> = (0..n).map(|_| Op::Kernel(kernel.clone())).collect();
+    let ops: Vec<Command<B>> = (0..n).map(|_| Command::Kernel(kernel.clone())).collect();
     // Raw: the same kernels in topological order on one stream.
     let stream = b.new_stream("raw")?;
     let (raw_s, raw_t) = time(
@@ -183,7 +184,7 @@ fn submit_row<B: GraphBackend>(b: &B, n: usize, reps: usize) -> Result<SubmitRow
     )?;
     let mut exe = Graph::new(dag.clone(), ops.clone()).lower(Lowering::Streams);
     let (events, streams) = (exe.report().events, exe.report().streams);
-    let pool = std::cell::RefCell::new(StreamPool::new(b.clone()));
+    let pool = std::cell::RefCell::new(Queues::new(b.clone()));
     let (st_s, st_t) = time(
         reps,
         &mut || {
@@ -224,7 +225,7 @@ fn run_on<B: GraphBackend>(b: &B, cfg: &GraphBenchConfig) -> Result<GraphBenchRe
         .map(|&n| submit_row(b, n, cfg.reps))
         .collect::<Result<Vec<_>>>()?;
     let spec = unequal_dag(42);
-    let analysis = seqsync::graph::Analysis::of(&spec.dag);
+    let analysis = seqsync::internal::graph::Analysis::of(&spec.dag);
     let mut makespan = Vec::new();
     let mut critical = 0;
     for lowering in [Lowering::Streams, Lowering::CudaGraph, Lowering::Levels] {
@@ -238,7 +239,7 @@ fn run_on<B: GraphBackend>(b: &B, cfg: &GraphBenchConfig) -> Result<GraphBenchRe
             }
             .into(),
             makespan_us: r.makespan_us,
-            false_dependencies: seqsync::graph::report(&spec.dag, &analysis, lowering)
+            false_dependencies: seqsync::internal::graph::report(&spec.dag, &analysis, lowering)
                 .false_dependencies,
         });
     }

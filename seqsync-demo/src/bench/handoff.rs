@@ -115,8 +115,8 @@ impl<B: Backend> Backend for NopRecordWait<B> {
     fn synchronize_interruptible(
         &self,
         event: &Self::Event,
-        interrupt: &dyn seqsync::backend::Interrupt,
-    ) -> Result<seqsync::backend::SyncOutcome> {
+        interrupt: &dyn seqsync::internal::backend::Interrupt,
+    ) -> Result<seqsync::internal::backend::SyncOutcome> {
         self.0.synchronize_interruptible(event, interrupt)
     }
     fn query(&self, event: &Self::Event) -> Result<bool> {
@@ -128,7 +128,7 @@ impl<B: Backend> Backend for NopRecordWait<B> {
     fn create_semaphore(
         &self,
         initial: u64,
-        waker: seqsync::backend::SemaphoreWaker,
+        waker: seqsync::internal::backend::SemaphoreWaker,
     ) -> Result<Self::Semaphore> {
         self.0.create_semaphore(initial, waker)
     }

@@ -361,7 +361,7 @@ pub fn run(kind: seqsync::BackendKind, cfg: &BenchConfig) -> Result<BenchReport>
 
 /// Every measurement on the host backend `h` (which may be [polling](seqsync::HostBackend::polling)).
 pub fn run_on_host(h: &seqsync::HostBackend, cfg: &BenchConfig) -> Result<BenchReport> {
-    let mk = |i: usize| h.new_stream(&format!("bench{i}"));
+    let mk = |i: usize| h.new_stream(&format!("bench{i}")).unwrap();
     let (p, c) = (mk(0), mk(1));
     let mut ops = single_thread(h, &p, &c, cfg)?;
     let streams = [mk(2), mk(3), mk(4), mk(5), mk(6)];
@@ -409,7 +409,7 @@ pub(crate) fn cuda_busy(
 
 #[cfg(feature = "cuda")]
 fn run_cuda(gpu: &seqsync::backend::cuda::CudaBackend, cfg: &BenchConfig) -> Result<BenchReport> {
-    let mk = || gpu.new_stream();
+    let mk = || gpu.new_stream("bench");
     let (p, c) = (mk()?, mk()?);
     let mut ops = single_thread(gpu, &p, &c, cfg)?;
     let streams = [mk()?, mk()?, mk()?, mk()?, mk()?];

@@ -11,9 +11,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use seqsync::backend::{
-    Backend, EventOptions, Interrupt, Mechanism, Semaphore, SemaphoreWaker, SyncOutcome,
-};
+use seqsync::backend::{Backend, EventOptions};
+use seqsync::internal::backend::{Interrupt, Mechanism, Semaphore, SemaphoreWaker, SyncOutcome};
 use seqsync::{Error, Result};
 
 /// Stream ids of this backend start here, far above any real backend's.
@@ -62,7 +61,7 @@ impl Semaphore for NullSemaphore {
         Ok(())
     }
     fn fail(&self, last_value: u64) {
-        let w = seqsync::backend::semaphore::failed_word(last_value);
+        let w = seqsync::internal::backend::failed_word(last_value);
         self.0.value.fetch_max(w, Ordering::Release);
     }
     fn failure(&self) -> Option<Error> {

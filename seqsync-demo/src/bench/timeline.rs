@@ -24,7 +24,8 @@ use serde::Serialize;
 
 use super::null_backend::NullBackend;
 use super::{median, thread_cpu_time, SyncRow};
-use seqsync::backend::{Backend, EventOptions, Semaphore};
+use seqsync::backend::{Backend, EventOptions};
+use seqsync::internal::backend::Semaphore;
 use seqsync::timeline::Timeline;
 use seqsync::Result;
 
@@ -388,7 +389,7 @@ pub fn run_on_host(
     h: &seqsync::HostBackend,
     cfg: &TimelineBenchConfig,
 ) -> Result<TimelineBenchReport> {
-    let (s1, s2) = (h.new_stream("s1"), h.new_stream("s2"));
+    let (s1, s2) = (h.new_stream("s1").unwrap(), h.new_stream("s2").unwrap());
     let (mechanism, mut ops) = per_call(h, &s1, &s2, cfg)?;
     ops.push(layer_alone(cfg)?);
     let busy = |s: &seqsync::backend::host::HostStream, d: Duration| {
@@ -412,7 +413,7 @@ fn run_cuda(
     cfg: &TimelineBenchConfig,
 ) -> Result<TimelineBenchReport> {
     use seqsync::backend::cuda::TimelineMechanism;
-    let (s1, s2) = (gpu.new_stream()?, gpu.new_stream()?);
+    let (s1, s2) = (gpu.new_stream("s1")?, gpu.new_stream("s2")?);
     let mechanism = Timeline::new(gpu, "default", 0)?.mechanism().to_string();
     let (mut ops, mut ping) = (vec![], vec![]);
     for m in [

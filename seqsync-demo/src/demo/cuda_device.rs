@@ -7,10 +7,10 @@ use seqsync::cudarc::driver::{sys, CudaFunction, CudaStream, LaunchConfig, PushK
 
 use super::device::{Device, Layout, Mark, Reference};
 use super::workload::{self, HEADER};
-use seqsync::backend::cuda::{
-    CudaBackend, CudaEvent, CudaKernel, DeviceBuffer, KernelParam, PinnedBuffer,
-};
-use seqsync::backend::{Backend, CopyOp, EventOptions, Op};
+use seqsync::backend::cuda::{CudaBackend, CudaKernel, DeviceBuffer, KernelParam, PinnedBuffer};
+use seqsync::backend::{Backend, CopyOp, EventOptions};
+use seqsync::internal::backend::cuda::CudaEvent;
+use seqsync::internal::backend::Command;
 use seqsync::{Error, Result};
 
 pub(crate) struct CudaDevice {
@@ -33,7 +33,7 @@ pub(crate) struct CudaDevice {
 }
 
 fn launch_error(e: seqsync::cudarc::driver::DriverError) -> Error {
-    seqsync::backend::cuda::driver_error("cuLaunchKernel", e)
+    seqsync::internal::backend::cuda::driver_error("cuLaunchKernel", e)
 }
 
 impl CudaDevice {
@@ -63,7 +63,9 @@ impl CudaDevice {
         let sms = backend
             .context()
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-            .map_err(|e| seqsync::backend::cuda::driver_error("cuDeviceGetAttribute", e))?;
+            .map_err(|e| {
+                seqsync::internal::backend::cuda::driver_error("cuDeviceGetAttribute", e)
+            })?;
         let blocks = n.div_ceil(256).clamp(1, sms.max(1) as usize * 8) as u32;
         Ok(CudaDevice {
             d_in: alloc(layout.nin)?,
@@ -95,12 +97,12 @@ impl CudaDevice {
         self.backend
             .context()
             .bind_to_thread()
-            .map_err(|e| seqsync::backend::cuda::driver_error("cuCtxSetCurrent", e))
+            .map_err(|e| seqsync::internal::backend::cuda::driver_error("cuCtxSetCurrent", e))
     }
 
     /// A kernel node of `function` on `params`, in the launch shape of the stream launches.
-    fn kernel(&self, function: &CudaFunction, params: Vec<KernelParam>) -> Op<CudaBackend> {
-        Op::Kernel(CudaKernel {
+    fn kernel(&self, function: &CudaFunction, params: Vec<KernelParam>) -> Command<CudaBackend> {
+        Command::Kernel(CudaKernel {
             function: function.clone(),
             grid: self.launch.grid_dim,
             block: self.launch.block_dim,
@@ -109,8 +111,8 @@ impl CudaDevice {
         })
     }
 
-    fn copy(&self, src: Arc<DeviceBuffer>, dst: Arc<DeviceBuffer>) -> Op<CudaBackend> {
-        Op::Copy(CopyOp {
+    fn copy(&self, src: Arc<DeviceBuffer>, dst: Arc<DeviceBuffer>) -> Command<CudaBackend> {
+        Command::Copy(CopyOp {
             src,
             src_offset: 0,
             dst,
@@ -206,7 +208,7 @@ impl Device for CudaDevice {
         // to this copy alone; `src` is n pinned u32s kept alive by `self`.
         unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), n * 4, s.cu_stream()) }
             .result()
-            .map_err(|e| seqsync::backend::cuda::driver_error("cuMemcpyHtoDAsync", e))
+            .map_err(|e| seqsync::internal::backend::cuda::driver_error("cuMemcpyHtoDAsync", e))
     }
     fn copy_out_from(&self, s: &Arc<CudaStream>, src: u64, hout: usize) -> Result<()> {
         let n = self.layout.n;
@@ -218,31 +220,31 @@ impl Device for CudaDevice {
         // (ordered by a point); `dst` is n pinned u32s kept alive by `self`.
         unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, n * 4, s.cu_stream()) }
             .result()
-            .map_err(|e| seqsync::backend::cuda::driver_error("cuMemcpyDtoHAsync", e))
+            .map_err(|e| seqsync::internal::backend::cuda::driver_error("cuMemcpyDtoHAsync", e))
     }
-    fn op_copy_in(&self, hin: usize, slot: usize) -> Op<CudaBackend> {
+    fn op_copy_in(&self, hin: usize, slot: usize) -> Command<CudaBackend> {
         self.copy(self.hin[hin].as_memory(), self.d_in[slot].clone())
     }
-    fn op_f(&self, slot_in: usize, slot_x: usize) -> Op<CudaBackend> {
+    fn op_f(&self, slot_in: usize, slot_x: usize) -> Command<CudaBackend> {
         let (src, dst) = (self.d_in[slot_in].device_ptr(), self.x[slot_x].device_ptr());
         let (n, k) = (self.layout.n as u64, self.layout.intensity);
         use KernelParam::{Ptr, U32, U64};
         self.kernel(&self.f, vec![Ptr(src), Ptr(dst), U64(n), U32(k)])
     }
-    fn op_g(&self, slot_in: usize, slot_y: usize) -> Op<CudaBackend> {
+    fn op_g(&self, slot_in: usize, slot_y: usize) -> Command<CudaBackend> {
         let (src, dst) = (self.d_in[slot_in].device_ptr(), self.y[slot_y].device_ptr());
         let (n, k) = (self.layout.n as u64, self.layout.intensity);
         use KernelParam::{Ptr, U32, U64};
         self.kernel(&self.g, vec![Ptr(src), Ptr(dst), U64(n), U32(k)])
     }
-    fn op_h(&self, slot_x: usize, slot_y: usize, slot_out: usize) -> Op<CudaBackend> {
+    fn op_h(&self, slot_x: usize, slot_y: usize, slot_out: usize) -> Command<CudaBackend> {
         let (x, y) = (self.x[slot_x].device_ptr(), self.y[slot_y].device_ptr());
         let out = self.out[slot_out].device_ptr();
         let (n, k) = (self.layout.n as u64, self.layout.intensity);
         use KernelParam::{Ptr, U32, U64};
         self.kernel(&self.h, vec![Ptr(x), Ptr(y), Ptr(out), U64(n), U32(k)])
     }
-    fn op_copy_out(&self, slot: usize, hout: usize) -> Op<CudaBackend> {
+    fn op_copy_out(&self, slot: usize, hout: usize) -> Command<CudaBackend> {
         self.copy(self.out[slot].clone(), self.hout[hout].as_memory())
     }
     fn check_output(&self, hout: usize, seq: i64) -> bool {

@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::workload::{self, HEADER};
-use seqsync::backend::{Backend, GraphBackend, MemoryBackend, Op};
+use seqsync::backend::{Backend, MemoryBackend};
+use seqsync::internal::backend::{Command, GraphBackend};
 use seqsync::Result;
 
 /// A stream of device `D`.
@@ -145,15 +146,15 @@ pub(crate) trait Device: Send + Sync + 'static {
 
     /// The graph engine's commands: the same copies and kernels as [`copy_in`](Self::copy_in)
     /// .. [`copy_out`](Self::copy_out), as command-graph ops of fixed slots.
-    fn op_copy_in(&self, hin: usize, slot: usize) -> Op<Self::B>;
+    fn op_copy_in(&self, hin: usize, slot: usize) -> Command<Self::B>;
     /// f as an op.
-    fn op_f(&self, slot_in: usize, slot_x: usize) -> Op<Self::B>;
+    fn op_f(&self, slot_in: usize, slot_x: usize) -> Command<Self::B>;
     /// g as an op.
-    fn op_g(&self, slot_in: usize, slot_y: usize) -> Op<Self::B>;
+    fn op_g(&self, slot_in: usize, slot_y: usize) -> Command<Self::B>;
     /// h as an op.
-    fn op_h(&self, slot_x: usize, slot_y: usize, slot_out: usize) -> Op<Self::B>;
+    fn op_h(&self, slot_x: usize, slot_y: usize, slot_out: usize) -> Command<Self::B>;
     /// The g2h copy as an op.
-    fn op_copy_out(&self, slot: usize, hout: usize) -> Op<Self::B>;
+    fn op_copy_out(&self, slot: usize, hout: usize) -> Command<Self::B>;
 
     /// With chaos on (host), sleep a random time.
     fn chaos_pause(&self) {}
@@ -173,7 +174,8 @@ pub(crate) trait Device: Send + Sync + 'static {
 
 // ---- host ---------------------------------------------------------------------------------
 
-use seqsync::backend::host::{HostBackend, HostKernel, HostStream};
+use seqsync::backend::host::{HostBackend, HostStream};
+use seqsync::internal::backend::host::HostKernel;
 
 type Buf = Mutex<Vec<u32>>;
 
@@ -336,20 +338,20 @@ impl Device for HostDevice {
         s.launch(self.copy_out_fn(slot, hout));
         Ok(())
     }
-    fn op_copy_in(&self, hin: usize, slot: usize) -> Op<HostBackend> {
-        Op::Kernel(HostKernel::new(self.copy_in_fn(hin, slot)))
+    fn op_copy_in(&self, hin: usize, slot: usize) -> Command<HostBackend> {
+        Command::Kernel(HostKernel::new(self.copy_in_fn(hin, slot)))
     }
-    fn op_f(&self, slot_in: usize, slot_x: usize) -> Op<HostBackend> {
-        Op::Kernel(HostKernel::new(self.f_fn(slot_in, slot_x)))
+    fn op_f(&self, slot_in: usize, slot_x: usize) -> Command<HostBackend> {
+        Command::Kernel(HostKernel::new(self.f_fn(slot_in, slot_x)))
     }
-    fn op_g(&self, slot_in: usize, slot_y: usize) -> Op<HostBackend> {
-        Op::Kernel(HostKernel::new(self.g_fn(slot_in, slot_y)))
+    fn op_g(&self, slot_in: usize, slot_y: usize) -> Command<HostBackend> {
+        Command::Kernel(HostKernel::new(self.g_fn(slot_in, slot_y)))
     }
-    fn op_h(&self, slot_x: usize, slot_y: usize, slot_out: usize) -> Op<HostBackend> {
-        Op::Kernel(HostKernel::new(self.h_fn(slot_x, slot_y, slot_out)))
+    fn op_h(&self, slot_x: usize, slot_y: usize, slot_out: usize) -> Command<HostBackend> {
+        Command::Kernel(HostKernel::new(self.h_fn(slot_x, slot_y, slot_out)))
     }
-    fn op_copy_out(&self, slot: usize, hout: usize) -> Op<HostBackend> {
-        Op::Kernel(HostKernel::new(self.copy_out_fn(slot, hout)))
+    fn op_copy_out(&self, slot: usize, hout: usize) -> Command<HostBackend> {
+        Command::Kernel(HostKernel::new(self.copy_out_fn(slot, hout)))
     }
     fn check_output(&self, hout: usize, seq: i64) -> bool {
         self.reference.check(&lock(&self.bufs.hout[hout]), seq)

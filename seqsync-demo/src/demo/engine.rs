@@ -1,6 +1,6 @@
 //! The seed's pipeline on the pipeline runtime ([`Engine::Pipeline`]): the seed spec is
 //! declared (same stage and stream names as `specs/seed.toml`), derived, and run by
-//! [`seqsync::pipeline::runtime::run`] with stage closures that call the same [`Device`] methods
+//! [`seqsync::pipeline::run`] with stage closures that call the same [`Device`] methods
 //! as the hand-written pipeline (`pipeline.rs`, variant Seed): get_data's input-buffer pool
 //! events in the h2g stage, process_data after g2h's synchronize.
 
@@ -12,8 +12,9 @@ use serde::Serialize;
 use super::device::{Device, Stream};
 use super::pipeline::{marked, Checker, InputPool, RunOptions, Variant, Verification};
 use seqsync::backend::Backend;
-use seqsync::pipeline::runtime::{self, RunConfig, StageCtx, Stages};
-use seqsync::pipeline::{derive, derive_unchecked, PipelineSpec, Plan, Slots, StageSpec};
+use seqsync::internal::pipeline::{derive_unchecked, Slots};
+use seqsync::pipeline::{self, RunConfig, StageCtx, Stages};
+use seqsync::pipeline::{derive, PipelineSpec, Plan, StageSpec};
 use seqsync::{Error, Result};
 
 /// Which code drives the demo's pipeline.
@@ -113,7 +114,10 @@ pub fn seed_shape(spec: &PipelineSpec) -> Result<(usize, usize, usize, usize)> {
     let mine = derive_unchecked(spec).map_err(|e| bad(e.to_string()))?;
     let seed = derive_unchecked(&seed_spec(nin, nx, ny, nout)).map_err(|e| bad(e.to_string()))?;
     // Indices alike and names alike: the same loop bodies over the same stages and streams.
-    if mine.threads != seed.threads || mine.stages != seed.stages || mine.streams != seed.streams {
+    if mine.threads() != seed.threads()
+        || mine.stages() != seed.stages()
+        || mine.streams() != seed.streams()
+    {
         return Err(bad(
             "not shaped like the seed (threads h2g: h2g, f, g, h and g2h: g2h with sync, on \
              streams s_h2g, s_f, s_g, s_h, s_g2h, reading and writing in, x, y, out)"
@@ -163,7 +167,7 @@ pub(crate) fn run<D: Device>(
         l.nout as i64,
         l.npatterns as i64,
     );
-    let streams: HashMap<String, Stream<D>> = runtime::new_streams(dev.backend(), plan)?;
+    let streams: HashMap<String, Stream<D>> = seqsync::pipeline::new_streams(dev.backend(), plan)?;
     let b = dev.backend();
     let pool = InputPool::new(dev)?;
     let checker = Checker::new(opt.batches);
@@ -258,13 +262,13 @@ pub(crate) fn run<D: Device>(
             }),
             None => stages,
         };
-        runtime::run(RunConfig {
+        pipeline::run(RunConfig {
             plan,
             backend: b,
             streams: &streams,
             stages: &stages,
             batches: opt.batches,
-            stall_timeout: Some(runtime::DEFAULT_STALL_TIMEOUT),
+            stall_timeout: Some(seqsync::internal::pipeline::DEFAULT_STALL_TIMEOUT),
         })?
     };
     Ok((stats.wall, checker.finish()))

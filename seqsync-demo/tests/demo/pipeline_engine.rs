@@ -1,7 +1,7 @@
 //! The demo's pipeline engine (`Engine::Pipeline`): the seed spec, derived and run by the
 //! pipeline runtime, verifies every batch; a seed-shaped TOML spec runs, others are refused.
 
-use seqsync::pipeline::{derive, spec_toml, PipelineSpec, StageSpec};
+use seqsync::pipeline::{derive, PipelineSpec, StageSpec};
 use seqsync::BackendKind;
 use seqsync_demo::demo::{self, DemoConfig, Engine};
 
@@ -9,7 +9,7 @@ mod seed_spec {
     use super::*;
     /// The seed's example parsed from `specs/seed.toml` (embedded), with parameters set.
     pub fn seed_toml(nin: u64, nx: u64, ny: u64, nout: u64) -> PipelineSpec {
-        let mut spec = spec_toml::from_str(include_str!("../../../specs/seed.toml")).unwrap();
+        let mut spec = PipelineSpec::from_toml(include_str!("../../../specs/seed.toml")).unwrap();
         for (name, v) in [("nin", nin), ("nx", nx), ("ny", ny), ("nout", nout)] {
             spec.set(name, v).expect("seed parameter exists");
         }

@@ -2,14 +2,14 @@
 //! schedule reads nothing wrong under chaos, and a schedule missing a wait is caught.
 
 use seqsync::backend::host::Chaos;
-use seqsync::pipeline::{derive, spec_toml, Op, Plan};
+use seqsync::pipeline::{derive, PipelineSpec, Plan};
 use seqsync::HostBackend;
 use seqsync_demo::selftest;
 
 const FANOUT: &str = include_str!("../../../specs/fanout.toml");
 
 fn fanout_plan() -> (seqsync::pipeline::PipelineSpec, Plan) {
-    let spec = spec_toml::from_str(FANOUT).unwrap();
+    let spec = PipelineSpec::from_toml(FANOUT).unwrap();
     let plan = derive(&spec).unwrap();
     (spec, plan)
 }
@@ -28,7 +28,7 @@ fn fanout_spec_reads_nothing_wrong_under_chaos() {
 
 #[test]
 fn seed_spec_reads_nothing_wrong_under_chaos() {
-    let spec = spec_toml::from_str(include_str!("../../../specs/seed.toml")).unwrap();
+    let spec = PipelineSpec::from_toml(include_str!("../../../specs/seed.toml")).unwrap();
     let plan = derive(&spec).unwrap();
     let r = selftest::run(
         &spec,
@@ -41,26 +41,10 @@ fn seed_spec_reads_nothing_wrong_under_chaos() {
     assert_eq!(r.wrong_reads, 0, "{:?}", r.first_wrong);
 }
 
-/// Take the wait of `stage` on `ring` out of the plan (and one consumer off the ring).
-fn without_wait(mut plan: Plan, stage: &str, ring: &str) -> Plan {
-    let mut removed = false;
-    let (g, ri) = (
-        plan.stage_index(stage).unwrap(),
-        plan.ring_index(ring).unwrap(),
-    );
-    for t in &mut plan.threads {
-        t.ops.retain(|op| {
-            let hit = matches!(*op, Op::Wait { stage: s, ring: r, .. } | Op::Synchronize { stage: s, ring: r, .. }
-                if s == g && r == ri);
-            removed |= hit;
-            !hit
-        });
-    }
-    assert!(removed, "no wait of {stage} on {ring}");
-    let r = plan.rings.iter_mut().find(|r| r.name == ring).unwrap();
-    r.nconsumers -= 1;
-    r.consumers.retain(|c| c.stage != stage);
-    plan
+/// The plan without `stage`'s wait on `ring` (and one consumer off the ring).
+fn without_wait(plan: Plan, stage: &str, ring: &str) -> Plan {
+    seqsync::internal::pipeline::without_wait(plan, stage, ring)
+        .unwrap_or_else(|| panic!("no wait of {stage} on {ring}"))
 }
 
 #[test]

@@ -10,7 +10,9 @@ use super::{
 use crate::error::{Error, Result};
 
 #[cfg(feature = "cuda")]
-use super::cuda::{CudaAsyncPool, CudaBackend, CudaEvent, CudaSemaphore, CudaStream, DeviceBuffer};
+use super::cuda::{CudaAsyncPool, CudaBackend, CudaEvent, CudaSemaphore, DeviceBuffer};
+#[cfg(feature = "cuda")]
+use cudarc::driver::CudaStream;
 #[cfg(feature = "cuda")]
 use std::sync::Arc;
 
@@ -191,9 +193,9 @@ impl AnyBackend {
     /// A new stream (`name` labels host streams' threads).
     pub fn new_stream(&self, name: &str) -> Result<AnyStream> {
         match self {
-            AnyBackend::Host(h) => Ok(AnyStream::Host(h.new_stream(name))),
+            AnyBackend::Host(h) => h.new_stream(name).map(AnyStream::Host),
             #[cfg(feature = "cuda")]
-            AnyBackend::Cuda(c) => c.new_stream().map(AnyStream::Cuda),
+            AnyBackend::Cuda(c) => c.new_stream(name).map(AnyStream::Cuda),
         }
     }
 }

@@ -83,7 +83,7 @@ pub trait CommandBackend: Backend {
 }
 
 /// What a command runs.
-pub enum Op<B: CommandBackend> {
+pub enum Command<B: CommandBackend> {
     /// A kernel launch.
     Kernel(B::Kernel),
     /// A copy.
@@ -94,35 +94,35 @@ pub enum Op<B: CommandBackend> {
     Host(HostFn),
 }
 
-impl<B: CommandBackend> Clone for Op<B> {
+impl<B: CommandBackend> Clone for Command<B> {
     fn clone(&self) -> Self {
         match self {
-            Op::Kernel(k) => Op::Kernel(k.clone()),
-            Op::Copy(c) => Op::Copy(c.clone()),
-            Op::Fill(f) => Op::Fill(f.clone()),
-            Op::Host(h) => Op::Host(h.clone()),
+            Command::Kernel(k) => Command::Kernel(k.clone()),
+            Command::Copy(c) => Command::Copy(c.clone()),
+            Command::Fill(f) => Command::Fill(f.clone()),
+            Command::Host(h) => Command::Host(h.clone()),
         }
     }
 }
 
-impl<B: CommandBackend> Op<B> {
+impl<B: CommandBackend> Command<B> {
     /// `"kernel"`, `"copy"`, `"fill"` or `"host"`.
     pub fn kind(&self) -> &'static str {
         match self {
-            Op::Kernel(_) => "kernel",
-            Op::Copy(_) => "copy",
-            Op::Fill(_) => "fill",
-            Op::Host(_) => "host",
+            Command::Kernel(_) => "kernel",
+            Command::Copy(_) => "copy",
+            Command::Fill(_) => "fill",
+            Command::Host(_) => "host",
         }
     }
 
     /// Enqueue it on `stream`.
     pub fn enqueue(&self, backend: &B, stream: &B::Stream) -> crate::Result<()> {
         match self {
-            Op::Kernel(k) => backend.launch_kernel(stream, k),
-            Op::Copy(c) => backend.copy(stream, c),
-            Op::Fill(f) => backend.fill(stream, f),
-            Op::Host(h) => {
+            Command::Kernel(k) => backend.launch_kernel(stream, k),
+            Command::Copy(c) => backend.copy(stream, c),
+            Command::Fill(f) => backend.fill(stream, f),
+            Command::Host(h) => {
                 let h = h.clone();
                 backend.launch_host(stream, Box::new(move || h()))
             }

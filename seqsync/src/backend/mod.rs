@@ -1,7 +1,7 @@
 //! Backends: a *stream* (an in-order queue of work) and an *event* (a point in a stream).
 //!
 //! It may use: nothing else of seqsync but the error type, the host
-//! [wait strategy](crate::wait_strategy) and the crate's short-section `lock`: it is the
+//! wait strategy (`wait_strategy.rs`) and the crate's short-section `lock`: it is the
 //! bottom layer.
 //!
 //! | backend | stream | event |
@@ -41,28 +41,25 @@
 //! For [timelines](crate::timeline) a backend also offers a [`Semaphore`] word that the host
 //! and streams write and wait on ([`Backend::signal_on`], [`Backend::wait_on`]).
 
-use std::time::Duration;
-
 use crate::error::Result;
-use crate::wait_strategy::{self, Expectation};
 
-mod any;
-pub mod command;
+pub(crate) mod any;
+pub(crate) mod command;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod host;
-mod memory;
-pub mod replay;
+pub(crate) mod interrupt;
+pub(crate) mod memory;
+pub(crate) mod replay;
+pub(crate) mod semaphore;
 
-pub use any::{
-    AnyAsyncPool, AnyBackend, AnyEvent, AnyRawMemory, AnySemaphore, AnyStream, BackendKind,
-};
-pub use command::{CommandBackend, CopyOp, FillOp, HostFn, Op};
-pub(crate) use memory::next_stream_id;
-pub use memory::{MemoryBackend, MemoryUsage};
-pub use replay::GraphBackend;
-pub mod semaphore;
-pub use semaphore::{Mechanism, Semaphore, SemaphoreWaker};
+pub use any::{AnyBackend, AnyStream, BackendKind};
+pub use command::{CommandBackend, CopyOp, FillOp};
+pub use memory::MemoryBackend;
+
+pub(crate) use interrupt::{synchronize_by_polling, Interrupt, NeverInterrupt, SyncOutcome};
+pub(crate) use memory::{next_stream_id, MemoryUsage};
+pub(crate) use semaphore::{Mechanism, Semaphore, SemaphoreWaker};
 
 /// How an event is created.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -72,74 +69,6 @@ pub struct EventOptions {
     pub blocking_sync: bool,
     /// Keep a timestamp (CUDA events are created with timing disabled unless this is set).
     pub timing: bool,
-}
-
-/// How [`Backend::synchronize_interruptible`] ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SyncOutcome {
-    /// The event completed.
-    Complete,
-    /// The [`Interrupt`] fired first; the event may still be pending.
-    Interrupted,
-}
-
-/// Something that can cut a host wait short: a stopped ring.
-///
-/// `sleep` must return early (with `true`) as soon as the interrupt fires.
-pub trait Interrupt {
-    /// Has the interrupt fired?
-    fn interrupted(&self) -> bool;
-    /// Sleep up to `timeout`, returning early if the interrupt fires; returns
-    /// [`Interrupt::interrupted`] afterwards.
-    fn sleep(&self, timeout: Duration) -> bool;
-    /// How long waits like this one took lately, if known: a polling backend spins (instead of
-    /// sleeping) around that time, so a wait that ends when expected is noticed at once, and
-    /// teaches it how long this wait took (see [`wait_strategy`]).
-    fn expectation(&self) -> Option<&Expectation> {
-        None
-    }
-}
-
-/// A host synchronize on an event that nobody signals to the host (a CUDA event): poll
-/// `query` by the [`wait_strategy`], sleeping in [`Interrupt::sleep`] so that the interrupt
-/// cuts a sleep short.
-pub(crate) fn synchronize_by_polling(
-    mut query: impl FnMut() -> Result<bool>,
-    interrupt: &dyn Interrupt,
-) -> Result<SyncOutcome> {
-    let expectation = interrupt.expectation();
-    let waited = wait_strategy::wait_until(
-        expectation.and_then(Expectation::get),
-        false,
-        None,
-        || match query() {
-            Ok(true) => Some(Ok(SyncOutcome::Complete)),
-            Err(e) => Some(Err(e)),
-            Ok(false) if interrupt.interrupted() => Some(Ok(SyncOutcome::Interrupted)),
-            Ok(false) => None,
-        },
-        |d| {
-            interrupt.sleep(d);
-        },
-    );
-    if let (Some(x), Some(Ok(SyncOutcome::Complete))) = (expectation, &waited.result) {
-        waited.teach(x);
-    }
-    waited.result.expect("no deadline")
-}
-
-/// An interrupt that never fires.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NeverInterrupt;
-
-impl Interrupt for NeverInterrupt {
-    fn interrupted(&self) -> bool {
-        false
-    }
-    fn sleep(&self, timeout: Duration) -> bool {
-        std::thread::sleep(timeout);
-        false
-    }
 }
 
 /// A stream/event implementation. [`crate::EventRingbuf`] is generic over it.

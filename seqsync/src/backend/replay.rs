@@ -2,7 +2,7 @@
 //! launch — a CUDA graph (`cuGraphInstantiate`, `cuGraphLaunch`) on CUDA; on the host backend,
 //! one closure that runs the nodes in a topological order.
 
-use super::command::{CommandBackend, Op};
+use super::command::{Command, CommandBackend};
 use crate::error::Result;
 
 /// A backend that instantiates and replays graphs.
@@ -16,7 +16,7 @@ pub trait GraphBackend: CommandBackend {
     /// (shared dependencies, `a + b` edges instead of `a × b`).
     fn instantiate_graph(
         &self,
-        ops: &[Op<Self>],
+        ops: &[Command<Self>],
         deps: &[Vec<usize>],
         joins: &[Vec<usize>],
         order: &[usize],

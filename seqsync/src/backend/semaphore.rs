@@ -96,7 +96,7 @@ impl std::fmt::Display for Mechanism {
     }
 }
 
-/// A backend's semaphore word (see the [module docs](self)).
+/// A backend's semaphore word: 63 bits of value, the top bit set when the timeline failed.
 ///
 /// Every call may be made from any thread.
 pub trait Semaphore: Send + Sync + 'static {

@@ -23,7 +23,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// use seqsync::{Blocking, Error, EventRingbuf, HostBackend};
 ///
 /// let host = HostBackend::new();
-/// let stream = host.new_stream("s");
+/// let stream = host.new_stream("s")?;
 /// let ring = EventRingbuf::new(&host, "f", 1, 2)?;
 /// let err = ring.record(&stream, 1, Blocking::No).unwrap_err();
 /// assert!(matches!(err, Error::OutOfOrder { expected: 0, got: 1, .. }));

@@ -257,13 +257,6 @@ pub enum PlanError {
         /// The bound on node and arc visits over all rounds.
         max_work: usize,
     },
-
-    /// A plan handed to the deadlock checker is internally inconsistent.
-    #[error("inconsistent plan: {message}")]
-    InvalidPlan {
-        /// What is inconsistent.
-        message: String,
-    },
 }
 
 impl PlanError {
@@ -287,7 +280,6 @@ impl PlanError {
             | PlanError::StageOutsideThread { .. }
             | PlanError::BadAssignment { .. }
             | PlanError::MaxSizeBelowBound { .. }
-            | PlanError::InvalidPlan { .. }
             | PlanError::StageTime { .. }
             | PlanError::PredictionLimit { .. }
             | PlanError::NoStages => None,

@@ -136,7 +136,7 @@ pub const MAX_COMMANDS: usize = 4096;
 /// barrier (or start) before it — and so, transitively, on everything before the barrier.
 ///
 /// ```
-/// use seqsync::graph::{CommandKind, DagBuilder};
+/// use seqsync::internal::graph::{CommandKind, DagBuilder};
 /// let mut b = DagBuilder::new();
 /// b.command("a", CommandKind::Fill, &[] as &[&str]);
 /// b.command("b", CommandKind::Fill, &[] as &[&str]);

@@ -1,5 +1,5 @@
 //! [`Executable`]: a graph lowered to a [`Schedule`] of streams and events, ready for a
-//! [`StreamPool`](super::StreamPool) to submit any number of times.
+//! [`Queues`](super::Queues) to submit any number of times.
 
 use super::record::Graph;
 use super::reduce::Analysis;

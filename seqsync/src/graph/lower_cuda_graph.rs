@@ -1,7 +1,7 @@
 //! Lowering to a CUDA graph: one node per command and one edge per transitive-reduction edge
 //! (a set of dependencies several commands share goes through one empty node: a join),
 //! instantiated once ([`Graph::instantiate`]) and replayed any number of times
-//! ([`StreamPool::submit_graph`](super::StreamPool::submit_graph)), with kernel parameters
+//! ([`Queues::submit_graph`](super::Queues::submit_graph)), with kernel parameters
 //! changed between replays ([`GraphExecutable::set_kernel`]).
 //!
 //! A graph launch is one operation in its stream's order: ordering with other work (the queue's
@@ -141,8 +141,8 @@ impl<B: GraphBackend> GraphExecutable<B> {
 
     /// Enqueue one replay on `stream`, with no ordering beyond the stream's own: the caller
     /// orders it against other work (events or a ring on `stream`, before and after). A
-    /// [`StreamPool`](super::StreamPool) does that through
-    /// [`submit_graph`](super::StreamPool::submit_graph).
+    /// [`Queues`](super::Queues) does that through
+    /// [`submit_graph`](super::Queues::submit_graph).
     ///
     /// # Errors
     /// A failing backend call.
@@ -166,7 +166,7 @@ impl<B: GraphBackend> GraphExecutable<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::{CommandKind, DagBuilder};
+    use crate::graph::dag::{CommandKind, DagBuilder};
 
     /// Three commands, `d` after two of them, a barrier, then four commands: those four share
     /// their reduction predecessors (`a2` and `d`) through one join (6 edges, not 8); `d`'s own

@@ -7,14 +7,14 @@ use std::sync::Arc;
 use super::dag::{CommandKind, Dag, DagBuilder};
 use super::error::GraphError;
 use super::reduce::Analysis;
-pub use crate::backend::command::Op;
+pub use crate::backend::command::Command;
 use crate::backend::command::{CommandBackend, CopyOp, FillOp};
 
 /// A command buffer being recorded. Commands not ordered by a barrier or a dependency may run
 /// concurrently.
 ///
 /// ```
-/// use seqsync::graph::{CommandBuffer, Lowering, StreamPool};
+/// use seqsync::graph::{CommandBuffer, Lowering, Queues};
 /// use seqsync::backend::{CommandBackend, CopyOp, FillOp};
 /// use seqsync::HostBackend;
 ///
@@ -27,7 +27,7 @@ use crate::backend::command::{CommandBackend, CopyOp, FillOp};
 /// let mut exe = cb.finish()?.lower(Lowering::Streams);
 /// assert_eq!(exe.report().false_dependencies, 0);
 ///
-/// let mut pool = StreamPool::new(host.clone());
+/// let mut pool = Queues::new(host.clone());
 /// pool.submit(&mut exe, Default::default())?;
 /// pool.synchronize()?;
 /// assert_eq!(host.read_words(&dst)?, [0x1122_3344; 4]);
@@ -39,7 +39,7 @@ use crate::backend::command::{CommandBackend, CopyOp, FillOp};
 /// ```
 pub struct CommandBuffer<B: CommandBackend> {
     dag: DagBuilder,
-    ops: Vec<Op<B>>,
+    ops: Vec<Command<B>>,
 }
 
 impl<B: CommandBackend> Default for CommandBuffer<B> {
@@ -59,7 +59,7 @@ impl<B: CommandBackend> CommandBuffer<B> {
 
     /// Record a command running `op`, after the commands named in `after` (names may be
     /// recorded later) and after the last barrier; returns its index.
-    pub fn push(&mut self, name: &str, op: Op<B>, after: &[&str]) -> usize {
+    pub fn push(&mut self, name: &str, op: Command<B>, after: &[&str]) -> usize {
         self.ops.push(op);
         self.dag
             .command(name, kind_of(self.ops.last().expect("pushed")), after)
@@ -67,17 +67,17 @@ impl<B: CommandBackend> CommandBuffer<B> {
 
     /// Record a kernel launch.
     pub fn kernel(&mut self, name: &str, kernel: B::Kernel, after: &[&str]) -> usize {
-        self.push(name, Op::Kernel(kernel), after)
+        self.push(name, Command::Kernel(kernel), after)
     }
 
     /// Record a copy.
     pub fn copy(&mut self, name: &str, copy: CopyOp<B::Memory>, after: &[&str]) -> usize {
-        self.push(name, Op::Copy(copy), after)
+        self.push(name, Command::Copy(copy), after)
     }
 
     /// Record a fill.
     pub fn fill(&mut self, name: &str, fill: FillOp<B::Memory>, after: &[&str]) -> usize {
-        self.push(name, Op::Fill(fill), after)
+        self.push(name, Command::Fill(fill), after)
     }
 
     /// Record a host function (it runs once per submission).
@@ -87,7 +87,7 @@ impl<B: CommandBackend> CommandBuffer<B> {
         f: impl Fn() + Send + Sync + 'static,
         after: &[&str],
     ) -> usize {
-        self.push(name, Op::Host(Arc::new(f)), after)
+        self.push(name, Command::Host(Arc::new(f)), after)
     }
 
     /// Record an execution barrier: every later command runs after every earlier one.
@@ -111,7 +111,7 @@ impl<B: CommandBackend> CommandBuffer<B> {
 pub struct Graph<B: CommandBackend> {
     pub(crate) dag: Dag,
     pub(crate) analysis: Analysis,
-    pub(crate) ops: Vec<Op<B>>,
+    pub(crate) ops: Vec<Command<B>>,
 }
 
 impl<B: CommandBackend> std::fmt::Debug for Graph<B> {
@@ -125,7 +125,7 @@ impl<B: CommandBackend> Graph<B> {
     ///
     /// # Panics
     /// If the lengths differ.
-    pub fn new(dag: Dag, ops: Vec<Op<B>>) -> Self {
+    pub fn new(dag: Dag, ops: Vec<Command<B>>) -> Self {
         assert_eq!(dag.len(), ops.len(), "one op per command");
         let analysis = Analysis::of(&dag);
         Graph { dag, analysis, ops }
@@ -142,7 +142,7 @@ impl<B: CommandBackend> Graph<B> {
     }
 
     /// What command `i` runs.
-    pub fn op(&self, i: usize) -> &Op<B> {
+    pub fn op(&self, i: usize) -> &Command<B> {
         &self.ops[i]
     }
 
@@ -154,7 +154,7 @@ impl<B: CommandBackend> Graph<B> {
         let len = self.ops.len();
         match self.ops.get_mut(i) {
             None => Err(GraphError::NoSuchCommand { index: i, len }),
-            Some(Op::Kernel(k)) => {
+            Some(Command::Kernel(k)) => {
                 *k = kernel;
                 Ok(())
             }
@@ -167,11 +167,11 @@ impl<B: CommandBackend> Graph<B> {
 }
 
 /// The structural kind of an op.
-pub fn kind_of<B: CommandBackend>(op: &Op<B>) -> CommandKind {
+pub fn kind_of<B: CommandBackend>(op: &Command<B>) -> CommandKind {
     match op {
-        Op::Kernel(_) => CommandKind::Kernel,
-        Op::Copy(_) => CommandKind::Copy,
-        Op::Fill(_) => CommandKind::Fill,
-        Op::Host(_) => CommandKind::Host,
+        Command::Kernel(_) => CommandKind::Kernel,
+        Command::Copy(_) => CommandKind::Copy,
+        Command::Fill(_) => CommandKind::Fill,
+        Command::Host(_) => CommandKind::Host,
     }
 }

@@ -19,7 +19,7 @@ pub struct Wait {
 }
 
 /// A graph lowered to (virtual) streams: which stream runs each command, in what order, and the
-/// waits between streams. Streams are virtual here; [`super::exec::StreamPool`] maps them onto
+/// waits between streams. Streams are virtual here; [`Queues`](super::Queues) maps them onto
 /// real streams that span submissions.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Schedule {

@@ -54,7 +54,7 @@ struct Entry {
 /// Parse a graph file.
 ///
 /// ```
-/// let spec = seqsync::graph::spec_toml::from_str(r#"
+/// let spec = seqsync::internal::graph::spec_toml::from_str(r#"
 ///     [[command]]
 ///     name = "a"
 ///     kind = "fill"
@@ -67,7 +67,7 @@ struct Entry {
 /// "#)?;
 /// assert_eq!(spec.dag.preds(1), [0]);
 /// assert_eq!(spec.us, [0, 50]);
-/// let err = seqsync::graph::spec_toml::from_str("[[command]]\nname = \"a\"\nkind = \"sort\"\n");
+/// let err = seqsync::internal::graph::spec_toml::from_str("[[command]]\nname = \"a\"\nkind = \"sort\"\n");
 /// assert_eq!(err.unwrap_err().to_string(),
 ///            "entry 1 (`a`): unknown kind 'sort': expected kernel, copy, fill or host");
 /// # Ok::<(), seqsync::graph::GraphError>(())

@@ -2,7 +2,7 @@
 //! a buffer slot not ordered after the previous conflicting access.
 //!
 //! It may use: `backend`, through the [`Backend`](crate::backend::Backend) trait only (it wraps
-//! any backend), and `happens_before` (actors, vector clocks, [`ActorId`]).
+//! any backend), and `happens_before` (actors, vector clocks).
 //!
 //! A hand-written pipeline (the seed's `CudaEventRingbuf` code) is correct only if every
 //! kernel's reads come after the writes they read, and its writes after the reads (and writes)
@@ -74,13 +74,12 @@
 
 #![forbid(unsafe_code)]
 
-mod backend;
-mod checker;
-mod command;
-mod report;
+pub(crate) mod backend;
+pub(crate) mod checker;
+pub(crate) mod command;
+pub(crate) mod report;
 
-pub use crate::happens_before::ActorId;
-pub use backend::{ValidatingBackend, ValidatingEvent, ValidatingSemaphore, ValidatingStream};
-pub use checker::{Access, AccessKind, EventId, HazardChecker};
+pub use backend::{ValidatingBackend, ValidatingStream};
+pub use checker::{Access, HazardChecker};
 pub use command::ValidatingKernel;
-pub use report::{AccessSite, ActorKind, Hazard, HazardKind};
+pub use report::{Hazard, HazardKind};

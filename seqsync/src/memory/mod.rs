@@ -25,9 +25,9 @@
 //! [`NativePool`] puts the backend's own stream-ordered allocator (CUDA's
 //! `cuMemAllocFromPoolAsync`) behind the same calls.
 
-mod allocation;
+pub(crate) mod allocation;
 pub mod handoff;
-mod native;
+pub(crate) mod native;
 mod point;
 mod pool;
 mod pool_config;

@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 /// use seqsync::HostBackend;
 ///
 /// let host = HostBackend::new();
-/// let s = host.new_stream("s");
+/// let s = host.new_stream("s")?;
 /// let pool = NativePool::new(&host, "native", u64::MAX)?;
 /// let a = pool.alloc(&s, 1024, &[])?;
 /// let freed = pool.free(&s, a.block, &[])?;

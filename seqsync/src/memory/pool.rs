@@ -33,7 +33,7 @@ use crate::error::{Error, Result};
 /// use seqsync::HostBackend;
 ///
 /// let host = HostBackend::new();
-/// let (copy, compute) = (host.new_stream("copy"), host.new_stream("compute"));
+/// let (copy, compute) = (host.new_stream("copy")?, host.new_stream("compute")?);
 /// let pool = Pool::new(&host, "batches", PoolConfig::default())?;
 ///
 /// let a = pool.alloc(&copy, 4096, &[])?; // usable by `copy`'s later work at once

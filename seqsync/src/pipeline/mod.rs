@@ -8,21 +8,21 @@
 //!
 //! This replaces the seed's "mental checklist": instead of filling in ring
 //! parameters by hand, write a [`PipelineSpec`] (in Rust with
-//! [`PipelineSpec::builder`], or in TOML with [`spec_toml::from_str`]), call
+//! [`PipelineSpec::builder`], or in TOML with [`PipelineSpec::from_toml`]), call
 //! [`derive()`] to get a [`Plan`], and [`check_deadlock`] to prove that no interleaving of
-//! the threads' loops gets stuck (from the cycles of the dependencies, or by a search). [`runtime::run`] then executes
+//! the threads' loops gets stuck (from the cycles of the dependencies, or by a search). [`run`] then executes
 //! [`Plan::threads`] op by op, one OS thread per plan thread.
 //!
 //! | module | concept |
 //! |---|---|
-//! | [`spec`] | the declaration model and its builder |
-//! | [`spec_toml`] | the TOML format, with line numbers in errors |
-//! | [`derive`](mod@derive) | the derivation rules |
-//! | [`plan`] | the [`Plan`]: rings and threads' ops with resolved indices |
-//! | [`deadlock`] | the state-space exploration and its trace |
-//! | `error` | [`PlanError`] |
-//! | [`runtime`] | running a [`Plan`] with one closure per stage |
-//! | [`throughput`] | the period a plan runs at, from its stages' times, and the cycle that sets it |
+//! | `spec/` | the declaration model ([`PipelineSpec`]) and its builder |
+//! | `spec_toml.rs` | the TOML format, with line numbers in errors |
+//! | `derive.rs` | the derivation rules ([`derive()`]) |
+//! | `plan.rs` | the [`Plan`]: rings and threads' ops with resolved indices |
+//! | `deadlock/` | the state-space exploration and its [`Trace`] |
+//! | `error/plan.rs` (crate root) | [`PlanError`] |
+//! | `runtime/` | running a [`Plan`] with one closure per stage ([`run`]) |
+//! | `throughput/` | the period a plan runs at, from its stages' times, and the cycle that sets it ([`predict`]) |
 //!
 //! # Example
 //!
@@ -49,7 +49,7 @@
 //! let h = plan.ring("h").unwrap();
 //! assert_eq!((h.nconsumers, h.max_size), (3, 4)); // max(max(nx, ny), nout)
 //! assert!(h.record_blocking);
-//! assert!(check_deadlock(&plan)?.is_deadlock_free());
+//! assert!(check_deadlock(&plan).is_deadlock_free());
 //! println!("{plan}");
 //! # Ok(())
 //! # }
@@ -58,23 +58,20 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
-pub mod deadlock;
-pub mod derive;
-pub mod plan;
-pub mod runtime;
-pub mod spec;
-pub mod spec_toml;
-pub mod throughput;
+pub(crate) mod deadlock;
+pub(crate) mod derive;
+pub(crate) mod plan;
+pub(crate) mod runtime;
+pub(crate) mod spec;
+pub(crate) mod spec_toml;
+pub(crate) mod throughput;
 
 pub use crate::error::PlanError;
 pub use deadlock::{
-    check_deadlock, check_deadlock_with, minimum_sizes, CheckOptions, SizeBound, Step, Trace,
-    Verdict, DEFAULT_MAX_STATES,
+    check_deadlock, check_deadlock_with, minimum_sizes, CheckOptions, SizeBound, Trace, Verdict,
 };
-pub use derive::{derive, derive_unchecked};
-pub use plan::{Consumer, ConsumerKind, NamedOp, Op, Plan, Ring, StagePlan, ThreadPlan};
-pub use spec::{
-    BufferSpec, Ident, MaxSizeOverride, ParamSpec, PipelineBuilder, PipelineSpec, Place, Slots,
-    StageSpec, ThreadSpec,
-};
+pub use derive::derive;
+pub use plan::{Consumer, ConsumerKind, Op, Plan, Ring, StagePlan, ThreadPlan};
+pub use runtime::{new_streams, run, RunConfig, RunStats, StageCtx, Stages};
+pub use spec::{PipelineBuilder, PipelineSpec, Place, StageSpec};
 pub use throughput::{predict, Prediction, StageTimes};

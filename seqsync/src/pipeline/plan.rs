@@ -132,20 +132,71 @@ pub struct StagePlan {
 /// Everything a runtime needs: the stages, streams and rings, and each thread's loop body,
 /// with every name resolved to an index.
 ///
+/// [`derive`](crate::pipeline::derive) is its only constructor, so every index an op holds is
+/// in range and every ring's consumer count matches its waits: the deadlock check, the
+/// throughput prediction and the runtime take that as given. Read it with the accessors.
 /// Serialized (and displayed) with names, as the spec wrote them.
+///
+/// ```
+/// use seqsync::pipeline::{derive, PipelineSpec};
+///
+/// let spec = PipelineSpec::from_toml(
+///     r#"
+///     [buffers]
+///     x = 2
+///     [[thread]]
+///     name = "main"
+///     [[thread.stage]]
+///     name = "fill"
+///     stream = "a"
+///     writes = ["x"]
+///     [[thread.stage]]
+///     name = "read"
+///     stream = "b"
+///     reads = ["x"]
+///     "#,
+/// )?;
+/// let plan = derive(&spec)?;
+/// assert_eq!(plan.streams(), ["a", "b"]);
+/// assert_eq!(plan.ring("fill").unwrap().nconsumers, 1); // read waits on it
+/// // fill: wait for read of batch s - 2 (the slot it overwrites), launch, record;
+/// // read: wait for fill, launch, record.
+/// assert_eq!(plan.threads()[0].ops.len(), 6);
+/// # Ok::<(), seqsync::pipeline::PlanError>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
     /// Every stage, in thread and program order; stage `i` produces ring `i`.
-    pub stages: Vec<StagePlan>,
+    pub(crate) stages: Vec<StagePlan>,
     /// Every stream name, in order of first use.
-    pub streams: Vec<String>,
+    pub(crate) streams: Vec<String>,
     /// One ring per stage, in thread and program order.
-    pub rings: Vec<Ring>,
+    pub(crate) rings: Vec<Ring>,
     /// One entry per host thread, in declaration order.
-    pub threads: Vec<ThreadPlan>,
+    pub(crate) threads: Vec<ThreadPlan>,
 }
 
 impl Plan {
+    /// Every stage, in thread and program order; stage `i` produces ring `i`.
+    pub fn stages(&self) -> &[StagePlan] {
+        &self.stages
+    }
+
+    /// Every stream name, in order of first use.
+    pub fn streams(&self) -> &[String] {
+        &self.streams
+    }
+
+    /// One ring per stage, in thread and program order.
+    pub fn rings(&self) -> &[Ring] {
+        &self.rings
+    }
+
+    /// One entry per host thread, in declaration order.
+    pub fn threads(&self) -> &[ThreadPlan] {
+        &self.threads
+    }
+
     /// The ring named `name`.
     pub fn ring(&self, name: &str) -> Option<&Ring> {
         self.rings.iter().find(|r| r.name == name)
@@ -164,6 +215,47 @@ impl Plan {
     /// The loop body of thread `name`.
     pub fn thread(&self, name: &str) -> Option<&ThreadPlan> {
         self.threads.iter().find(|t| t.name == name)
+    }
+
+    /// The plan without `stage`'s waits (and synchronizes) on `ring`, the ring's consumer count
+    /// lowered to match: a plan that misorders on purpose, for negative controls. Every index
+    /// stays in range. `None` if `stage` has no such wait.
+    pub(crate) fn without_wait(mut self, stage: &str, ring: &str) -> Option<Plan> {
+        let (g, r) = (self.stage_index(stage)?, self.ring_index(ring)?);
+        let mut removed = 0u32;
+        for t in &mut self.threads {
+            t.ops.retain(|op| {
+                let hit = matches!(*op, Op::Wait { stage, ring, .. } | Op::Synchronize { stage, ring, .. }
+                    if (stage, ring) == (g, r));
+                removed += u32::from(hit);
+                !hit
+            });
+        }
+        if removed == 0 {
+            return None;
+        }
+        let ring = &mut self.rings[r];
+        ring.nconsumers -= removed;
+        ring.consumers.retain(|c| c.stage != stage);
+        Some(self)
+    }
+
+    /// The plan with every wait and synchronize of thread `thread` given the blocking flag
+    /// `blocking`: for tests of the deadlock check. `None` if there is no such thread.
+    pub(crate) fn with_waits_blocking(mut self, thread: &str, blocking: bool) -> Option<Plan> {
+        let t = self.threads.iter_mut().find(|t| t.name == thread)?;
+        for op in &mut t.ops {
+            if let Op::Wait { blocking: b, .. } | Op::Synchronize { blocking: b, .. } = op {
+                *b = blocking;
+            }
+        }
+        let thread = thread.to_string();
+        for ring in &mut self.rings {
+            for c in ring.consumers.iter_mut().filter(|c| c.thread == thread) {
+                c.blocking = blocking;
+            }
+        }
+        Some(self)
     }
 
     /// The plan as pretty JSON.

@@ -149,53 +149,55 @@ fn check_size(bytes: u64) -> Result<(), PlanError> {
     })
 }
 
-/// Parses and validates a spec.
-///
-/// # Errors
-/// [`PlanError::Toml`] for malformed TOML or an unknown key, or any
-/// validation error (see [`PipelineSpec::validate`]), each with its line.
-///
-/// # Examples
-/// ```
-/// let spec = seqsync::pipeline::spec_toml::from_str(r#"
-/// [buffers]
-/// a = 2
-/// [[thread]]
-/// name = "t"
-/// [[thread.stage]]
-/// name = "w"
-/// stream = "s0"
-/// writes = ["a"]
-/// "#).unwrap();
-/// assert_eq!(spec.threads[0].stages[0].name.name, "w");
-/// ```
-pub fn from_str(src: &str) -> Result<PipelineSpec, PlanError> {
-    check_size(src.len() as u64)?;
-    let lines = Lines::new(src);
-    let raw: RawSpec = toml::from_str(src).map_err(|e| PlanError::Toml {
-        line: lines.span(e.span()),
-        message: e.message().trim().replace('\n', "; "),
-    })?;
-    let spec = convert(&lines, raw)?;
-    spec.validate()?;
-    Ok(spec)
-}
-
-/// Reads, parses and validates a spec file.
-///
-/// # Errors
-/// [`PlanError::Io`] if the file cannot be read, otherwise as [`from_str`].
-pub fn from_path(path: impl AsRef<Path>) -> Result<PipelineSpec, PlanError> {
-    let path = path.as_ref();
-    // Not read at all if it is larger than a spec may be.
-    if let Ok(m) = std::fs::metadata(path) {
-        check_size(m.len())?;
+impl PipelineSpec {
+    /// Parses and validates a spec written in TOML (the `seqsync check` file format).
+    ///
+    /// # Errors
+    /// [`PlanError::Toml`] for malformed TOML or an unknown key, or any
+    /// validation error (see [`PipelineSpec::validate`]), each with its line.
+    ///
+    /// # Examples
+    /// ```
+    /// let spec = seqsync::pipeline::PipelineSpec::from_toml(r#"
+    /// [buffers]
+    /// a = 2
+    /// [[thread]]
+    /// name = "t"
+    /// [[thread.stage]]
+    /// name = "w"
+    /// stream = "s0"
+    /// writes = ["a"]
+    /// "#).unwrap();
+    /// assert_eq!(spec.threads[0].stages[0].name.name, "w");
+    /// ```
+    pub fn from_toml(src: &str) -> Result<PipelineSpec, PlanError> {
+        check_size(src.len() as u64)?;
+        let lines = Lines::new(src);
+        let raw: RawSpec = toml::from_str(src).map_err(|e| PlanError::Toml {
+            line: lines.span(e.span()),
+            message: e.message().trim().replace('\n', "; "),
+        })?;
+        let spec = convert(&lines, raw)?;
+        spec.validate()?;
+        Ok(spec)
     }
-    let src = std::fs::read_to_string(path).map_err(|e| PlanError::Io {
-        path: path.display().to_string(),
-        message: e.to_string(),
-    })?;
-    from_str(&src)
+
+    /// Reads, parses and validates a spec file.
+    ///
+    /// # Errors
+    /// [`PlanError::Io`] if the file cannot be read, otherwise as [`PipelineSpec::from_toml`].
+    pub fn from_path(path: impl AsRef<Path>) -> Result<PipelineSpec, PlanError> {
+        let path = path.as_ref();
+        // Not read at all if it is larger than a spec may be.
+        if let Ok(m) = std::fs::metadata(path) {
+            check_size(m.len())?;
+        }
+        let src = std::fs::read_to_string(path).map_err(|e| PlanError::Io {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        Self::from_toml(&src)
+    }
 }
 
 fn convert(lines: &Lines<'_>, raw: RawSpec) -> Result<PipelineSpec, PlanError> {

@@ -2,7 +2,7 @@
 //! consumers each make a stream wait on it, or block a host thread on it.
 //!
 //! It may use: `backend`, through the [`Backend`] trait only, and the host
-//! [wait strategy](crate::wait_strategy) below it.
+//! wait strategy (`wait_strategy.rs`) below it.
 //!
 //! # The contract
 //!
@@ -119,7 +119,7 @@ struct StopInfo {
 /// use std::sync::{Arc, Mutex};
 ///
 /// let host = HostBackend::new();
-/// let (producer, consumer) = (host.new_stream("producer"), host.new_stream("consumer"));
+/// let (producer, consumer) = (host.new_stream("producer")?, host.new_stream("consumer")?);
 /// // One consumer (the consumer stream); room for 2 seqs in flight.
 /// let ring = EventRingbuf::new(&host, "produce", 1, 2)?;
 /// let data = Arc::new(Mutex::new(Vec::new()));
@@ -221,7 +221,7 @@ impl<B: Backend> EventRingbuf<B> {
     /// ```
     /// use seqsync::{Blocking, EventRingbuf, HostBackend};
     /// let host = HostBackend::new();
-    /// let s = host.new_stream("s");
+    /// let s = host.new_stream("s")?;
     /// let ring = EventRingbuf::starting_at(&host, "r", 1, 2, 1 << 42)?;
     /// ring.record(&s, 1 << 42, Blocking::No)?;
     /// ring.wait(&s, 1 << 42, Blocking::No)?;
@@ -383,7 +383,7 @@ impl<B: Backend> EventRingbuf<B> {
     /// use seqsync::{Blocking, Error, EventRingbuf, HostBackend};
     ///
     /// let host = HostBackend::new();
-    /// let s = host.new_stream("s");
+    /// let s = host.new_stream("s")?;
     /// let ring = EventRingbuf::new(&host, "copy", 1, 2)?;
     /// ring.record(&s, 0, Blocking::No)?;
     /// ring.record(&s, 1, Blocking::No)?;
@@ -525,7 +525,7 @@ impl<B: Backend> EventRingbuf<B> {
     /// use seqsync::{Blocking, Error, EventRingbuf, HostBackend};
     ///
     /// let host = HostBackend::new();
-    /// let (producer, consumer) = (host.new_stream("p"), host.new_stream("c"));
+    /// let (producer, consumer) = (host.new_stream("p")?, host.new_stream("c")?);
     /// let ring = EventRingbuf::new(&host, "copy", 1, 1)?;
     /// ring.wait(&consumer, -1, Blocking::No)?; // before the first batch: nothing to wait for
     /// ring.record(&producer, 0, Blocking::No)?;
@@ -595,7 +595,7 @@ impl<B: Backend> EventRingbuf<B> {
     /// use std::sync::Arc;
     ///
     /// let host = HostBackend::new();
-    /// let s = host.new_stream("copy out");
+    /// let s = host.new_stream("copy out")?;
     /// let ring = EventRingbuf::new(&host, "copy out", 1, 1)?;
     /// let copied = Arc::new(AtomicBool::new(false));
     /// let c = copied.clone();

@@ -14,7 +14,7 @@
 //! use std::time::Duration;
 //!
 //! let host = HostBackend::new();
-//! let (a, b) = (host.new_stream("a"), host.new_stream("b"));
+//! let (a, b) = (host.new_stream("a")?, host.new_stream("b")?);
 //! let produced = Timeline::new(&host, "produced", 0)?;
 //! let consumed = Timeline::new(&host, "consumed", 0)?;
 //! // Stream b waits for a value nobody has signalled yet...
@@ -53,7 +53,7 @@
 //!
 //! # Failure
 //!
-//! A failed timeline's word holds `2^63 | last value` (see [`crate::backend::semaphore`]), which
+//! A failed timeline's word holds `2^63 | last value` (`backend/semaphore.rs`), which
 //! releases every stream wait on it. Propagation is eager and happens on the host
 //! (`timeline/propagate.rs`): at the failure, every stream that has a wait on it for a
 //! value it never reached is poisoned from that wait on, and every timeline signalled on such a
@@ -67,7 +67,7 @@
 //! released wait fails its timeline unless that timeline has reached the signal's value
 //! already when the failure arrives (by another route, e.g. a host signal: there is nothing
 //! left to fail); see `timeline/propagate.rs`. A stream poisoned so is never handed to unrelated
-//! work by the graph layer's [`StreamPool`](crate::graph::StreamPool).
+//! work by the graph layer's [`Queues`](crate::graph::Queues).
 //!
 //! # Drops
 //!
@@ -105,7 +105,7 @@
 //! # Host waits
 //!
 //! [`Timeline::wait`], [`wait_all`] and [`wait_any`] follow the crate's
-//! [wait strategy](crate::wait_strategy), as the ring's host `synchronize` does: they spin for
+//! wait strategy (`wait_strategy.rs`), as the ring's host `synchronize` does: they spin for
 //! `SPIN` (100 µs), then park; on the host backend a signal wakes them, so
 //! a long wait costs no CPU. On CUDA nothing wakes them: they poll the word, and spin around
 //! the end they learnt from earlier waits, so a periodic wait (a 100 ms frame) wakes with a

@@ -1,4 +1,4 @@
-//! Host waits on timelines: the crate's [wait strategy](crate::wait_strategy), with a
+//! Host waits on timelines: the crate's wait strategy (`wait_strategy.rs`), with a
 //! [`Parker`] registered with every timeline the wait is on as its way to sleep.
 //!
 //! A host signal, a failure, or (on the host backend) a stream signal unparks the waiter, so on

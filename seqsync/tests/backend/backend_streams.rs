@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use common::Harness;
 use seqsync::backend::Backend;
-use seqsync::hazard::{Access, ValidatingBackend};
+use seqsync::hazard::ValidatingBackend;
+use seqsync::internal::hazard::Access;
 use seqsync::{AnyBackend, BackendKind, Blocking, Error, EventRingbuf, HostBackend};
 
 /// Host work runs after the device work enqueued before it, and `synchronize_stream` returns

@@ -15,8 +15,8 @@ use crate::common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use seqsync::backend::cuda::{CudaContext, CudaStream};
 use seqsync::cudarc::driver::{sys, DriverError, LaunchConfig, PushKernelArg};
+use seqsync::internal::backend::cuda::{CudaContext, CudaStream};
 use seqsync::{Blocking, Error, EventRingbuf};
 
 const N: usize = 1 << 20;
@@ -78,7 +78,7 @@ fn legacy_stream_wait_orders_its_own_context_with_another_current() {
     let _serial = one_at_a_time();
     let Some(g) = common::gpu::gpu() else { return };
     let other = other_context();
-    let producer = g.backend.new_stream().unwrap();
+    let producer = g.backend.new_stream("s").unwrap();
     let legacy = g.backend.context().default_stream();
     let mut a = producer.alloc_zeros::<f32>(N).unwrap();
     let mut b = producer.alloc_zeros::<f32>(N).unwrap();
@@ -111,7 +111,7 @@ fn legacy_stream_record_marks_its_own_context_with_another_current() {
     let Some(g) = common::gpu::gpu() else { return };
     let other = other_context();
     let legacy = g.backend.context().default_stream();
-    let consumer = g.backend.new_stream().unwrap();
+    let consumer = g.backend.new_stream("s").unwrap();
     let mut a = consumer.alloc_zeros::<f32>(N).unwrap();
     let mut b = consumer.alloc_zeros::<f32>(N).unwrap();
     consumer.synchronize().unwrap();
@@ -147,8 +147,8 @@ fn created_streams_work_with_any_context_or_none_current() {
     let Some(g) = common::gpu::gpu() else { return };
     let other = other_context();
     let (producer, consumer) = (
-        g.backend.new_stream().unwrap(),
-        g.backend.new_stream().unwrap(),
+        g.backend.new_stream("s").unwrap(),
+        g.backend.new_stream("s").unwrap(),
     );
     let mut a = producer.alloc_zeros::<f32>(N).unwrap();
     let mut b = producer.alloc_zeros::<f32>(N).unwrap();
@@ -202,7 +202,7 @@ fn a_deferred_drop_error_is_not_a_later_calls_failure() {
         .context()
         .record_err::<()>(Err(DriverError(sys::CUresult::CUDA_ERROR_INVALID_VALUE)));
     let ring = EventRingbuf::new(&g.backend, "after-drop", 1, 2).expect("create_event");
-    let stream = g.backend.new_stream().expect("new_stream");
+    let stream = g.backend.new_stream("s").expect("new_stream");
     ring.record(&stream, 0, Blocking::No).expect("record");
     ring.wait(&stream, 0, Blocking::No).expect("wait");
     g.backend

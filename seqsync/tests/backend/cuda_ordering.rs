@@ -19,8 +19,8 @@ const VALUE: f32 = 42.0;
 fn copy_after_slow_fill(with_wait: bool) -> Option<Vec<f32>> {
     let g = common::gpu::gpu()?;
     let (producer, consumer) = (
-        g.backend.new_stream().unwrap(),
-        g.backend.new_stream().unwrap(),
+        g.backend.new_stream("s").unwrap(),
+        g.backend.new_stream("s").unwrap(),
     );
     let mut a = producer.alloc_zeros::<f32>(N).unwrap();
     let mut b = producer.alloc_zeros::<f32>(N).unwrap();

@@ -114,12 +114,12 @@ fn stopped_by_an_error_carries_it_as_source() {
     assert!(src.to_string().contains("expected seq 0"));
 }
 
-/// The pipeline layer's errors are seqsync errors: `derive(..)?` and `runtime::run(..)?`
+/// The pipeline layer's errors are seqsync errors: `derive(..)?` and `pipeline::run(..)?`
 /// compose in one function, and the message is the plan error's own.
 #[test]
 fn plan_errors_are_seqsync_errors() {
     fn derive_empty() -> seqsync::Result<seqsync::pipeline::Plan> {
-        let spec = seqsync::pipeline::spec_toml::from_str("[buffers]\n")?;
+        let spec = seqsync::pipeline::PipelineSpec::from_toml("[buffers]\n")?;
         Ok(seqsync::pipeline::derive(&spec)?)
     }
     let err = derive_empty().unwrap_err();

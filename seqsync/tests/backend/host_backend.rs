@@ -10,7 +10,7 @@ use seqsync::{Error, HostBackend};
 #[test]
 fn closures_run_in_order() {
     let host = HostBackend::new();
-    let s = host.new_stream("s");
+    let s = host.new_stream("s").unwrap();
     let log = Arc::new(Mutex::new(Vec::new()));
     for i in 0..100 {
         let l = log.clone();
@@ -23,7 +23,7 @@ fn closures_run_in_order() {
 #[test]
 fn event_completes_after_prior_work_only() {
     let host = HostBackend::new();
-    let s = host.new_stream("s");
+    let s = host.new_stream("s").unwrap();
     let ev = host.create_event(Default::default()).unwrap();
     assert!(
         host.query(&ev).unwrap(),
@@ -44,7 +44,7 @@ fn event_completes_after_prior_work_only() {
 #[test]
 fn rerecord_does_not_change_earlier_waits() {
     let host = HostBackend::new();
-    let (a, b) = (host.new_stream("a"), host.new_stream("b"));
+    let (a, b) = (host.new_stream("a").unwrap(), host.new_stream("b").unwrap());
     let ev = host.create_event(Default::default()).unwrap();
     let log = Arc::new(Mutex::new(Vec::new()));
     let l = log.clone();
@@ -71,7 +71,7 @@ fn rerecord_does_not_change_earlier_waits() {
 #[test]
 fn panic_becomes_an_error_for_waiters() {
     let host = HostBackend::new();
-    let (a, b) = (host.new_stream("a"), host.new_stream("b"));
+    let (a, b) = (host.new_stream("a").unwrap(), host.new_stream("b").unwrap());
     let ev = host.create_event(Default::default()).unwrap();
     let before = host.create_event(Default::default()).unwrap();
     host.record(&before, &a).unwrap();
@@ -96,7 +96,7 @@ fn drop_finishes_enqueued_work() {
     let host = HostBackend::new();
     let done = Arc::new(Mutex::new(0));
     {
-        let s = host.new_stream("s");
+        let s = host.new_stream("s").unwrap();
         for _ in 0..10 {
             let d = done.clone();
             s.launch(move || {
@@ -114,7 +114,7 @@ fn chaos_delays_but_keeps_order() {
         seed: 42,
         max_delay: Duration::from_micros(500),
     });
-    let s = host.new_stream("s");
+    let s = host.new_stream("s").unwrap();
     let log = Arc::new(Mutex::new(Vec::new()));
     let t = std::time::Instant::now();
     for i in 0..50 {

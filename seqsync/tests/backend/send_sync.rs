@@ -1,6 +1,7 @@
 //! The public types can be shared across threads, as a pipeline needs.
 
-use seqsync::backend::host::{HostEvent, HostStream};
+use seqsync::backend::host::HostStream;
+use seqsync::internal::backend::host::HostEvent;
 use seqsync::{AnyBackend, EventRingbuf, HostBackend};
 
 fn send_sync<T: Send + Sync>() {}
@@ -16,7 +17,7 @@ fn public_types_are_send_and_sync() {
     #[cfg(feature = "cuda")]
     {
         send_sync::<seqsync::backend::cuda::CudaBackend>();
-        send_sync::<seqsync::backend::cuda::CudaEvent>();
+        send_sync::<seqsync::internal::backend::cuda::CudaEvent>();
         send_sync::<EventRingbuf<seqsync::backend::cuda::CudaBackend>>();
     }
 }

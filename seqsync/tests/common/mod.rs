@@ -23,7 +23,7 @@ pub trait Harness: Backend {
 
 impl Harness for HostBackend {
     fn stream(&self) -> Self::Stream {
-        self.new_stream("test")
+        self.new_stream("test").unwrap()
     }
     fn busy(&self, stream: &Self::Stream, d: Duration) {
         stream.launch(move || std::thread::sleep(d));
@@ -45,8 +45,9 @@ pub fn allow_missing_gpu() -> bool {
 #[cfg(feature = "cuda")]
 pub mod gpu {
     use super::*;
-    use seqsync::backend::cuda::{CudaBackend, CudaFunction, CudaStream};
+    use seqsync::backend::cuda::CudaBackend;
     use seqsync::cudarc::driver::{LaunchConfig, PushKernelArg};
+    use seqsync::internal::backend::cuda::{CudaFunction, CudaStream};
     use std::sync::{Arc, OnceLock};
 
     pub const KERNELS: &str = r#"
@@ -115,7 +116,7 @@ extern "C" __global__ void slow_fill(float *out, int n, float value, unsigned lo
     /// a thread-local handle to the kernels.
     impl Harness for CudaBackend {
         fn stream(&self) -> Self::Stream {
-            self.new_stream().unwrap()
+            self.new_stream("s").unwrap()
         }
         fn busy(&self, stream: &Self::Stream, d: Duration) {
             gpu().expect("gpu").spin(stream, d);

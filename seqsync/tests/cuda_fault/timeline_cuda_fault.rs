@@ -30,7 +30,7 @@ fn faulting_kernel_fails_the_timelines_its_stream_signals() {
         )
         .unwrap()
         .remove(0);
-    let s = b.new_stream().unwrap();
+    let s = b.new_stream("s").unwrap();
     let t = Timeline::new(&b, "after-fault", 0).unwrap();
     println!("mechanism: {}", t.mechanism());
     let x = 1i32;

@@ -1,6 +1,6 @@
 //! Command graphs on the host backend: random DAGs of Taskflow's families through every
 //! lowering (results, 0 false dependencies for the exact lowering, events against the lower
-//! bound), IREE's ordering cases, barriers, queue affinity, the stream pool, and the hazard
+//! bound), IREE's ordering cases, barriers, queue affinity, the queues, and the hazard
 //! checker on the streams + events lowering.
 
 use crate::graph_support;
@@ -10,13 +10,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use graph_support::{diamond, families, Rng};
-use seqsync::backend::host::{Chaos, HostKernel};
+use seqsync::backend::host::Chaos;
 use seqsync::backend::{CommandBackend, CopyOp, FillOp};
-use seqsync::graph::{
-    lower, lower_levels, Affinity, CommandBuffer, Dag, Graph, GraphError, Lowering, Op, Schedule,
-    StreamPool, Wait,
-};
-use seqsync::hazard::{Access, ValidatingBackend, ValidatingKernel};
+use seqsync::graph::{Affinity, CommandBuffer, Graph, GraphError, Lowering, Queues};
+use seqsync::hazard::ValidatingBackend;
+use seqsync::internal::backend::host::HostKernel;
+use seqsync::internal::graph::lower_levels;
+use seqsync::internal::graph::{lower, Command, Dag, Schedule, Wait};
+use seqsync::internal::hazard::{Access, ValidatingKernel};
 use seqsync::HostBackend;
 
 fn chaos(seed: u64) -> HostBackend {
@@ -86,14 +87,14 @@ impl Observed {
 
 fn host_graph(dag: &Dag, obs: &Observed) -> Graph<HostBackend> {
     let ops = (0..dag.len())
-        .map(|c| Op::Kernel(obs.kernel(c, dag.preds(c).to_vec())))
+        .map(|c| Command::Kernel(obs.kernel(c, dag.preds(c).to_vec())))
         .collect();
     Graph::new(dag.clone(), ops)
 }
 
 fn run_family(lowering: Lowering, seed: u64) {
     let host = chaos(seed);
-    let mut pool = StreamPool::new(host);
+    let mut pool = Queues::new(host);
     for (name, preds) in families(seed) {
         let dag = Dag::from_preds(&preds).unwrap();
         let obs = Observed::new(dag.len());
@@ -137,22 +138,22 @@ fn cts_traversal_families_levels() {
 #[test]
 fn cts_dependencies_diamond() {
     let host = chaos(3);
-    let mut pool = StreamPool::new(host.clone());
+    let mut pool = Queues::new(host.clone());
     for partitions in 1..=5 {
         for iterations in 1..=7 {
             let (preds, level) = diamond(partitions, iterations);
             let dag = Dag::from_preds(&preds).unwrap();
             let inputs = host.alloc_words(partitions).unwrap();
             let mut map_index = 0;
-            let ops: Vec<Op<HostBackend>> = (0..dag.len())
+            let ops: Vec<Command<HostBackend>> = (0..dag.len())
                 .map(|c| {
                     let m = inputs.clone();
                     if level[c] % 2 == 1 {
                         let i = map_index % partitions;
                         map_index += 1;
-                        Op::Kernel(HostKernel::new(move || m.lock()[i] += 1))
+                        Command::Kernel(HostKernel::new(move || m.lock()[i] += 1))
                     } else {
-                        Op::Kernel(HostKernel::new(move || {
+                        Command::Kernel(HostKernel::new(move || {
                             m.lock().iter_mut().for_each(|v| *v *= 2)
                         }))
                     }
@@ -179,7 +180,7 @@ fn exact_lowering_makes_no_false_dependencies_on_larger_random_dags() {
     for n in [100, 300] {
         let preds = graph_support::dense(&mut rng, n, 3);
         let dag = Dag::from_preds(&preds).unwrap();
-        let a = seqsync::graph::Analysis::of(&dag);
+        let a = seqsync::internal::graph::Analysis::of(&dag);
         let s = lower(&dag, &a, Lowering::Streams);
         let r = s.report(&dag, &a);
         assert_eq!((r.false_dependencies, r.missing_dependencies), (0, 0));
@@ -197,7 +198,7 @@ fn exact_lowering_makes_no_false_dependencies_on_larger_random_dags() {
 fn a_dropped_wait_is_a_missing_dependency() {
     let (preds, _) = diamond(4, 3);
     let dag = Dag::from_preds(&preds).unwrap();
-    let a = seqsync::graph::Analysis::of(&dag);
+    let a = seqsync::internal::graph::Analysis::of(&dag);
     let good = lower(&dag, &a, Lowering::Streams);
     let mut waits = good.waits.clone();
     let dropped = waits.remove(0);
@@ -238,7 +239,7 @@ fn cts_chained_fill_then_copy() {
         &["fill"],
     );
     let mut exe = cb.finish().unwrap().lower(Lowering::Streams);
-    let mut pool = StreamPool::new(host.clone());
+    let mut pool = Queues::new(host.clone());
     pool.submit(&mut exe, Affinity::queue(0)).unwrap();
     pool.synchronize().unwrap();
     assert!(host
@@ -280,7 +281,7 @@ fn cts_barrier_preserves_ordering() {
     );
     let mut exe = cb.finish().unwrap().lower(Lowering::Streams);
     assert_eq!(exe.graph().dag().preds(1), [0]);
-    let mut pool = StreamPool::new(host.clone());
+    let mut pool = Queues::new(host.clone());
     pool.submit(&mut exe, Affinity::queue(0)).unwrap();
     pool.synchronize().unwrap();
     assert!(host
@@ -296,7 +297,7 @@ fn cts_barrier_preserves_ordering() {
 fn cts_burst_copy_submit() {
     let host = chaos(5);
     let target = host.alloc_words(64 * 1024).unwrap();
-    let mut pool = StreamPool::new(host.clone());
+    let mut pool = Queues::new(host.clone());
     for it in 0..64u32 {
         let src = host.alloc_words(1024).unwrap();
         host.write_words(&src, &[0xC0DE_0000 | it; 1024]).unwrap();
@@ -324,7 +325,7 @@ fn cts_burst_copy_submit() {
 }
 
 fn scale_kernel(
-    m: seqsync::backend::host::HostMemory,
+    m: seqsync::internal::backend::host::HostMemory,
     from: usize,
     to: usize,
     mul: u32,
@@ -351,7 +352,7 @@ fn cts_chained_dispatches() {
     cb.kernel("b", scale_kernel(m.clone(), 4, 8, 1, 10), &[]);
     cb.barrier();
     let mut exe = cb.finish().unwrap().lower(Lowering::Streams);
-    let mut pool = StreamPool::new(host.clone());
+    let mut pool = Queues::new(host.clone());
     pool.submit(&mut exe, Affinity::queue(0)).unwrap();
     pool.synchronize().unwrap();
     let w = host.read_words(&m).unwrap();
@@ -376,7 +377,7 @@ fn cts_fill_dispatch_dispatch_pipeline() {
     cb.barrier();
     cb.kernel("plus7", scale_kernel(m.clone(), 4, 8, 1, 7), &[]);
     let mut exe = cb.finish().unwrap().lower(Lowering::Streams);
-    let mut pool = StreamPool::new(host.clone());
+    let mut pool = Queues::new(host.clone());
     pool.submit(&mut exe, Affinity::queue(0)).unwrap();
     pool.synchronize().unwrap();
     assert_eq!(host.read_words(&m).unwrap()[8..12], [37, 67, 97, 127]);
@@ -398,7 +399,7 @@ fn cts_large_fill_command_buffer() {
         cb.fill(&format!("fill{i}"), fill, &[]);
     }
     let mut exe = cb.finish().unwrap().lower(Lowering::Streams);
-    let mut pool = StreamPool::new(host.clone());
+    let mut pool = Queues::new(host.clone());
     for _ in 0..2 {
         host.write_words(&m, &vec![0; 2048]).unwrap();
         pool.submit(&mut exe, Affinity::queue(0)).unwrap();
@@ -413,7 +414,7 @@ fn cts_large_fill_command_buffer() {
 fn cts_rapid_fill_submit() {
     let host = chaos(8);
     let m = host.alloc_words(64).unwrap();
-    let mut pool = StreamPool::new(host.clone());
+    let mut pool = Queues::new(host.clone());
     for i in 0..200u32 {
         let mut cb = CommandBuffer::<HostBackend>::new();
         cb.fill(
@@ -453,7 +454,7 @@ fn cts_serialize_in_order_queue() {
     cb.kernel("inc", HostKernel::new(move || a.lock()[0] += 1), &[]);
     cb.kernel("double_check", HostKernel::new(move || drop(b.lock())), &[]);
     let mut exe = cb.finish().unwrap().lower(Lowering::Streams);
-    let mut pool = StreamPool::new(host.clone());
+    let mut pool = Queues::new(host.clone());
     let mut waits = 0;
     for _ in 0..5 {
         waits += pool
@@ -524,7 +525,7 @@ fn barriers_with_many_commands_on_each_side() {
     assert_eq!(r.events, 2 * N - 2);
     assert_eq!(r.events_lower_bound, N * N - N);
     assert_eq!(exe.schedule().joins.len(), N - 1);
-    let mut pool = StreamPool::new(host);
+    let mut pool = Queues::new(host);
     pool.submit(&mut exe, Affinity::queue(0)).unwrap();
     pool.synchronize().unwrap();
     assert_eq!(wrong.load(Ordering::SeqCst), 0);
@@ -562,7 +563,7 @@ fn queue_affinity_orders_single_bit_submissions_only() {
         let mut second = CommandBuffer::<HostBackend>::new();
         let f = flag.clone();
         second.host("set_flag", move || f.store(true, Ordering::SeqCst), &[]);
-        let mut pool = StreamPool::new(host);
+        let mut pool = Queues::new(host);
         pool.submit(
             &mut first.finish().unwrap().lower(Lowering::Streams),
             affinity,
@@ -595,7 +596,7 @@ fn hazard_checker_finds_nothing_on_the_streams_lowering() {
                     .map(|&p| Access::read(&format!("c{c}"), "slot", p, 0))
                     .collect();
                 accesses.push(Access::write(&format!("c{c}"), "slot", c, 0));
-                Op::Kernel(ValidatingKernel {
+                Command::Kernel(ValidatingKernel {
                     inner: HostKernel::new(|| {}),
                     accesses,
                 })
@@ -607,7 +608,7 @@ fn hazard_checker_finds_nothing_on_the_streams_lowering() {
             s = Schedule::new(s.order.clone(), s.stream_of.clone(), s.waits[1..].to_vec());
         }
         let mut exe = graph.with_schedule(s);
-        let mut pool = StreamPool::new(vb.clone());
+        let mut pool = Queues::new(vb.clone());
         pool.submit(&mut exe, Affinity::queue(0)).unwrap();
         pool.synchronize().unwrap();
         vb.checker().hazards().len()
@@ -621,7 +622,7 @@ fn hazard_checker_finds_nothing_on_the_streams_lowering() {
 
 #[test]
 fn malformed_graphs_name_the_entry() {
-    use seqsync::graph::spec_toml::from_str;
+    use seqsync::internal::graph::spec_toml::from_str;
     let err = |t: &str| from_str(t).unwrap_err().to_string();
     assert_eq!(
         err("[[command]]\nname='a'\nkind='kernel'\nafter=['nope']\n"),
@@ -653,14 +654,17 @@ fn malformed_graphs_name_the_entry() {
 fn levels_lowering_waits_for_whole_levels() {
     // a -> b -> c, x: level 1 = {b}, x alone in level 0.
     let dag = Dag::from_preds(&[vec![], vec![0], vec![1], vec![]]).unwrap();
-    let a = seqsync::graph::Analysis::of(&dag);
+    let a = seqsync::internal::graph::Analysis::of(&dag);
     let s = lower_levels(&dag, &a);
     assert!(s.waits.contains(&Wait { from: 3, to: 1 }), "{:?}", s.waits);
 }
 
 /// The waits a schedule's joins save: each command waiting for a join would otherwise wait for
 /// each of its reduction predecessors on other streams.
-fn joins_saved(s: &seqsync::graph::Schedule, a: &seqsync::graph::Analysis) -> usize {
+fn joins_saved(
+    s: &seqsync::internal::graph::Schedule,
+    a: &seqsync::internal::graph::Analysis,
+) -> usize {
     s.joins
         .iter()
         .map(|j| {
@@ -680,7 +684,7 @@ fn joins_saved(s: &seqsync::graph::Schedule, a: &seqsync::graph::Analysis) -> us
 fn barrier_groups_lower_to_joins_exactly() {
     let mut rng = Rng::new(11);
     let host = chaos(12);
-    let mut pool = StreamPool::new(host);
+    let mut pool = Queues::new(host);
     let mut joined = 0;
     for round in 0..60 {
         let preds = graph_support::barriers(&mut rng, 2 + round % 5);

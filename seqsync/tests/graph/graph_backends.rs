@@ -9,8 +9,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use graph_support::families;
-use seqsync::backend::{CopyOp, FillOp, GraphBackend};
-use seqsync::graph::{Affinity, CommandBuffer, Dag, Graph, Lowering, Op, StreamPool};
+use seqsync::backend::{CopyOp, FillOp};
+use seqsync::graph::{Affinity, CommandBuffer, Graph, Lowering, Queues};
+use seqsync::internal::backend::GraphBackend;
+use seqsync::internal::graph::{Command, Dag};
 
 /// The kernels these tests need, on each backend.
 trait Kernels: GraphBackend {
@@ -24,7 +26,7 @@ trait Kernels: GraphBackend {
 impl Kernels for seqsync::HostBackend {
     fn observe(&self, values: &Self::Memory, me: usize, preds: &[usize]) -> Self::Kernel {
         let (values, preds) = (values.clone(), preds.to_vec());
-        seqsync::backend::host::HostKernel::new(move || {
+        seqsync::internal::backend::host::HostKernel::new(move || {
             std::thread::sleep(std::time::Duration::from_micros((me as u64 * 7919) % 50));
             let mut v = values.lock();
             let s = preds
@@ -35,7 +37,7 @@ impl Kernels for seqsync::HostBackend {
     }
     fn add(&self, m: &Self::Memory, words: usize, v: u32) -> Self::Kernel {
         let m = m.clone();
-        seqsync::backend::host::HostKernel::new(move || {
+        seqsync::internal::backend::host::HostKernel::new(move || {
             m.lock()[..words]
                 .iter_mut()
                 .for_each(|x| *x = x.wrapping_add(v))
@@ -46,8 +48,9 @@ impl Kernels for seqsync::HostBackend {
 #[cfg(feature = "cuda")]
 mod cuda_kernels {
     use super::*;
-    use seqsync::backend::cuda::{CudaBackend, CudaFunction, CudaKernel, KernelParam};
+    use seqsync::backend::cuda::{CudaBackend, CudaKernel, KernelParam};
     use seqsync::backend::CommandBackend;
+    use seqsync::internal::backend::cuda::CudaFunction;
     use std::sync::OnceLock;
 
     const SOURCE: &str = r#"
@@ -124,12 +127,12 @@ fn expected(dag: &Dag) -> Vec<u32> {
 }
 
 fn same_results_through_every_lowering<B: Kernels>(b: &B) {
-    let mut pool = StreamPool::new(b.clone());
+    let mut pool = Queues::new(b.clone());
     for (name, preds) in families(21).into_iter().filter(|(_, p)| p.len() <= 120) {
         let dag = Dag::from_preds(&preds).unwrap();
         let values = b.alloc_words(dag.len()).unwrap();
-        let ops: Vec<Op<B>> = (0..dag.len())
-            .map(|c| Op::Kernel(b.observe(&values, c, dag.preds(c))))
+        let ops: Vec<Command<B>> = (0..dag.len())
+            .map(|c| Command::Kernel(b.observe(&values, c, dag.preds(c))))
             .collect();
         for lowering in [Lowering::Streams, Lowering::Levels, Lowering::CudaGraph] {
             b.write_words(&values, &vec![0; dag.len()]).unwrap();
@@ -189,7 +192,7 @@ fn graph_replays_with_updated_kernel_parameters<B: Kernels>(b: &B) {
         &["copy"],
     );
     let mut exe = cb.finish().unwrap().instantiate(b).unwrap();
-    let mut pool = StreamPool::new(b.clone());
+    let mut pool = Queues::new(b.clone());
     for k in 1..=3u32 {
         exe.set_kernel(add, b.add(&m, WORDS, k)).unwrap();
         pool.submit_graph(&exe, Affinity::queue(0)).unwrap();
@@ -231,7 +234,7 @@ fn cts_chained_fill_then_copy<B: Kernels>(b: &B) {
         };
         cb.copy("copy", copy, &["fill"]);
         let graph = cb.finish().unwrap();
-        let mut pool = StreamPool::new(b.clone());
+        let mut pool = Queues::new(b.clone());
         if lowering == Lowering::CudaGraph {
             let exe = graph.instantiate(b).unwrap();
             pool.submit_graph(&exe, Affinity::queue(0)).unwrap();
@@ -263,7 +266,7 @@ fn graph_and_stream_submissions_keep_queue_order<B: Kernels>(b: &B) {
     s.kernel("add10", b.add(&m, WORDS, 10), &[]);
     s.kernel("spin", b.spin_kernel(200).unwrap(), &[]);
     let mut streams = s.finish().unwrap().lower(Lowering::Streams);
-    let mut pool = StreamPool::new(b.clone());
+    let mut pool = Queues::new(b.clone());
     for _ in 0..5 {
         pool.submit_graph(&graph, Affinity::queue(0)).unwrap();
         pool.submit(&mut streams, Affinity::queue(0)).unwrap();

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use seqsync::backend::GraphBackend;
-use seqsync::graph::{Affinity, CommandBuffer, Lowering, StreamPool, Submit};
+use seqsync::graph::{Affinity, CommandBuffer, Lowering, Queues, Submit};
+use seqsync::internal::backend::GraphBackend;
 use seqsync::timeline::Timeline;
 use seqsync::Error;
 
@@ -40,7 +40,7 @@ fn waits_hold_commands<B: GraphBackend>(t: &Timeline<B>) -> bool {
     t.mechanism().holds_commands()
 }
 
-fn refused_before_its_signal(r: seqsync::Result<seqsync::graph::Submitted>, value: u64) {
+fn refused_before_its_signal(r: seqsync::Result<seqsync::graph::Submission>, value: u64) {
     match r {
         Err(Error::WaitBeforeSignalUnsupported {
             value: v,
@@ -57,7 +57,7 @@ fn refused_before_its_signal(r: seqsync::Result<seqsync::graph::Submitted>, valu
 fn submission_waits_for_a_value_signalled_later<B: GraphBackend>(b: &B) {
     // Before the timelines: dropped after them, so a failing test fails their pending stream
     // waits instead of hanging in the pool's drop.
-    let mut pool = StreamPool::new(b.clone());
+    let mut pool = Queues::new(b.clone());
     let (ready, done) = (
         Timeline::new(b, "ready", 0).unwrap(),
         Timeline::new(b, "done", 0).unwrap(),
@@ -104,7 +104,7 @@ fn submission_waits_for_a_value_signalled_later<B: GraphBackend>(b: &B) {
 fn signals_come_after_every_command<B: GraphBackend>(b: &B) {
     // Before the timelines: dropped after them, so a failing test fails their pending stream
     // waits instead of hanging in the pool's drop.
-    let mut pool = StreamPool::new(b.clone());
+    let mut pool = Queues::new(b.clone());
     let done = Timeline::new(b, "done", 0).unwrap();
     let count = Arc::new(AtomicUsize::new(0));
     let mut exe = counting::<B>(12, &count)
@@ -131,7 +131,7 @@ fn signals_come_after_every_command<B: GraphBackend>(b: &B) {
 fn a_failed_wait_fails_the_signals<B: GraphBackend>(b: &B) {
     // Before the timelines: dropped after them, so a failing test fails their pending stream
     // waits instead of hanging in the pool's drop.
-    let mut pool = StreamPool::new(b.clone());
+    let mut pool = Queues::new(b.clone());
     let (ready, done) = (
         Timeline::new(b, "ready", 0).unwrap(),
         Timeline::new(b, "done", 0).unwrap(),
@@ -165,7 +165,7 @@ fn a_failed_wait_fails_the_signals<B: GraphBackend>(b: &B) {
 fn a_timeline_orders_submissions_across_queues<B: GraphBackend>(b: &B) {
     // Before the timelines: dropped after them, so a failing test fails their pending stream
     // waits instead of hanging in the pool's drop.
-    let mut pool = StreamPool::new(b.clone());
+    let mut pool = Queues::new(b.clone());
     let t = Timeline::new(b, "t", 0).unwrap();
     let done = Timeline::new(b, "done", 0).unwrap();
     let slot = Arc::new(AtomicUsize::new(0));
@@ -215,7 +215,7 @@ fn a_timeline_orders_submissions_across_queues<B: GraphBackend>(b: &B) {
 fn graph_replays_wait_and_signal<B: GraphBackend>(b: &B) {
     // Before the timelines: dropped after them, so a failing test fails their pending stream
     // waits instead of hanging in the pool's drop.
-    let mut pool = StreamPool::new(b.clone());
+    let mut pool = Queues::new(b.clone());
     let (go, done) = (
         Timeline::new(b, "go", 0).unwrap(),
         Timeline::new(b, "done", 0).unwrap(),
@@ -258,7 +258,7 @@ fn graph_replays_wait_and_signal<B: GraphBackend>(b: &B) {
 /// IREE's BarrierSignals: a queue barrier (no commands, no waits) signals; with a wait, it
 /// signals only after the wait's value.
 fn cts_barrier_signals<B: GraphBackend>(b: &B) {
-    let mut pool = StreamPool::new(b.clone());
+    let mut pool = Queues::new(b.clone());
     let (t, s) = (
         Timeline::new(b, "t", 0).unwrap(),
         Timeline::new(b, "s", 0).unwrap(),
@@ -345,7 +345,7 @@ fn empty<B: GraphBackend>() -> seqsync::graph::Executable<B> {
 /// signals) between two submissions of one queue leaves the third behind both writers of the
 /// first (it used to erase the queue's last end, so the reader ran before the slow writer).
 fn an_empty_submission_keeps_the_queue_order<B: GraphBackend>(b: &B) {
-    let mut pool = StreamPool::new(b.clone());
+    let mut pool = Queues::new(b.clone());
     let done = Timeline::new(b, "done", 0).unwrap();
     let cells = Arc::new(vec![AtomicUsize::new(0), AtomicUsize::new(0)]);
     let seen = Arc::new(AtomicUsize::new(usize::MAX));
@@ -380,7 +380,7 @@ fn an_empty_submission_keeps_the_queue_order<B: GraphBackend>(b: &B) {
 /// (it used to enqueue nothing without signals).
 fn a_barrier_with_waits_holds_its_queue<B: GraphBackend>(b: &B) {
     for with_signal in [false, true] {
-        let mut pool = StreamPool::new(b.clone());
+        let mut pool = Queues::new(b.clone());
         let (gate, mark, done) = (
             Timeline::new(b, "gate", 0).unwrap(),
             Timeline::new(b, "mark", 0).unwrap(),
@@ -431,7 +431,7 @@ fn a_barrier_with_waits_holds_its_queue<B: GraphBackend>(b: &B) {
 /// not given to a later submission that does not depend on the failure: that one's signals
 /// succeed (they used to fail, poisoned through the reused stream).
 fn a_poisoned_pool_stream_is_not_reused<B: GraphBackend>(b: &B) {
-    let mut pool = StreamPool::new(b.clone());
+    let mut pool = Queues::new(b.clone());
     let (t, a, c) = (
         Timeline::new(b, "t", 0).unwrap(),
         Timeline::new(b, "a", 0).unwrap(),
@@ -469,7 +469,7 @@ fn a_poisoned_pool_stream_is_not_reused<B: GraphBackend>(b: &B) {
 /// replay has run (the driver calls them through pointers: freeing them at the drop was a use
 /// after free on CUDA).
 fn a_graph_dropped_mid_replay_keeps_its_host_nodes<B: GraphBackend>(b: &B) {
-    let mut pool = StreamPool::new(b.clone());
+    let mut pool = Queues::new(b.clone());
     let (go, done) = (
         Timeline::new(b, "go", 0).unwrap(),
         Timeline::new(b, "done", 0).unwrap(),
@@ -508,7 +508,7 @@ fn a_graph_dropped_mid_replay_keeps_its_host_nodes<B: GraphBackend>(b: &B) {
 /// host behind a deferred wait (CUDA `events`), has no point on the device yet: a submission
 /// with it is refused there (it passed the check and ran early), and held everywhere else.
 fn a_wait_on_a_signal_held_behind_another_wait<B: GraphBackend>(b: &B) {
-    let mut pool = StreamPool::new(b.clone());
+    let mut pool = Queues::new(b.clone());
     let (first, second, done) = (
         Timeline::new(b, "first", 0).unwrap(),
         Timeline::new(b, "second", 0).unwrap(),

@@ -18,8 +18,10 @@ use std::time::{Duration, Instant};
 
 use common::Harness;
 use seqsync::backend::Backend;
-use seqsync::hazard::{Access, ActorId, ValidatingBackend};
-use seqsync::memory::handoff::{HandoffStats, Tracked, TrackedStream, TrackingBackend};
+use seqsync::hazard::ValidatingBackend;
+use seqsync::internal::hazard::{Access, ActorId};
+use seqsync::internal::memory::HandoffStats;
+use seqsync::memory::handoff::{Tracked, TrackedStream, TrackingBackend};
 use seqsync::HostBackend;
 
 /// Work queued on the old stream that a move must not wait for (or must, when it waits): long
@@ -185,8 +187,9 @@ impl Mem for Vb {
 #[cfg(feature = "cuda")]
 mod gpu_mem {
     use super::*;
-    use seqsync::backend::cuda::{CudaBackend, CudaFunction, CudaStream, DeviceBuffer};
+    use seqsync::backend::cuda::{CudaBackend, DeviceBuffer};
     use seqsync::cudarc::driver::{LaunchConfig, PushKernelArg};
+    use seqsync::internal::backend::cuda::{CudaFunction, CudaStream};
     use std::sync::OnceLock;
 
     const KERNELS: &str = r#"
@@ -257,7 +260,7 @@ extern "C" __global__ void copy_u32(unsigned int *dst, const unsigned int *src, 
         const MORE_WORK: Duration = Duration::from_millis(20);
         fn alloc(&self, _name: &'static str, n: usize) -> DeviceBuffer {
             let b = self.alloc_device(n).unwrap();
-            let s = self.new_stream().unwrap();
+            let s = self.new_stream("s").unwrap();
             self.fill(&s, &b, 0, Duration::ZERO);
             self.stream_synchronize(&s).unwrap();
             b
@@ -274,7 +277,7 @@ extern "C" __global__ void copy_u32(unsigned int *dst, const unsigned int *src, 
         }
         fn read_all(&self, b: &DeviceBuffer) -> Vec<u32> {
             let host = self.alloc_pinned(b.len()).unwrap();
-            let s = self.new_stream().unwrap();
+            let s = self.new_stream("s").unwrap();
             // SAFETY: both buffers live until the synchronize below; the caller synchronized
             // every stream that wrote `b`, and nothing else touches `host`.
             unsafe { b.copy_to_pinned_async(&host, &s) }.unwrap();

@@ -7,9 +7,11 @@
 
 use crate::common;
 
-use seqsync::backend::{Backend, CopyOp, FillOp, GraphBackend};
+use seqsync::backend::{Backend, CopyOp, FillOp};
 use seqsync::graph::{CommandBuffer, GraphExecutable};
-use seqsync::memory::handoff::{HandoffStats, Tracked, TrackedStream, TrackingBackend};
+use seqsync::internal::backend::GraphBackend;
+use seqsync::internal::memory::HandoffStats;
+use seqsync::memory::handoff::{Tracked, TrackedStream, TrackingBackend};
 
 /// How long each replay runs before it writes the buffer.
 const SPIN_US: u64 = 50_000;

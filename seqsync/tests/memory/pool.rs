@@ -18,9 +18,8 @@ use std::time::Duration;
 
 use common::Harness;
 use seqsync::backend::{Backend, MemoryBackend};
-use seqsync::memory::{
-    AllocFlags, Block, NativePool, Pool, PoolConfig, PoolStats, StreamAllocator, Wait,
-};
+use seqsync::internal::memory::{NativePool, StreamAllocator};
+use seqsync::memory::{AllocFlags, Block, Pool, PoolConfig, PoolStats, Wait};
 use seqsync::timeline::Timeline;
 use seqsync::{Error, HostBackend};
 
@@ -1250,7 +1249,10 @@ on_both_backends!(
 fn failed_wait_list_does_not_free() {
     let host = HostBackend::new();
     let p = Pool::new(&host, "test", PoolConfig::default()).unwrap();
-    let (s, broken) = (host.new_stream("s"), host.new_stream("broken"));
+    let (s, broken) = (
+        host.new_stream("s").unwrap(),
+        host.new_stream("broken").unwrap(),
+    );
     let a = p.alloc(&s, 1024, &[]).unwrap();
     broken.launch(|| panic!("a reader failed"));
     let reader_done = p.record(&broken).unwrap();
@@ -1278,7 +1280,8 @@ fn failed_wait_list_does_not_free() {
 /// safe is also ordered by happens-before.
 #[test]
 fn pool_ordering_is_real_ordering_for_the_hazard_checker() {
-    use seqsync::hazard::{Access, ValidatingBackend};
+    use seqsync::hazard::ValidatingBackend;
+    use seqsync::internal::hazard::Access;
     let v = ValidatingBackend::new(HostBackend::new());
     let (s1, s2) = (
         Backend::new_stream(&v, "s1").unwrap(),

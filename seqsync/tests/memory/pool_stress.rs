@@ -68,7 +68,7 @@ fn stress(seed: u64) -> (seqsync::memory::PoolStats, u64, u64) {
         max_delay: Duration::from_micros(60),
     });
     let streams: Vec<HostStream> = (0..STREAMS)
-        .map(|i| host.new_stream(&format!("s{i}")))
+        .map(|i| host.new_stream(&format!("s{i}")).unwrap())
         .collect();
     // Small enough that requests run into reuse, inserted waits and exhaustion.
     let pool = Pool::new(

@@ -4,9 +4,9 @@
 use crate::seed_spec;
 
 use seed_spec::{grid, line_of, seed_builder, seed_toml};
+use seqsync::internal::pipeline::{derive_unchecked, NamedOp};
 use seqsync::pipeline::{
-    derive, derive_unchecked, spec_toml, ConsumerKind, NamedOp, Op, PipelineSpec, Place, Plan,
-    PlanError, StageSpec,
+    derive, ConsumerKind, Op, PipelineSpec, Place, Plan, PlanError, StageSpec,
 };
 
 /// (nconsumers, max_size) of ring `name`.
@@ -53,14 +53,14 @@ fn seed_toml_and_builder_give_the_same_plan() {
 fn seed_blocking_flags() {
     let plan = derive(&seed_builder(2, 4, 3, 2)).unwrap();
     let blocking_records: Vec<&str> = plan
-        .rings
+        .rings()
         .iter()
         .filter(|r| r.record_blocking)
         .map(|r| r.name.as_str())
         .collect();
     assert_eq!(blocking_records, ["h", "g2h"]);
     let mut blocking_waits = Vec::new();
-    for r in &plan.rings {
+    for r in plan.rings() {
         for c in r.consumers.iter().filter(|c| c.blocking) {
             blocking_waits.push((c.stage.as_str(), r.name.as_str()));
         }
@@ -167,13 +167,13 @@ fn seed_op_sequence_matches_the_seed_code() {
 #[test]
 fn plan_ops_carry_resolved_indices() {
     let plan = derive(&seed_builder(2, 4, 3, 5)).unwrap();
-    assert_eq!(plan.streams, ["s_h2g", "s_f", "s_g", "s_h", "s_g2h"]);
-    for (i, (stage, ring)) in plan.stages.iter().zip(&plan.rings).enumerate() {
+    assert_eq!(plan.streams(), ["s_h2g", "s_f", "s_g", "s_h", "s_g2h"]);
+    for (i, (stage, ring)) in plan.stages().iter().zip(plan.rings()).enumerate() {
         assert_eq!(stage.name, ring.name, "stage {i} produces ring {i}");
-        assert_eq!(plan.threads[stage.thread].name, ring.thread);
+        assert_eq!(plan.threads()[stage.thread].name, ring.thread);
     }
     let h = plan.stage_index("h").unwrap();
-    assert_eq!(plan.stages[h].stream, Some(3));
+    assert_eq!(plan.stages()[h].stream, Some(3));
     let ops = &plan.thread("h2g").unwrap().ops;
     assert!(ops.contains(&Op::Wait {
         stage: h,
@@ -406,12 +406,12 @@ reads = ["c"]
 "#;
 
 fn parse_err(src: &str) -> PlanError {
-    spec_toml::from_str(src).expect_err("spec should be rejected")
+    PipelineSpec::from_toml(src).expect_err("spec should be rejected")
 }
 
 #[test]
 fn base_spec_is_valid() {
-    let plan = derive(&spec_toml::from_str(BASE).unwrap()).unwrap();
+    let plan = derive(&PipelineSpec::from_toml(BASE).unwrap()).unwrap();
     assert_eq!(params(&plan, "q"), (2, 3));
 }
 
@@ -618,7 +618,7 @@ fn unknown_key_and_negative_value_name_line() {
 fn max_size_table_in_toml() {
     let src = format!("{BASE}\n[max_size]\nq = 9\n");
     // A table after [[thread]] arrays is still top-level in TOML.
-    let plan = derive(&spec_toml::from_str(&src).unwrap()).unwrap();
+    let plan = derive(&PipelineSpec::from_toml(&src).unwrap()).unwrap();
     assert_eq!(params(&plan, "q"), (2, 9));
 
     let src = format!("{BASE}\n[max_size]\nnope = 9\n");
@@ -653,7 +653,7 @@ fn more_readers_than_a_ring_has_consumers_are_refused_by_derive() {
     let max = seqsync::ring::MAX_CONSUMERS as usize;
     let plan = seqsync::pipeline::derive(&readers(max)).unwrap();
     assert_eq!(
-        plan.rings.iter().map(|r| r.nconsumers).max(),
+        plan.rings().iter().map(|r| r.nconsumers).max(),
         Some(max as u32)
     );
     let err = seqsync::pipeline::derive(&readers(max + 1)).unwrap_err();

@@ -3,8 +3,9 @@
 //! and one below a ring's bound always gets stuck.
 
 use proptest::prelude::*;
+use seqsync::internal::pipeline::derive_unchecked;
 use seqsync::pipeline::{
-    check_deadlock_with, derive, derive_unchecked, CheckOptions, PipelineSpec, StageSpec, Verdict,
+    check_deadlock_with, derive, CheckOptions, PipelineSpec, StageSpec, Verdict,
 };
 
 /// One generated stage: thread, place (stream index or host), slots of the
@@ -92,11 +93,11 @@ proptest! {
     fn derived_plans_are_deadlock_free(stages in prop::collection::vec(gen_stage(), 1..6)) {
         let spec = build(&stages);
         let plan = derive(&spec).expect("derives");
-        for r in &plan.rings {
+        for r in plan.rings() {
             prop_assert!(r.max_size >= r.bound);
             prop_assert_eq!(r.nconsumers as usize, r.consumers.len());
         }
-        let verdict = check_deadlock_with(&plan, CheckOptions { max_states: 200_000 }).unwrap();
+        let verdict = check_deadlock_with(&plan, CheckOptions { max_states: 200_000 });
         prop_assert!(
             matches!(verdict, Verdict::DeadlockFree { .. } | Verdict::Inconclusive { .. }),
             "{}\n{}", plan, verdict
@@ -111,11 +112,11 @@ proptest! {
     fn one_below_a_bound_always_gets_stuck(stages in prop::collection::vec(gen_stage(), 1..6)) {
         let base = build(&stages);
         let plan = derive(&base).expect("derives");
-        for r in plan.rings.iter().filter(|r| r.bound >= 2) {
+        for r in plan.rings().iter().filter(|r| r.bound >= 2) {
             let mut spec = base.clone();
             spec.set(&format!("{}.max_size", r.name), r.bound - 1).unwrap();
             let small = derive_unchecked(&spec).expect("derives unchecked");
-            let verdict = check_deadlock_with(&small, CheckOptions { max_states: 200_000 }).unwrap();
+            let verdict = check_deadlock_with(&small, CheckOptions { max_states: 200_000 });
             prop_assert!(
                 matches!(verdict, Verdict::Deadlock { .. } | Verdict::WouldFail { .. }),
                 "ring {} at {}: {}\n{}", r.name, r.bound - 1, small, verdict
@@ -130,8 +131,8 @@ mod finite_runs {
     use super::*;
     use seqsync::backend::host::Chaos;
     use seqsync::backend::Backend;
-    use seqsync::pipeline::runtime::{self, RunConfig, Stages};
     use seqsync::pipeline::Plan;
+    use seqsync::pipeline::{self, RunConfig, Stages};
     use seqsync::HostBackend;
     use std::sync::mpsc;
     use std::time::Duration;
@@ -151,16 +152,16 @@ mod finite_runs {
                 seed,
                 max_delay: Duration::from_micros(50),
             });
-            let streams = runtime::new_streams(&host, &plan).unwrap();
+            let streams = pipeline::new_streams(&host, &plan).unwrap();
             let mut stages = Stages::<HostBackend>::new();
-            for s in &plan.stages {
+            for s in plan.stages() {
                 let h = host.clone();
                 stages = stages.stage(s.name.clone(), move |cx| match cx.stream {
                     Some(stream) => h.launch_host(stream, Box::new(|| {})),
                     None => Ok(()),
                 });
             }
-            let r = runtime::run(RunConfig {
+            let r = pipeline::run(RunConfig {
                 plan: &plan,
                 backend: &host,
                 streams: &streams,
@@ -196,19 +197,19 @@ mod finite_runs {
             let derived = derive(&base).expect("derives");
             // The derivation gives every ring at least the lag of each of its consumers, so
             // derived plans never hang at the end of a run.
-            for r in &derived.rings {
+            for r in derived.rings() {
                 for c in &r.consumers {
                     prop_assert!(r.max_size as i64 >= c.lag, "ring {} consumer {} lag {} > max_size {}", r.name, c.stage, c.lag, r.max_size);
                 }
             }
             let mut spec = base.clone();
-            for (r, size) in derived.rings.iter().zip(&sizes) {
+            for (r, size) in derived.rings().iter().zip(&sizes) {
                 if let Some(v) = size {
                     spec.set(&format!("{}.max_size", r.name), *v).unwrap();
                 }
             }
             let plan = derive_unchecked(&spec).expect("derives unchecked");
-            let verdict = check_deadlock_with(&plan, CheckOptions { max_states: 200_000 }).unwrap();
+            let verdict = check_deadlock_with(&plan, CheckOptions { max_states: 200_000 });
             if let Verdict::DeadlockFree { .. } = verdict {
                 let outcome = run_with_timeout(&plan, batches, seed, Duration::from_secs(20));
                 prop_assert!(

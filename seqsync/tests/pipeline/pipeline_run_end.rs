@@ -8,8 +8,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use seqsync::backend::Backend;
-use seqsync::pipeline::runtime::{self, RunConfig, Stages};
-use seqsync::pipeline::{check_deadlock, derive, spec_toml, PipelineSpec, Plan, Verdict};
+use seqsync::pipeline::{self, RunConfig, Stages};
+use seqsync::pipeline::{check_deadlock, derive, PipelineSpec, Plan, Verdict};
 use seqsync::HostBackend;
 
 const SPEC: &str = r#"
@@ -32,7 +32,7 @@ reads = ["b"]
 "#;
 
 fn spec(r_max_size: Option<u64>) -> PipelineSpec {
-    let mut spec = spec_toml::from_str(SPEC).unwrap();
+    let mut spec = PipelineSpec::from_toml(SPEC).unwrap();
     if let Some(v) = r_max_size {
         spec.set("r.max_size", v).unwrap();
     }
@@ -45,7 +45,7 @@ fn run(plan: &Plan, batches: i64, limit: Duration) -> Option<seqsync::Result<()>
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let host = HostBackend::new();
-        let streams = runtime::new_streams(&host, &plan).unwrap();
+        let streams = pipeline::new_streams(&host, &plan).unwrap();
         let mut stages = Stages::<HostBackend>::new();
         for s in ["w", "r"] {
             let h = host.clone();
@@ -53,7 +53,7 @@ fn run(plan: &Plan, batches: i64, limit: Duration) -> Option<seqsync::Result<()>
                 h.launch_host(cx.stream.unwrap(), Box::new(|| {}))
             });
         }
-        let r = runtime::run(RunConfig {
+        let r = pipeline::run(RunConfig {
             plan: &plan,
             backend: &host,
             streams: &streams,
@@ -69,7 +69,7 @@ fn run(plan: &Plan, batches: i64, limit: Duration) -> Option<seqsync::Result<()>
 #[test]
 fn a_ring_smaller_than_a_consumers_lag_deadlocks_at_the_end_of_a_run() {
     let plan = derive(&spec(Some(1))).unwrap();
-    let verdict = check_deadlock(&plan).unwrap();
+    let verdict = check_deadlock(&plan);
     let Verdict::Deadlock { trace } = &verdict else {
         panic!("expected a deadlock, got {verdict}");
     };
@@ -103,10 +103,7 @@ fn a_ring_smaller_than_a_consumers_lag_deadlocks_at_the_end_of_a_run() {
 fn the_derived_sizes_and_any_size_at_least_the_lag_finish() {
     for size in [None, Some(3), Some(4)] {
         let plan = derive(&spec(size)).unwrap();
-        assert!(
-            check_deadlock(&plan).unwrap().is_deadlock_free(),
-            "{size:?}"
-        );
+        assert!(check_deadlock(&plan).is_deadlock_free(), "{size:?}");
         for batches in [1, 2, 3, 4, 7] {
             let outcome = run(&plan, batches, Duration::from_secs(20));
             assert!(
@@ -117,7 +114,7 @@ fn the_derived_sizes_and_any_size_at_least_the_lag_finish() {
     }
     // 1 and 2 are below the lag 3: a deadlock at the end of a run.
     for size in [1, 2] {
-        let verdict = check_deadlock(&derive(&spec(Some(size))).unwrap()).unwrap();
+        let verdict = check_deadlock(&derive(&spec(Some(size))).unwrap());
         assert!(
             matches!(verdict, Verdict::Deadlock { .. }),
             "{size}: {verdict}"
@@ -131,7 +128,7 @@ fn the_derived_sizes_and_any_size_at_least_the_lag_finish() {
 fn the_watchdog_names_who_is_blocked_on_what() {
     let plan = derive(&spec(Some(1))).unwrap();
     let host = HostBackend::new();
-    let streams = runtime::new_streams(&host, &plan).unwrap();
+    let streams = pipeline::new_streams(&host, &plan).unwrap();
     let mut stages = Stages::<HostBackend>::new();
     for s in ["w", "r"] {
         let h = host.clone();
@@ -140,7 +137,7 @@ fn the_watchdog_names_who_is_blocked_on_what() {
         });
     }
     let start = std::time::Instant::now();
-    let err = runtime::run(RunConfig {
+    let err = pipeline::run(RunConfig {
         plan: &plan,
         backend: &host,
         streams: &streams,

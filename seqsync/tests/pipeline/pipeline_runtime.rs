@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use seqsync::backend::host::{Chaos, HostStream};
-use seqsync::pipeline::runtime::{self, Stages};
-use seqsync::pipeline::{derive, Op, PipelineSpec, Plan, PlanError, StageSpec};
+use seqsync::internal::pipeline::without_wait;
+use seqsync::pipeline::{self, Stages};
+use seqsync::pipeline::{derive, PipelineSpec, Plan, StageSpec};
 use seqsync::{Error, HostBackend};
 
 type Buf = Arc<Vec<AtomicU64>>;
@@ -34,7 +35,7 @@ fn run_seed_values(host: &HostBackend, n: [u64; 4], batches: i64) -> (i64, Vec<i
 
 fn run_plan_values(host: &HostBackend, plan: &Plan, n: [u64; 4], batches: i64) -> (i64, Vec<i64>) {
     let [nin, nx, ny, nout] = n;
-    let streams = runtime::new_streams(host, plan).unwrap();
+    let streams = pipeline::new_streams(host, plan).unwrap();
     let (bin, bx, by, bout) = (buf(nin), buf(nx), buf(ny), buf(nout));
     let local = Arc::new(AtomicU64::new(u64::MAX));
     let ok = AtomicI64::new(0);
@@ -92,7 +93,7 @@ fn run_plan_values(host: &HostBackend, plan: &Plan, n: [u64; 4], batches: i64) -
             }
             Ok(())
         });
-    let stats = runtime::run(runtime::RunConfig {
+    let stats = pipeline::run(pipeline::RunConfig {
         plan,
         backend: host,
         streams: &streams,
@@ -120,22 +121,8 @@ fn seed_spec_runs_with_chaos_and_every_value_checks() {
 #[test]
 fn the_value_check_catches_a_wait_taken_out_of_the_plan() {
     // Drop h's wait on f (h reads x before f wrote it) and one consumer of ring f.
-    let mut plan = derive(&seed_spec::seed_toml(2, 4, 3, 2)).unwrap();
-    let (h, f) = (
-        plan.stage_index("h").unwrap(),
-        plan.ring_index("f").unwrap(),
-    );
-    let ops = &mut plan.threads[0].ops;
-    let at = ops
-        .iter()
-        .position(|op| matches!(*op, Op::Wait { stage, ring, .. } if (stage, ring) == (h, f)))
-        .unwrap();
-    ops.remove(at);
-    plan.rings
-        .iter_mut()
-        .find(|r| r.name == "f")
-        .unwrap()
-        .nconsumers -= 1;
+    let plan = derive(&seed_spec::seed_toml(2, 4, 3, 2)).unwrap();
+    let plan = without_wait(plan, "h", "f").unwrap();
     let host = HostBackend::with_chaos(Chaos::new(12));
     let (ok, wrong) = run_plan_values(&host, &plan, [2, 4, 3, 2], 60);
     assert!(
@@ -183,7 +170,7 @@ fn a_failing_stage_stops_every_ring_and_its_error_is_returned() {
     // `copy_out`), so returning at all proves the stop cascade woke it and it was joined.
     for failing in ["kernel", "copy_out"] {
         let host = HostBackend::with_chaos(Chaos::new(9));
-        let streams = runtime::new_streams(&host, &plan).unwrap();
+        let streams = pipeline::new_streams(&host, &plan).unwrap();
         let processed = AtomicI64::new(0);
         let stages = noop_stages()
             .stage(failing, |cx| {
@@ -197,7 +184,7 @@ fn a_failing_stage_stops_every_ring_and_its_error_is_returned() {
                 processed.fetch_add(1, Ordering::Relaxed);
                 Ok(())
             });
-        let err = runtime::run(runtime::RunConfig {
+        let err = pipeline::run(pipeline::RunConfig {
             plan: &plan,
             backend: &host,
             streams: &streams,
@@ -215,7 +202,7 @@ fn a_failing_stage_stops_every_ring_and_its_error_is_returned() {
 fn a_failing_after_sync_and_a_panicking_stage_are_reported() {
     let plan = small_plan();
     let host = HostBackend::new();
-    let streams = runtime::new_streams(&host, &plan).unwrap();
+    let streams = pipeline::new_streams(&host, &plan).unwrap();
     let stages = noop_stages().after_sync("copy_out", |s| {
         if s == 3 {
             Err(boom("copy_out", s))
@@ -223,7 +210,7 @@ fn a_failing_after_sync_and_a_panicking_stage_are_reported() {
             Ok(())
         }
     });
-    let err = runtime::run(runtime::RunConfig {
+    let err = pipeline::run(pipeline::RunConfig {
         plan: &plan,
         backend: &host,
         streams: &streams,
@@ -238,7 +225,7 @@ fn a_failing_after_sync_and_a_panicking_stage_are_reported() {
         assert!(cx.seq < 5, "kernel gave up");
         Ok(())
     });
-    let err = runtime::run(runtime::RunConfig {
+    let err = pipeline::run(pipeline::RunConfig {
         plan: &plan,
         backend: &host,
         streams: &streams,
@@ -257,7 +244,7 @@ fn a_failing_after_sync_and_a_panicking_stage_are_reported() {
 fn missing_closures_and_streams_are_named_errors_before_anything_runs() {
     let plan = small_plan();
     let host = HostBackend::new();
-    let streams = runtime::new_streams(&host, &plan).unwrap();
+    let streams = pipeline::new_streams(&host, &plan).unwrap();
     let ran = AtomicI64::new(0);
     let stages = Stages::<HostBackend>::new()
         .stage("copy_in", |_| {
@@ -265,7 +252,7 @@ fn missing_closures_and_streams_are_named_errors_before_anything_runs() {
             Ok(())
         })
         .stage("copy_out", |_| Ok(()));
-    let err = runtime::run(runtime::RunConfig {
+    let err = pipeline::run(pipeline::RunConfig {
         plan: &plan,
         backend: &host,
         streams: &streams,
@@ -281,9 +268,9 @@ fn missing_closures_and_streams_are_named_errors_before_anything_runs() {
     assert!(err.to_string().contains("no closure"), "{err}");
     assert_eq!(ran.load(Ordering::Relaxed), 0);
 
-    let mut fewer: HashMap<String, HostStream> = runtime::new_streams(&host, &plan).unwrap();
+    let mut fewer: HashMap<String, HostStream> = pipeline::new_streams(&host, &plan).unwrap();
     fewer.remove("s1");
-    let err = runtime::run(runtime::RunConfig {
+    let err = pipeline::run(pipeline::RunConfig {
         plan: &plan,
         backend: &host,
         streams: &fewer,
@@ -298,7 +285,7 @@ fn missing_closures_and_streams_are_named_errors_before_anything_runs() {
     );
     assert!(err.to_string().contains("no stream `s1`"), "{err}");
 
-    let err = runtime::run(runtime::RunConfig {
+    let err = pipeline::run(pipeline::RunConfig {
         plan: &plan,
         backend: &host,
         streams: &streams,
@@ -312,7 +299,7 @@ fn missing_closures_and_streams_are_named_errors_before_anything_runs() {
         "{err}"
     );
 
-    let err = runtime::run(runtime::RunConfig {
+    let err = pipeline::run(pipeline::RunConfig {
         plan: &plan,
         backend: &host,
         streams: &streams,
@@ -339,9 +326,12 @@ fn a_host_stage_records_without_a_stream_and_orders_its_consumers() {
         .unwrap();
     let plan = derive(&spec).unwrap();
     // A host stage's ring is published with record_host: no stream of its own.
-    assert_eq!(runtime::required_streams(&plan), ["s1", "s2"]);
+    assert_eq!(
+        seqsync::internal::pipeline::required_streams(&plan),
+        ["s1", "s2"]
+    );
     let host = HostBackend::with_chaos(Chaos::new(4));
-    let streams = runtime::new_streams(&host, &plan).unwrap();
+    let streams = pipeline::new_streams(&host, &plan).unwrap();
     let (a, b, out) = (buf(2), buf(2), Arc::new(AtomicU64::new(0)));
     let ok = AtomicI64::new(0);
     let stages = Stages::<HostBackend>::new()
@@ -369,7 +359,7 @@ fn a_host_stage_records_without_a_stream_and_orders_its_consumers() {
             ok.fetch_add(1, Ordering::Relaxed);
             Ok(())
         });
-    runtime::run(runtime::RunConfig {
+    pipeline::run(pipeline::RunConfig {
         plan: &plan,
         backend: &host,
         streams: &streams,
@@ -379,34 +369,4 @@ fn a_host_stage_records_without_a_stream_and_orders_its_consumers() {
     })
     .unwrap();
     assert_eq!(ok.load(Ordering::Relaxed), 80);
-}
-
-/// A hand-edited plan whose op names a ring the plan does not have is a plan error before
-/// anything runs, not a panic.
-#[test]
-fn an_out_of_range_index_is_a_plan_error() {
-    let mut plan = small_plan();
-    let host = HostBackend::new();
-    let streams = runtime::new_streams(&host, &plan).unwrap();
-    if let Some(Op::Wait { ring, .. }) = plan.threads[1]
-        .ops
-        .iter_mut()
-        .find(|op| matches!(op, Op::Wait { .. }))
-    {
-        *ring = 99;
-    }
-    let stages = noop_stages();
-    let err = runtime::run(runtime::RunConfig {
-        plan: &plan,
-        backend: &host,
-        streams: &streams,
-        stages: &stages,
-        batches: 10,
-        stall_timeout: None,
-    })
-    .unwrap_err();
-    assert!(
-        matches!(&err, Error::Plan(PlanError::InvalidPlan { message }) if message.contains("ring #99")),
-        "{err}"
-    );
 }

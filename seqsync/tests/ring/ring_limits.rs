@@ -5,8 +5,10 @@
 use std::sync::mpsc;
 use std::sync::Mutex;
 
-use seqsync::backend::host::{HostEvent, HostSemaphore, HostStream};
-use seqsync::backend::{Backend, EventOptions, Interrupt, SemaphoreWaker, SyncOutcome};
+use seqsync::backend::host::HostStream;
+use seqsync::backend::{Backend, EventOptions};
+use seqsync::internal::backend::host::{HostEvent, HostSemaphore};
+use seqsync::internal::backend::{Interrupt, SemaphoreWaker, SyncOutcome};
 use seqsync::pipeline::{derive, PipelineSpec};
 use seqsync::ring::MAX_SIZE;
 use seqsync::{Blocking, Error, EventRingbuf, HostBackend, Result};
@@ -83,7 +85,7 @@ fn not_yet_produced_while_the_record_is_in_flight_says_so() {
         host: host.clone(),
         gate: std::sync::Arc::new(Mutex::new(Some((entered_tx, go_rx)))),
     };
-    let stream = host.new_stream("p");
+    let stream = host.new_stream("p").unwrap();
     let ring = EventRingbuf::new(&b, "f", 1, 2).unwrap();
     std::thread::scope(|scope| {
         let producer = scope.spawn(|| ring.record(&stream, 0, Blocking::No));
@@ -118,7 +120,7 @@ fn not_yet_produced_while_the_record_is_in_flight_says_so() {
 /// Record, wait and synchronize `rounds` seqs from `first` on a fresh ring.
 fn run_across(first: i64, max_size: usize, rounds: i64) {
     let host = HostBackend::new();
-    let s = host.new_stream("s");
+    let s = host.new_stream("s").unwrap();
     let ring = EventRingbuf::starting_at(&host, "w", 2, max_size, first).unwrap();
     for seq in first..first + rounds {
         ring.record(&s, seq, Blocking::No).unwrap();
@@ -142,7 +144,7 @@ fn seqs_cross_the_2_pow_42_tag_wrap() {
 #[test]
 fn seqs_run_to_i64_max_minus_one() {
     let host = HostBackend::new();
-    let s = host.new_stream("s");
+    let s = host.new_stream("s").unwrap();
     let ring = EventRingbuf::starting_at(&host, "end", 1, 3, i64::MAX - 4).unwrap();
     for seq in i64::MAX - 4..i64::MAX {
         ring.record(&s, seq, Blocking::No).unwrap();
@@ -161,7 +163,7 @@ fn seqs_run_to_i64_max_minus_one() {
 #[test]
 fn stale_not_yet_and_over_consumed_across_the_wrap() {
     let host = HostBackend::new();
-    let s = host.new_stream("s");
+    let s = host.new_stream("s").unwrap();
     let first = (1i64 << 42) - 2;
     let fresh = || EventRingbuf::starting_at(&host, "c", 1, 2, first).unwrap();
     let fill = |r: &EventRingbuf<HostBackend>, upto: i64| {
@@ -213,7 +215,7 @@ fn stale_not_yet_and_over_consumed_across_the_wrap() {
 #[test]
 fn far_future_seqs_are_not_produced_on_a_young_ring() {
     let host = HostBackend::new();
-    let s = host.new_stream("s");
+    let s = host.new_stream("s").unwrap();
     for far in [(1i64 << 40) + 1, 1 << 42, (1 << 42) + 1] {
         let ring = EventRingbuf::new(&host, "y", 1, 2).unwrap();
         ring.record(&s, 0, Blocking::No).unwrap();
@@ -241,7 +243,7 @@ fn max_size_limit_is_the_same_for_check_and_the_ring() {
     let e = spec.set("w.max_size", MAX_SIZE as u64 + 1).unwrap_err();
     assert!(e.to_string().contains("2^20"), "{e}");
     spec.set("w.max_size", MAX_SIZE as u64).unwrap();
-    assert_eq!(derive(&spec).unwrap().rings[0].max_size, MAX_SIZE as u64);
+    assert_eq!(derive(&spec).unwrap().rings()[0].max_size, MAX_SIZE as u64);
     // Derived from a slot count: the plan is refused, not a ring that cannot be built.
     let e = derive(&two_threads(MAX_SIZE as u64 + 1)).unwrap_err();
     assert!(e.to_string().contains("2^20"), "{e}");
@@ -267,7 +269,7 @@ host = true
 reads = ["b"]
 "#
     );
-    seqsync::pipeline::spec_toml::from_str(&text).unwrap()
+    seqsync::pipeline::PipelineSpec::from_toml(&text).unwrap()
 }
 
 /// `synchronize_with_producer` fails only with `Stopped`, even for seqs far past anything
@@ -275,7 +277,7 @@ reads = ["b"]
 #[test]
 fn synchronize_with_producer_reports_only_stopped() {
     let host = HostBackend::new();
-    let s = host.new_stream("s");
+    let s = host.new_stream("s").unwrap();
     for seq in [5, 1 << 42, i64::MAX - 1] {
         let ring = EventRingbuf::new(&host, "p", 1, 2).unwrap();
         ring.record(&s, 0, Blocking::No).unwrap();

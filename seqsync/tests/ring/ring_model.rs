@@ -148,7 +148,7 @@ impl Worker {
     fn new(host: &HostBackend, k: usize) -> Self {
         let (jobs, job_rx) = mpsc::channel::<Job>();
         let (res_tx, results) = mpsc::channel();
-        let stream = host.new_stream(&format!("worker{k}"));
+        let stream = host.new_stream(&format!("worker{k}")).unwrap();
         let handle = std::thread::spawn(move || {
             for job in job_rx {
                 res_tx.send(job(&stream)).unwrap();
@@ -280,7 +280,7 @@ fn run_concurrently(
                     (&ring, host.clone(), produced.clone(), misordered.clone());
                 let announced = &announced[k];
                 scope.spawn(move || {
-                    let stream = host.new_stream(&format!("consumer{k}"));
+                    let stream = host.new_stream(&format!("consumer{k}")).unwrap();
                     let mut seen = Seen::default();
                     for (seq, take) in (0..NSEQ).zip(plan.iter().cycle()) {
                         host.chaos_pause();
@@ -331,7 +331,7 @@ fn run_concurrently(
                 })
             })
             .collect();
-        let producer = host.new_stream("producer");
+        let producer = host.new_stream("producer").unwrap();
         for seq in 0..NSEQ {
             host.chaos_pause();
             let p = produced.clone();

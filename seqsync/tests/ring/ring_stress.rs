@@ -40,7 +40,7 @@ fn three_consumers_see_every_seq_once_in_order() {
             let announced = &announced[c];
             let host = host.clone();
             scope.spawn(move || {
-                let stream = host.new_stream(&format!("consumer{c}"));
+                let stream = host.new_stream(&format!("consumer{c}")).unwrap();
                 for seq in 0..NSEQ {
                     // Before the wait: seqs below `seq + 1` may be released from here on.
                     announced.store(seq + 1, Ordering::SeqCst);
@@ -58,7 +58,7 @@ fn three_consumers_see_every_seq_once_in_order() {
                 stream.synchronize().unwrap();
             });
         }
-        let producer = host.new_stream("producer");
+        let producer = host.new_stream("producer").unwrap();
         for seq in 0..NSEQ {
             let p = produced.clone();
             producer.launch(move || p.store(seq + 1, Ordering::SeqCst));

@@ -2,7 +2,7 @@
 //! and parsed from `specs/seed.toml`.
 #![allow(dead_code)]
 
-use seqsync::pipeline::{spec_toml, PipelineSpec, StageSpec};
+use seqsync::pipeline::{PipelineSpec, StageSpec};
 
 /// The seed's TOML spec (`specs/seed.toml`), embedded so the tests run from the GPU bundle.
 pub const SEED_TOML: &str = include_str!("../../../specs/seed.toml");
@@ -37,7 +37,7 @@ pub fn seed_builder(nin: u64, nx: u64, ny: u64, nout: u64) -> PipelineSpec {
 
 /// The seed's example parsed from `specs/seed.toml`, with parameters set.
 pub fn seed_toml(nin: u64, nx: u64, ny: u64, nout: u64) -> PipelineSpec {
-    let mut spec = spec_toml::from_str(SEED_TOML).expect("seed.toml parses");
+    let mut spec = PipelineSpec::from_toml(SEED_TOML).expect("seed.toml parses");
     for (name, v) in [("nin", nin), ("nx", nx), ("ny", ny), ("nout", nout)] {
         spec.set(name, v).expect("seed parameter exists");
     }

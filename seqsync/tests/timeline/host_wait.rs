@@ -128,7 +128,7 @@ fn check(what: &str, cpu_bound: bool, measure: impl Fn() -> Measured) {
 /// checked), then `reps` measured, against `reps` spinning on `query`.
 fn timeline_waits(d: Duration, learn: usize, reps: usize) -> Measured {
     let host = HostBackend::polling();
-    let s = host.new_stream("work");
+    let s = host.new_stream("work").unwrap();
     let t = Timeline::new(&host, "t", 0).unwrap();
     assert!(!t.mechanism().name().is_empty());
     let mut v = 0;
@@ -171,7 +171,7 @@ fn timeline_waits(d: Duration, learn: usize, reps: usize) -> Measured {
 /// The same for a ring's host `synchronize`, against spinning on the backend's event query.
 fn ring_waits(d: Duration, learn: usize, reps: usize) -> Measured {
     let host = HostBackend::polling();
-    let s = host.new_stream("work");
+    let s = host.new_stream("work").unwrap();
     let ring = EventRingbuf::new(&host, "r", 1, 1).unwrap();
     let ev = host.create_event(EventOptions::default()).unwrap();
     let (mut spin, mut strategy, mut cpu) = (vec![], vec![], vec![]);
@@ -243,14 +243,14 @@ fn polling_ring_synchronize_of_50us_wakes_within_2x_a_spin() {
 /// A timeline on a polling backend does not notify: host waits there are what this file tests.
 #[test]
 fn a_polling_backend_tells_no_host_waiter() {
-    use seqsync::backend::Semaphore;
+    use seqsync::internal::backend::Semaphore;
     let host = HostBackend::polling();
     assert!(host.is_polling() && !HostBackend::new().is_polling());
     let sem = host
         .create_semaphore(0, Arc::new(|| panic!("a polling backend woke a waiter")))
         .unwrap();
     assert!(!sem.notifies());
-    let s = host.new_stream("s");
+    let s = host.new_stream("s").unwrap();
     host.signal_on(&s, &sem, 1).unwrap();
     s.synchronize().unwrap();
     assert_eq!(sem.load().unwrap(), 1);
@@ -263,7 +263,7 @@ fn stop_wakes_a_polling_synchronize_at_once() {
     let host = HostBackend::polling();
     let mut best = Duration::MAX;
     for _ in 0..3 {
-        let s = host.new_stream("s");
+        let s = host.new_stream("s").unwrap();
         let r = EventRingbuf::new(&host, "r", 1, 1).unwrap();
         s.launch(|| std::thread::sleep(Duration::from_millis(300)));
         r.record(&s, 0, Blocking::No).unwrap();

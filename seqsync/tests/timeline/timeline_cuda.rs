@@ -84,7 +84,7 @@ fn hybrid_uses_the_word_only_for_waits_before_their_signal() {
     let Some((_, b)) = with(TimelineMechanism::Hybrid) else {
         return;
     };
-    let (s1, s2) = (b.new_stream().unwrap(), b.new_stream().unwrap());
+    let (s1, s2) = (b.new_stream("s").unwrap(), b.new_stream("s").unwrap());
     let t = Timeline::new(&b, "t", 0).unwrap();
     assert_eq!(b.timeline_word_ops(), (0, 0));
     // Ordered pairs: events only.
@@ -136,7 +136,7 @@ fn hybrid_reuses_events_over_many_signals() {
     let Some((_, b)) = with(TimelineMechanism::Hybrid) else {
         return;
     };
-    let (s1, s2) = (b.new_stream().unwrap(), b.new_stream().unwrap());
+    let (s1, s2) = (b.new_stream("s").unwrap(), b.new_stream("s").unwrap());
     let (t, back) = (
         Timeline::new(&b, "t", 0).unwrap(),
         Timeline::new(&b, "back", 0).unwrap(),
@@ -165,7 +165,7 @@ fn events_mechanism_holds_later_timeline_operations_until_the_signal() {
     let Some((_, b)) = with(TimelineMechanism::Events) else {
         return;
     };
-    let (waiter, signaller) = (b.new_stream().unwrap(), b.new_stream().unwrap());
+    let (waiter, signaller) = (b.new_stream("s").unwrap(), b.new_stream("s").unwrap());
     let (t, after) = (
         Timeline::new(&b, "t", 0).unwrap(),
         Timeline::new(&b, "after", 0).unwrap(),
@@ -203,23 +203,24 @@ fn kernels_ordered_by_wait_before_signal_with(m: TimelineMechanism, disturb: &dy
     const N: usize = 1 << 16;
     let buf = b.alloc_device(N).unwrap();
     let host = b.alloc_pinned(N).unwrap();
-    let (early, late) = (b.new_stream().unwrap(), b.new_stream().unwrap());
+    let (early, late) = (b.new_stream("s").unwrap(), b.new_stream("s").unwrap());
     let t = Timeline::new(&b, "filled", 0).unwrap();
     let done = Timeline::new(&b, "done", 0).unwrap();
-    let fill = |s: &std::sync::Arc<seqsync::backend::cuda::CudaStream>, v: f32, ns: u64| {
-        let ptr = buf.device_ptr();
-        let n = N as i32;
-        let mut l = s.launch_builder(&g.slow_fill);
-        l.arg(&ptr).arg(&n).arg(&v).arg(&ns);
-        let cfg = LaunchConfig {
-            grid_dim: (64, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
+    let fill =
+        |s: &std::sync::Arc<seqsync::internal::backend::cuda::CudaStream>, v: f32, ns: u64| {
+            let ptr = buf.device_ptr();
+            let n = N as i32;
+            let mut l = s.launch_builder(&g.slow_fill);
+            l.arg(&ptr).arg(&n).arg(&v).arg(&ns);
+            let cfg = LaunchConfig {
+                grid_dim: (64, 1, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: slow_fill writes N floats to `buf` (N u32s long), which lives to the end of
+            // the test; the two fills are ordered by the timeline (that is what is tested).
+            unsafe { l.launch(cfg) }.expect("launch slow_fill");
         };
-        // SAFETY: slow_fill writes N floats to `buf` (N u32s long), which lives to the end of
-        // the test; the two fills are ordered by the timeline (that is what is tested).
-        unsafe { l.launch(cfg) }.expect("launch slow_fill");
-    };
     disturb();
     t.wait_on(&early, 1).unwrap();
     if m == TimelineMechanism::Events {
@@ -288,7 +289,7 @@ fn events_deferred_waits_racing_signals_are_all_replayed() {
         return;
     };
     const N: u64 = 2000;
-    let (waiter, signaller) = (b.new_stream().unwrap(), b.new_stream().unwrap());
+    let (waiter, signaller) = (b.new_stream("s").unwrap(), b.new_stream("s").unwrap());
     let (t, after) = (
         Timeline::new(&b, "t", 0).unwrap(),
         Timeline::new(&b, "after", 0).unwrap(),
@@ -316,8 +317,8 @@ fn events_deferred_waits_racing_signals_are_all_replayed() {
     ignore = "needs a GPU: cargo test --features gpu-tests"
 )]
 fn kernels_ordered_with_no_or_another_context_current() {
-    use seqsync::backend::cuda::CudaContext;
     use seqsync::cudarc::driver::sys;
+    use seqsync::internal::backend::cuda::CudaContext;
     if common::gpu::gpu().is_none() {
         return;
     }
@@ -351,7 +352,7 @@ fn stream_ids_are_stable_and_never_reused() {
     let Some((_, b)) = with(TimelineMechanism::Auto) else {
         return;
     };
-    let (s1, s2) = (b.new_stream().unwrap(), b.new_stream().unwrap());
+    let (s1, s2) = (b.new_stream("s").unwrap(), b.new_stream("s").unwrap());
     let (a, c) = (b.stream_id(&s1), b.stream_id(&s2));
     assert_ne!(a, c);
     assert_eq!(b.stream_id(&s1), a);
@@ -363,7 +364,7 @@ fn stream_ids_are_stable_and_never_reused() {
     drop(s1);
     let mut seen = std::collections::HashSet::from([a, c]);
     for _ in 0..64 {
-        let s = b.new_stream().unwrap();
+        let s = b.new_stream("s").unwrap();
         let id = b.stream_id(&s);
         assert!(seen.insert(id), "stream id {id} given twice");
         assert_eq!(b.stream_id(&s), id);
@@ -393,7 +394,7 @@ fn a_failure_releases_the_waits_its_mechanism_says() {
             return;
         };
         let x = Timeline::new(&b, "x", 0).unwrap();
-        let (stuck, waiter) = (b.new_stream().unwrap(), b.new_stream().unwrap());
+        let (stuck, waiter) = (b.new_stream("s").unwrap(), b.new_stream("s").unwrap());
         g.spin(&stuck, Duration::from_millis(1500));
         x.signal_on(&stuck, 1).unwrap();
         x.wait_on(&waiter, 1).unwrap();
@@ -438,7 +439,7 @@ fn a_deferred_wait_holds_another_backends_signal_on_its_stream() {
     let other = CudaBackend::new(0)
         .unwrap()
         .with_timeline_mechanism(TimelineMechanism::Events);
-    let s = a.new_stream().unwrap();
+    let s = a.new_stream("s").unwrap();
     let (ta, tb) = (
         Timeline::new(&a, "a", 0).unwrap(),
         Timeline::new(&other, "b", 0).unwrap(),
@@ -465,7 +466,7 @@ fn a_buffer_dropped_while_a_stream_waits_on_the_host_does_not_block(m: TimelineM
     let Some((_g, b)) = with(m) else {
         return;
     };
-    let s = b.new_stream().unwrap();
+    let s = b.new_stream("s").unwrap();
     let t = Timeline::new(&b, "later", 0).unwrap();
     let Ok(()) = t.wait_on(&s, 1) else {
         // A mechanism that cannot hold a wait before its signal refuses it (named error).
@@ -545,7 +546,7 @@ fn a_host_signal_between_stream_signals_leaves_the_highest_value(m: TimelineMech
     };
     let gate = Timeline::new(&b, "gate", 0).unwrap();
     let t = Timeline::new(&b, "t", 0).unwrap();
-    let [s1, s2, w1, w2] = [(); 4].map(|()| b.new_stream().unwrap());
+    let [s1, s2, w1, w2] = [(); 4].map(|()| b.new_stream("s").unwrap());
     // Waits enqueued before any signal: on the word, where the mechanism has one.
     t.wait_on(&w1, 1).unwrap();
     t.wait_on(&w2, 104).unwrap();
@@ -557,7 +558,7 @@ fn a_host_signal_between_stream_signals_leaves_the_highest_value(m: TimelineMech
     // Only now does s1's write of 1 land.
     gate.signal(1).unwrap();
     b.stream_synchronize(&s1).unwrap();
-    let w3 = b.new_stream().unwrap();
+    let w3 = b.new_stream("s").unwrap();
     t.wait_on(&w3, 104).unwrap();
     let released = [&w1, &w2, &w3].map(|w| runs_within(&b, w, Duration::from_secs(5)));
     assert_eq!(
@@ -577,7 +578,7 @@ fn signals_on_two_streams_do_not_make_one_wait_for_the_other(m: TimelineMechanis
     };
     let gate = Timeline::new(&b, "gate", 0).unwrap();
     let t = Timeline::new(&b, "t", 0).unwrap();
-    let (s1, s2) = (b.new_stream().unwrap(), b.new_stream().unwrap());
+    let (s1, s2) = (b.new_stream("s").unwrap(), b.new_stream("s").unwrap());
     gate.wait_on(&s1, 1).unwrap();
     t.signal_on(&s1, 1).unwrap();
     t.signal_on(&s2, 5).unwrap();
@@ -594,7 +595,7 @@ fn signals_on_two_streams_do_not_make_one_wait_for_the_other(m: TimelineMechanis
     gate.wait(1, LONG).unwrap();
     b.stream_synchronize(&s1).unwrap();
     assert_eq!(t.query().unwrap(), 5);
-    let w = b.new_stream().unwrap();
+    let w = b.new_stream("s").unwrap();
     t.wait_on(&w, 5).unwrap();
     assert!(
         runs_within(&b, &w, Duration::from_secs(5)),
@@ -611,7 +612,7 @@ fn a_failure_releases_a_pending_wait_for_a_value_reached_before(m: TimelineMecha
         return;
     };
     let t = Timeline::new(&b, "t", 0).unwrap();
-    let s = b.new_stream().unwrap();
+    let s = b.new_stream("s").unwrap();
     g.spin(&s, Duration::from_millis(300));
     t.wait_on(&s, 1).unwrap();
     t.signal(1).unwrap();

@@ -106,7 +106,7 @@ proptest! {
     #[test]
     fn timeline_matches_the_sequential_model(initial in 0u64..8, ops in prop::collection::vec(op(), 1..40)) {
         let host = HostBackend::new();
-        let stream = host.new_stream("s");
+        let stream = host.new_stream("s").unwrap();
         let t = Timeline::new(&host, "t", initial).unwrap();
         let mut m = Model { value: initial, failed_at: None };
         for op in &ops {

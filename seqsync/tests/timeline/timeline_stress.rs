@@ -95,7 +95,7 @@ fn chaos_relay_with_waits_before_signals() {
         const HOPS: usize = 6;
         const ROUNDS: u64 = 40;
         let streams: Vec<_> = (0..HOPS)
-            .map(|i| host.new_stream(&format!("s{i}")))
+            .map(|i| host.new_stream(&format!("s{i}")).unwrap())
             .collect();
         let done: Vec<_> = (0..HOPS)
             .map(|i| Timeline::new(&host, &format!("hop{i}"), 0).unwrap())
@@ -141,7 +141,7 @@ fn chaos_relay_with_waits_before_signals() {
 #[test]
 fn failing_stream_fails_its_later_signals() {
     let host = HostBackend::new();
-    let s = host.new_stream("worker");
+    let s = host.new_stream("worker").unwrap();
     let (before, after) = (
         Timeline::new(&host, "before", 0).unwrap(),
         Timeline::new(&host, "after", 0).unwrap(),
@@ -163,7 +163,7 @@ fn failing_stream_fails_its_later_signals() {
     assert_eq!(before.query().unwrap(), 1);
     // It spreads like any failure: a stream that waited on `after` fails what it signals.
     let (s2, next) = (
-        host.new_stream("next"),
+        host.new_stream("next").unwrap(),
         Timeline::new(&host, "next", 0).unwrap(),
     );
     after.wait_on(&s2, 1).unwrap();
@@ -187,7 +187,7 @@ fn thread_cpu() -> Duration {
 #[test]
 fn host_wait_of_100ms_uses_at_most_5_percent_of_a_core() {
     let host = HostBackend::new();
-    let s = host.new_stream("work");
+    let s = host.new_stream("work").unwrap();
     let t = Timeline::new(&host, "t", 0).unwrap();
     for v in 1..=3 {
         s.launch(|| std::thread::sleep(Duration::from_millis(100)));
@@ -211,7 +211,9 @@ fn waits_racing_a_failure_all_poison_their_streams() {
     let host = HostBackend::new();
     for round in 0..6 {
         let a = Timeline::new(&host, "a", 0).unwrap();
-        let streams: Vec<_> = (0..32).map(|i| host.new_stream(&format!("s{i}"))).collect();
+        let streams: Vec<_> = (0..32)
+            .map(|i| host.new_stream(&format!("s{i}")).unwrap())
+            .collect();
         let signalled: Vec<_> = (0..32)
             .map(|i| Timeline::new(&host, &format!("b{i}"), 0).unwrap())
             .collect();

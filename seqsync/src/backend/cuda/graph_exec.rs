@@ -21,7 +21,7 @@ use cudarc::driver::sys;
 use super::command::{param_pointers, CudaKernel};
 use super::open_waits::{self, Held, Memory};
 use super::{bind_for, make_current, with_context, CudaBackend, CudaContext};
-use crate::backend::command::{check_range, HostFn, Op};
+use crate::backend::command::{check_range, Command, HostFn};
 use crate::backend::replay::GraphBackend;
 use crate::error::{panic_message, Error, Result};
 
@@ -168,7 +168,7 @@ impl GraphBackend for CudaBackend {
 
     fn instantiate_graph(
         &self,
-        ops: &[Op<Self>],
+        ops: &[Command<Self>],
         deps: &[Vec<usize>],
         joins: &[Vec<usize>],
         order: &[usize],
@@ -216,7 +216,7 @@ impl GraphBackend for CudaBackend {
             }
             let mut node: sys::CUgraphNode = std::ptr::null_mut();
             match &ops[i] {
-                Op::Kernel(k) => {
+                Command::Kernel(k) => {
                     let mut slots = k.slots();
                     let mut ptrs = param_pointers(&mut slots);
                     let p = kernel_params(k, ptrs.as_mut_ptr());
@@ -228,7 +228,7 @@ impl GraphBackend for CudaBackend {
                     }
                     .check()?;
                 }
-                Op::Copy(c) => {
+                Command::Copy(c) => {
                     check_range("copy source", c.src_offset, c.words, c.src.len())?;
                     check_range("copy destination", c.dst_offset, c.words, c.dst.len())?;
                     // Every field spelled out: `mem::zeroed` is undefined behaviour here, since
@@ -276,7 +276,7 @@ impl GraphBackend for CudaBackend {
                     }
                     .check()?;
                 }
-                Op::Fill(f) => {
+                Command::Fill(f) => {
                     check_range("fill", f.offset, f.words, f.dst.len())?;
                     let m = sys::CUDA_MEMSET_NODE_PARAMS {
                         dst: f.dst.device_ptr() + f.offset as u64 * 4,
@@ -299,7 +299,7 @@ impl GraphBackend for CudaBackend {
                     }
                     .check()?;
                 }
-                Op::Host(h) => {
+                Command::Host(h) => {
                     let boxed: Box<HostFn> = Box::new(h.clone());
                     let p = sys::CUDA_HOST_NODE_PARAMS {
                         fn_: Some(graph_host_trampoline),

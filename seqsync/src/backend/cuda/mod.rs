@@ -2,7 +2,7 @@
 //! other code), events are raw `CUevent`s created with timing disabled.
 //!
 //! It may use: the [`Backend`] trait, the error type, the
-//! [wait strategy](crate::wait_strategy), the crate's short-section `lock` and cudarc. Every CUDA `unsafe` block of seqsync is in
+//! wait strategy (`wait_strategy.rs`), the crate's short-section `lock` and cudarc. Every CUDA `unsafe` block of seqsync is in
 //! this folder.
 //!
 //! This file is the backend itself ([`CudaBackend`] and its [`Backend`] impl); beside it:
@@ -10,7 +10,7 @@
 //! in), `event.rs` ([`CudaEvent`]), `deferred.rs` (errors a `Drop` could not return),
 //! `host_fn.rs` (host work on a stream), `memory.rs` (device and pinned buffers), `open_waits.rs`
 //! (stream waits that may wait on the host, and the frees held back meanwhile), `mempool.rs`
-//! (the driver's stream-ordered allocator), `command.rs` (kernels), `graph_exec.rs` (CUDA
+//! (the driver's stream-ordered allocator), `stream_id.rs` (a stream's id), `command.rs` (kernels), `graph_exec.rs` (CUDA
 //! graphs) and `semaphore/` (timelines).
 //!
 //! cudarc is loaded at run time: with no driver, or no GPU, [`CudaBackend::new`] returns
@@ -40,42 +40,45 @@
 //! ```no_run
 //! use seqsync::{backend::cuda::CudaBackend, Blocking, EventRingbuf};
 //! let gpu = CudaBackend::new(0)?;
-//! let (s1, s2) = (gpu.new_stream()?, gpu.new_stream()?);
+//! let (s1, s2) = (gpu.new_stream("s1")?, gpu.new_stream("s2")?);
 //! let ring = EventRingbuf::new(&gpu, "copy", 1, 4)?;
 //! ring.record(&s1, 0, Blocking::No)?;
 //! ring.wait(&s2, 0, Blocking::No)?; // s2's later work runs after s1's work so far
 //! # Ok::<(), seqsync::Error>(())
 //! ```
 
-mod command;
+pub(crate) mod command;
 mod context;
 mod deferred;
-mod driver;
-mod event;
-mod graph_exec;
+pub(crate) mod driver;
+pub(crate) mod event;
+pub(crate) mod graph_exec;
 mod host_fn;
 mod memory;
-mod mempool;
+pub(crate) mod mempool;
 mod open_waits;
-mod semaphore;
+pub(crate) mod semaphore;
+mod stream_id;
 
 pub use command::{CudaKernel, KernelParam};
+pub use memory::{DeviceBuffer, PinnedBuffer};
+pub use semaphore::TimelineMechanism;
+
 pub(crate) use context::{bind_for, make_current};
 pub(crate) use deferred::Deferred;
 use driver::with_context;
-pub use driver::{driver_error, driver_present};
+pub(crate) use driver::{driver_error, driver_present};
 use event::foreign_stream;
-pub use event::CudaEvent;
-pub use graph_exec::CudaGraphExec;
+pub(crate) use event::CudaEvent;
 use host_fn::{HostFn, HostPanics};
-pub use memory::{DeviceBuffer, PinnedBuffer};
-pub use mempool::{stream_id, CudaAsyncPool};
-pub use semaphore::{CudaSemaphore, TimelineMechanism};
+pub(crate) use mempool::CudaAsyncPool;
+pub(crate) use semaphore::CudaSemaphore;
+pub(crate) use stream_id::stream_id;
 
 use std::sync::Arc;
 
 use cudarc::driver::sys;
-pub use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
+use cudarc::driver::{CudaContext, CudaFunction, CudaStream};
 
 use super::{Backend, EventOptions, Interrupt, SemaphoreWaker, SyncOutcome};
 use crate::error::{BackendError, Error, Result};
@@ -184,8 +187,10 @@ impl CudaBackend {
             .map_err(|e| driver_error("cuDeviceGetName", e))
     }
 
-    /// A new non-blocking stream.
-    pub fn new_stream(&self) -> Result<Arc<CudaStream>> {
+    /// A new non-blocking stream: [`Backend::new_stream`], callable without the trait in scope.
+    /// CUDA streams have no name; `name` is for the other backends' sake (host streams name
+    /// their worker threads with it).
+    pub fn new_stream(&self, _name: &str) -> Result<Arc<CudaStream>> {
         self.deferred.drain(&self.ctx);
         self.ctx
             .new_stream()
@@ -264,8 +269,8 @@ impl Backend for CudaBackend {
         "cuda"
     }
 
-    fn new_stream(&self, _name: &str) -> Result<Arc<CudaStream>> {
-        CudaBackend::new_stream(self)
+    fn new_stream(&self, name: &str) -> Result<Arc<CudaStream>> {
+        CudaBackend::new_stream(self, name)
     }
 
     fn launch_host(&self, stream: &Arc<CudaStream>, f: HostFn) -> Result<()> {
@@ -347,7 +352,7 @@ impl Backend for CudaBackend {
     type Semaphore = CudaSemaphore;
 
     fn stream_id(&self, stream: &Arc<CudaStream>) -> u64 {
-        mempool::stream_id(stream)
+        stream_id::stream_id(stream)
     }
 
     fn create_semaphore(&self, initial: u64, _waker: SemaphoreWaker) -> Result<CudaSemaphore> {

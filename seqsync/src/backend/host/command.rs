@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::{HostBackend, HostStream};
-use crate::backend::command::{check_range, CommandBackend, CopyOp, FillOp, Op};
+use crate::backend::command::{check_range, Command, CommandBackend, CopyOp, FillOp};
 use crate::backend::replay::GraphBackend;
 use crate::error::Result;
 
@@ -72,7 +72,7 @@ fn run_fill(op: &FillOp<HostMemory>) {
 /// A host "graph": the nodes' ops in a topological order, run one after another by a single
 /// closure on the launching stream.
 pub struct HostGraphExec {
-    ops: Arc<Vec<Op<HostBackend>>>,
+    ops: Arc<Vec<Command<HostBackend>>>,
     /// Where each node's op is in `ops`.
     position: Vec<usize>,
 }
@@ -90,15 +90,15 @@ impl GraphBackend for HostBackend {
 
     fn instantiate_graph(
         &self,
-        ops: &[Op<HostBackend>],
+        ops: &[Command<HostBackend>],
         _deps: &[Vec<usize>],
         _joins: &[Vec<usize>],
         order: &[usize],
     ) -> Result<HostGraphExec> {
         for op in ops {
             match op {
-                Op::Copy(c) => check_copy(c)?,
-                Op::Fill(f) => check_fill(f)?,
+                Command::Copy(c) => check_copy(c)?,
+                Command::Fill(f) => check_fill(f)?,
                 _ => {}
             }
         }
@@ -118,10 +118,10 @@ impl GraphBackend for HostBackend {
         stream.launch(move || {
             for op in ops.iter() {
                 match op {
-                    Op::Kernel(k) => (k.0)(),
-                    Op::Copy(c) => run_copy(c),
-                    Op::Fill(f) => run_fill(f),
-                    Op::Host(h) => h(),
+                    Command::Kernel(k) => (k.0)(),
+                    Command::Copy(c) => run_copy(c),
+                    Command::Fill(f) => run_fill(f),
+                    Command::Host(h) => h(),
                 }
             }
         });
@@ -136,7 +136,7 @@ impl GraphBackend for HostBackend {
     ) -> Result<()> {
         let pos = exec.position[node];
         match Arc::make_mut(&mut exec.ops).get_mut(pos) {
-            Some(Op::Kernel(k)) => {
+            Some(Command::Kernel(k)) => {
                 *k = kernel.clone();
                 Ok(())
             }

@@ -12,7 +12,7 @@
 //! use std::sync::{Arc, Mutex};
 //!
 //! let host = HostBackend::new();
-//! let (a, b) = (host.new_stream("a"), host.new_stream("b"));
+//! let (a, b) = (host.new_stream("a")?, host.new_stream("b")?);
 //! let log = Arc::new(Mutex::new(Vec::new()));
 //! let ev = host.create_event(Default::default())?;
 //! let l = log.clone();
@@ -30,23 +30,23 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 mod chaos;
-mod command;
-mod event;
-mod memory;
-mod semaphore;
-mod stream;
+pub(crate) mod command;
+pub(crate) mod event;
+pub(crate) mod memory;
+pub(crate) mod semaphore;
+pub(crate) mod stream;
 
 pub use chaos::Chaos;
-pub use command::{HostKernel, HostMemory};
-pub use event::HostEvent;
-pub use memory::{HostAsyncPool, HostRawMemory, HOST_MEMORY_ALIGN};
-pub use semaphore::HostSemaphore;
 pub use stream::HostStream;
+
+pub(crate) use event::HostEvent;
+pub(crate) use memory::{HostAsyncPool, HostRawMemory};
+pub(crate) use semaphore::HostSemaphore;
 
 use super::{Backend, EventOptions, Interrupt, NeverInterrupt, SemaphoreWaker, SyncOutcome};
 use crate::error::Result;
 use chaos::SplitMix64;
-use stream::Op;
+use stream::Job;
 
 /// The host backend. Cheap to clone; clones share chaos settings and counters.
 #[derive(Clone, Debug, Default)]
@@ -83,7 +83,7 @@ impl HostBackend {
     /// A host backend whose host waits are never woken, like CUDA's: an event's or a
     /// timeline's completion on a stream tells no waiting host thread, which must poll
     /// ([`Semaphore::notifies`](crate::backend::Semaphore::notifies) is false, and a ring's host
-    /// `synchronize` polls the event by the [wait strategy](crate::wait_strategy)). Streams
+    /// `synchronize` polls the event by the wait strategy (`wait_strategy.rs`)). Streams
     /// still wake each other. For measuring and testing host waits without a GPU.
     ///
     /// ```
@@ -91,7 +91,7 @@ impl HostBackend {
     /// use std::time::Duration;
     ///
     /// let host = HostBackend::polling();
-    /// let s = host.new_stream("work");
+    /// let s = host.new_stream("work")?;
     /// let t = Timeline::new(&host, "t", 0)?;
     /// s.launch(|| std::thread::sleep(Duration::from_millis(2)));
     /// t.signal_on(&s, 1)?;
@@ -117,22 +117,13 @@ impl HostBackend {
         self.inner.chaos
     }
 
-    /// Start a new stream (a worker thread) named `name`.
+    /// Start a new stream (a worker thread) named `name`: [`Backend::new_stream`], callable
+    /// without the trait in scope.
     ///
-    /// # Panics
-    /// If the operating system cannot start the stream's worker thread (out of threads or
-    /// memory); [`Backend::new_stream`] returns that as
-    /// an error instead.
-    pub fn new_stream(&self, name: &str) -> HostStream {
-        match self.try_new_stream(name) {
-            Ok(s) => s,
-            Err(e) => panic!("{e}"),
-        }
-    }
-
-    /// [`new_stream`](Self::new_stream), with a worker thread that cannot be started as an
-    /// error.
-    fn try_new_stream(&self, name: &str) -> Result<HostStream> {
+    /// # Errors
+    /// [`Error::Backend`](crate::Error::Backend) if the operating system cannot start the
+    /// stream's worker thread (out of threads or memory).
+    pub fn new_stream(&self, name: &str) -> Result<HostStream> {
         let n = self.inner.streams_made.fetch_add(1, Ordering::Relaxed);
         let chaos = self.inner.chaos.map(|c| {
             (
@@ -168,7 +159,7 @@ impl Backend for HostBackend {
     }
 
     fn new_stream(&self, name: &str) -> Result<HostStream> {
-        self.try_new_stream(name)
+        HostBackend::new_stream(self, name)
     }
 
     fn launch_host(
@@ -176,7 +167,7 @@ impl Backend for HostBackend {
         stream: &HostStream,
         f: Box<dyn FnOnce() + Send + 'static>,
     ) -> Result<()> {
-        stream.shared.enqueue(Op::Run(f));
+        stream.shared.enqueue(Job::Run(f));
         Ok(())
     }
 
@@ -198,7 +189,7 @@ impl Backend for HostBackend {
         if let Some((on, pos)) = event.snapshot() {
             // Work already ordered by the stream itself needs no gate.
             if !Arc::ptr_eq(&on, &stream.shared) {
-                stream.shared.enqueue(Op::Gate { on, pos });
+                stream.shared.enqueue(Job::Gate { on, pos });
             }
         }
         Ok(())
@@ -247,7 +238,7 @@ impl Backend for HostBackend {
     fn signal_on(&self, stream: &HostStream, sem: &HostSemaphore, value: u64) -> Result<()> {
         let word = sem.word.clone();
         let name = stream.shared.name.clone();
-        stream.shared.enqueue(Op::Always(Box::new(move |failure| {
+        stream.shared.enqueue(Job::Always(Box::new(move |failure| {
             word.signal_from_stream(value, &name, failure)
         })));
         Ok(())

@@ -12,7 +12,7 @@ use crate::backend::{Interrupt, SyncOutcome};
 use crate::error::{panic_message, BackendError, Error, Result};
 
 /// A unit of work on a stream.
-pub(crate) enum Op {
+pub(crate) enum Job {
     /// Run a user closure.
     Run(Box<dyn FnOnce() + Send + 'static>),
     /// Block the stream until `on` has completed `pos` operations.
@@ -30,7 +30,7 @@ pub(crate) struct Failure {
 }
 
 pub(crate) struct State {
-    queue: VecDeque<Op>,
+    queue: VecDeque<Job>,
     /// Operations ever enqueued; a record captures this as its position.
     pub(crate) enqueued: u64,
     failure: Option<Failure>,
@@ -103,9 +103,9 @@ impl StreamShared {
         Some(self.outcome(&self.lock(), pos))
     }
 
-    pub(crate) fn enqueue(&self, op: Op) {
+    pub(crate) fn enqueue(&self, job: Job) {
         let mut state = self.lock();
-        state.queue.push_back(op);
+        state.queue.push_back(job);
         state.enqueued += 1;
         drop(state);
         self.work_cv.notify_one();
@@ -138,7 +138,7 @@ impl StreamShared {
 /// ```
 /// use std::sync::{Arc, atomic::{AtomicU32, Ordering}};
 /// let host = seqsync::HostBackend::new();
-/// let stream = host.new_stream("copy");
+/// let stream = host.new_stream("copy")?;
 /// let n = Arc::new(AtomicU32::new(0));
 /// for _ in 0..3 {
 ///     let n = n.clone();
@@ -209,7 +209,7 @@ impl HostStream {
     where
         F: FnOnce() + Send + 'static,
     {
-        self.shared.enqueue(Op::Run(Box::new(f)));
+        self.shared.enqueue(Job::Run(Box::new(f)));
     }
 
     /// Block until everything enqueued so far has run.
@@ -263,7 +263,7 @@ fn run_worker(shared: &Arc<StreamShared>, mut chaos: Option<(Chaos, SplitMix64)>
             c.delay(rng);
         }
         match op {
-            Op::Run(f) => {
+            Job::Run(f) => {
                 if shared.failed() {
                     // Skipped; dropping its captures may panic too, which must not kill the
                     // worker (waiters would hang).
@@ -277,7 +277,7 @@ fn run_worker(shared: &Arc<StreamShared>, mut chaos: Option<(Chaos, SplitMix64)>
                     }
                 }
             }
-            Op::Always(f) => {
+            Job::Always(f) => {
                 let failure = shared.failure_message();
                 if let Err(payload) = catch_unwind(AssertUnwindSafe(move || f(failure))) {
                     shared.fail(
@@ -286,7 +286,7 @@ fn run_worker(shared: &Arc<StreamShared>, mut chaos: Option<(Chaos, SplitMix64)>
                     );
                 }
             }
-            Op::Gate { on, pos } => {
+            Job::Gate { on, pos } => {
                 if let Err(e) = on.wait_for(pos, &crate::backend::NeverInterrupt) {
                     shared.fail(
                         index,

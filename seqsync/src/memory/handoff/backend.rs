@@ -252,7 +252,7 @@ impl<B: Backend> TrackingBackend<B> {
     ///
     /// let host = HostBackend::new();
     /// let tb = TrackingBackend::new(host.clone());
-    /// let (s, t) = (tb.wrap_stream(host.new_stream("s"), "s"), tb.wrap_stream(host.new_stream("t"), "t"));
+    /// let (s, t) = (tb.wrap_stream(host.new_stream("s")?, "s"), tb.wrap_stream(host.new_stream("t")?, "t"));
     /// let a = tb.track(Arc::new(AtomicU32::new(0)));
     /// tb.submit(&s, &[a.write()], |s, cx| {
     ///     let a = a.get(cx).clone();

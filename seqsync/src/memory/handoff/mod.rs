@@ -48,7 +48,7 @@
 //!
 //! - **Recording and instantiating** ([`CommandBuffer`](crate::graph::CommandBuffer),
 //!   [`Graph::instantiate`](crate::graph::Graph::instantiate)) happen on the *inner*
-//!   backend: the graph layer needs a [`GraphBackend`](crate::backend::GraphBackend), and
+//!   backend: the graph layer needs a `GraphBackend`, and
 //!   `TrackingBackend` is not one. They enqueue nothing on a stream, so no epoch closes, no
 //!   fact is made, no buffer is stamped. Ordering *inside* a graph (its edges; on CUDA an
 //!   event record or wait made while a stream is captured, which only adds a node or an edge)
@@ -60,13 +60,13 @@
 //!   buffer the graph reads or writes (the tracker cannot look into the graph). That inserts
 //!   the waits the buffers' earlier uses need and stamps them with `stream`'s epoch, like any
 //!   other work. A launch not made through [`submit`](TrackingBackend::submit) (on
-//!   [`TrackedStream::inner`], or by a [`StreamPool`](crate::graph::StreamPool) over the
+//!   [`TrackedStream::inner`], or by a [`Queues`](crate::graph::Queues) over the
 //!   inner backend) is not seen: it stamps nothing.
 //! - **What counts**: records, stream waits and synchronizes made through the
 //!   `TrackingBackend` on its tracked streams, before or after a launch, are ordinary calls
 //!   and do make facts: an event recorded after a tracked launch covers it, one recorded
 //!   before does not. Records and waits made on the inner backend — by a graph's
-//!   streams lowering run by a `StreamPool` over the inner backend, the only way the graph
+//!   streams lowering run by a `Queues` over the inner backend, the only way the graph
 //!   layer can run today — are not seen and make no fact (and since that pool's work is
 //!   unseen too, order it with the tracked streams yourself). Were `TrackingBackend` to
 //!   implement `CommandBackend`, a pool over it would make its records and waits through the
@@ -89,8 +89,8 @@
 //!
 //! let host = HostBackend::new();
 //! let tb = TrackingBackend::new(host.clone());
-//! let parent = tb.wrap_stream(host.new_stream("parent"), "parent");
-//! let child = tb.wrap_stream(host.new_stream("child"), "child");
+//! let parent = tb.wrap_stream(host.new_stream("parent")?, "parent");
+//! let child = tb.wrap_stream(host.new_stream("child")?, "child");
 //! let a = Arc::new(tb.track(Arc::new(AtomicU32::new(0))));
 //!
 //! tb.submit(&parent, &[a.write()], |s, cx| {
@@ -121,12 +121,11 @@
 //! # Ok::<(), seqsync::Error>(())
 //! ```
 
-mod backend;
+pub(crate) mod backend;
 mod buffer;
-mod state;
+pub(crate) mod state;
 mod task;
 
-pub use backend::{TrackedEvent, TrackedStream, TrackingBackend};
+pub use backend::{TrackedStream, TrackingBackend};
 pub use buffer::{Ctx, Submitted, Tracked, Use};
-pub use state::HandoffStats;
 pub use task::end_task;

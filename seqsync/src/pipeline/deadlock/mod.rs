@@ -69,7 +69,6 @@ mod verdict;
 pub use verdict::{Step, Trace, Verdict};
 
 use super::plan::Plan;
-use crate::error::PlanError;
 use model::Model;
 use search::Search;
 
@@ -91,21 +90,16 @@ impl Default for CheckOptions {
     }
 }
 
-/// Checks `plan` with the default state cap.
-///
-/// # Errors
-/// [`PlanError::InvalidPlan`] if the plan is inconsistent (a ring recorded
-/// twice or never, nconsumers not matching the ops, a max_size of 0).
-pub fn check_deadlock(plan: &Plan) -> Result<Verdict, PlanError> {
+/// Checks `plan` with the default state cap. It cannot fail: [`derive`](super::derive) made
+/// the plan, so it is consistent; a search that reaches the cap says so
+/// ([`Verdict::Inconclusive`]).
+pub fn check_deadlock(plan: &Plan) -> Verdict {
     check_deadlock_with(plan, CheckOptions::default())
 }
 
 /// Checks `plan` with explicit options.
-///
-/// # Errors
-/// As [`check_deadlock`].
-pub fn check_deadlock_with(plan: &Plan, options: CheckOptions) -> Result<Verdict, PlanError> {
-    Ok(check_lowered(Model::new(plan)?, options))
+pub fn check_deadlock_with(plan: &Plan, options: CheckOptions) -> Verdict {
+    check_lowered(Model::new(plan), options)
 }
 
 /// [`check_deadlock_with`] on the lowered plan.
@@ -211,23 +205,20 @@ pub struct SizeBound {
 ///     .thread("u")
 ///     .stage("c", StageSpec::on_stream("s2").reads("x"))
 ///     .build()?;
-/// let bounds = minimum_sizes(&derive(&spec)?)?;
+/// let bounds = minimum_sizes(&derive(&spec)?);
 /// assert_eq!(bounds[0].ring, "p");
 /// assert_eq!(bounds[0].max_size, Some(1));
 /// # Ok::<(), seqsync::pipeline::PlanError>(())
 /// ```
-///
-/// # Errors
-/// As [`check_deadlock`].
-pub fn minimum_sizes(plan: &Plan) -> Result<Vec<SizeBound>, PlanError> {
-    let model = Model::new(plan)?;
+pub fn minimum_sizes(plan: &Plan) -> Vec<SizeBound> {
+    let model = Model::new(plan);
     let components = model.components();
     // One shortest-path search per ring over its group's dependencies: a bounded amount of
     // work in all, so that a plan of tens of thousands of stages is still checked at once.
     let ops: usize = model.threads.iter().map(|(_, ops)| ops.len()).sum();
     let work = model.rings.len().saturating_mul(ops.saturating_mul(3));
     if work > MINIMUM_SIZES_WORK {
-        return Ok(model
+        return model
             .rings
             .iter()
             .map(|r| SizeBound {
@@ -239,15 +230,15 @@ pub fn minimum_sizes(plan: &Plan) -> Result<Vec<SizeBound>, PlanError> {
                     model.rings.len()
                 ),
             })
-            .collect());
+            .collect();
     }
     let groups: Vec<marked::Group> = components
         .iter()
         .map(|c| marked::Group::new(&model, c))
         .collect();
-    Ok((0..model.rings.len())
+    (0..model.rings.len())
         .map(|r| size_bound(&model, &components, &groups, r))
-        .collect())
+        .collect()
 }
 
 /// The most rings × dependencies [`minimum_sizes`] searches (a plan of 1000 stages is far

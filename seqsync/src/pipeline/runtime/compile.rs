@@ -8,11 +8,10 @@ use super::stages::{AfterFn, StageFn, Stages};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::pipeline::plan::{Op, Plan};
-use crate::pipeline::PlanError;
 use crate::Blocking;
 
 /// One op, resolved to ring indices, streams and closures.
-pub(super) enum Step<'r, 'a, B: Backend> {
+pub(super) enum Action<'r, 'a, B: Backend> {
     Wait {
         ring: usize,
         lag: i64,
@@ -53,33 +52,11 @@ pub(super) fn compile<'r, 'a, B: Backend>(
     plan: &'r Plan,
     streams: &'r HashMap<String, B::Stream>,
     stages: &'r Stages<'a, B>,
-) -> Result<Vec<Vec<Step<'r, 'a, B>>>> {
-    let inconsistent = |message: String| Error::Plan(PlanError::InvalidPlan { message });
-    let stage_name = |g: usize| -> Result<&'r str> {
-        plan.stages.get(g).map(|s| s.name.as_str()).ok_or_else(|| {
-            inconsistent(format!(
-                "an op names stage #{g}, but the plan has {} stages",
-                plan.stages.len()
-            ))
-        })
-    };
-    let ring = |stage: &str, r: usize| {
-        if r < plan.rings.len() {
-            Ok(r)
-        } else {
-            Err(inconsistent(format!(
-                "stage `{stage}` names ring #{r}, but the plan has {} rings",
-                plan.rings.len()
-            )))
-        }
-    };
+) -> Result<Vec<Vec<Action<'r, 'a, B>>>> {
+    // `derive` made the plan: every index is in range and every lag non-negative.
+    let stage_name = |g: usize| -> &'r str { plan.stages[g].name.as_str() };
     let stream = |stage: &str, i: usize| -> Result<&'r B::Stream> {
-        let name = plan.streams.get(i).ok_or_else(|| {
-            inconsistent(format!(
-                "stage `{stage}` names stream #{i}, but the plan has {} streams",
-                plan.streams.len()
-            ))
-        })?;
+        let name = &plan.streams[i];
         streams.get(name).ok_or_else(|| {
             stage_err(
                 stage,
@@ -90,22 +67,13 @@ pub(super) fn compile<'r, 'a, B: Backend>(
             )
         })
     };
-    let lag_of = |stage: &str, lag: i64| {
-        if lag >= 0 {
-            Ok(lag)
-        } else {
-            Err(inconsistent(format!(
-                "stage `{stage}` waits at negative lag {lag}"
-            )))
-        }
-    };
     // Names given for stages the plan lacks are typos: say so.
     let launched: BTreeSet<&str> = plan
         .threads
         .iter()
         .flat_map(|t| &t.ops)
         .filter_map(|op| match op {
-            Op::Launch { stage } => plan.stages.get(*stage).map(|s| s.name.as_str()),
+            Op::Launch { stage } => Some(stage_name(*stage)),
             _ => None,
         })
         .collect();
@@ -132,10 +100,10 @@ pub(super) fn compile<'r, 'a, B: Backend>(
                     blocking,
                     stream: s,
                 } => {
-                    let name = stage_name(stage)?;
-                    Step::Wait {
-                        ring: ring(name, r)?,
-                        lag: lag_of(name, lag)?,
+                    let name = stage_name(stage);
+                    Action::Wait {
+                        ring: r,
+                        lag,
                         blocking: blocking.into(),
                         stream: stream(name, s)?,
                     }
@@ -146,14 +114,14 @@ pub(super) fn compile<'r, 'a, B: Backend>(
                     lag,
                     blocking,
                 } => {
-                    let name = stage_name(stage)?;
+                    let name = stage_name(stage);
                     let own = stage == r;
                     if own {
                         synced.insert(name);
                     }
-                    Step::Sync {
-                        ring: ring(name, r)?,
-                        lag: lag_of(name, lag)?,
+                    Action::Sync {
+                        ring: r,
+                        lag,
                         blocking: blocking.into(),
                         after: if own {
                             stages.after_sync.get(name)
@@ -163,8 +131,8 @@ pub(super) fn compile<'r, 'a, B: Backend>(
                     }
                 }
                 Op::Launch { stage } => {
-                    let name = stage_name(stage)?;
-                    Step::Launch {
+                    let name = stage_name(stage);
+                    Action::Launch {
                         stage: name,
                         index: stage,
                         stream: match plan.stages[stage].stream {
@@ -182,9 +150,9 @@ pub(super) fn compile<'r, 'a, B: Backend>(
                     blocking,
                     stream: s,
                 } => {
-                    let name = stage_name(stage)?;
-                    Step::Record {
-                        ring: ring(name, r)?,
+                    let name = stage_name(stage);
+                    Action::Record {
+                        ring: r,
                         blocking: blocking.into(),
                         stream: match s {
                             Some(s) => Some(stream(name, s)?),

@@ -11,88 +11,7 @@
 //! | `thread.rs` | one plan thread's loop |
 //! | `watchdog.rs` | the stall watchdog: per-thread progress, and the report when none moves |
 //!
-//! [`run`] builds one [`EventRingbuf`] per plan ring (the derived `nconsumers` and
-//! `max_size`), spawns one OS thread per plan thread, and has each thread execute its loop body
-//! for seq `0..batches`:
-//!
-//! | op | call |
-//! |---|---|
-//! | `Wait` | `ring.wait(stage's stream, s - lag, blocking)` |
-//! | `Synchronize` | `ring.synchronize(s - lag, blocking)`, then the stage's [`Stages::after_sync`] closure if this is the stage's own `sync` |
-//! | `Launch` | the stage's closure ([`Stages::stage`]) with a [`StageCtx`] |
-//! | `Record` | `ring.record(stage's stream, s, blocking)`; a host stage: `ring.record_host(s, blocking)` |
-//!
-//! **Host stages** (`host = true`, no stream) run their closure on the thread itself, so their
-//! work is complete when the closure returns, and their ring is published with
-//! [`EventRingbuf::record_host`]: no stream, no event. A stream stage waiting on it is ordered
-//! by the host thread's program order alone (its blocking `wait` returns only once the host
-//! stage has recorded). [`required_streams`] lists every stream name a plan needs;
-//! [`new_streams`] creates them on any backend.
-//!
-//! **Stalls.** With [`RunConfig::stall_timeout`] set (opt-in here; the `seqsync` command
-//! uses [`DEFAULT_STALL_TIMEOUT`]), a watchdog thread stops every ring once no thread has
-//! finished a ring call or a stage closure for the timeout, and [`run`] returns
-//! [`Error::Stalled`]: per thread, the call it is blocked in (ring, call, seq) and who must
-//! act (the producer that must record, or the consumers that must release). A plan that
-//! [`check_deadlock`](crate::pipeline::check_deadlock) proves deadlock-free does not stall
-//! unless a stage's own work hangs.
-//!
-//! **Errors.** A stage without a closure, a stream the plan names but the map lacks, and a
-//! closure given for a stage the plan does not have are [`Error::Stage`] errors, reported
-//! before any thread starts. When a thread fails (an error from a ring, a closure, or a panic
-//! in a closure), every ring is stopped, so every other thread wakes with
-//! [`Error::Stopped`]; all threads are joined and the *first* real error (in time) is
-//! returned, a `Stopped` only when nothing else failed. After the threads end, every stream is
-//! drained ([`Backend::synchronize_stream`]) before the wall time is taken.
-//!
-//! # Example
-//!
-//! The seed's shape, reduced: a copy stage and a kernel on one thread, a sync'd copy-out on
-//! another, on the host backend.
-//!
-//! ```
-//! use std::sync::atomic::{AtomicI64, Ordering};
-//! use seqsync::pipeline::{derive, runtime, PipelineSpec, StageSpec};
-//! use seqsync::HostBackend;
-//!
-//! # fn main() -> seqsync::Result<()> { // derive's PlanError and run's Error: one family
-//! let spec = PipelineSpec::builder()
-//!     .buffer("in", 2).buffer("out", 2)
-//!     .thread("t0")
-//!     .stage("copy_in", StageSpec::on_stream("s0").writes("in"))
-//!     .stage("kernel", StageSpec::on_stream("s1").reads("in").writes("out"))
-//!     .thread("t1")
-//!     .stage("copy_out", StageSpec::on_stream("s2").reads("out").sync())
-//!     .build()?;
-//! let plan = derive(&spec)?;
-//!
-//! let host = HostBackend::new();
-//! let streams = runtime::new_streams(&host, &plan)?;
-//! let processed = AtomicI64::new(0);
-//! let stages = runtime::Stages::<HostBackend>::new()
-//!     .stage("copy_in", |cx| {
-//!         cx.stream.unwrap().launch(|| { /* copy batch in */ });
-//!         Ok(())
-//!     })
-//!     .stage("kernel", |_| Ok(()))
-//!     .stage("copy_out", |_| Ok(()))
-//!     .after_sync("copy_out", |_seq| {
-//!         processed.fetch_add(1, Ordering::Relaxed); // process_data
-//!         Ok(())
-//!     });
-//! let stats = runtime::run(runtime::RunConfig {
-//!     plan: &plan,
-//!     backend: &host,
-//!     streams: &streams,
-//!     stages: &stages,
-//!     batches: 10,
-//!     stall_timeout: None,
-//! })?;
-//! assert_eq!(processed.load(Ordering::Relaxed), 10);
-//! assert_eq!(stats.thread("t0").unwrap().launches, 20);
-//! # Ok(())
-//! # }
-//! ```
+//! What [`run`] does, its stalls and errors, with an example: see its docs.
 
 mod compile;
 mod stages;
@@ -163,7 +82,7 @@ pub fn new_streams<B: Backend>(backend: &B, plan: &Plan) -> Result<HashMap<Strin
         .collect()
 }
 
-/// What [`run`] runs, by name: `runtime::run(RunConfig { plan: &plan, backend: &host,
+/// What [`run`] runs, by name: `pipeline::run(RunConfig { plan: &plan, backend: &host,
 /// streams: &streams, stages: &stages, batches: 10 })`.
 pub struct RunConfig<'r, 'a, B: Backend> {
     /// The derived plan.
@@ -189,13 +108,94 @@ pub struct RunConfig<'r, 'a, B: Backend> {
 pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Runs the plan for seqs `0..batches`: one [`EventRingbuf`] per ring, one OS thread per plan
-/// thread, each executing its ops in order (see the [module docs](self)).
+/// thread, each executing its ops in order.
+///
+/// It builds one [`EventRingbuf`] per plan ring (the derived `nconsumers` and
+/// `max_size`), spawns one OS thread per plan thread, and has each thread execute its loop body
+/// for seq `0..batches`:
+///
+/// | op | call |
+/// |---|---|
+/// | `Wait` | `ring.wait(stage's stream, s - lag, blocking)` |
+/// | `Synchronize` | `ring.synchronize(s - lag, blocking)`, then the stage's [`Stages::after_sync`] closure if this is the stage's own `sync` |
+/// | `Launch` | the stage's closure ([`Stages::stage`]) with a [`StageCtx`] |
+/// | `Record` | `ring.record(stage's stream, s, blocking)`; a host stage: `ring.record_host(s, blocking)` |
+///
+/// **Host stages** (`host = true`, no stream) run their closure on the thread itself, so their
+/// work is complete when the closure returns, and their ring is published with
+/// [`EventRingbuf::record_host`]: no stream, no event. A stream stage waiting on it is ordered
+/// by the host thread's program order alone (its blocking `wait` returns only once the host
+/// stage has recorded). [`required_streams`] lists every stream name a plan needs;
+/// [`new_streams`] creates them on any backend.
+///
+/// **Stalls.** With [`RunConfig::stall_timeout`] set (opt-in here; the `seqsync` command
+/// uses [`DEFAULT_STALL_TIMEOUT`]), a watchdog thread stops every ring once no thread has
+/// finished a ring call or a stage closure for the timeout, and [`run`] returns
+/// [`Error::Stalled`]: per thread, the call it is blocked in (ring, call, seq) and who must
+/// act (the producer that must record, or the consumers that must release). A plan that
+/// [`check_deadlock`](crate::pipeline::check_deadlock) proves deadlock-free does not stall
+/// unless a stage's own work hangs.
+///
+/// **Errors.** A stage without a closure, a stream the plan names but the map lacks, and a
+/// closure given for a stage the plan does not have are [`Error::Stage`] errors, reported
+/// before any thread starts. When a thread fails (an error from a ring, a closure, or a panic
+/// in a closure), every ring is stopped, so every other thread wakes with
+/// [`Error::Stopped`]; all threads are joined and the *first* real error (in time) is
+/// returned, a `Stopped` only when nothing else failed. After the threads end, every stream is
+/// drained ([`Backend::synchronize_stream`]) before the wall time is taken.
+///
+/// # Example
+///
+/// The seed's shape, reduced: a copy stage and a kernel on one thread, a sync'd copy-out on
+/// another, on the host backend.
+///
+/// ```
+/// use std::sync::atomic::{AtomicI64, Ordering};
+/// use seqsync::pipeline::{self, derive, PipelineSpec, StageSpec};
+/// use seqsync::HostBackend;
+///
+/// # fn main() -> seqsync::Result<()> { // derive's PlanError and run's Error: one family
+/// let spec = PipelineSpec::builder()
+///     .buffer("in", 2).buffer("out", 2)
+///     .thread("t0")
+///     .stage("copy_in", StageSpec::on_stream("s0").writes("in"))
+///     .stage("kernel", StageSpec::on_stream("s1").reads("in").writes("out"))
+///     .thread("t1")
+///     .stage("copy_out", StageSpec::on_stream("s2").reads("out").sync())
+///     .build()?;
+/// let plan = derive(&spec)?;
+///
+/// let host = HostBackend::new();
+/// let streams = pipeline::new_streams(&host, &plan)?;
+/// let processed = AtomicI64::new(0);
+/// let stages = pipeline::Stages::<HostBackend>::new()
+///     .stage("copy_in", |cx| {
+///         cx.stream.unwrap().launch(|| { /* copy batch in */ });
+///         Ok(())
+///     })
+///     .stage("kernel", |_| Ok(()))
+///     .stage("copy_out", |_| Ok(()))
+///     .after_sync("copy_out", |_seq| {
+///         processed.fetch_add(1, Ordering::Relaxed); // process_data
+///         Ok(())
+///     });
+/// let stats = pipeline::run(pipeline::RunConfig {
+///     plan: &plan,
+///     backend: &host,
+///     streams: &streams,
+///     stages: &stages,
+///     batches: 10,
+///     stall_timeout: None,
+/// })?;
+/// assert_eq!(processed.load(Ordering::Relaxed), 10);
+/// assert_eq!(stats.thread("t0").unwrap().launches, 20);
+/// # Ok(())
+/// # }
+/// ```
 ///
 /// # Errors
 /// [`Error::Stage`] before anything runs, for a stage without a closure, a missing stream, or
-/// a closure naming no stage; [`Error::Plan`] for a plan whose ops name a stage, ring or
-/// stream it does not have (a hand-edited plan); [`Error::InvalidArgument`] for
-/// `batches < 0`; otherwise the first
+/// a closure naming no stage; [`Error::InvalidArgument`] for `batches < 0`; otherwise the first
 /// error any thread hit (a ring's, a closure's, or [`Error::Stage`] for a panicking closure).
 pub fn run<B: Backend>(config: RunConfig<'_, '_, B>) -> Result<RunStats> {
     let RunConfig {

@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use super::compile::Step;
+use super::compile::Action;
 use super::stages::{BlockingCall, ObserverFn, StageCtx};
 use super::watchdog::{Doing, Progress};
 use super::ThreadStats;
@@ -40,7 +40,7 @@ pub(super) fn observed<T>(
 
 pub(super) fn run_thread<B: Backend>(
     name: &str,
-    steps: &[Step<'_, '_, B>],
+    steps: &[Action<'_, '_, B>],
     rings: &[EventRingbuf<B>],
     batches: i64,
     stats: &mut ThreadStats,
@@ -70,7 +70,7 @@ pub(super) fn run_thread<B: Backend>(
         let fail = |error| Failed { seq, error };
         for step in steps {
             match step {
-                Step::Wait {
+                Action::Wait {
                     ring,
                     lag,
                     blocking,
@@ -85,7 +85,7 @@ pub(super) fn run_thread<B: Backend>(
                     stepped();
                     stats.waits += 1;
                 }
-                Step::Sync {
+                Action::Sync {
                     ring,
                     lag,
                     blocking,
@@ -103,7 +103,7 @@ pub(super) fn run_thread<B: Backend>(
                         after(seq).map_err(fail)?;
                     }
                 }
-                Step::Launch {
+                Action::Launch {
                     stage,
                     index,
                     stream,
@@ -120,7 +120,7 @@ pub(super) fn run_thread<B: Backend>(
                     stepped();
                     stats.launches += 1;
                 }
-                Step::Record {
+                Action::Record {
                     ring,
                     blocking,
                     stream,

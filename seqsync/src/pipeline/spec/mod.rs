@@ -222,7 +222,7 @@ pub struct MaxSizeOverride {
 }
 
 /// A whole pipeline declaration. Build one with [`PipelineSpec::builder`] or
-/// parse one with [`spec_toml::from_str`](super::spec_toml::from_str).
+/// parse one with [`PipelineSpec::from_toml`].
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PipelineSpec {
     /// Parameters, in declaration order.

@@ -73,10 +73,6 @@ pub(super) struct Graph {
     pub(super) shared_streams: Vec<(usize, Vec<usize>)>,
 }
 
-fn invalid(message: String) -> PlanError {
-    PlanError::InvalidPlan { message }
-}
-
 fn nanos(d: std::time::Duration) -> u64 {
     // At most MAX_STAGE_TIME (an hour): far below u64::MAX nanoseconds.
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
@@ -87,22 +83,11 @@ impl Graph {
     ///
     /// # Errors
     /// [`PlanError::StageTime`] for a stage without a time, a time for no stage, or after-sync
-    /// work for a stage that does not synchronize; [`PlanError::InvalidPlan`] for an index out
-    /// of range.
+    /// work for a stage that does not synchronize. `derive` made the plan, so every index in it
+    /// is in range.
     pub(super) fn new(plan: &Plan, times: &StageTimes) -> Result<Self, PlanError> {
         check_times(plan, times)?;
-        let stage_stream = |g: usize| -> Result<Option<usize>, PlanError> {
-            let s = plan
-                .stages
-                .get(g)
-                .ok_or_else(|| invalid(format!("op names stage #{g}")))?;
-            match s.stream {
-                Some(st) if st >= plan.streams.len() => {
-                    Err(invalid(format!("stage `{}` names stream #{st}", s.name)))
-                }
-                st => Ok(st),
-            }
-        };
+        let stage_stream = |g: usize| plan.stages[g].stream;
         let work = |g: usize| nanos(times.work(&plan.stages[g].name).unwrap_or_default());
         let host_call = nanos(times.host_call_time());
 
@@ -114,7 +99,7 @@ impl Graph {
             let mut ids = Vec::with_capacity(tp.ops.len());
             for (k, op) in tp.ops.iter().enumerate() {
                 let w = match *op {
-                    Op::Launch { stage } => match stage_stream(stage)? {
+                    Op::Launch { stage } => match stage_stream(stage) {
                         None => work(stage),
                         Some(_) => {
                             host_call
@@ -126,11 +111,7 @@ impl Graph {
                         }
                     },
                     Op::Synchronize { stage, .. } => {
-                        let name = &plan
-                            .stages
-                            .get(stage)
-                            .ok_or_else(|| invalid(format!("op names stage #{stage}")))?
-                            .name;
+                        let name = &plan.stages[stage].name;
                         host_call + nanos(times.after_sync_work(name).unwrap_or_default())
                     }
                     _ => host_call,
@@ -144,7 +125,7 @@ impl Graph {
         // device[g]: node of stage g's work (stream stages only).
         let mut device = Vec::with_capacity(plan.stages.len());
         for g in 0..plan.stages.len() {
-            device.push(match stage_stream(g)? {
+            device.push(match stage_stream(g) {
                 Some(_) => {
                     nodes.push(Node::Device(g));
                     weight.push(work(g));
@@ -156,11 +137,6 @@ impl Graph {
 
         let mut edges = Vec::new();
         let mut edge = |from, to, lag, why| edges.push(Edge { from, to, lag, why });
-        let ring_of = |r: usize| {
-            plan.rings
-                .get(r)
-                .ok_or_else(|| invalid(format!("op names ring #{r}")))
-        };
         // Where each ring is recorded: (thread, op, stream); who consumes it: (node, lag).
         let mut record_at = vec![None; plan.rings.len()];
         let mut consumers: Vec<Vec<(usize, i64)>> = vec![Vec::new(); plan.rings.len()];
@@ -168,11 +144,9 @@ impl Graph {
             for (k, op) in tp.ops.iter().enumerate() {
                 match *op {
                     Op::Record { ring, stream, .. } => {
-                        ring_of(ring)?;
                         record_at[ring] = Some((t, k, stream));
                     }
                     Op::Wait { ring, lag, .. } | Op::Synchronize { ring, lag, .. } => {
-                        ring_of(ring)?;
                         consumers[ring].push((host[t][k], lag));
                     }
                     Op::Launch { .. } => {}
@@ -187,7 +161,7 @@ impl Graph {
             let mut on: BTreeMap<usize, Vec<(usize, usize)>> = BTreeMap::new();
             for (k, op) in tp.ops.iter().enumerate() {
                 if let Op::Launch { stage } = *op {
-                    if let Some(st) = stage_stream(stage)? {
+                    if let Some(st) = stage_stream(stage) {
                         on.entry(st).or_default().push((k, stage));
                     }
                 }
@@ -237,10 +211,6 @@ impl Graph {
                     Op::Wait {
                         ring, lag, stream, ..
                     } => {
-                        if stream >= plan.streams.len() {
-                            return Err(invalid(format!("a wait names stream #{stream}")));
-                        }
-                        ring_of(ring)?;
                         if let Some((rt, rk, _)) = record_at[ring] {
                             edge(host[rt][rk], ids[k], lag, Why::Recorded(ring));
                         }
@@ -252,7 +222,6 @@ impl Graph {
                         }
                     }
                     Op::Synchronize { ring, lag, .. } => {
-                        ring_of(ring)?;
                         if let Some((rt, rk, _)) = record_at[ring] {
                             edge(host[rt][rk], ids[k], lag, Why::Recorded(ring));
                         }
@@ -266,9 +235,8 @@ impl Graph {
                         }
                     }
                     Op::Record { ring, .. } => {
-                        let r = ring_of(ring)?;
-                        let size = i64::try_from(r.max_size)
-                            .map_err(|_| invalid(format!("ring `{}`'s max_size", r.name)))?;
+                        // At most ring::MAX_SIZE (2^20).
+                        let size = plan.rings[ring].max_size as i64;
                         for &(c, lag) in &consumers[ring] {
                             edge(c, ids[k], size - lag, Why::Room(ring));
                         }

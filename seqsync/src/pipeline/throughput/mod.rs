@@ -27,9 +27,9 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use seqsync::pipeline::{derive, predict, spec_toml, StageTimes};
+//! use seqsync::pipeline::{derive, predict, PipelineSpec, StageTimes};
 //!
-//! let spec = spec_toml::from_str(include_str!("../../../../specs/seed.toml")).unwrap();
+//! let spec = PipelineSpec::from_toml(include_str!("../../../../specs/seed.toml")).unwrap();
 //! let plan = derive(&spec).unwrap();
 //! let times = StageTimes::parse("h2g=100us,f=50us,g=50us,h=80us,g2h=120us,g2h.after=30us").unwrap();
 //! let p = predict(&plan, &times).unwrap();
@@ -102,8 +102,7 @@ pub struct CycleStep {
 ///   names a stage that does not synchronize;
 /// - [`PlanError::LagZeroCycle`]: a cycle of dependencies within one batch (the plan
 ///   deadlocks: [`check_deadlock`](crate::pipeline::check_deadlock) shows how);
-/// - [`PlanError::InvalidPlan`]: an index out of range (a hand-edited plan), or no
-///   convergence within the bounded number of rounds.
+/// - [`PlanError::PredictionLimit`]: no convergence within the bounded number of rounds.
 pub fn predict(plan: &Plan, times: &StageTimes) -> Result<Prediction, PlanError> {
     let g = Graph::new(plan, times)?;
     let arcs: Vec<Arc> = g

@@ -4,10 +4,10 @@ use std::time::Duration;
 
 use super::graph::Graph;
 use super::*;
-use crate::pipeline::{derive, spec_toml, PipelineSpec, StageSpec};
+use crate::pipeline::{derive, PipelineSpec, StageSpec};
 
 fn seed(set: &[&str]) -> Plan {
-    let mut spec = spec_toml::from_str(include_str!("../../../../specs/seed.toml")).unwrap();
+    let mut spec = PipelineSpec::from_toml(include_str!("../../../../specs/seed.toml")).unwrap();
     for a in set {
         spec.apply_assignment(a).unwrap();
     }
@@ -15,7 +15,7 @@ fn seed(set: &[&str]) -> Plan {
 }
 
 fn fanout() -> Plan {
-    let spec = spec_toml::from_str(include_str!("../../../../specs/fanout.toml")).unwrap();
+    let spec = PipelineSpec::from_toml(include_str!("../../../../specs/fanout.toml")).unwrap();
     derive(&spec).unwrap()
 }
 

@@ -21,9 +21,9 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::{CudaContext, CudaStream};
 
 use super::event_pool::{EventPoints, EventPool};
+use super::mapped::MappedWords;
 use super::memops::MemOpsWord;
 use super::points::WordWaits;
-use super::slots::Pool;
 use crate::backend::semaphore::{failed_word, FAILED_BIT};
 use crate::error::{Error, Result};
 use crate::lock::{Guard, Lock};
@@ -63,7 +63,7 @@ pub(crate) struct HybridWord {
 impl HybridWord {
     pub(crate) fn new(
         ctx: &Arc<CudaContext>,
-        slots: &Arc<Mutex<Pool>>,
+        slots: &Arc<Mutex<MappedWords>>,
         events: &Arc<EventPool>,
         ops: &Arc<WordOps>,
         initial: u64,

@@ -25,8 +25,8 @@ use std::time::Instant;
 
 use cudarc::driver::{sys, CudaContext, CudaStream};
 
+use super::mapped::{self, MappedWord, MappedWords};
 use super::repair::{self, Repair};
-use super::slots::{self, Pool, Slot};
 use super::write_order::{Plan, Top, Watches};
 use crate::backend::cuda::driver::{self, with_context};
 use crate::backend::cuda::make_current;
@@ -39,9 +39,9 @@ use crate::error::{Error, Result};
 const HEALTH_EVERY_NS: u64 = 1_000_000;
 
 pub(crate) struct MemOpsWord {
-    slot: Slot,
+    slot: MappedWord,
     ctx: Arc<CudaContext>,
-    pool: Arc<Mutex<Pool>>,
+    pool: Arc<Mutex<MappedWords>>,
     /// The writes of the word, shared with the repair thread.
     writes: Arc<Writes>,
     /// `2^63 | c` once the host failed the word (the device word holds `2^63`), else 0.
@@ -72,10 +72,10 @@ struct Writes {
 }
 
 struct Watch {
-    watches: Watches<Arc<CudaStream>, Slot>,
+    watches: Watches<Arc<CudaStream>, MappedWord>,
     /// Markers whose write landed, for the word's next watched writes (given back to the pool
     /// with the word).
-    spare: Vec<Slot>,
+    spare: Vec<MappedWord>,
     /// Handed to the repair thread, which has not let it go yet.
     queued: bool,
     /// The word is gone (its slot may serve another word): nothing may touch it any more.
@@ -93,7 +93,7 @@ impl Writes {
 
     /// Watch `value`'s write on `stream`, followed by `marker`, and hand the word to the repair
     /// thread unless it has it.
-    fn add(self: &Arc<Self>, stream: Arc<CudaStream>, value: u64, marker: Slot) {
+    fn add(self: &Arc<Self>, stream: Arc<CudaStream>, value: u64, marker: MappedWord) {
         let mut w = self.watch();
         w.watches.watch(stream, value, marker);
         self.watching.store(true, Ordering::SeqCst);
@@ -106,9 +106,9 @@ impl Writes {
 }
 
 /// `true` once the marker's write (of 1) landed.
-fn marker_landed(m: &Slot) -> bool {
+fn marker_landed(m: &MappedWord) -> bool {
     // SAFETY: markers are slots of the word's pool, owned by the watched write until it is done.
-    unsafe { slots::atomic(m) }.load(Ordering::SeqCst) != 0
+    unsafe { mapped::atomic(m) }.load(Ordering::SeqCst) != 0
 }
 
 impl Repair for Writes {
@@ -133,7 +133,7 @@ impl Repair for Writes {
 impl MemOpsWord {
     pub(crate) fn new(
         ctx: &Arc<CudaContext>,
-        pool: &Arc<Mutex<Pool>>,
+        pool: &Arc<Mutex<MappedWords>>,
         initial: u64,
     ) -> Result<Self> {
         let slot = pool
@@ -146,7 +146,7 @@ impl MemOpsWord {
             pool: pool.clone(),
             writes: Arc::new(Writes {
                 // SAFETY: the slot comes from the pool and is owned by this word until drop.
-                at: unsafe { slots::atomic(&slot) },
+                at: unsafe { mapped::atomic(&slot) },
                 order: Mutex::new(Top::new()),
                 watch: Mutex::new(Watch {
                     watches: Watches::new(initial),
@@ -258,11 +258,11 @@ impl MemOpsWord {
     }
 
     /// A marker word holding 0: one of the word's spare markers, or a new slot.
-    fn marker(&self) -> Result<Slot> {
+    fn marker(&self) -> Result<MappedWord> {
         if let Some(m) = self.writes.watch().spare.pop() {
             // SAFETY: a spare marker is a slot of the pool whose one write landed: the word
             // owns it, and no stream touches it any more.
-            unsafe { slots::atomic(&m) }.store(0, Ordering::SeqCst);
+            unsafe { mapped::atomic(&m) }.store(0, Ordering::SeqCst);
             return Ok(m);
         }
         self.pool
@@ -271,12 +271,12 @@ impl MemOpsWord {
             .take(&self.ctx, 0)
     }
 
-    fn give_back_marker(&self, marker: Slot) {
+    fn give_back_marker(&self, marker: MappedWord) {
         self.writes.watch().spare.push(marker);
     }
 
     /// A marker written on `stream` after everything enqueued on it so far.
-    fn follow_with_marker(&self, stream: &Arc<CudaStream>) -> Result<Slot> {
+    fn follow_with_marker(&self, stream: &Arc<CudaStream>) -> Result<MappedWord> {
         let marker = self.marker()?;
         make_current(&self.ctx)?;
         match self.write_on(stream, marker.dev, 1) {

@@ -33,10 +33,10 @@
 mod event_pool;
 mod events;
 mod hybrid;
+mod mapped;
 mod memops;
 mod points;
 mod repair;
-mod slots;
 mod write_order;
 
 use std::sync::atomic::AtomicU64;
@@ -52,8 +52,8 @@ use crate::error::{BackendError, Error, Result};
 use event_pool::EventPool;
 use events::{DeferredQueues, EventsWord};
 use hybrid::{HybridWord, WordOps};
+use mapped::MappedWords;
 use memops::MemOpsWord;
-use slots::Pool;
 
 /// Which mechanism a CUDA backend's timelines use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -106,7 +106,7 @@ pub(crate) struct TimelineSupport {
     choice: TimelineMechanism,
     /// `Ok(())`: memory operations work; `Err(reason)`: they do not.
     probed: OnceLock<std::result::Result<(), String>>,
-    pool: Arc<Mutex<Pool>>,
+    pool: Arc<Mutex<MappedWords>>,
     events: Arc<EventPool>,
     deferred: Arc<DeferredQueues>,
     word_ops: Arc<WordOps>,
@@ -126,7 +126,7 @@ impl TimelineSupport {
         TimelineSupport {
             choice,
             probed: OnceLock::new(),
-            pool: Arc::new(Mutex::new(Pool::new(errors.clone()))),
+            pool: Arc::new(Mutex::new(MappedWords::new(errors.clone()))),
             events: Arc::new(EventPool::new(errors)),
             deferred: DeferredQueues::process_wide(),
             word_ops: Arc::default(),
@@ -227,7 +227,7 @@ impl TimelineSupport {
 /// Try stream memory operations once: write 1, wait for it, write 2, on a fresh stream.
 fn probe_memops(
     ctx: &Arc<CudaContext>,
-    pool: &Arc<Mutex<Pool>>,
+    pool: &Arc<Mutex<MappedWords>>,
 ) -> std::result::Result<(), String> {
     let attr = {
         let mut v = 0i32;

@@ -18,7 +18,7 @@ use crate::backend::semaphore::FAILED_BIT;
 pub(crate) struct Points<E> {
     /// The ring: `len` points from `head` on (wrapping), ascending by value, every value above
     /// `reached`; then the free slots, whose events nobody waits on any more.
-    slots: Vec<Slot<E>>,
+    slots: Vec<PointEvent<E>>,
     head: usize,
     len: usize,
     /// The highest value known reached (an event completed, a host store, a word load).
@@ -35,7 +35,7 @@ pub(crate) struct Points<E> {
 
 /// A point (`value`, recorded on stream `lane`: on one lane, events complete in value order),
 /// or, past the points, a spare event.
-struct Slot<E> {
+struct PointEvent<E> {
     value: u64,
     lane: usize,
     ev: E,
@@ -99,7 +99,7 @@ impl<E> Points<E> {
     }
 
     #[inline]
-    fn point(&self, i: usize) -> &Slot<E> {
+    fn point(&self, i: usize) -> &PointEvent<E> {
         &self.slots[self.at(i)]
     }
 
@@ -116,7 +116,7 @@ impl<E> Points<E> {
         // Straighten the ring first, so that the new slots follow the last spare one.
         self.slots.rotate_left(self.head);
         self.head = 0;
-        self.slots.extend(evs.into_iter().map(|ev| Slot {
+        self.slots.extend(evs.into_iter().map(|ev| PointEvent {
             value: 0,
             lane: 0,
             ev,

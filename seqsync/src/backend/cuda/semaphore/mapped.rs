@@ -19,28 +19,28 @@ const LINE: usize = 64;
 
 /// One word: its host address and the device address of the same memory.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Slot {
+pub(crate) struct MappedWord {
     pub(crate) host: *mut u64,
     pub(crate) dev: sys::CUdeviceptr,
 }
 
 // SAFETY: a slot is the address of pinned memory owned by its pool (never freed); the pool hands
 // each slot to one owner at a time, who accesses it only through atomics.
-unsafe impl Send for Slot {}
+unsafe impl Send for MappedWord {}
 // SAFETY: shared references only read the two addresses; the memory behind them is accessed
 // through atomics (see `atomic`).
-unsafe impl Sync for Slot {}
+unsafe impl Sync for MappedWord {}
 
-pub(crate) struct Pool {
-    free: Vec<Slot>,
-    quarantine: Vec<(Slot, Vec<CudaEvent>)>,
+pub(crate) struct MappedWords {
+    free: Vec<MappedWord>,
+    quarantine: Vec<(MappedWord, Vec<CudaEvent>)>,
     /// The backend's store of errors that cleanup could not return.
     errors: Arc<Deferred>,
 }
 
-impl Pool {
+impl MappedWords {
     pub(crate) fn new(errors: Arc<Deferred>) -> Self {
-        Pool {
+        MappedWords {
             free: Vec::new(),
             quarantine: Vec::new(),
             errors,
@@ -48,7 +48,7 @@ impl Pool {
     }
 
     /// A word holding `initial`.
-    pub(crate) fn take(&mut self, ctx: &Arc<CudaContext>, initial: u64) -> Result<Slot> {
+    pub(crate) fn take(&mut self, ctx: &Arc<CudaContext>, initial: u64) -> Result<MappedWord> {
         self.reclaim();
         if self.free.is_empty() {
             self.grow(ctx)?;
@@ -63,7 +63,7 @@ impl Pool {
     pub(crate) fn give_back(
         &mut self,
         ctx: &Arc<CudaContext>,
-        slot: Slot,
+        slot: MappedWord,
         users: &[Arc<CudaStream>],
     ) {
         let mut events = Vec::new();
@@ -78,7 +78,7 @@ impl Pool {
     }
 
     /// Give back `slot`, which no stream touches any more.
-    pub(crate) fn give_back_idle(&mut self, slot: Slot) {
+    pub(crate) fn give_back_idle(&mut self, slot: MappedWord) {
         self.free.push(slot);
     }
 
@@ -110,7 +110,7 @@ impl Pool {
         // `dev` is a valid out-pointer; flags must be 0.
         unsafe { driver::mem_host_get_device_pointer(&mut dev, host, 0) }.check()?;
         for i in (0..PAGE / LINE).rev() {
-            self.free.push(Slot {
+            self.free.push(MappedWord {
                 // SAFETY: `i * LINE < PAGE`: the pointer stays inside the page.
                 host: unsafe { (host as *mut u8).add(i * LINE) } as *mut u64,
                 dev: dev + (i * LINE) as u64,
@@ -123,8 +123,8 @@ impl Pool {
 /// The word as an atomic.
 ///
 /// # Safety
-/// `slot` must come from a [`Pool`] (pinned memory that is never freed, 64-byte aligned).
-pub(crate) unsafe fn atomic(slot: &Slot) -> &'static std::sync::atomic::AtomicU64 {
+/// `slot` must come from a [`MappedWords`] (pinned memory that is never freed, 64-byte aligned).
+pub(crate) unsafe fn atomic(slot: &MappedWord) -> &'static std::sync::atomic::AtomicU64 {
     // SAFETY: the caller guarantees the memory lives forever and is aligned; every host access
     // to it goes through this atomic, and device writes are whole aligned 64-bit stores.
     unsafe { &*(slot.host as *const std::sync::atomic::AtomicU64) }

@@ -1,5 +1,5 @@
 //! Running a lowered graph: an [`Executable`] (a graph plus its
-//! [`Schedule`](super::Schedule), see `executable.rs`) is submitted to a [`StreamPool`], whose
+//! [`Schedule`](super::Schedule), see `executable.rs`) is submitted to a [`Queues`], whose
 //! streams span submissions.
 //!
 //! The schedule's streams are virtual. At each submission every virtual stream is mapped onto a
@@ -43,7 +43,7 @@
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 
-pub use super::executable::Executable;
+use super::executable::Executable;
 use super::lower_cuda_graph::GraphExecutable;
 use crate::backend::command::CommandBackend;
 use crate::backend::replay::GraphBackend;
@@ -81,7 +81,7 @@ impl Default for Affinity {
 /// commands wait for, and the values it signals once all of them have run.
 ///
 /// ```
-/// use seqsync::graph::{Affinity, CommandBuffer, Lowering, StreamPool, Submit};
+/// use seqsync::graph::{Affinity, CommandBuffer, Lowering, Queues, Submit};
 /// use seqsync::timeline::Timeline;
 /// use seqsync::HostBackend;
 /// use std::time::Duration;
@@ -92,7 +92,7 @@ impl Default for Affinity {
 /// cb.host("a", || {}, &[]);
 /// cb.host("b", || {}, &[]);
 /// let mut exe = cb.finish().unwrap().lower(Lowering::Streams);
-/// let mut pool = StreamPool::new(host.clone());
+/// let mut pool = Queues::new(host.clone());
 /// let how = Submit { affinity: Affinity::ANY, waits: &[(&ready, 1)], signals: &[(&done, 1)] };
 /// pool.submit_with(&mut exe, &how)?; // enqueued before `ready` reaches 1
 /// assert!(done.wait(1, Duration::from_millis(20)).is_err());
@@ -153,7 +153,7 @@ struct QueueEnd<B: Backend> {
 
 /// What one submission did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Submitted {
+pub struct Submission {
     /// The pool stream each virtual stream ran on.
     pub streams: Vec<usize>,
     /// Waits made for the queue's previous submission.
@@ -163,16 +163,16 @@ pub struct Submitted {
 }
 
 /// Streams shared by every submission made through it (see the module docs).
-pub struct StreamPool<B: CommandBackend> {
+pub struct Queues<B: CommandBackend> {
     backend: B,
     streams: Vec<PoolStream<B>>,
     queues: HashMap<u32, QueueEnd<B>>,
 }
 
-impl<B: CommandBackend> StreamPool<B> {
+impl<B: CommandBackend> Queues<B> {
     /// An empty pool on `backend`.
     pub fn new(backend: B) -> Self {
-        StreamPool {
+        Queues {
             backend,
             streams: Vec::new(),
             queues: HashMap::new(),
@@ -262,7 +262,7 @@ impl<B: CommandBackend> StreamPool<B> {
     /// # Errors
     /// A failing backend call, or an out-of-bounds copy or fill. Streams that got part of the
     /// submission are not reused by later ones.
-    pub fn submit(&mut self, exe: &mut Executable<B>, affinity: Affinity) -> Result<Submitted> {
+    pub fn submit(&mut self, exe: &mut Executable<B>, affinity: Affinity) -> Result<Submission> {
         self.submit_with(exe, &Submit::on(affinity))
     }
 
@@ -279,7 +279,7 @@ impl<B: CommandBackend> StreamPool<B> {
         &mut self,
         exe: &mut Executable<B>,
         how: &Submit<'_, B>,
-    ) -> Result<Submitted> {
+    ) -> Result<Submission> {
         let queue = how.affinity.single();
         let empty = exe.schedule.order.is_empty();
         // Every submission is checked: one with commands holds them behind its waits; a barrier
@@ -290,7 +290,7 @@ impl<B: CommandBackend> StreamPool<B> {
         if empty && how.signals.is_empty() && (how.waits.is_empty() || queue.is_none()) {
             // Nothing to hold and nothing to signal: the queue's last end stays what it was
             // (a submission after this one is still behind the one before it).
-            return Ok(Submitted {
+            return Ok(Submission {
                 streams: Vec::new(),
                 queue_waits: 0,
                 new_streams: 0,
@@ -302,7 +302,7 @@ impl<B: CommandBackend> StreamPool<B> {
         let (map, new_streams) = self.map_streams(streams, queue)?;
         let result = self.enqueue(exe, &map, how);
         match result {
-            Ok(queue_waits) => Ok(Submitted {
+            Ok(queue_waits) => Ok(Submission {
                 streams: map,
                 queue_waits,
                 new_streams,
@@ -399,7 +399,7 @@ impl<B: CommandBackend> StreamPool<B> {
         &mut self,
         exe: &GraphExecutable<B>,
         affinity: Affinity,
-    ) -> Result<Submitted>
+    ) -> Result<Submission>
     where
         B: GraphBackend,
     {
@@ -417,7 +417,7 @@ impl<B: CommandBackend> StreamPool<B> {
         &mut self,
         exe: &GraphExecutable<B>,
         how: &Submit<'_, B>,
-    ) -> Result<Submitted>
+    ) -> Result<Submission>
     where
         B: GraphBackend,
     {
@@ -437,7 +437,7 @@ impl<B: CommandBackend> StreamPool<B> {
             Ok(waits)
         })();
         match result {
-            Ok(queue_waits) => Ok(Submitted {
+            Ok(queue_waits) => Ok(Submission {
                 streams: map,
                 queue_waits,
                 new_streams,

@@ -1,0 +1,156 @@
+//! The ledger, the registry and the rule, on the host backend.
+
+use super::ledger::*;
+use super::registry::*;
+use super::*;
+use crate::timeline::Timeline;
+use crate::{AnyBackend, BackendKind};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Weak;
+use std::time::Duration;
+
+/// The host backend, through the `Backend` trait (this layer names no concrete backend).
+fn host() -> AnyBackend {
+    AnyBackend::new(BackendKind::Host).unwrap()
+}
+
+fn find(id: u64) -> Option<Arc<Ledger>> {
+    with_ledger(id, false, |l| Ok(l.cloned()))
+}
+
+fn get(id: u64) -> Arc<Ledger> {
+    with_ledger(id, true, |l| Ok(l.expect("made when asked").clone()))
+}
+
+fn sweep_now() {
+    let mut dropped = Vec::new();
+    lock_registry().sweep(&mut dropped);
+}
+
+fn unique_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1 << 61);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The last handle's drop searches the ledgers (taking every ledger's lock, so taking
+/// biased ones away from their threads) only for a timeline some stream waited on.
+#[test]
+fn only_a_timeline_a_stream_waited_on_searches_the_ledgers_when_dropped() {
+    let b = host();
+    let s = b.new_stream("s").unwrap();
+    let signalled = Timeline::new(&b, "signalled", 0).unwrap();
+    signalled.signal_on(&s, 1).unwrap();
+    signalled.signal(2).unwrap();
+    assert!(signalled.wait(2, Duration::from_secs(5)).is_ok());
+    assert!(
+        !signalled.shared.last_handle_dropped(),
+        "no stream waited on it"
+    );
+    let waited = Timeline::new(&b, "waited", 0).unwrap();
+    waited.wait_on(&s, 5).unwrap();
+    waited.signal(5).unwrap();
+    assert!(waited.shared.last_handle_dropped(), "a stream waited on it");
+    assert!(!waited.is_failed(), "nothing was pending");
+}
+
+#[test]
+fn a_lookup_sees_a_ledger_made_after_it_was_cached() {
+    let id = unique_id();
+    // Never reached (and alive to the end): a wait on it keeps the ledger through the
+    // other tests' sweeps.
+    let (_never_reached, target) = fake();
+    assert!(find(id).is_none());
+    assert!(find(id).is_none()); // from the cache
+                                 // Made by another thread: this one's cache must not hide it.
+    let made = std::thread::spawn(move || {
+        let l = get(id);
+        l.add_wait(&target, 1).unwrap();
+        l
+    })
+    .join()
+    .unwrap();
+    let found = find(id).expect("the epoch moved: looked up again");
+    assert!(Arc::ptr_eq(&made, &found));
+    assert!(Arc::ptr_eq(&get(id), &made));
+}
+
+#[test]
+fn a_swept_idle_ledger_is_retired_and_its_stream_gets_a_new_one() {
+    let id = unique_id();
+    let old = get(id);
+    sweep_now();
+    let dead: Weak<dyn FailTarget> = Weak::<Fake>::new();
+    assert!(old.add_wait(&dead, 1).is_err());
+    assert!(matches!(old.add_signal(&dead, 1), Err(Refused::Retired)));
+    assert!(!Arc::ptr_eq(&old, &get(id)));
+}
+
+#[test]
+fn a_sweep_keeps_ledgers_with_pending_waits_so_failures_still_spread() {
+    let host = host();
+    let s = host.new_stream("s").unwrap();
+    let (a, b) = (
+        Timeline::new(&host, "a", 0).unwrap(),
+        Timeline::new(&host, "b", 0).unwrap(),
+    );
+    a.wait_on(&s, 1).unwrap();
+    sweep_now();
+    b.signal_on(&s, 1).unwrap();
+    sweep_now();
+    a.fail(Error::Cancelled("upstream".into()));
+    let err = b.wait(1, Duration::from_secs(5)).unwrap_err();
+    assert!(err.to_string().contains("upstream"), "{err}");
+    // The stream stays poisoned through later sweeps.
+    sweep_now();
+    let c = Timeline::new(&host, "c", 0).unwrap();
+    c.signal_on(&s, 1).unwrap();
+    assert!(c.wait(1, Duration::from_secs(5)).is_err());
+}
+
+#[test]
+fn a_signal_sees_the_poison_of_a_ledger_another_thread_made_after_this_one_looked() {
+    let host = host();
+    let s = host.new_stream("s").unwrap();
+    let (a, b) = (
+        Timeline::new(&host, "a", 0).unwrap(),
+        Timeline::new(&host, "b", 0).unwrap(),
+    );
+    // This thread looks `s` up and caches "no ledger".
+    b.signal_on(&s, 1).unwrap();
+    // Another thread's wait makes the ledger (the epoch moves), then `a` fails.
+    std::thread::scope(|scope| {
+        scope.spawn(|| a.wait_on(&s, 1).unwrap()).join().unwrap();
+    });
+    a.fail(Error::Cancelled("upstream".into()));
+    // The cached "no ledger" is stale: the signal must find the poisoned ledger.
+    b.signal_on(&s, 2).unwrap();
+    let err = b.wait(2, Duration::from_secs(5)).unwrap_err();
+    assert!(err.to_string().contains("upstream"), "{err}");
+}
+
+/// A timeline for the ledger alone: its value is set by hand, and it counts the reads.
+pub(super) struct Fake {
+    pub(super) value: AtomicU64,
+    pub(super) reads: AtomicU64,
+}
+
+impl FailTarget for Fake {
+    fn reached_value(&self) -> u64 {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.value.load(Ordering::Relaxed)
+    }
+    fn mark_failed(&self, _: Arc<Error>) -> Option<Vec<Propagation>> {
+        None
+    }
+    fn release(&self) {}
+}
+
+pub(super) fn fake() -> (Arc<Fake>, Weak<dyn FailTarget>) {
+    let t = Arc::new(Fake {
+        value: AtomicU64::new(0),
+        reads: AtomicU64::new(0),
+    });
+    let arc: Arc<dyn FailTarget> = t.clone();
+    let weak = Arc::downgrade(&arc);
+    (t, weak)
+}
