@@ -145,6 +145,8 @@ driver_calls! {
     stream_wait_event => cuStreamWaitEvent as "cuStreamWaitEvent"
         (stream: sys::CUstream, event: sys::CUevent, flags: c_uint);
     stream_query => cuStreamQuery as "cuStreamQuery" (stream: sys::CUstream);
+    stream_get_ctx => cuStreamGetCtx as "cuStreamGetCtx"
+        (stream: sys::CUstream, out: *mut sys::CUcontext);
     stream_synchronize => cuStreamSynchronize as "cuStreamSynchronize" (stream: sys::CUstream);
     stream_write_value64 => cuStreamWriteValue64_v2 as "cuStreamWriteValue64"
         (stream: sys::CUstream, addr: sys::CUdeviceptr, value: u64, flags: c_uint);

@@ -197,6 +197,43 @@ impl CudaBackend {
             .map_err(|e| driver_error("cuStreamCreate", e))
     }
 
+    /// A stream made elsewhere (by PyTorch, CuPy, `cuda.core` or your own `cuStreamCreate`),
+    /// borrowed: seqsync records, waits and signals on it like on its own streams, and never
+    /// destroys it. `handle` is the `CUstream` as an integer; 0 is the legacy default stream
+    /// and 2 the per-thread default stream.
+    ///
+    /// # Safety
+    /// `handle` is 0, 2 or a live stream handle, and stays live for as long as the returned
+    /// stream, or work seqsync enqueued on it, is used (the framework's stream object must
+    /// outlive it).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if the stream belongs to another context than this
+    /// backend's (another device, or a context that is not the device's primary one); a
+    /// driver error if `cuStreamGetCtx` refuses the handle.
+    pub unsafe fn borrow_stream(&self, handle: usize) -> Result<Arc<CudaStream>> {
+        self.bind()?;
+        let raw = handle as sys::CUstream;
+        let mut ctx: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: the caller guarantees `raw` is a live stream (or 0 / the per-thread handle,
+        // which resolve through the current context, made this backend's just above); `ctx`
+        // is valid for the write.
+        unsafe { driver::stream_get_ctx(raw, &mut ctx) }.check()?;
+        if ctx != self.ctx.cu_ctx() {
+            return Err(Error::invalid(
+                "stream",
+                format!(
+                    "stream {handle:#x} belongs to another CUDA context than device {}'s \
+                     primary context (another device, or a context of its own)",
+                    self.ctx.ordinal()
+                ),
+            ));
+        }
+        // SAFETY: the caller guarantees the handle outlives the returned stream's use; a
+        // borrowed stream is never destroyed by cudarc (`owned: false`).
+        Ok(unsafe { self.ctx.wrap_borrowed_stream(raw) })
+    }
+
     /// Make this backend's context current on the calling thread unless it already is.
     pub(crate) fn bind(&self) -> Result<()> {
         make_current(&self.ctx)

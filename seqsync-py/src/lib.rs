@@ -1,0 +1,30 @@
+//! Python bindings of seqsync (`import seqsync`): backends and streams (`stream.rs`), rings
+//! (`ring.rs`), timelines (`timeline.rs`), declared pipelines (`pipeline.rs`), the exception
+//! classes (`errors.rs`) and blocking without the GIL, interruptible (`block.rs`).
+//!
+//! Every call that can block releases the GIL; a host wait checks for Ctrl-C every 20 ms.
+
+mod block;
+mod errors;
+mod pipeline;
+mod ring;
+mod stream;
+mod timeline;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _seqsync(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    errors::register(m)?;
+    m.add_class::<stream::Backend>()?;
+    m.add_class::<stream::Stream>()?;
+    m.add_class::<ring::EventRingbuf>()?;
+    m.add_class::<timeline::Timeline>()?;
+    m.add_function(wrap_pyfunction!(timeline::wait_all, m)?)?;
+    m.add_function(wrap_pyfunction!(timeline::wait_any, m)?)?;
+    m.add_class::<pipeline::Pipeline>()?;
+    m.add_class::<pipeline::Check>()?;
+    m.add_class::<pipeline::StageStream>()?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,382 @@
+//! Declared pipelines: `Pipeline.from_toml(text)`, `check()` (the derived rings and the
+//! verdict), and `run(backend, stages={name: fn(seq, stream)}, batches=N)`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use pyo3::exceptions::{PyKeyError, PyTypeError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use seqsync::backend::AnyStream;
+use seqsync::pipeline::{self, PipelineSpec, Plan, StageCtx, Stages};
+use seqsync::{AnyBackend, Error};
+
+use crate::block::interruptible;
+use crate::errors::{to_py, IntoPyResult, StageError};
+use crate::stream::{borrow_for_run, Backend};
+
+/// A pipeline declared in TOML (the `seqsync check` format): threads, streams, buffers and
+/// stages. seqsync derives every ring, proves the schedule deadlock-free, and runs it with one
+/// Python function per stage.
+///
+/// ```python
+/// p = seqsync.Pipeline.from_toml('''
+/// [buffers]
+/// x = 2
+/// [[thread]]
+/// name = "main"
+/// [[thread.stage]]
+/// name = "fill"
+/// stream = "a"
+/// writes = ["x"]
+/// [[thread.stage]]
+/// name = "read"
+/// stream = "b"
+/// reads = ["x"]
+/// ''')
+/// assert p.check().deadlock_free
+/// b = seqsync.Backend("host")
+/// seen = []
+/// p.run(b, stages={"fill": lambda seq, s: s.launch(lambda: seen.append(seq)),
+///                  "read": lambda seq, s: None}, batches=4)
+/// assert seen == [0, 1, 2, 3]
+/// ```
+#[pyclass(module = "seqsync", frozen)]
+pub(crate) struct Pipeline {
+    spec: PipelineSpec,
+    plan: Plan,
+}
+
+/// What `Pipeline.check()` found: the derived rings, the verdict, the plan as JSON text.
+#[pyclass(module = "seqsync", frozen, get_all)]
+pub(crate) struct Check {
+    /// True when no interleaving of the threads can get stuck.
+    deadlock_free: bool,
+    /// The verdict in words (with the interleaving that deadlocks, if one does).
+    verdict: String,
+    /// The plan (rings, streams, each thread's ops) as JSON text.
+    plan_json: String,
+}
+
+#[pymethods]
+impl Check {
+    fn __repr__(&self) -> String {
+        format!(
+            "Check(deadlock_free={})",
+            if self.deadlock_free { "True" } else { "False" }
+        )
+    }
+}
+
+/// The stream a stage function is given: valid during that call (a later use raises).
+#[pyclass(module = "seqsync", frozen)]
+pub(crate) struct StageStream {
+    name: String,
+    stream: Mutex<Option<StreamPtr>>,
+}
+
+/// A stream of the running pipeline's stream map, borrowed for one stage call.
+struct StreamPtr(*const AnyStream);
+
+// SAFETY: `AnyStream` is `Send + Sync`; the pointer is dereferenced only under the
+// `StageStream`'s lock while it is `Some`, and it is set to `None` (under that lock) before the
+// stage call returns, so before the run's stream map can be dropped.
+unsafe impl Send for StreamPtr {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for StreamPtr {}
+
+impl StageStream {
+    /// `f` on the stream, if its stage call has not returned yet.
+    pub(crate) fn with<T>(&self, f: impl FnOnce(&AnyStream) -> PyResult<T>) -> PyResult<T> {
+        let guard = self.stream.lock().unwrap_or_else(|e| e.into_inner());
+        match guard.as_ref() {
+            // SAFETY: `Some` only during the stage call, while the stream map lives (see
+            // `StreamPtr`).
+            Some(p) => f(unsafe { &*p.0 }),
+            None => Err(PyTypeError::new_err(format!(
+                "stream '{}' was given to a stage call that has returned: keep work on it inside \
+                 the stage function",
+                self.name
+            ))),
+        }
+    }
+}
+
+#[pymethods]
+impl StageStream {
+    /// The stream's name in the spec.
+    #[getter]
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The raw `CUstream` handle (CUDA), `None` on the host backend.
+    #[getter]
+    fn handle(&self) -> PyResult<Option<usize>> {
+        self.with(|s| Ok(crate::stream::handle_of_stream(s)))
+    }
+
+    /// Host backend: run `fn()` on the stream, in order.
+    fn launch(&self, f: Py<PyAny>) -> PyResult<()> {
+        self.with(|s| crate::stream::launch_on(s, f))
+    }
+
+    /// The CUDA-Python stream protocol: `(0, handle)`, so PyTorch and CuPy take it.
+    fn __cuda_stream__(&self) -> PyResult<(i32, usize)> {
+        match self.handle()? {
+            Some(h) => Ok((0, h)),
+            None => Err(PyTypeError::new_err(
+                "a host-backend stream is not a CUDA stream",
+            )),
+        }
+    }
+}
+
+#[pymethods]
+impl Pipeline {
+    /// Parse, validate and derive a spec written in TOML. Raises `PlanError` (with `.line`).
+    #[staticmethod]
+    fn from_toml(text: &str) -> PyResult<Self> {
+        Self::derived(PipelineSpec::from_toml(text).py_err()?)
+    }
+
+    /// `from_toml` of a file.
+    #[staticmethod]
+    fn from_path(path: std::path::PathBuf) -> PyResult<Self> {
+        Self::derived(PipelineSpec::from_path(path).py_err()?)
+    }
+
+    /// The same pipeline with `NAME=VALUE` applied (a parameter or `RING.max_size`).
+    fn set(&self, assignment: &str) -> PyResult<Self> {
+        let mut spec = self.spec.clone();
+        spec.apply_assignment(assignment).py_err()?;
+        Self::derived(spec)
+    }
+
+    /// The plan's rings, as dicts (name, producer, nconsumers, max_size, reason, consumers…).
+    #[getter]
+    fn rings(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let plan = json(py, &self.plan.to_json())?;
+        Ok(plan.get_item("rings")?.unbind())
+    }
+
+    /// Prove the schedule deadlock-free, or find the interleaving that gets stuck.
+    fn check(&self, py: Python<'_>) -> Check {
+        let verdict = py.detach(|| pipeline::check_deadlock(&self.plan));
+        Check {
+            deadlock_free: verdict.is_deadlock_free(),
+            verdict: verdict.to_string(),
+            plan_json: self.plan.to_json(),
+        }
+    }
+
+    /// Run seqs `0..batches` on `backend`: `stages[name](seq, stream)` launches stage
+    /// `name`'s work for `seq` on `stream` (a host stage gets `None` and does its work right
+    /// there); `after_sync[name](seq)` runs after a `sync = true` stage's synchronize.
+    /// `streams` maps spec stream names to framework streams to use (CUDA; the others are
+    /// made). A Python exception in a stage stops every ring and is raised as `StageError`
+    /// (`.stage`, `.seq`, the exception as `__cause__`); Ctrl-C stops the run. Returns the
+    /// wall time and per-thread counts.
+    #[pyo3(signature = (backend, stages, *, batches, after_sync = None, streams = None, stall_timeout = 10.0))]
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        py: Python<'_>,
+        backend: &Backend,
+        stages: &Bound<'_, PyDict>,
+        batches: i64,
+        after_sync: Option<&Bound<'_, PyDict>>,
+        streams: Option<&Bound<'_, PyDict>>,
+        stall_timeout: Option<f64>,
+    ) -> PyResult<Py<PyAny>> {
+        let b = &backend.inner;
+        let launch = callables(stages)?;
+        let after = after_sync.map(callables).transpose()?.unwrap_or_default();
+        let mut given: HashMap<String, AnyStream> = HashMap::new();
+        let mut keep_alive = Vec::new();
+        if let Some(map) = streams {
+            for (k, v) in map.iter() {
+                let name: String = k.extract()?;
+                let (stream, owner) = borrow_for_run(py, b, &v)?;
+                given.insert(name, stream);
+                keep_alive.push(owner);
+            }
+        }
+        let stall = match stall_timeout {
+            None => None,
+            Some(t) if t.is_finite() && t > 0.0 => Some(Duration::from_secs_f64(t.min(1e9))),
+            Some(t) => {
+                return Err(to_py(&Error::InvalidArgument {
+                    ring: "stall_timeout".into(),
+                    message: format!("{t} s: expected a positive number of seconds, or None"),
+                }))
+            }
+        };
+        let cancelled = AtomicBool::new(false);
+        let raised: Mutex<Option<(PyErr, String, i64)>> = Mutex::new(None);
+        let plan = &self.plan;
+        let result = interruptible(
+            py,
+            || {
+                run_plan(
+                    b, plan, given, &launch, &after, batches, stall, &cancelled, &raised,
+                )
+            },
+            || cancelled.store(true, Ordering::SeqCst),
+        )?;
+        drop(keep_alive);
+        if let Some((err, stage, seq)) = raised.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            let e = StageError::new_err(format!("stage '{stage}' raised at seq {seq}: {err}"));
+            let v = e.value(py);
+            v.setattr("stage", stage)?;
+            v.setattr("seq", seq)?;
+            e.set_cause(py, Some(err));
+            return Err(e);
+        }
+        let stats = result.py_err()?;
+        let out = PyDict::new(py);
+        out.set_item("wall", stats.wall.as_secs_f64())?;
+        let threads = PyDict::new(py);
+        for t in &stats.threads {
+            let d = PyDict::new(py);
+            d.set_item("iterations", t.iterations)?;
+            d.set_item("launches", t.launches)?;
+            d.set_item("waits", t.waits)?;
+            d.set_item("synchronizes", t.synchronizes)?;
+            d.set_item("records", t.records)?;
+            threads.set_item(&t.name, d)?;
+        }
+        out.set_item("threads", threads)?;
+        Ok(out.into_any().unbind())
+    }
+
+    fn __str__(&self) -> String {
+        self.plan.to_string()
+    }
+}
+
+impl Pipeline {
+    fn derived(spec: PipelineSpec) -> PyResult<Self> {
+        let plan = pipeline::derive(&spec).py_err()?;
+        Ok(Pipeline { spec, plan })
+    }
+}
+
+fn json<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyAny>> {
+    py.import("json")?.call_method1("loads", (text,))
+}
+
+fn callables(d: &Bound<'_, PyDict>) -> PyResult<HashMap<String, Py<PyAny>>> {
+    d.iter()
+        .map(|(k, v)| {
+            let name: String = k
+                .extract()
+                .map_err(|_| PyKeyError::new_err("stage names are strings"))?;
+            if !v.is_callable() {
+                return Err(PyTypeError::new_err(format!(
+                    "stage '{name}': not callable"
+                )));
+            }
+            Ok((name, v.unbind()))
+        })
+        .collect()
+}
+
+/// The run itself, on the helper thread: streams made, stages wrapped, `pipeline::run`.
+#[allow(clippy::too_many_arguments)]
+fn run_plan(
+    backend: &AnyBackend,
+    plan: &Plan,
+    mut streams: HashMap<String, AnyStream>,
+    launch: &HashMap<String, Py<PyAny>>,
+    after: &HashMap<String, Py<PyAny>>,
+    batches: i64,
+    stall_timeout: Option<Duration>,
+    cancelled: &AtomicBool,
+    raised: &Mutex<Option<(PyErr, String, i64)>>,
+) -> seqsync::Result<pipeline::RunStats> {
+    for name in plan.streams() {
+        if !streams.contains_key(name) {
+            streams.insert(
+                name.clone(),
+                seqsync::backend::Backend::new_stream(backend, name)?,
+            );
+        }
+    }
+    let keep = |stage: &str, seq: i64, err: PyErr| -> Error {
+        let message = err.to_string();
+        let mut r = raised.lock().unwrap_or_else(|e| e.into_inner());
+        if r.is_none() {
+            *r = Some((err, stage.to_string(), seq));
+        }
+        Error::Stage {
+            stage: stage.to_string(),
+            message,
+        }
+    };
+    let check = || {
+        if cancelled.load(Ordering::SeqCst) {
+            Err(Error::Cancelled("KeyboardInterrupt".into()))
+        } else {
+            Ok(())
+        }
+    };
+    let stream_name = |cx: &StageCtx<'_, AnyBackend>| {
+        plan.stages()
+            .iter()
+            .find(|s| s.name == cx.stage)
+            .and_then(|s| s.stream)
+            .map(|i| plan.streams()[i].clone())
+            .unwrap_or_default()
+    };
+    let mut stages = Stages::<AnyBackend>::new();
+    for (name, f) in launch {
+        stages = stages.stage(name.clone(), move |cx: &StageCtx<'_, AnyBackend>| {
+            check()?;
+            Python::attach(|py| {
+                let arg: Option<Py<StageStream>> = match cx.stream {
+                    None => None,
+                    Some(s) => Some(
+                        Py::new(
+                            py,
+                            StageStream {
+                                name: stream_name(cx),
+                                stream: Mutex::new(Some(StreamPtr(s as *const AnyStream))),
+                            },
+                        )
+                        .map_err(|e| keep(cx.stage, cx.seq, e))?,
+                    ),
+                };
+                let r = f.call1(py, (cx.seq, arg.as_ref().map(|a| a.clone_ref(py))));
+                if let Some(a) = &arg {
+                    *a.get().stream.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                }
+                r.map(drop).map_err(|e| keep(cx.stage, cx.seq, e))
+            })
+        });
+    }
+    for (name, f) in after {
+        let stage = name.clone();
+        stages = stages.after_sync(name.clone(), move |seq| {
+            check()?;
+            Python::attach(|py| {
+                f.call1(py, (seq,))
+                    .map(drop)
+                    .map_err(|e| keep(&stage, seq, e))
+            })
+        });
+    }
+    let r = pipeline::run(pipeline::RunConfig {
+        plan,
+        backend,
+        streams: &streams,
+        stages: &stages,
+        batches,
+        stall_timeout,
+    });
+    drop(stages);
+    drop(streams);
+    r
+}
