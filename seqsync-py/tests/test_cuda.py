@@ -63,15 +63,14 @@ def seed_run(cuda, spec, batches, spin):
     def on(s):
         return torch.cuda.stream(torch.cuda.ExternalStream(s.handle, device=dev))
 
-    def busy(t):  # a slow kernel, so that a missing wait shows as a wrong read
-        for _ in range(spin):
-            t.mul_(1.0)
+    def busy(t):  # one slow kernel (spins `spin` million GPU cycles): a missing wait shows
+        torch.cuda._sleep(spin * 1_000_000)
 
     def copy_in(seq, s):
         with on(s):
             bufs["inp"][seq % 2].copy_(src[seq], non_blocking=True)
 
-    def f(seq, s):
+    def f(seq, s):  # the slow stage: h must wait for it
         with on(s):
             busy(bufs["inp"][seq % 2])
             torch.mul(bufs["inp"][seq % 2], 2.0, out=bufs["x"][seq % 2])
@@ -82,7 +81,6 @@ def seed_run(cuda, spec, batches, spin):
 
     def h(seq, s):
         with on(s):
-            busy(bufs["x"][seq % 2])
             torch.add(bufs["x"][seq % 2], bufs["y"][seq % 2], out=bufs["out"][seq % 2])
 
     def copy_out(seq, s):
@@ -107,19 +105,20 @@ def seed_run(cuda, spec, batches, spin):
 
 
 def test_seed_pipeline_in_python_on_pytorch_streams_every_batch_right(cuda):
-    assert seed_run(cuda, SEED, batches=64, spin=20) == []
+    assert seed_run(cuda, SEED, batches=64, spin=1) == []
 
 
 def test_negative_control_h_without_its_wait_on_f_reads_wrong(cuda):
     broken = SEED.replace('reads = ["x", "y"]', 'reads = ["y"]')
     assert broken != SEED
-    assert seed_run(cuda, broken, batches=64, spin=20), "h read nothing wrong without its wait on f"
+    assert seed_run(cuda, broken, batches=64, spin=1), "h read nothing wrong without its wait on f"
 
 
 def test_a_ring_orders_two_pytorch_streams(cuda):
     torch = torch_or_skip()
     a, b = torch.cuda.Stream(), torch.cuda.Stream()
-    ring = seqsync.EventRingbuf(cuda, "copy", nconsumers=1, max_size=4)
+    # Two consumers per seq: stream b's wait and the host's synchronize.
+    ring = seqsync.EventRingbuf(cuda, "copy", nconsumers=2, max_size=4)
     x = torch.zeros(1 << 22, device="cuda")
     y = torch.empty_like(x)
     for seq in range(16):
