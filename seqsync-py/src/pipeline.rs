@@ -176,7 +176,7 @@ impl Pipeline {
     /// `name`'s work for `seq` on `stream` (a host stage gets `None` and does its work right
     /// there); `after_sync[name](seq)` runs after a `sync = true` stage's synchronize.
     /// `streams` maps spec stream names to framework streams to use (CUDA; the others are
-    /// made). A Python exception in a stage stops every ring and is raised as `StageError`
+    /// made); a stage on one of them is given that object itself. A Python exception in a stage stops every ring and is raised as `StageError`
     /// (`.stage`, `.seq`, the exception as `__cause__`); Ctrl-C stops the run. Returns the
     /// wall time and per-thread counts.
     #[pyo3(signature = (backend, stages, *, batches, after_sync = None, streams = None, stall_timeout = 10.0))]
@@ -195,13 +195,13 @@ impl Pipeline {
         let launch = callables(stages)?;
         let after = after_sync.map(callables).transpose()?.unwrap_or_default();
         let mut given: HashMap<String, AnyStream> = HashMap::new();
-        let mut keep_alive = Vec::new();
+        let mut owners: HashMap<String, Py<PyAny>> = HashMap::new();
         if let Some(map) = streams {
             for (k, v) in map.iter() {
                 let name: String = k.extract()?;
                 let (stream, owner) = borrow_for_run(py, b, &v)?;
-                given.insert(name, stream);
-                keep_alive.push(owner);
+                given.insert(name.clone(), stream);
+                owners.insert(name, owner);
             }
         }
         let stall = match stall_timeout {
@@ -220,13 +220,18 @@ impl Pipeline {
         let result = interruptible(
             py,
             || {
-                run_plan(
-                    b, plan, given, &launch, &after, batches, stall, &cancelled, &raised,
-                )
+                let run = Run {
+                    backend: b,
+                    plan,
+                    launch: &launch,
+                    after: &after,
+                    owners: &owners,
+                };
+                run.go(given, batches, stall, &cancelled, &raised)
             },
             || cancelled.store(true, Ordering::SeqCst),
         )?;
-        drop(keep_alive);
+        drop(owners);
         if let Some((err, stage, seq)) = raised.into_inner().unwrap_or_else(|e| e.into_inner()) {
             let e = StageError::new_err(format!("stage '{stage}' raised at seq {seq}: {err}"));
             let v = e.value(py);
@@ -284,99 +289,120 @@ fn callables(d: &Bound<'_, PyDict>) -> PyResult<HashMap<String, Py<PyAny>>> {
         .collect()
 }
 
-/// The run itself, on the helper thread: streams made, stages wrapped, `pipeline::run`.
-#[allow(clippy::too_many_arguments)]
-fn run_plan(
-    backend: &AnyBackend,
-    plan: &Plan,
-    mut streams: HashMap<String, AnyStream>,
-    launch: &HashMap<String, Py<PyAny>>,
-    after: &HashMap<String, Py<PyAny>>,
-    batches: i64,
-    stall_timeout: Option<Duration>,
-    cancelled: &AtomicBool,
-    raised: &Mutex<Option<(PyErr, String, i64)>>,
-) -> seqsync::Result<pipeline::RunStats> {
-    for name in plan.streams() {
-        if !streams.contains_key(name) {
-            streams.insert(
-                name.clone(),
-                seqsync::backend::Backend::new_stream(backend, name)?,
-            );
+/// What a run needs on its helper thread.
+struct Run<'a> {
+    backend: &'a AnyBackend,
+    plan: &'a Plan,
+    launch: &'a HashMap<String, Py<PyAny>>,
+    after: &'a HashMap<String, Py<PyAny>>,
+    /// The framework stream objects given for spec streams: a stage on one of them is given
+    /// that object (so `torch.cuda.stream(s)` takes it as it is).
+    owners: &'a HashMap<String, Py<PyAny>>,
+}
+
+impl Run<'_> {
+    /// The run itself: the missing streams made, the stages wrapped, `pipeline::run`.
+    fn go(
+        &self,
+        mut streams: HashMap<String, AnyStream>,
+        batches: i64,
+        stall_timeout: Option<Duration>,
+        cancelled: &AtomicBool,
+        raised: &Mutex<Option<(PyErr, String, i64)>>,
+    ) -> seqsync::Result<pipeline::RunStats> {
+        let Run {
+            backend,
+            plan,
+            launch,
+            after,
+            owners,
+        } = *self;
+        for name in plan.streams() {
+            if !streams.contains_key(name) {
+                streams.insert(
+                    name.clone(),
+                    seqsync::backend::Backend::new_stream(backend, name)?,
+                );
+            }
         }
-    }
-    let keep = |stage: &str, seq: i64, err: PyErr| -> Error {
-        let message = err.to_string();
-        let mut r = raised.lock().unwrap_or_else(|e| e.into_inner());
-        if r.is_none() {
-            *r = Some((err, stage.to_string(), seq));
+        let keep = |stage: &str, seq: i64, err: PyErr| -> Error {
+            let message = err.to_string();
+            let mut r = raised.lock().unwrap_or_else(|e| e.into_inner());
+            if r.is_none() {
+                *r = Some((err, stage.to_string(), seq));
+            }
+            Error::Stage {
+                stage: stage.to_string(),
+                message,
+            }
+        };
+        let check = || {
+            if cancelled.load(Ordering::SeqCst) {
+                Err(Error::Cancelled("KeyboardInterrupt".into()))
+            } else {
+                Ok(())
+            }
+        };
+        let stream_name = |cx: &StageCtx<'_, AnyBackend>| {
+            plan.stages()
+                .iter()
+                .find(|s| s.name == cx.stage)
+                .and_then(|s| s.stream)
+                .map(|i| plan.streams()[i].clone())
+                .unwrap_or_default()
+        };
+        let mut stages = Stages::<AnyBackend>::new();
+        for (name, f) in launch {
+            stages = stages.stage(name.clone(), move |cx: &StageCtx<'_, AnyBackend>| {
+                check()?;
+                Python::attach(|py| {
+                    let name = stream_name(cx);
+                    if let Some(owner) = owners.get(&name) {
+                        let r = f.call1(py, (cx.seq, owner.clone_ref(py)));
+                        return r.map(drop).map_err(|e| keep(cx.stage, cx.seq, e));
+                    }
+                    let arg: Option<Py<StageStream>> = match cx.stream {
+                        None => None,
+                        Some(s) => Some(
+                            Py::new(
+                                py,
+                                StageStream {
+                                    name,
+                                    stream: Mutex::new(Some(StreamPtr(s as *const AnyStream))),
+                                },
+                            )
+                            .map_err(|e| keep(cx.stage, cx.seq, e))?,
+                        ),
+                    };
+                    let r = f.call1(py, (cx.seq, arg.as_ref().map(|a| a.clone_ref(py))));
+                    if let Some(a) = &arg {
+                        *a.get().stream.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                    }
+                    r.map(drop).map_err(|e| keep(cx.stage, cx.seq, e))
+                })
+            });
         }
-        Error::Stage {
-            stage: stage.to_string(),
-            message,
+        for (name, f) in after {
+            let stage = name.clone();
+            stages = stages.after_sync(name.clone(), move |seq| {
+                check()?;
+                Python::attach(|py| {
+                    f.call1(py, (seq,))
+                        .map(drop)
+                        .map_err(|e| keep(&stage, seq, e))
+                })
+            });
         }
-    };
-    let check = || {
-        if cancelled.load(Ordering::SeqCst) {
-            Err(Error::Cancelled("KeyboardInterrupt".into()))
-        } else {
-            Ok(())
-        }
-    };
-    let stream_name = |cx: &StageCtx<'_, AnyBackend>| {
-        plan.stages()
-            .iter()
-            .find(|s| s.name == cx.stage)
-            .and_then(|s| s.stream)
-            .map(|i| plan.streams()[i].clone())
-            .unwrap_or_default()
-    };
-    let mut stages = Stages::<AnyBackend>::new();
-    for (name, f) in launch {
-        stages = stages.stage(name.clone(), move |cx: &StageCtx<'_, AnyBackend>| {
-            check()?;
-            Python::attach(|py| {
-                let arg: Option<Py<StageStream>> = match cx.stream {
-                    None => None,
-                    Some(s) => Some(
-                        Py::new(
-                            py,
-                            StageStream {
-                                name: stream_name(cx),
-                                stream: Mutex::new(Some(StreamPtr(s as *const AnyStream))),
-                            },
-                        )
-                        .map_err(|e| keep(cx.stage, cx.seq, e))?,
-                    ),
-                };
-                let r = f.call1(py, (cx.seq, arg.as_ref().map(|a| a.clone_ref(py))));
-                if let Some(a) = &arg {
-                    *a.get().stream.lock().unwrap_or_else(|e| e.into_inner()) = None;
-                }
-                r.map(drop).map_err(|e| keep(cx.stage, cx.seq, e))
-            })
+        let r = pipeline::run(pipeline::RunConfig {
+            plan,
+            backend,
+            streams: &streams,
+            stages: &stages,
+            batches,
+            stall_timeout,
         });
+        drop(stages);
+        drop(streams);
+        r
     }
-    for (name, f) in after {
-        let stage = name.clone();
-        stages = stages.after_sync(name.clone(), move |seq| {
-            check()?;
-            Python::attach(|py| {
-                f.call1(py, (seq,))
-                    .map(drop)
-                    .map_err(|e| keep(&stage, seq, e))
-            })
-        });
-    }
-    let r = pipeline::run(pipeline::RunConfig {
-        plan,
-        backend,
-        streams: &streams,
-        stages: &stages,
-        batches,
-        stall_timeout,
-    });
-    drop(stages);
-    drop(streams);
-    r
 }

@@ -60,8 +60,9 @@ def seed_run(cuda, spec, batches, spin):
     src = [torch.full((N,), float(s), pin_memory=True) for s in range(batches)]
     wrong = []
 
-    def on(s):
-        return torch.cuda.stream(torch.cuda.ExternalStream(s.handle, device=dev))
+    def on(s):  # the torch stream given in `streams=` comes back as it is
+        assert isinstance(s, torch.cuda.Stream), s
+        return torch.cuda.stream(s)
 
     def busy(t):  # one slow kernel (spins `spin` million GPU cycles): a missing wait shows
         torch.cuda._sleep(spin * 1_000_000)

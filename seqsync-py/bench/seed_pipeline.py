@@ -1,0 +1,186 @@
+"""The seed's pipeline written in Python on PyTorch streams: declared and run by seqsync
+(`Pipeline.run`, two host threads) against the same kernels hand-ordered with PyTorch events
+(one host thread), every element of every batch verified, in the same run.
+
+    python3 seqsync-py/bench/seed_pipeline.py [--mib 64 1] [--repeat 3]
+"""
+
+import argparse
+import statistics
+import time
+
+import torch
+
+import seqsync
+
+SEED = """
+[buffers]
+inp = 2
+x = 2
+y = 2
+out = 2
+[[thread]]
+name = "h2g"
+[[thread.stage]]
+name = "copy_in"
+stream = "s_h2g"
+writes = ["inp"]
+[[thread.stage]]
+name = "f"
+stream = "s_f"
+reads = ["inp"]
+writes = ["x"]
+[[thread.stage]]
+name = "g"
+stream = "s_g"
+reads = ["inp"]
+writes = ["y"]
+[[thread.stage]]
+name = "h"
+stream = "s_h"
+reads = ["x", "y"]
+writes = ["out"]
+[[thread]]
+name = "g2h"
+[[thread.stage]]
+name = "copy_out"
+stream = "s_g2h"
+reads = ["out"]
+sync = true
+"""
+
+STREAMS = ("s_h2g", "s_f", "s_g", "s_h", "s_g2h")
+
+
+class Work:
+    """Buffers and kernels shared by both versions: inp = seq, x = 2 inp, y = inp + 1,
+    out = x + y = 3 seq + 1, checked on the host."""
+
+    def __init__(self, n, batches):
+        dev = torch.device("cuda", 0)
+        self.n = n
+        self.buf = {k: [torch.empty(n, device=dev) for _ in range(2)] for k in ("inp", "x", "y", "out")}
+        self.host_out = [torch.empty(n, pin_memory=True) for _ in range(2)]
+        self.src = [torch.full((n,), float(s % 1000), pin_memory=True) for s in range(min(batches, 8))]
+        self.wrong = 0
+        self.checked = 0
+
+    def copy_in(self, seq):
+        self.buf["inp"][seq % 2].copy_(self.src[seq % len(self.src)], non_blocking=True)
+
+    def f(self, seq):
+        torch.mul(self.buf["inp"][seq % 2], 2.0, out=self.buf["x"][seq % 2])
+
+    def g(self, seq):
+        torch.add(self.buf["inp"][seq % 2], 1.0, out=self.buf["y"][seq % 2])
+
+    def h(self, seq):
+        b = self.buf
+        torch.add(b["x"][seq % 2], b["y"][seq % 2], out=b["out"][seq % 2])
+
+    def copy_out(self, seq):
+        self.host_out[seq % 2].copy_(self.buf["out"][seq % 2], non_blocking=True)
+
+    def process(self, seq):
+        expect = 3.0 * float(seq % len(self.src) % 1000) + 1.0
+        self.checked += 1
+        if not bool((self.host_out[seq % 2] == expect).all()):
+            self.wrong += 1
+
+
+def run_seqsync(backend, n, batches):
+    w = Work(n, batches)
+    streams = {s: torch.cuda.Stream() for s in STREAMS}
+
+    def on(fn):
+        def stage(seq, s):  # `s` is the torch stream given in `streams=`
+            with torch.cuda.stream(s):
+                fn(seq)
+
+        return stage
+
+    p = seqsync.Pipeline.from_toml(SEED)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    p.run(
+        backend,
+        {name: on(getattr(w, name)) for name in ("copy_in", "f", "g", "h", "copy_out")},
+        after_sync={"copy_out": w.process},
+        streams=streams,
+        batches=batches,
+    )
+    return time.perf_counter() - start, w
+
+
+def run_torch_events(n, batches):
+    w = Work(n, batches)
+    s = {k: torch.cuda.Stream() for k in STREAMS}
+    ev = {k: [torch.cuda.Event() for _ in range(2)] for k in ("in", "f", "g", "h", "out")}
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for seq in range(batches + 2):
+        if seq >= 2:  # copy-out of seq - 2 done: process it (its slot is free again after)
+            ev["out"][seq % 2].synchronize()
+            w.process(seq - 2)
+        if seq >= batches:
+            continue
+        k = seq % 2
+        started = seq >= 2
+        with torch.cuda.stream(s["s_h2g"]):
+            if started:  # inp[k] is free once f and g of seq - 2 read it
+                s["s_h2g"].wait_event(ev["f"][k])
+                s["s_h2g"].wait_event(ev["g"][k])
+            w.copy_in(seq)
+            ev["in"][k].record()
+        with torch.cuda.stream(s["s_f"]):
+            s["s_f"].wait_event(ev["in"][k])
+            if started:
+                s["s_f"].wait_event(ev["h"][k])  # x[k] free once h of seq - 2 read it
+            w.f(seq)
+            ev["f"][k].record()
+        with torch.cuda.stream(s["s_g"]):
+            s["s_g"].wait_event(ev["in"][k])
+            if started:
+                s["s_g"].wait_event(ev["h"][k])
+            w.g(seq)
+            ev["g"][k].record()
+        with torch.cuda.stream(s["s_h"]):
+            s["s_h"].wait_event(ev["f"][k])
+            s["s_h"].wait_event(ev["g"][k])
+            if started:
+                s["s_h"].wait_event(ev["out"][k])  # out[k] free once copied out
+            w.h(seq)
+            ev["h"][k].record()
+        with torch.cuda.stream(s["s_g2h"]):
+            s["s_g2h"].wait_event(ev["h"][k])
+            w.copy_out(seq)
+            ev["out"][k].record()
+    return time.perf_counter() - start, w
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mib", type=float, nargs="+", default=[64, 1])
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    backend = seqsync.Backend("cuda")
+    print(f"seed pipeline in Python, torch {torch.__version__}, {torch.cuda.get_device_name()}")
+    for mib in args.mib:
+        n = int(mib * (1 << 20) / 4)
+        batches = max(40, int(6400 / mib)) if mib >= 4 else 800
+        rows = {"torch events (hand-ordered)": [], "seqsync Pipeline.run": []}
+        for _ in range(args.repeat):
+            for name, f in (("torch events (hand-ordered)", lambda: run_torch_events(n, batches)),
+                            ("seqsync Pipeline.run", lambda: run_seqsync(backend, n, batches))):
+                wall, w = f()
+                assert w.checked == batches and w.wrong == 0, (name, w.checked, w.wrong)
+                rows[name].append(batches * n * 4 / wall / 1e9)
+        base = statistics.median(rows["torch events (hand-ordered)"])
+        print(f"  {mib:g} MiB x {batches} batches, every batch verified, median of {args.repeat}:")
+        for name, v in rows.items():
+            m = statistics.median(v)
+            print(f"    {name:30s} {m:8.3f} GB/s   x torch events {m / base:5.2f}")
+
+
+if __name__ == "__main__":
+    main()
