@@ -6,6 +6,7 @@
 """
 
 import argparse
+import pathlib
 import statistics
 import time
 
@@ -13,41 +14,7 @@ import torch
 
 import seqsync
 
-SEED = """
-[buffers]
-inp = 2
-x = 2
-y = 2
-out = 2
-[[thread]]
-name = "h2g"
-[[thread.stage]]
-name = "copy_in"
-stream = "s_h2g"
-writes = ["inp"]
-[[thread.stage]]
-name = "f"
-stream = "s_f"
-reads = ["inp"]
-writes = ["x"]
-[[thread.stage]]
-name = "g"
-stream = "s_g"
-reads = ["inp"]
-writes = ["y"]
-[[thread.stage]]
-name = "h"
-stream = "s_h"
-reads = ["x", "y"]
-writes = ["out"]
-[[thread]]
-name = "g2h"
-[[thread.stage]]
-name = "copy_out"
-stream = "s_g2h"
-reads = ["out"]
-sync = true
-"""
+SEED = (pathlib.Path(__file__).resolve().parents[2] / "specs" / "seed-python.toml").read_text()
 
 STREAMS = ("s_h2g", "s_f", "s_g", "s_h", "s_g2h")
 

@@ -2,45 +2,13 @@
 Python with PyTorch kernels, every batch verified, and a negative control. Skipped without a
 GPU (a failure with SEQSYNC_REQUIRE_GPU=1)."""
 
+import pathlib
+
 import pytest
 
 import seqsync
 
-SEED = """
-[buffers]
-inp = 2
-x = 2
-y = 2
-out = 2
-[[thread]]
-name = "h2g"
-[[thread.stage]]
-name = "copy_in"
-stream = "s_h2g"
-writes = ["inp"]
-[[thread.stage]]
-name = "f"
-stream = "s_f"
-reads = ["inp"]
-writes = ["x"]
-[[thread.stage]]
-name = "g"
-stream = "s_g"
-reads = ["inp"]
-writes = ["y"]
-[[thread.stage]]
-name = "h"
-stream = "s_h"
-reads = ["x", "y"]
-writes = ["out"]
-[[thread]]
-name = "g2h"
-[[thread.stage]]
-name = "copy_out"
-stream = "s_g2h"
-reads = ["out"]
-sync = true
-"""
+SEED = (pathlib.Path(__file__).resolve().parents[2] / "specs" / "seed-python.toml").read_text()
 
 N = 1 << 20  # elements per batch (4 MiB of float32)
 
