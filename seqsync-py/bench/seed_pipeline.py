@@ -129,7 +129,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mib", type=float, nargs="+", default=[64, 1])
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--switch-interval", type=float, default=None,
+                    help="sys.setswitchinterval for the run (Python's GIL hand-off, 5 ms by default)")
     args = ap.parse_args()
+    if args.switch_interval is not None:
+        import sys
+
+        sys.setswitchinterval(args.switch_interval)
     backend = seqsync.Backend("cuda")
     print(f"seed pipeline in Python, torch {torch.__version__}, {torch.cuda.get_device_name()}")
     for mib in args.mib:
