@@ -23,6 +23,7 @@ fn _seqsync(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(timeline::wait_all, m)?)?;
     m.add_function(wrap_pyfunction!(timeline::wait_any, m)?)?;
     m.add_class::<pipeline::Pipeline>()?;
+    m.add_class::<pipeline::PipelineBuilder>()?;
     m.add_class::<pipeline::Check>()?;
     m.add_class::<pipeline::StageStream>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -136,6 +136,14 @@ impl StageStream {
 
 #[pymethods]
 impl Pipeline {
+    /// A builder, for a pipeline declared in Python instead of TOML.
+    #[staticmethod]
+    fn builder() -> PipelineBuilder {
+        PipelineBuilder {
+            inner: Mutex::new(Some(PipelineSpec::builder())),
+        }
+    }
+
     /// Parse, validate and derive a spec written in TOML. Raises `PlanError` (with `.line`).
     #[staticmethod]
     fn from_toml(text: &str) -> PyResult<Self> {
@@ -259,6 +267,98 @@ impl Pipeline {
 
     fn __str__(&self) -> String {
         self.plan.to_string()
+    }
+}
+
+/// A pipeline built in Python instead of TOML: `Pipeline.builder()`, then `param`, `buffer`,
+/// `thread` and `stage` calls (each returns the builder), then `build()`.
+///
+/// ```python
+/// p = (seqsync.Pipeline.builder()
+///      .buffer("x", 2)
+///      .thread("main")
+///      .stage("fill", stream="a", writes=["x"])
+///      .stage("read", stream="b", reads=["x"], sync=True)
+///      .build())
+/// assert p.check().deadlock_free
+/// ```
+#[pyclass(module = "seqsync", frozen)]
+pub(crate) struct PipelineBuilder {
+    /// `None` once built.
+    inner: Mutex<Option<pipeline::PipelineBuilder>>,
+}
+
+impl PipelineBuilder {
+    fn update(
+        slf: &Bound<'_, Self>,
+        f: impl FnOnce(pipeline::PipelineBuilder) -> pipeline::PipelineBuilder,
+    ) -> PyResult<Py<Self>> {
+        let mut guard = slf.get().inner.lock().unwrap_or_else(|e| e.into_inner());
+        let b = guard
+            .take()
+            .ok_or_else(|| PyTypeError::new_err("this builder was built already"))?;
+        *guard = Some(f(b));
+        Ok(slf.clone().unbind())
+    }
+}
+
+#[pymethods]
+impl PipelineBuilder {
+    /// A parameter that buffer sizes may name.
+    fn param(slf: &Bound<'_, Self>, name: &str, value: u64) -> PyResult<Py<Self>> {
+        Self::update(slf, |b| b.param(name, value))
+    }
+
+    /// A buffer of `slots` slots: a number, or the name of a parameter.
+    fn buffer(slf: &Bound<'_, Self>, name: &str, slots: &Bound<'_, PyAny>) -> PyResult<Py<Self>> {
+        let slots = match slots.extract::<u64>() {
+            Ok(n) => seqsync::internal::pipeline::Slots::count(n),
+            Err(_) => seqsync::internal::pipeline::Slots::param(slots.extract::<String>()?),
+        };
+        Self::update(slf, |b| b.buffer(name, slots))
+    }
+
+    /// A host thread; the stages after it are its loop body, in order.
+    fn thread(slf: &Bound<'_, Self>, name: &str) -> PyResult<Py<Self>> {
+        Self::update(slf, |b| b.thread(name))
+    }
+
+    /// A stage of the last thread: on `stream`, or on the host thread itself (`stream=None`),
+    /// reading and writing the named buffers; `sync=True` synchronizes the thread on it.
+    #[pyo3(signature = (name, *, stream = None, reads = vec![], writes = vec![], sync = false))]
+    fn stage(
+        slf: &Bound<'_, Self>,
+        name: &str,
+        stream: Option<String>,
+        reads: Vec<String>,
+        writes: Vec<String>,
+        sync: bool,
+    ) -> PyResult<Py<Self>> {
+        let mut st = match stream {
+            Some(s) => pipeline::StageSpec::on_stream(s),
+            None => pipeline::StageSpec::on_host(),
+        };
+        for r in reads {
+            st = st.reads(r);
+        }
+        for w in writes {
+            st = st.writes(w);
+        }
+        if sync {
+            st = st.sync();
+        }
+        Self::update(slf, |b| b.stage(name, st))
+    }
+
+    /// Validate and derive: the pipeline, or `PlanError`.
+    fn build(&self) -> PyResult<Pipeline> {
+        let b = self
+            .inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .ok_or_else(|| PyTypeError::new_err("this builder was built already"))?;
+        Pipeline::derived(b.build().py_err()?)
     }
 }
 

@@ -135,3 +135,31 @@ def test_set_changes_a_ring_size_and_refuses_a_bad_one():
     for bad in ("copy_in.max_size=0", "nosuch.max_size=2", "raw=4"):
         with pytest.raises(seqsync.PlanError):
             p.set(bad)
+
+
+def test_a_builder_declares_the_same_pipeline_as_toml():
+    built = (
+        seqsync.Pipeline.builder()
+        .buffer("raw", 2)
+        .buffer("out", 2)
+        .thread("h2g")
+        .stage("copy_in", stream="s_copy", writes=["raw"])
+        .stage("kernel", stream="s_kernel", reads=["raw"], writes=["out"])
+        .thread("g2h")
+        .stage("copy_out", stream="s_out", reads=["out"], sync=True)
+        .build()
+    )
+    assert built.rings == seqsync.Pipeline.from_toml(SPEC).rings
+    raw, out, got, wrong = [None, None], [None, None], [], []
+    built.run(seqsync.Backend("host", chaos=7), stages(raw, out, got, wrong), batches=30)
+    assert wrong == [] and got == list(range(30))
+
+
+def test_a_builder_names_its_errors_and_builds_once():
+    b = seqsync.Pipeline.builder().thread("t").stage("s", stream="a", reads=["nosuch"])
+    with pytest.raises(seqsync.PlanError, match="nosuch"):
+        b.build()
+    with pytest.raises(TypeError, match="built already"):
+        b.build()
+    p = seqsync.Pipeline.builder().param("n", 3).buffer("x", "n").thread("t").stage("w", writes=["x"]).build()
+    assert p.check().deadlock_free  # a host stage (no stream) writing a buffer sized by a parameter

@@ -130,7 +130,24 @@ class Check:
     verdict: str
     plan_json: str
 
+class PipelineBuilder:
+    def param(self, name: str, value: int) -> PipelineBuilder: ...
+    def buffer(self, name: str, slots: int | str) -> PipelineBuilder: ...
+    def thread(self, name: str) -> PipelineBuilder: ...
+    def stage(
+        self,
+        name: str,
+        *,
+        stream: Optional[str] = None,
+        reads: Sequence[str] = (),
+        writes: Sequence[str] = (),
+        sync: bool = False,
+    ) -> PipelineBuilder: ...
+    def build(self) -> Pipeline: ...
+
 class Pipeline:
+    @staticmethod
+    def builder() -> PipelineBuilder: ...
     @staticmethod
     def from_toml(text: str) -> Pipeline: ...
     @staticmethod
