@@ -443,21 +443,20 @@ impl Run<'_> {
                 Ok(())
             }
         };
-        let stream_name = |cx: &StageCtx<'_, AnyBackend>| {
-            plan.stages()
-                .iter()
-                .find(|s| s.name == cx.stage)
-                .and_then(|s| s.stream)
-                .map(|i| plan.streams()[i].clone())
-                .unwrap_or_default()
-        };
+        // Each stage's stream name, looked up once (a stage call reads it every batch).
+        let stream_of: HashMap<&str, &str> = plan
+            .stages()
+            .iter()
+            .filter_map(|s| Some((s.name.as_str(), plan.streams()[s.stream?].as_str())))
+            .collect();
+        let stream_name = |cx: &StageCtx<'_, AnyBackend>| stream_of.get(cx.stage).copied();
         let mut stages = Stages::<AnyBackend>::new();
         for (name, f) in launch {
             stages = stages.stage(name.clone(), move |cx: &StageCtx<'_, AnyBackend>| {
                 check()?;
                 Python::attach(|py| {
-                    let name = stream_name(cx);
-                    if let Some(owner) = owners.get(&name) {
+                    let name = stream_name(cx).unwrap_or_default();
+                    if let Some(owner) = owners.get(name) {
                         let r = f.call1(py, (cx.seq, owner.clone_ref(py)));
                         return r.map(drop).map_err(|e| keep(cx.stage, cx.seq, e));
                     }
@@ -467,7 +466,7 @@ impl Run<'_> {
                             Py::new(
                                 py,
                                 StageStream {
-                                    name,
+                                    name: name.to_string(),
                                     stream: Mutex::new(Some(StreamPtr(s as *const AnyStream))),
                                 },
                             )

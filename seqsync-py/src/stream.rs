@@ -1,12 +1,15 @@
 //! Backends and streams: `Backend("host" | "cuda" | "auto")`, streams made by a backend, and
 //! streams borrowed from PyTorch, CuPy, `cuda.core` or a raw handle.
 
+use std::time::{Duration, Instant};
+
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use seqsync::backend::{AnyStream, Backend as _};
+use seqsync::backend::{AnyStream, Backend as _, EventOptions};
+use seqsync::internal::backend::{Interrupt, SyncOutcome};
 use seqsync::{AnyBackend, BackendKind};
 
-use crate::block::interruptible;
+use crate::block::POLL;
 use crate::errors::{to_py, IntoPyResult};
 use crate::pipeline::StageStream;
 
@@ -32,20 +35,20 @@ impl Backend {
     #[new]
     #[pyo3(signature = (kind = "auto", *, chaos = None))]
     fn new(kind: &str, chaos: Option<u64>) -> PyResult<Self> {
-        if let (Some(_), false) = (chaos, kind == "host") {
-            return Err(to_py(&seqsync::Error::InvalidArgument {
-                ring: "backend".into(),
-                message: format!("chaos is a host-backend mode; backend '{kind}' has none"),
-            }));
-        }
-        let inner = match kind {
-            "host" if chaos.is_some() => AnyBackend::Host(seqsync::HostBackend::with_chaos(
-                seqsync::backend::host::Chaos::new(chaos.unwrap_or_default()),
+        let inner = match (kind, chaos) {
+            ("host", Some(seed)) => AnyBackend::Host(seqsync::HostBackend::with_chaos(
+                seqsync::backend::host::Chaos::new(seed),
             )),
-            "auto" => AnyBackend::auto().py_err()?,
-            "host" => AnyBackend::new(BackendKind::Host).py_err()?,
-            "cuda" => AnyBackend::new(BackendKind::Cuda).py_err()?,
-            other => {
+            ("host", None) => AnyBackend::new(BackendKind::Host).py_err()?,
+            ("auto" | "cuda", Some(_)) => {
+                return Err(to_py(&seqsync::Error::InvalidArgument {
+                    ring: "backend".into(),
+                    message: format!("chaos is a host-backend mode; backend '{kind}' has none"),
+                }))
+            }
+            ("auto", None) => AnyBackend::auto().py_err()?,
+            ("cuda", None) => AnyBackend::new(BackendKind::Cuda).py_err()?,
+            (other, _) => {
                 return Err(to_py(&seqsync::Error::InvalidArgument {
                     ring: "backend".into(),
                     message: format!("unknown backend '{other}': expected host, cuda or auto"),
@@ -134,11 +137,26 @@ impl Stream {
         launch_on(self.get(), f)
     }
 
-    /// Block until everything enqueued on the stream ran (without the GIL; Ctrl-C
-    /// interrupts the wait, not the work).
+    /// Block until everything enqueued on the stream ran, then raise its failure if it has
+    /// one. Waits without the GIL; Ctrl-C raises `KeyboardInterrupt` within 20 ms and
+    /// leaves the work running.
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
         let (b, s) = (&self.backend, self.get());
-        interruptible(py, || b.synchronize_stream(s), || {})?.py_err()
+        // An event at the stream's end, waited on in slices between which Ctrl-C is checked;
+        // then the stream's own synchronize, which returns at once and reports its failure.
+        let event = b.create_event(EventOptions::default()).py_err()?;
+        b.record(&event, s).py_err()?;
+        loop {
+            let slice = Slice(Instant::now() + POLL);
+            match py
+                .detach(|| b.synchronize_interruptible(&event, &slice))
+                .py_err()?
+            {
+                SyncOutcome::Complete => break,
+                _ => py.check_signals()?,
+            }
+        }
+        py.detach(|| b.synchronize_stream(s)).py_err()
     }
 
     /// The CUDA-Python stream protocol: `(0, handle)`.
@@ -186,6 +204,20 @@ pub(crate) fn launch_on(s: &AnyStream, f: Py<PyAny>) -> PyResult<()> {
             "launch runs Python callables on host-backend streams; on CUDA, launch PyTorch or \
              CuPy work on the stream (its handle is .handle)",
         )),
+    }
+}
+
+/// An interrupt that fires at its deadline: one slice of a host wait.
+struct Slice(Instant);
+
+impl Interrupt for Slice {
+    fn interrupted(&self) -> bool {
+        Instant::now() >= self.0
+    }
+
+    fn sleep(&self, timeout: Duration) -> bool {
+        std::thread::sleep(timeout.min(self.0.saturating_duration_since(Instant::now())));
+        self.interrupted()
     }
 }
 

@@ -133,3 +133,14 @@ def test_an_exception_in_a_launched_callable_fails_the_stream(host):
     s.launch(boom)
     with pytest.raises(seqsync.Error, match="bad batch"):
         s.synchronize()
+
+
+def test_ctrl_c_interrupts_a_stream_synchronize_while_its_work_runs(host):
+    s = host.new_stream("slow")
+    s.launch(lambda: time.sleep(2))
+    interrupt_after(0.2)
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        s.synchronize()
+    assert time.monotonic() - start < 0.2 + 0.1
+    s.synchronize()  # the work itself goes on, and finishes
