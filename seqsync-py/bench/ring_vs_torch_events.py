@@ -39,7 +39,7 @@ def main():
             ring.record(seq, sa)
             ring.wait(seq, sb)
 
-    def ring_pairs_raw(n):  # torch streams passed as they are (borrowed per call)
+    def ring_pairs_raw(n):  # torch streams passed as they are (found in the backend's cache)
         ring = seqsync.EventRingbuf(backend, "bench", nconsumers=1, max_size=64)
         for seq in range(n):
             ring.record(seq, a)

@@ -1,8 +1,12 @@
 """The seed's pipeline written in Python on PyTorch streams: declared and run by seqsync
-(`Pipeline.run`, two host threads) against the same kernels hand-ordered with PyTorch events
-(one host thread), every element of every batch verified, in the same run.
+(`Pipeline.run`, one host thread per spec thread) against the same kernels hand-ordered with
+PyTorch events (one host thread), every element of every batch verified, in the same run.
 
-    python3 seqsync-py/bench/seed_pipeline.py [--mib 64 1] [--repeat 3]
+    python3 seqsync-py/bench/seed_pipeline.py [--mib 64 1] [--repeat 3] [--spec PATH] [--profile]
+
+`--spec` runs another declaration of the same stages (a spec whose `copy_out` is `sync = true`
+gets `process` as its after-sync hook); `--profile` prints, per host thread, the time spent in
+the stage functions (Python) against the run's wall time.
 """
 
 import argparse
@@ -14,7 +18,7 @@ import torch
 
 import seqsync
 
-SEED = (pathlib.Path(__file__).resolve().parents[2] / "specs" / "seed-python.toml").read_text()
+SEED = pathlib.Path(__file__).resolve().parents[2] / "specs" / "seed-python.toml"
 
 STREAMS = ("s_h2g", "s_f", "s_g", "s_h", "s_g2h")
 
@@ -48,16 +52,32 @@ class Work:
     def copy_out(self, seq):
         self.host_out[seq % 2].copy_(self.buf["out"][seq % 2], non_blocking=True)
 
-    def process(self, seq):
+    def process(self, seq, _stream=None):
+        if seq == 0:
+            self.threads = torch.get_num_threads()
         expect = 3.0 * float(seq % len(self.src) % 1000) + 1.0
         self.checked += 1
         if not bool((self.host_out[seq % 2] == expect).all()):
             self.wrong += 1
 
 
-def run_seqsync(backend, n, batches):
+def run_seqsync(backend, spec, n, batches, profile=None):
     w = Work(n, batches)
     streams = {s: torch.cuda.Stream() for s in STREAMS}
+    p = seqsync.Pipeline.from_toml(spec)
+
+    def timed(name, fn):
+        if profile is None:
+            return fn
+
+        def call(*a):
+            t = time.perf_counter()
+            try:
+                return fn(*a)
+            finally:
+                profile[name] = profile.get(name, 0.0) + time.perf_counter() - t
+
+        return call
 
     def on(fn):
         def stage(seq, s):  # `s` is the torch stream given in `streams=`
@@ -66,21 +86,29 @@ def run_seqsync(backend, n, batches):
 
         return stage
 
-    p = seqsync.Pipeline.from_toml(SEED)
+    stages = {name: timed(name, on(getattr(w, name))) for name in ("copy_in", "f", "g", "h", "copy_out")}
+    after = None
+    if "sync = true" in spec:
+        after = {"copy_out": timed("process", w.process)}
+    else:
+        stages["process"] = timed("process", w.process)
     torch.cuda.synchronize()
     start = time.perf_counter()
-    p.run(
-        backend,
-        {name: on(getattr(w, name)) for name in ("copy_in", "f", "g", "h", "copy_out")},
-        after_sync={"copy_out": w.process},
-        streams=streams,
-        batches=batches,
-    )
+    p.run(backend, stages, after_sync=after, streams=streams, batches=batches)
     return time.perf_counter() - start, w
 
 
-def run_torch_events(n, batches):
+def run_torch_events(n, batches, profile=None):
     w = Work(n, batches)
+    if profile is not None:
+        process = w.process
+
+        def timed(seq):
+            t = time.perf_counter()
+            process(seq)
+            profile["process"] = profile.get("process", 0.0) + time.perf_counter() - t
+
+        w.process = timed
     s = {k: torch.cuda.Stream() for k in STREAMS}
     ev = {k: [torch.cuda.Event() for _ in range(2)] for k in ("in", "f", "g", "h", "out")}
     torch.cuda.synchronize()
@@ -129,6 +157,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mib", type=float, nargs="+", default=[64, 1])
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--spec", type=pathlib.Path, default=SEED, help="the pipeline declaration")
+    ap.add_argument("--profile", action="store_true",
+                    help="time spent in each stage function against the wall time")
     ap.add_argument("--switch-interval", type=float, default=None,
                     help="sys.setswitchinterval for the run (Python's GIL hand-off, 5 ms by default)")
     args = ap.parse_args()
@@ -137,6 +168,7 @@ def main():
 
         sys.setswitchinterval(args.switch_interval)
     backend = seqsync.Backend("cuda")
+    spec = args.spec.read_text()
     print(f"seed pipeline in Python, torch {torch.__version__}, {torch.cuda.get_device_name()}")
     for mib in args.mib:
         n = int(mib * (1 << 20) / 4)
@@ -144,7 +176,7 @@ def main():
         rows = {"torch events (hand-ordered)": [], "seqsync Pipeline.run": []}
         for _ in range(args.repeat):
             for name, f in (("torch events (hand-ordered)", lambda: run_torch_events(n, batches)),
-                            ("seqsync Pipeline.run", lambda: run_seqsync(backend, n, batches))):
+                            ("seqsync Pipeline.run", lambda: run_seqsync(backend, spec, n, batches))):
                 wall, w = f()
                 assert w.checked == batches and w.wrong == 0, (name, w.checked, w.wrong)
                 rows[name].append(batches * n * 4 / wall / 1e9)
@@ -153,6 +185,14 @@ def main():
         for name, v in rows.items():
             m = statistics.median(v)
             print(f"    {name:30s} {m:8.3f} GB/s   x torch events {m / base:5.2f}")
+        if args.profile:
+            for name, f in (("torch events", run_torch_events), ("seqsync", lambda n, b, p: run_seqsync(backend, spec, n, b, p))):
+                prof = {}
+                wall, w = f(n, batches, prof)
+                print(f"    profile of one more {name} run ({wall * 1e3:.1f} ms wall, torch threads "
+                      f"{w.threads} where process runs), time in each stage function per batch:")
+                for stage, t in prof.items():
+                    print(f"      {stage:10s} {t / batches * 1e6:9.1f} us  ({t / wall:5.1%} of wall)")
 
 
 if __name__ == "__main__":

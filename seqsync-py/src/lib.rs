@@ -1,10 +1,12 @@
-//! Python bindings of seqsync (`import seqsync`): backends and streams (`stream.rs`), rings
+//! Python bindings of seqsync (`import seqsync`): backends and streams (`stream.rs`), streams
+//! borrowed from frameworks (`borrowed.rs`), rings
 //! (`ring.rs`), timelines (`timeline.rs`), declared pipelines (`pipeline.rs`), the exception
 //! classes (`errors.rs`) and blocking without the GIL, interruptible (`block.rs`).
 //!
 //! Every call that can block releases the GIL; a host wait checks for Ctrl-C every 20 ms.
 
 mod block;
+mod borrowed;
 mod errors;
 mod pipeline;
 mod ring;
@@ -19,6 +21,7 @@ fn _seqsync(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<stream::Backend>()?;
     m.add_class::<stream::Stream>()?;
     m.add_class::<ring::EventRingbuf>()?;
+    m.add_class::<ring::Recording>()?;
     m.add_class::<timeline::Timeline>()?;
     m.add_function(wrap_pyfunction!(timeline::wait_all, m)?)?;
     m.add_function(wrap_pyfunction!(timeline::wait_any, m)?)?;

@@ -14,8 +14,9 @@ use seqsync::pipeline::{self, PipelineSpec, Plan, StageCtx, Stages};
 use seqsync::{AnyBackend, Error};
 
 use crate::block::interruptible;
+use crate::borrowed::borrow;
 use crate::errors::{to_py, IntoPyResult, StageError};
-use crate::stream::{borrow_for_run, Backend};
+use crate::stream::Backend;
 
 /// A pipeline declared in TOML (the `seqsync check` format): threads, streams, buffers and
 /// stages. seqsync derives every ring, proves the schedule deadlock-free, and runs it with one
@@ -199,7 +200,7 @@ impl Pipeline {
         streams: Option<&Bound<'_, PyDict>>,
         stall_timeout: Option<f64>,
     ) -> PyResult<Py<PyAny>> {
-        let b = &backend.inner;
+        let b = backend.inner();
         let launch = callables(stages)?;
         let after = after_sync.map(callables).transpose()?.unwrap_or_default();
         let mut given: HashMap<String, AnyStream> = HashMap::new();
@@ -207,7 +208,7 @@ impl Pipeline {
         if let Some(map) = streams {
             for (k, v) in map.iter() {
                 let name: String = k.extract()?;
-                let (stream, owner) = borrow_for_run(py, b, &v)?;
+                let (stream, owner) = borrow(py, b, Some(&v))?;
                 given.insert(name.clone(), stream);
                 owners.insert(name, owner);
             }

@@ -3,10 +3,12 @@
 
 use pyo3::prelude::*;
 use seqsync::{AnyBackend, Blocking};
+use std::sync::Arc;
 
 use crate::block::interruptible;
+use crate::borrowed::{with_stream, Borrowing};
 use crate::errors::IntoPyResult;
-use crate::stream::{with_stream, Backend};
+use crate::stream::Backend;
 
 /// A ring of `max_size` events: `record(seq, stream)` by the producer, `wait(seq, stream)`
 /// (a stream waits) or `synchronize(seq)` (the host waits) by each of `nconsumers` consumers.
@@ -23,7 +25,8 @@ use crate::stream::{with_stream, Backend};
 /// ```
 #[pyclass(module = "seqsync", frozen)]
 pub(crate) struct EventRingbuf {
-    backend: AnyBackend,
+    /// The backend and its cache of borrowed framework streams.
+    backend: Arc<Borrowing>,
     inner: seqsync::EventRingbuf<AnyBackend>,
 }
 
@@ -41,8 +44,8 @@ impl EventRingbuf {
     #[pyo3(signature = (backend, name, nconsumers, max_size))]
     fn new(backend: &Backend, name: &str, nconsumers: u32, max_size: usize) -> PyResult<Self> {
         Ok(EventRingbuf {
-            backend: backend.inner.clone(),
-            inner: seqsync::EventRingbuf::new(&backend.inner, name, nconsumers, max_size)
+            backend: Arc::clone(&backend.shared),
+            inner: seqsync::EventRingbuf::new(backend.inner(), name, nconsumers, max_size)
                 .py_err()?,
         })
     }
@@ -134,6 +137,58 @@ impl EventRingbuf {
         self.inner.stop(reason);
     }
 
+    /// `with ring:` stops the ring when the block ends, so no call blocked on it in another
+    /// thread outlives the block; an exception leaving the block is named in the reason.
+    ///
+    /// ```python
+    /// b = seqsync.Backend("host")
+    /// with seqsync.EventRingbuf(b, "frames", nconsumers=1, max_size=2) as ring:
+    ///     ring.record_host(0)
+    /// assert ring.stopped
+    /// ```
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        exc_type: Option<&Bound<'_, PyAny>>,
+        exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> bool {
+        self.inner
+            .stop(ended("the ring's `with` block", exc_type, exc));
+        false
+    }
+
+    /// `with ring.recording(seq, stream):` records `seq` on `stream` when the block ends, after
+    /// the work the block enqueued there. An exception in the block records nothing and stops
+    /// the ring (naming the exception), so no consumer waits for a seq that will never come.
+    ///
+    /// ```python
+    /// b = seqsync.Backend("host")
+    /// copy = b.new_stream("copy")
+    /// ring = seqsync.EventRingbuf(b, "copy", nconsumers=1, max_size=2)
+    /// with ring.recording(0, copy):
+    ///     copy.launch(lambda: None)      # batch 0's copy
+    /// assert ring.next_seq == 1
+    /// try:
+    ///     with ring.recording(1, copy):
+    ///         raise ValueError("no data")
+    /// except ValueError:
+    ///     pass
+    /// assert ring.stopped
+    /// ```
+    #[pyo3(signature = (seq, stream = None, *, blocking = false))]
+    fn recording(slf: Py<Self>, seq: i64, stream: Option<Py<PyAny>>, blocking: bool) -> Recording {
+        Recording {
+            ring: slf,
+            seq,
+            stream,
+            blocking,
+        }
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "EventRingbuf('{}', nconsumers={}, max_size={}, next_seq={})",
@@ -142,6 +197,60 @@ impl EventRingbuf {
             self.inner.max_size(),
             self.inner.next_seq()
         )
+    }
+}
+
+/// The context `EventRingbuf.recording` returns: records its seq when the block ends well,
+/// stops the ring when it raises.
+#[pyclass(module = "seqsync", frozen)]
+pub(crate) struct Recording {
+    ring: Py<EventRingbuf>,
+    seq: i64,
+    stream: Option<Py<PyAny>>,
+    blocking: bool,
+}
+
+#[pymethods]
+impl Recording {
+    /// The seq the block's work is for.
+    fn __enter__(&self) -> i64 {
+        self.seq
+    }
+
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: Option<&Bound<'_, PyAny>>,
+        exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let ring = self.ring.get();
+        if exc_type.is_some() {
+            let what = format!("the `with` block recording seq {}", self.seq);
+            ring.inner.stop(ended(&what, exc_type, exc));
+            return Ok(false);
+        }
+        let stream = self.stream.as_ref().map(|s| s.bind(py));
+        ring.record(py, self.seq, stream, self.blocking)?;
+        Ok(false)
+    }
+}
+
+/// A stop reason: how a `with` block ended (`what` ended, or raised the exception).
+pub(crate) fn ended(
+    what: &str,
+    exc_type: Option<&Bound<'_, PyAny>>,
+    exc: Option<&Bound<'_, PyAny>>,
+) -> String {
+    match (exc_type, exc) {
+        (Some(t), Some(e)) => {
+            let name = t
+                .getattr("__name__")
+                .map_or_else(|_| "exception".into(), |n| n.to_string());
+            format!("{what} raised {name}: {e}")
+        }
+        (Some(t), None) => format!("{what} raised {t}"),
+        _ => format!("{what} ended"),
     }
 }
 

@@ -1,6 +1,7 @@
-//! Backends and streams: `Backend("host" | "cuda" | "auto")`, streams made by a backend, and
-//! streams borrowed from PyTorch, CuPy, `cuda.core` or a raw handle.
+//! Backends and their streams: `Backend("host" | "cuda" | "auto")`, streams it makes, and
+//! framework streams it borrows (`Backend.stream`; the borrowing itself is `borrowed.rs`).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pyo3::exceptions::PyTypeError;
@@ -10,8 +11,8 @@ use seqsync::internal::backend::{Interrupt, SyncOutcome};
 use seqsync::{AnyBackend, BackendKind};
 
 use crate::block::POLL;
+use crate::borrowed::{borrow, Borrowing};
 use crate::errors::{to_py, IntoPyResult};
-use crate::pipeline::StageStream;
 
 /// A backend: `"host"` (streams are worker threads that run Python callables in order),
 /// `"cuda"` (device 0's primary context, the one PyTorch and CuPy use) or `"auto"` (CUDA when
@@ -25,7 +26,15 @@ use crate::pipeline::StageStream;
 /// ```
 #[pyclass(module = "seqsync", frozen)]
 pub(crate) struct Backend {
-    pub(crate) inner: AnyBackend,
+    /// The backend, with the framework streams it borrowed last (shared with its rings and
+    /// timelines).
+    pub(crate) shared: Arc<Borrowing>,
+}
+
+impl Backend {
+    pub(crate) fn inner(&self) -> &AnyBackend {
+        &self.shared.backend
+    }
 }
 
 #[pymethods]
@@ -55,21 +64,23 @@ impl Backend {
                 }))
             }
         };
-        Ok(Backend { inner })
+        Ok(Backend {
+            shared: Borrowing::new(inner),
+        })
     }
 
     /// `"host"` or `"cuda"`.
     #[getter]
     fn kind(&self) -> &'static str {
-        self.inner.name()
+        self.inner().name()
     }
 
     /// A new stream (on the host backend a worker thread named `name`).
     #[pyo3(signature = (name = "stream"))]
     fn new_stream(&self, name: &str) -> PyResult<Stream> {
         Ok(Stream {
-            backend: self.inner.clone(),
-            inner: Some(self.inner.new_stream(name).py_err()?),
+            backend: self.inner().clone(),
+            inner: Some(self.inner().new_stream(name).py_err()?),
             name: name.to_string(),
             borrowed: None,
         })
@@ -79,13 +90,26 @@ impl Backend {
     /// `__cuda_stream__`, a `torch.cuda.Stream`, a CuPy stream or an int handle. `None`: the
     /// current stream of PyTorch if it is imported, else of CuPy. A stream of another device
     /// raises `InvalidArgument`; on the host backend, `TypeError`.
+    ///
+    /// Rings and timelines also take framework streams directly; a backend keeps the last 16
+    /// it was given (alive, so their handles stay theirs) and borrows each once.
     #[pyo3(signature = (obj = None))]
     fn stream(&self, py: Python<'_>, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Stream> {
-        borrow(py, &self.inner, obj)
+        let (inner, owner) = borrow(py, self.inner(), obj)?;
+        let name = match crate::stream::handle_of_stream(&inner) {
+            Some(h) => format!("borrowed {h:#x}"),
+            None => "borrowed".into(),
+        };
+        Ok(Stream {
+            backend: self.inner().clone(),
+            inner: Some(inner),
+            name,
+            borrowed: Some(owner),
+        })
     }
 
     fn __repr__(&self) -> String {
-        format!("Backend('{}')", self.inner.name())
+        format!("Backend('{}')", self.inner().name())
     }
 }
 
@@ -219,108 +243,4 @@ impl Interrupt for Slice {
         std::thread::sleep(timeout.min(self.0.saturating_duration_since(Instant::now())));
         self.interrupted()
     }
-}
-
-/// The raw handle `obj` names: `__cuda_stream__()` (the CUDA-Python protocol), a
-/// `torch.cuda.Stream`'s `.cuda_stream`, a CuPy stream's `.ptr`, or an int.
-fn handle_of(obj: &Bound<'_, PyAny>) -> PyResult<usize> {
-    if let Ok(proto) = obj.getattr("__cuda_stream__") {
-        let (version, handle): (i64, usize) = proto.call0()?.extract()?;
-        if version != 0 {
-            return Err(PyTypeError::new_err(format!(
-                "__cuda_stream__ protocol version {version}: only version 0 is known"
-            )));
-        }
-        return Ok(handle);
-    }
-    for attr in ["cuda_stream", "ptr"] {
-        if let Ok(h) = obj.getattr(attr).and_then(|v| v.extract::<usize>()) {
-            return Ok(h);
-        }
-    }
-    obj.extract::<usize>().map_err(|_| {
-        PyTypeError::new_err(format!(
-            "not a stream: {} (expected a seqsync.Stream, an object with __cuda_stream__, a \
-             torch.cuda.Stream, a CuPy stream or an int handle)",
-            obj.repr().map_or_else(|_| "?".into(), |r| r.to_string())
-        ))
-    })
-}
-
-/// The current stream of PyTorch (if imported), else of CuPy (if imported).
-fn current_stream(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
-    let modules = py.import("sys")?.getattr("modules")?;
-    if modules.contains("torch")? {
-        return py
-            .import("torch")?
-            .getattr("cuda")?
-            .call_method0("current_stream");
-    }
-    if modules.contains("cupy")? {
-        return py
-            .import("cupy")?
-            .getattr("cuda")?
-            .call_method0("get_current_stream");
-    }
-    Err(PyTypeError::new_err(
-        "stream=None means the current stream of PyTorch (if imported), else of CuPy (if \
-         imported); neither is imported: pass a stream",
-    ))
-}
-
-fn borrow(
-    py: Python<'_>,
-    backend: &AnyBackend,
-    obj: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Stream> {
-    let AnyBackend::Cuda(cuda) = backend else {
-        return Err(PyTypeError::new_err(
-            "the host backend takes only its own streams (Backend.new_stream)",
-        ));
-    };
-    let obj = match obj {
-        Some(o) => o.clone(),
-        None => current_stream(py)?,
-    };
-    let handle = handle_of(&obj)?;
-    // SAFETY: the handle comes from a live framework stream object, which the returned
-    // `Stream` keeps alive (`borrowed`) for as long as it is used.
-    let inner = unsafe { cuda.borrow_stream(handle) }.py_err()?;
-    Ok(Stream {
-        backend: backend.clone(),
-        inner: Some(AnyStream::Cuda(inner)),
-        name: format!("borrowed {handle:#x}"),
-        borrowed: Some(obj.unbind()),
-    })
-}
-
-/// A framework stream for a pipeline run's stream map: the borrowed stream and its owner.
-pub(crate) fn borrow_for_run(
-    py: Python<'_>,
-    backend: &AnyBackend,
-    obj: &Bound<'_, PyAny>,
-) -> PyResult<(AnyStream, Py<PyAny>)> {
-    let mut s = borrow(py, backend, Some(obj))?;
-    let inner = s.inner.take().expect("just made");
-    Ok((inner, s.borrowed.take().expect("borrowed")))
-}
-
-/// Runs `f` on the stream `obj` is for `backend`: a [`Stream`] as is, anything else borrowed
-/// for the call.
-pub(crate) fn with_stream<T>(
-    py: Python<'_>,
-    backend: &AnyBackend,
-    obj: Option<&Bound<'_, PyAny>>,
-    f: impl FnOnce(&AnyStream) -> PyResult<T>,
-) -> PyResult<T> {
-    if let Some(o) = obj {
-        if let Ok(s) = o.cast::<Stream>() {
-            return f(s.get().get());
-        }
-        if let Ok(s) = o.cast::<StageStream>() {
-            return s.get().with(f);
-        }
-    }
-    let s = borrow(py, backend, obj)?;
-    f(s.get())
 }

@@ -1,13 +1,15 @@
 //! `Timeline`: a 64-bit value that only grows, signalled and waited on by streams and the host.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 use seqsync::AnyBackend;
 
 use crate::block::POLL;
+use crate::borrowed::{with_stream, Borrowing};
 use crate::errors::{to_py, IntoPyResult};
-use crate::stream::{with_stream, Backend};
+use crate::stream::Backend;
 
 /// A timeline: `signal(v)` / `signal_on(v, stream)` raise it, `wait(v, timeout)` /
 /// `wait_on(v, stream)` wait for it; a stream may wait for a value nobody signalled yet.
@@ -23,7 +25,8 @@ use crate::stream::{with_stream, Backend};
 /// ```
 #[pyclass(module = "seqsync", frozen)]
 pub(crate) struct Timeline {
-    backend: AnyBackend,
+    /// The backend and its cache of borrowed framework streams.
+    backend: Arc<Borrowing>,
     pub(crate) inner: seqsync::Timeline<AnyBackend>,
 }
 
@@ -75,8 +78,8 @@ impl Timeline {
     #[pyo3(signature = (backend, name, initial = 0))]
     fn new(backend: &Backend, name: &str, initial: u64) -> PyResult<Self> {
         Ok(Timeline {
-            backend: backend.inner.clone(),
-            inner: seqsync::Timeline::new(&backend.inner, name, initial).py_err()?,
+            backend: Arc::clone(&backend.shared),
+            inner: seqsync::Timeline::new(backend.inner(), name, initial).py_err()?,
         })
     }
 
@@ -138,6 +141,38 @@ impl Timeline {
     #[getter]
     fn failed(&self) -> bool {
         self.inner.is_failed()
+    }
+
+    /// `with timeline:` fails the timeline when an exception leaves the block (naming it), so
+    /// waiters in other threads and on streams are released instead of waiting for a value
+    /// that will never come; a block that ends well changes nothing.
+    ///
+    /// ```python
+    /// b = seqsync.Backend("host")
+    /// t = seqsync.Timeline(b, "frames")
+    /// try:
+    ///     with t:
+    ///         t.signal(1)
+    ///         raise ValueError("camera gone")
+    /// except ValueError:
+    ///     pass
+    /// assert t.failed
+    /// ```
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        exc_type: Option<&Bound<'_, PyAny>>,
+        exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> bool {
+        if exc_type.is_some() {
+            let reason = crate::ring::ended("the timeline's `with` block", exc_type, exc);
+            self.inner.fail(seqsync::Error::Cancelled(reason));
+        }
+        false
     }
 
     fn __repr__(&self) -> String {

@@ -19,7 +19,8 @@ def torch_or_skip():
 
 def seed_run(cuda, spec, batches, spin):
     """The seed pipeline on PyTorch streams: copy_in fills inp[slot] with seq, f and g read it,
-    h combines, copy_out brings it back; every element of every batch checked on the host."""
+    h combines, copy_out brings it back, the host stage process checks every element of every
+    batch; returns the seqs that came out wrong."""
     torch = torch_or_skip()
     dev = torch.device("cuda", 0)
     bufs = {k: [torch.empty(N, device=dev) for _ in range(2)] for k in ("inp", "x", "y", "out")}
@@ -56,7 +57,8 @@ def seed_run(cuda, spec, batches, spin):
         with on(s):
             host_out[seq % 2].copy_(bufs["out"][seq % 2], non_blocking=True)
 
-    def process(seq):
+    def process(seq, s):  # a host stage: `s` is None, its work runs right here
+        assert s is None
         expect = 3.0 * seq + 1.0
         got = host_out[seq % 2]
         if not bool((got == expect).all()):
@@ -65,8 +67,7 @@ def seed_run(cuda, spec, batches, spin):
     p = seqsync.Pipeline.from_toml(spec)
     p.run(
         cuda,
-        {"copy_in": copy_in, "f": f, "g": g, "h": h, "copy_out": copy_out},
-        after_sync={"copy_out": process},
+        {"copy_in": copy_in, "f": f, "g": g, "h": h, "copy_out": copy_out, "process": process},
         streams=streams,
         batches=batches,
     )
@@ -81,6 +82,12 @@ def test_negative_control_h_without_its_wait_on_f_reads_wrong(cuda):
     broken = SEED.replace('reads = ["x", "y"]', 'reads = ["y"]')
     assert broken != SEED
     assert seed_run(cuda, broken, batches=64, spin=1), "h read nothing wrong without its wait on f"
+
+
+def test_negative_control_process_without_its_read_of_host_out_reads_wrong(cuda):
+    broken = SEED.replace('host = true\nreads = ["host_out"]', "host = true")
+    assert broken != SEED
+    assert seed_run(cuda, broken, batches=64, spin=1), "process read nothing wrong unordered"
 
 
 def test_a_ring_orders_two_pytorch_streams(cuda):
@@ -118,3 +125,30 @@ def test_cupy_and_cuda_core_streams_are_taken(cuda):
     t.signal_on(2, cs)
     t.wait(2, timeout=10)
     assert t.query() == 2
+
+
+def test_framework_streams_passed_on_every_call_stay_ordered_past_the_cache(cuda):
+    """More distinct streams than the backend keeps (16), each passed on every call: every
+    call still orders its own stream (a cache entry evicted, or found by handle through
+    another object of the same stream, must never stand for another stream)."""
+    torch = torch_or_skip()
+    producers = [torch.cuda.Stream() for _ in range(40)]
+    consumer = torch.cuda.Stream()
+    x = torch.zeros((len(producers), 1 << 20), device="cuda")
+    out = torch.empty_like(x)
+    ring = seqsync.EventRingbuf(cuda, "many", nconsumers=1, max_size=4)
+    for seq in range(3 * len(producers)):
+        i = seq % len(producers)
+        a = producers[i]
+        with torch.cuda.stream(a):
+            torch.cuda._sleep(200_000)  # slow: a wait on the wrong stream lets the copy run early
+            x[i].fill_(float(seq))
+        # every third call through another object of the same stream: found by its handle
+        ring.record(seq, a if seq % 3 else torch.cuda.Stream(stream_id=a.stream_id,
+                                                            device_index=a.device_index,
+                                                            device_type=a.device_type))
+        ring.wait(seq, consumer, blocking=True)
+        with torch.cuda.stream(consumer):
+            out[i].copy_(x[i])
+        consumer.synchronize()
+        assert float(out[i].min()) == float(seq) == float(out[i].max()), seq

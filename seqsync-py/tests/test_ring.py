@@ -144,3 +144,66 @@ def test_ctrl_c_interrupts_a_stream_synchronize_while_its_work_runs(host):
         s.synchronize()
     assert time.monotonic() - start < 0.2 + 0.1
     s.synchronize()  # the work itself goes on, and finishes
+
+
+def test_with_ring_stops_it_at_the_end_and_wakes_a_blocked_thread(host):
+    got = []
+    with seqsync.EventRingbuf(host, "frames", nconsumers=1, max_size=2) as ring:
+        t = threading.Thread(target=lambda: got.append(catch(lambda: ring.synchronize(0, blocking=True))))
+        t.start()
+        time.sleep(0.05)
+        assert not ring.stopped
+    t.join(timeout=2)
+    assert not t.is_alive()
+    assert ring.stopped and isinstance(got[0], seqsync.Stopped)
+    assert "`with` block ended" in str(got[0])
+
+
+def test_with_ring_names_the_exception_that_left_it(host):
+    with pytest.raises(ValueError):
+        with seqsync.EventRingbuf(host, "frames", nconsumers=1, max_size=2) as ring:
+            raise ValueError("camera gone")
+    with pytest.raises(seqsync.Stopped, match="raised ValueError: camera gone"):
+        ring.record_host(0)
+
+
+def test_recording_records_after_the_blocks_work(host):
+    copy, kernel = host.new_stream("copy"), host.new_stream("kernel")
+    ring = seqsync.EventRingbuf(host, "copy", nconsumers=1, max_size=2)
+    data, seen = {}, []
+    for seq in range(10):
+        with ring.recording(seq, copy, blocking=True) as s:
+            assert s == seq
+            copy.launch(lambda seq=seq: (time.sleep(0.002), data.__setitem__(seq, seq)))
+        ring.wait(seq, kernel, blocking=True)
+        kernel.launch(lambda seq=seq: seen.append(data.get(seq)))
+    kernel.synchronize()
+    assert seen == list(range(10))
+    assert ring.next_seq == 10 and not ring.stopped
+
+
+def test_recording_that_raises_records_nothing_and_stops_the_ring(host):
+    copy = host.new_stream("copy")
+    ring = seqsync.EventRingbuf(host, "copy", nconsumers=1, max_size=2)
+    with pytest.raises(KeyError):
+        with ring.recording(0, copy):
+            raise KeyError("batch 0")
+    assert ring.next_seq == 0 and ring.stopped
+    with pytest.raises(seqsync.Stopped, match="recording seq 0 raised KeyError"):
+        ring.synchronize(0, blocking=True)
+
+
+def test_recording_raises_the_rings_own_error_on_exit(host):
+    copy = host.new_stream("copy")
+    ring = seqsync.EventRingbuf(host, "copy", nconsumers=1, max_size=2)
+    with pytest.raises(seqsync.OutOfOrder):
+        with ring.recording(5, copy):
+            pass
+
+
+def catch(f):
+    try:
+        f()
+    except Exception as e:  # noqa: BLE001 - the test looks at what was raised
+        return e
+    return None

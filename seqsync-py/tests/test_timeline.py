@@ -77,3 +77,33 @@ def test_ctrl_c_interrupts_a_wait_without_timeout(host):
     with pytest.raises(KeyboardInterrupt):
         t.wait(1)
     assert time.monotonic() - start < 0.3
+
+
+def test_with_timeline_fails_it_when_an_exception_leaves_and_waiters_see_why(host):
+    t = seqsync.Timeline(host, "frames")
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(catch(lambda: t.wait(2, timeout=5))))
+    waiter.start()
+    with pytest.raises(ValueError):
+        with t:
+            t.signal(1)
+            raise ValueError("camera gone")
+    waiter.join(timeout=2)
+    assert not waiter.is_alive() and t.failed
+    assert isinstance(got[0], seqsync.TimelineFailed)
+    assert "raised ValueError: camera gone" in str(got[0])
+
+
+def test_with_timeline_that_ends_well_changes_nothing(host):
+    t = seqsync.Timeline(host, "frames")
+    with t:
+        t.signal(3)
+    assert not t.failed and t.query() == 3
+
+
+def catch(f):
+    try:
+        f()
+    except Exception as e:  # noqa: BLE001 - the test looks at what was raised
+        return e
+    return None
