@@ -69,6 +69,8 @@ mod error;
 pub mod graph;
 pub(crate) mod happens_before;
 pub mod hazard;
+#[cfg(target_os = "linux")]
+pub mod ipc;
 mod lock;
 pub mod memory;
 mod name;

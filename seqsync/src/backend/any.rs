@@ -233,6 +233,28 @@ impl Backend for AnyBackend {
         }
     }
 
+    fn launch_host_always(
+        &self,
+        stream: &AnyStream,
+        f: Box<dyn FnOnce(Option<std::sync::Arc<str>>) + Send + 'static>,
+    ) -> Result<()> {
+        match (self, stream) {
+            (AnyBackend::Host(b), AnyStream::Host(s)) => b.launch_host_always(s, f),
+            #[cfg(feature = "cuda")]
+            (AnyBackend::Cuda(b), AnyStream::Cuda(s)) => b.launch_host_always(s, f),
+            #[allow(unreachable_patterns)]
+            _ => Err(mismatch("the stream")),
+        }
+    }
+
+    fn host_work_may_block(&self) -> bool {
+        match self {
+            AnyBackend::Host(b) => b.host_work_may_block(),
+            #[cfg(feature = "cuda")]
+            AnyBackend::Cuda(b) => b.host_work_may_block(),
+        }
+    }
+
     fn synchronize_stream(&self, stream: &AnyStream) -> Result<()> {
         match (self, stream) {
             (AnyBackend::Host(b), AnyStream::Host(s)) => b.synchronize_stream(s),

@@ -109,6 +109,28 @@ pub trait Backend: Clone + Send + Sync + 'static {
         f: Box<dyn FnOnce() + Send + 'static>,
     ) -> Result<()>;
 
+    /// As [`launch_host`](Self::launch_host), but `f` also runs when the stream failed before
+    /// it, and is told why (`Some(message)`), so work that must report to another party (a
+    /// shared ring's record) is never skipped silently. The default runs `f(None)` through
+    /// `launch_host` (a backend whose failed streams still run host work).
+    ///
+    /// # Errors
+    /// As `launch_host`.
+    fn launch_host_always(
+        &self,
+        stream: &Self::Stream,
+        f: Box<dyn FnOnce(Option<std::sync::Arc<str>>) + Send + 'static>,
+    ) -> Result<()> {
+        self.launch_host(stream, Box::new(move || f(None)))
+    }
+
+    /// Whether host work enqueued on one stream may block for long without holding up any
+    /// other stream: true on the host backend (each stream has its own thread); false on CUDA
+    /// (host functions of all streams share the driver's callback thread).
+    fn host_work_may_block(&self) -> bool {
+        false
+    }
+
     /// Block the calling thread until everything enqueued on `stream` so far has completed.
     ///
     /// # Errors

@@ -291,6 +291,30 @@ pub enum Error {
         threads: Vec<String>,
     },
 
+    /// A process that shared the ring ([`SharedRing`](crate::ipc::SharedRing)) died without
+    /// closing it (killed, or exited with the ring open): every call blocked on the ring in
+    /// every surviving process returns this, and the ring is stopped.
+    #[error("ring '{ring}': peer lost: the {role} process {pid} died with the ring open")]
+    PeerLost {
+        /// The ring.
+        ring: String,
+        /// The dead process's id.
+        pid: u32,
+        /// `producer` or `consumer`.
+        role: &'static str,
+    },
+
+    /// A shared segment that [`SharedRing::open`](crate::ipc::SharedRing::open) refuses:
+    /// malformed, truncated, of another layout version or user, or not sealed against
+    /// resizing. Nothing in it was used.
+    #[error("ring '{ring}': refused shared segment: {message}")]
+    BadSegment {
+        /// The ring name asked for.
+        ring: String,
+        /// What was wrong with it.
+        message: String,
+    },
+
     /// No CUDA driver or no GPU: the CUDA backend cannot be used here.
     #[error("no CUDA device: {0}")]
     NoDevice(String),

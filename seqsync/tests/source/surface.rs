@@ -57,6 +57,8 @@ const SURFACE: &[&str] = &[
     "hazard::ValidatingBackend",
     "hazard::ValidatingKernel",
     "hazard::ValidatingStream",
+    "ipc::Mechanism",
+    "ipc::SharedRing",
     "memory::AllocFlags",
     "memory::Allocation",
     "memory::Block",

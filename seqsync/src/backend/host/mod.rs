@@ -171,6 +171,19 @@ impl Backend for HostBackend {
         Ok(())
     }
 
+    fn launch_host_always(
+        &self,
+        stream: &HostStream,
+        f: Box<dyn FnOnce(Option<Arc<str>>) + Send + 'static>,
+    ) -> Result<()> {
+        stream.shared.enqueue(Job::Always(f));
+        Ok(())
+    }
+
+    fn host_work_may_block(&self) -> bool {
+        true
+    }
+
     fn synchronize_stream(&self, stream: &HostStream) -> Result<()> {
         stream.synchronize()
     }

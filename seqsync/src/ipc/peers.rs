@@ -1,0 +1,123 @@
+//! Which processes share a ring, and whether they are still alive: each registers its pid and
+//! start time in the segment's peer table; a blocked call checks the others (by `/proc`) every
+//! [`CHECK_EVERY`], so a process killed with the ring open is noticed within that time.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::segment::{Header, MAX_PEERS};
+use crate::error::{Error, Result};
+
+/// How often a blocked call checks that its peers live: a dead peer is reported within this
+/// (plus one wake-up), well inside the second the contract allows.
+pub(crate) const CHECK_EVERY: Duration = Duration::from_millis(100);
+
+/// A process's role in a ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    Producer = 0,
+    Consumer = 1,
+}
+
+impl Role {
+    fn name(raw: u32) -> &'static str {
+        if raw == 0 {
+            "producer"
+        } else {
+            "consumer"
+        }
+    }
+}
+
+/// The start time of process `pid` (clock ticks after boot), `None` when it no longer runs
+/// (gone, or a zombie).
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may hold spaces: fields count from the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?;
+    if state == "Z" || state == "X" {
+        return None;
+    }
+    // After the state, field 22 of the line (starttime) is the 19th.
+    fields.nth(18)?.parse().ok()
+}
+
+fn me() -> u32 {
+    rustix::process::getpid().as_raw_nonzero().get() as u32
+}
+
+/// Claim an entry of the table for this process; its index.
+pub(crate) fn register(h: &Header, ring: &str, role: Role) -> Result<usize> {
+    let pid = me();
+    let start = start_time(pid).unwrap_or(0);
+    for (i, p) in h.peers.iter().enumerate() {
+        if p.state
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            p.pid.store(pid, Ordering::Relaxed);
+            p.role.store(role as u32, Ordering::Relaxed);
+            p.start.store(start, Ordering::Relaxed);
+            p.state.store(2, Ordering::Release);
+            return Ok(i);
+        }
+    }
+    Err(Error::invalid(
+        ring,
+        format!("{MAX_PEERS} processes share it already (the most a shared ring takes)"),
+    ))
+}
+
+/// Give entry `i` back (this process closes the ring).
+pub(crate) fn unregister(h: &Header, i: usize) {
+    if let Some(p) = h.peers.get(i) {
+        p.state.store(0, Ordering::Release);
+    }
+}
+
+/// [`Error::PeerLost`] for the first registered process (other than this one) that no longer
+/// runs.
+pub(crate) fn check(h: &Header, ring: &str) -> Result<()> {
+    let mine = me();
+    for p in &h.peers {
+        if p.state.load(Ordering::Acquire) != 2 {
+            continue;
+        }
+        let pid = p.pid.load(Ordering::Relaxed);
+        if pid == mine || pid == 0 {
+            continue;
+        }
+        let alive = match start_time(pid) {
+            None => false,
+            Some(t) => {
+                let registered = p.start.load(Ordering::Relaxed);
+                registered == 0 || t == registered
+            }
+        };
+        // Still registered? (It may have closed the ring while we looked.)
+        if !alive && p.state.load(Ordering::Acquire) == 2 && p.pid.load(Ordering::Relaxed) == pid {
+            return Err(Error::PeerLost {
+                ring: ring.to_owned(),
+                pid,
+                role: Role::name(p.role.load(Ordering::Relaxed)),
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_has_a_start_time_and_a_reaped_child_has_none() {
+        assert!(start_time(me()).is_some());
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        assert_eq!(start_time(pid), None);
+    }
+}

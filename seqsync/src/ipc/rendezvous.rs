@@ -1,0 +1,135 @@
+//! How a process finds a ring by name: the creating process listens on an abstract Unix
+//! socket named for the user and the ring, and hands the segment's memory file to every
+//! process of the same user that connects (`SCM_RIGHTS`). An abstract socket and a memory
+//! file have no path: the kernel frees both when the processes holding them end, however they
+//! end, so no segment outlives the processes that used it and a name is free again as soon as
+//! its creator is gone.
+
+use std::io::{IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags, Shutdown,
+};
+
+use crate::error::{Error, Result};
+
+fn address(name: &str) -> Result<SocketAddr> {
+    let uid = rustix::process::getuid().as_raw();
+    SocketAddr::from_abstract_name(format!("seqsync/{uid}/ring/{name}"))
+        .map_err(|e| Error::invalid(name, format!("no socket address for it: {e}")))
+}
+
+fn same_user(fd: BorrowedFd<'_>) -> bool {
+    rustix::net::sockopt::socket_peercred(fd).is_ok_and(|c| c.uid == rustix::process::getuid())
+}
+
+/// The creator's listener: serves the segment until dropped.
+pub(crate) struct Server {
+    listener: Arc<UnixListener>,
+    done: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Server {
+    /// Claim `name` and serve `fd` to every process of this user that asks. A name another
+    /// living process serves is [`Error::InvalidArgument`].
+    pub(crate) fn start(name: &str, fd: OwnedFd) -> Result<Server> {
+        let listener = UnixListener::bind_addr(&address(name)?).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AddrInUse {
+                Error::invalid(
+                    name,
+                    "a shared ring of this name exists (its creating process is alive)",
+                )
+            } else {
+                Error::invalid(name, format!("cannot listen for it: {e}"))
+            }
+        })?;
+        let listener = Arc::new(listener);
+        let done = Arc::new(AtomicBool::new(false));
+        let (l, d) = (listener.clone(), done.clone());
+        let thread = std::thread::Builder::new()
+            .name("seqsync-ring-serve".into())
+            .spawn(move || serve(&l, &d, &fd))
+            .map_err(|e| Error::invalid(name, format!("cannot spawn its server thread: {e}")))?;
+        Ok(Server {
+            listener,
+            done,
+            thread: Some(thread),
+        })
+    }
+}
+
+fn serve(listener: &UnixListener, done: &AtomicBool, fd: &OwnedFd) {
+    loop {
+        let conn = listener.accept();
+        if done.load(Ordering::Acquire) {
+            return;
+        }
+        let Ok((conn, _)) = conn else { continue };
+        if !same_user(conn.as_fd()) {
+            continue; // another user's process: dropped without an answer
+        }
+        let fds = [fd.as_fd()];
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let mut control = SendAncillaryBuffer::new(&mut space);
+        control.push(SendAncillaryMessage::ScmRights(&fds));
+        let _ = rustix::net::sendmsg(
+            &conn,
+            &[IoSlice::new(b"S")],
+            &mut control,
+            SendFlags::empty(),
+        );
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::Release);
+        // Wakes the accept (Linux returns an error from accept on a shut-down listener).
+        let _ = rustix::net::shutdown(self.listener.as_fd(), Shutdown::Both);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The memory file of ring `name`, from its creating process.
+pub(crate) fn fetch(name: &str) -> Result<OwnedFd> {
+    let conn = UnixStream::connect_addr(&address(name)?)
+        .map_err(|e| Error::invalid(name, format!("no shared ring of this name is open ({e})")))?;
+    if !same_user(conn.as_fd()) {
+        return Err(Error::BadSegment {
+            ring: name.to_owned(),
+            message: "served by another user's process".into(),
+        });
+    }
+    let mut byte = [0u8; 1];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    rustix::net::recvmsg(
+        &conn,
+        &mut [IoSliceMut::new(&mut byte)],
+        &mut control,
+        RecvFlags::CMSG_CLOEXEC,
+    )
+    .map_err(|e| Error::invalid(name, format!("its creator did not answer: {e}")))?;
+    for msg in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(mut fds) = msg {
+            if let Some(fd) = fds.next() {
+                return Ok(fd);
+            }
+        }
+    }
+    Err(Error::BadSegment {
+        ring: name.to_owned(),
+        message: "its creator sent no memory file".into(),
+    })
+}

@@ -1,0 +1,400 @@
+//! The shared segment of a [`SharedRing`](super::SharedRing): an anonymous memory file
+//! (`memfd`, mode 0600, sealed against resizing) mapped by every process of the ring, its
+//! layout, and the checks `open` makes before trusting a segment another process handed it.
+//!
+//! Every field is an atomic, so a peer writing while this process reads is defined behaviour,
+//! and any bit pattern is a valid value. The sizes (`nconsumers`, `max_size`) are read once, at
+//! open, checked, and kept in this process: nothing read from the segment later is used as a
+//! pointer, a length or an index; a slot's index is always `seq mod max_size` computed here.
+
+use std::fs::File;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
+
+use memmap2::MmapRaw;
+use rustix::fs::{MemfdFlags, Mode, SealFlags};
+
+use crate::error::{Error, Result};
+
+/// The first eight bytes of every segment.
+const MAGIC: u64 = u64::from_le_bytes(*b"SEQSYNC\x01");
+/// The layout's version: a segment of another version is refused.
+pub(crate) const LAYOUT_VERSION: u32 = 1;
+/// Processes a ring's segment has room for (one producer, the rest consumers).
+pub(crate) const MAX_PEERS: usize = 16;
+/// Bytes of a ring name.
+pub(crate) const NAME_MAX: usize = 64;
+/// Bytes of a stop reason kept in the segment (longer ones are cut at a character boundary).
+pub(crate) const REASON_MAX: usize = 256;
+/// The largest `max_size` of a shared ring: a segment is 16 bytes a slot, so 2^16 slots make
+/// 1 MiB, plenty for rings whose size is a handful of batches.
+pub(crate) const MAX_SLOTS: usize = 1 << 16;
+
+/// Fixed part of the segment. The first block is written once by the creator before the
+/// segment is handed to anyone; the rest is the ring's live state.
+#[repr(C)]
+pub(crate) struct Header {
+    magic: AtomicU64,
+    version: AtomicU32,
+    header_size: AtomicU32,
+    total_size: AtomicU64,
+    nconsumers: AtomicU32,
+    max_size: AtomicU32,
+    creator_pid: AtomicU32,
+    creator_uid: AtomicU32,
+    name_len: AtomicU32,
+    _pad: AtomicU32,
+    name: [AtomicU8; NAME_MAX],
+    /// Bumped on every change a blocked call may wait for; the futex word of every wait.
+    pub(crate) changes: AtomicU32,
+    /// How many calls sleep on `changes` (a change wakes them only when there are any).
+    pub(crate) sleepers: AtomicU32,
+    /// 0 running, 1 a stop's reason being written, 2 stopped.
+    pub(crate) stop_state: AtomicU32,
+    pub(crate) reason_len: AtomicU32,
+    pub(crate) reason: [AtomicU8; REASON_MAX],
+    /// The next seq the producer records.
+    pub(crate) next_seq: AtomicI64,
+    /// 1 once the producer closed the ring (no seq after `next_seq - 1` will come).
+    pub(crate) producer_closed: AtomicU32,
+    _pad2: AtomicU32,
+    pub(crate) peers: [Peer; MAX_PEERS],
+}
+
+/// One process of the ring, for the liveness check.
+#[repr(C)]
+pub(crate) struct Peer {
+    /// 0 free, 1 being claimed, 2 in use.
+    pub(crate) state: AtomicU32,
+    pub(crate) pid: AtomicU32,
+    /// 0 producer, 1 consumer.
+    pub(crate) role: AtomicU32,
+    _pad: AtomicU32,
+    /// The process's start time (clock ticks after boot), so a reused pid is not mistaken
+    /// for the process that registered.
+    pub(crate) start: AtomicU64,
+}
+
+/// One seq's place in the ring.
+#[repr(C)]
+pub(crate) struct Slot {
+    /// The seq's lap and its consumers' counts (see `shared_ring.rs`).
+    pub(crate) word: AtomicU64,
+    /// The latest seq of this slot whose work completed (-1: none yet).
+    pub(crate) done: AtomicI64,
+}
+
+/// The sizes a segment was made with, checked and kept by this process.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sizes {
+    pub(crate) nconsumers: u32,
+    pub(crate) max_size: usize,
+}
+
+fn total_size(max_size: usize) -> usize {
+    std::mem::size_of::<Header>() + max_size * std::mem::size_of::<Slot>()
+}
+
+/// A mapped segment.
+pub(crate) struct Segment {
+    map: MmapRaw,
+    /// The memory file, kept to hand to processes that open the ring.
+    fd: OwnedFd,
+    pub(crate) sizes: Sizes,
+}
+
+impl std::fmt::Debug for Segment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Segment")
+            .field("sizes", &self.sizes)
+            .finish()
+    }
+}
+
+fn io(ring: &str, what: &'static str, e: impl std::fmt::Display) -> Error {
+    Error::Backend(crate::error::BackendError::new(
+        "ipc",
+        what,
+        format!("ring '{ring}': {e}"),
+    ))
+}
+
+fn bad(ring: &str, message: impl Into<String>) -> Error {
+    Error::BadSegment {
+        ring: ring.to_owned(),
+        message: message.into(),
+    }
+}
+
+impl Segment {
+    /// A new segment for ring `name`: a sealed memory file of mode 0600 with its header written.
+    pub(crate) fn create(name: &str, sizes: Sizes) -> Result<Segment> {
+        let fd = rustix::fs::memfd_create(
+            format!("seqsync-ring-{name}"),
+            MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+        )
+        .map_err(|e| io(name, "memfd_create", e))?;
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o600)).map_err(|e| io(name, "fchmod", e))?;
+        let total = total_size(sizes.max_size);
+        rustix::fs::ftruncate(&fd, total as u64).map_err(|e| io(name, "ftruncate", e))?;
+        rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)
+            .map_err(|e| io(name, "seal the segment", e))?;
+        let seg = Segment::map(name, fd, sizes)?;
+        let h = seg.header();
+        h.version.store(LAYOUT_VERSION, Ordering::Relaxed);
+        h.header_size
+            .store(std::mem::size_of::<Header>() as u32, Ordering::Relaxed);
+        h.total_size.store(total as u64, Ordering::Relaxed);
+        h.nconsumers.store(sizes.nconsumers, Ordering::Relaxed);
+        h.max_size.store(sizes.max_size as u32, Ordering::Relaxed);
+        h.creator_pid.store(
+            rustix::process::getpid().as_raw_nonzero().get() as u32,
+            Ordering::Relaxed,
+        );
+        h.creator_uid
+            .store(rustix::process::getuid().as_raw(), Ordering::Relaxed);
+        h.name_len.store(name.len() as u32, Ordering::Relaxed);
+        for (b, c) in h.name.iter().zip(name.bytes()) {
+            b.store(c, Ordering::Relaxed);
+        }
+        for i in 0..sizes.max_size {
+            seg.slot(i).done.store(-1, Ordering::Relaxed);
+        }
+        // Last, with release: a reader that sees the magic sees everything above.
+        h.magic.store(MAGIC, Ordering::Release);
+        Ok(seg)
+    }
+
+    /// A segment handed over by another process, checked before anything in it is used.
+    pub(crate) fn open(name: &str, fd: OwnedFd) -> Result<Segment> {
+        let st = rustix::fs::fstat(&fd).map_err(|e| io(name, "fstat", e))?;
+        let uid = rustix::process::getuid().as_raw();
+        if st.st_uid != uid {
+            return Err(bad(
+                name,
+                format!("owned by uid {}, not this user ({uid})", st.st_uid),
+            ));
+        }
+        if st.st_mode & 0o077 != 0 {
+            return Err(bad(
+                name,
+                format!("mode {:o}: others may access it", st.st_mode & 0o777),
+            ));
+        }
+        let seals =
+            rustix::fs::fcntl_get_seals(&fd).map_err(|_| bad(name, "not a sealed memory file"))?;
+        if !seals.contains(SealFlags::SHRINK | SealFlags::GROW) {
+            return Err(bad(
+                name,
+                "not sealed against resizing (it could shrink under us)",
+            ));
+        }
+        let size = usize::try_from(st.st_size).unwrap_or(0);
+        let hsize = std::mem::size_of::<Header>();
+        if size < hsize {
+            return Err(bad(
+                name,
+                format!("truncated: {size} bytes, the header alone is {hsize}"),
+            ));
+        }
+        // Map the header only to read the sizes; map the whole once they are checked.
+        let head = Segment::map(
+            name,
+            fd.try_clone().map_err(|e| io(name, "dup", e))?,
+            Sizes {
+                nconsumers: 0,
+                max_size: 0,
+            },
+        )?;
+        let h = head.header();
+        if h.magic.load(Ordering::Acquire) != MAGIC {
+            return Err(bad(name, "no seqsync magic"));
+        }
+        let version = h.version.load(Ordering::Relaxed);
+        if version != LAYOUT_VERSION {
+            return Err(bad(
+                name,
+                format!("layout version {version}, this build reads {LAYOUT_VERSION}"),
+            ));
+        }
+        if h.header_size.load(Ordering::Relaxed) as usize != hsize {
+            return Err(bad(name, "header of another size"));
+        }
+        let nconsumers = h.nconsumers.load(Ordering::Relaxed);
+        let max_size = h.max_size.load(Ordering::Relaxed) as usize;
+        if max_size == 0 || max_size > MAX_SLOTS {
+            return Err(bad(
+                name,
+                format!("max_size {max_size} outside 1..={MAX_SLOTS}"),
+            ));
+        }
+        if nconsumers > super::shared_ring::MAX_CONSUMERS {
+            return Err(bad(
+                name,
+                format!(
+                    "nconsumers {nconsumers} above {}",
+                    super::shared_ring::MAX_CONSUMERS
+                ),
+            ));
+        }
+        let total = total_size(max_size);
+        if h.total_size.load(Ordering::Relaxed) != total as u64 || size != total {
+            return Err(bad(
+                name,
+                format!("{size} bytes, a ring of max_size {max_size} has {total}"),
+            ));
+        }
+        if h.creator_uid.load(Ordering::Relaxed) != uid {
+            return Err(bad(name, "made by another user"));
+        }
+        let len = (h.name_len.load(Ordering::Relaxed) as usize).min(NAME_MAX);
+        let stored: Vec<u8> = h.name[..len]
+            .iter()
+            .map(|b| b.load(Ordering::Relaxed))
+            .collect();
+        if stored != name.as_bytes() {
+            return Err(bad(
+                name,
+                format!(
+                    "it is ring '{}'",
+                    String::from_utf8_lossy(&stored).escape_debug()
+                ),
+            ));
+        }
+        drop(head);
+        Segment::map(
+            name,
+            fd,
+            Sizes {
+                nconsumers,
+                max_size,
+            },
+        )
+    }
+
+    fn map(name: &str, fd: OwnedFd, sizes: Sizes) -> Result<Segment> {
+        let file = File::from(fd.try_clone().map_err(|e| io(name, "dup", e))?);
+        let len = total_size(sizes.max_size);
+        let map = memmap2::MmapOptions::new()
+            .len(len)
+            .map_raw(&file)
+            .map_err(|e| io(name, "mmap", e))?;
+        Ok(Segment { map, fd, sizes })
+    }
+
+    pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    pub(crate) fn header(&self) -> &Header {
+        // SAFETY: the mapping is at least `size_of::<Header>()` bytes (`map` maps
+        // `total_size(max_size)` of a file checked or made that large and sealed against
+        // shrinking), page-aligned (so aligned for `Header`), and lives as long as `self`.
+        // `Header` is only atomics, valid for any bit pattern, and other processes change it
+        // only through atomic operations on the same words.
+        unsafe { &*(self.map.as_ptr() as *const Header) }
+    }
+
+    /// Slot `i`; `i < max_size` (callers compute it as `seq mod max_size`).
+    pub(crate) fn slot(&self, i: usize) -> &Slot {
+        assert!(i < self.sizes.max_size, "slot index out of range");
+        // SAFETY: slots follow the header; slot `i < max_size` lies inside the mapping of
+        // `total_size(max_size)` bytes; `Header`'s size is a multiple of 8 (its alignment),
+        // so the slot is aligned. `Slot` is atomics only, as `Header` above.
+        unsafe {
+            &*(self
+                .map
+                .as_ptr()
+                .add(std::mem::size_of::<Header>() + i * std::mem::size_of::<Slot>())
+                as *const Slot)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sizes() -> Sizes {
+        Sizes {
+            nconsumers: 2,
+            max_size: 4,
+        }
+    }
+
+    fn reopen(seg: &Segment, name: &str) -> Result<Segment> {
+        Segment::open(name, seg.fd().try_clone_to_owned().unwrap())
+    }
+
+    #[test]
+    fn a_segment_is_mode_0600_sealed_and_reopens_with_its_sizes() {
+        let seg = Segment::create("r", sizes()).unwrap();
+        let st = rustix::fs::fstat(seg.fd()).unwrap();
+        assert_eq!(st.st_mode & 0o777, 0o600);
+        let again = reopen(&seg, "r").unwrap();
+        assert_eq!((again.sizes.nconsumers, again.sizes.max_size), (2, 4));
+        assert_eq!(again.slot(3).done.load(Ordering::Relaxed), -1);
+    }
+
+    #[test]
+    fn open_refuses_a_segment_of_another_name() {
+        let seg = Segment::create("r", sizes()).unwrap();
+        let e = reopen(&seg, "other").unwrap_err();
+        assert!(matches!(e, Error::BadSegment { .. }), "{e}");
+        assert!(e.to_string().contains("it is ring 'r'"), "{e}");
+    }
+
+    #[test]
+    fn open_refuses_a_foreign_or_garbage_file() {
+        let fd = rustix::fs::memfd_create("x", MemfdFlags::ALLOW_SEALING).unwrap();
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o600)).unwrap();
+        rustix::fs::ftruncate(&fd, 1 << 16).unwrap();
+        // Unsealed: refused before anything is read.
+        let e = Segment::open("r", fd.try_clone().unwrap()).unwrap_err();
+        assert!(e.to_string().contains("not sealed"), "{e}");
+        rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW).unwrap();
+        let e = Segment::open("r", fd).unwrap_err();
+        assert!(e.to_string().contains("no seqsync magic"), "{e}");
+    }
+
+    #[test]
+    fn open_refuses_a_truncated_file_and_an_open_mode() {
+        let fd = rustix::fs::memfd_create("x", MemfdFlags::ALLOW_SEALING).unwrap();
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o600)).unwrap();
+        rustix::fs::ftruncate(&fd, 64).unwrap();
+        rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW).unwrap();
+        let e = Segment::open("r", fd.try_clone().unwrap()).unwrap_err();
+        assert!(e.to_string().contains("truncated"), "{e}");
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o644)).unwrap();
+        let e = Segment::open("r", fd).unwrap_err();
+        assert!(e.to_string().contains("others may access it"), "{e}");
+    }
+
+    #[test]
+    fn open_refuses_sizes_that_do_not_match_the_file() {
+        let seg = Segment::create("r", sizes()).unwrap();
+        // A peer claims a larger ring than the file holds: refused, never mapped past the end.
+        seg.header().max_size.store(1000, Ordering::Relaxed);
+        let e = reopen(&seg, "r").unwrap_err();
+        assert!(e.to_string().contains("a ring of max_size 1000"), "{e}");
+        seg.header().max_size.store(0, Ordering::Relaxed);
+        assert!(reopen(&seg, "r")
+            .unwrap_err()
+            .to_string()
+            .contains("outside"));
+        seg.header().max_size.store(4, Ordering::Relaxed);
+        seg.header().version.store(7, Ordering::Relaxed);
+        assert!(reopen(&seg, "r")
+            .unwrap_err()
+            .to_string()
+            .contains("layout version 7"));
+        seg.header()
+            .version
+            .store(LAYOUT_VERSION, Ordering::Relaxed);
+        seg.header().nconsumers.store(u32::MAX, Ordering::Relaxed);
+        assert!(reopen(&seg, "r")
+            .unwrap_err()
+            .to_string()
+            .contains("nconsumers"));
+    }
+}

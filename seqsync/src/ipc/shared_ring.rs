@@ -1,0 +1,644 @@
+//! [`SharedRing`]: the [`EventRingbuf`](crate::EventRingbuf) contract across processes.
+//!
+//! Each slot's `word` packs the lap of the seq it holds (`seq / max_size + 1`, 0: never
+//! used) with how many consumers took and released it; its `done` is the latest seq of the
+//! slot whose work completed. The producer claims a slot with one compare-and-swap once every
+//! consumer released the seq before it; a consumer takes its share with a compare-and-swap and
+//! releases it with an add, after enqueueing its stream wait or finishing its host wait. A
+//! record's completion (host work at the record's place in the producer's stream) first waits
+//! until the slot's previous seq completed, so `done >= seq` always means seq itself
+//! completed. Blocked calls sleep on the segment's `changes` futex and check the peers'
+//! liveness every 100 ms.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use rustix::thread::futex;
+
+use super::peers::{self, Role, CHECK_EVERY};
+use super::rendezvous::{self, Server};
+use super::segment::{Segment, Sizes, MAX_SLOTS, NAME_MAX, REASON_MAX};
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::ring::Blocking;
+
+/// The most consumers a shared ring takes (each slot counts them in 10 bits).
+pub(crate) const MAX_CONSUMERS: u32 = (1 << CNT_BITS) - 1;
+const CNT_BITS: u32 = 10;
+const CNT_MASK: u64 = (1 << CNT_BITS) - 1;
+const TAG_SHIFT: u32 = 2 * CNT_BITS;
+/// The largest lap a slot's word holds: seqs up to about 1.7e13 × max_size.
+const MAX_TAG: u64 = (1 << (64 - TAG_SHIFT)) - 1;
+const TAKEN_ONE: u64 = 1 << CNT_BITS;
+const RELEASED_ONE: u64 = 1;
+
+fn tag(w: u64) -> u64 {
+    w >> TAG_SHIFT
+}
+fn taken(w: u64) -> u64 {
+    (w >> CNT_BITS) & CNT_MASK
+}
+fn released(w: u64) -> u64 {
+    w & CNT_MASK
+}
+
+/// How a shared ring orders streams across processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Mechanism {
+    /// Each slot's completion is a word in the shared segment: the producer's stream writes
+    /// it (host work at the record's place), a consumer's stream or thread sleeps on the
+    /// segment's futex until it is reached. The host backend's mechanism.
+    HostWord,
+}
+
+/// The part every stream job of the ring holds: the segment and this process's entry in it.
+struct Shared {
+    name: String,
+    seg: Segment,
+    peer: usize,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        peers::unregister(self.seg.header(), self.peer);
+    }
+}
+
+impl Shared {
+    fn wake(&self, always: bool) {
+        let h = self.seg.header();
+        h.changes.fetch_add(1, Ordering::SeqCst);
+        if always || h.sleepers.load(Ordering::SeqCst) > 0 {
+            let _ = futex::wake(&h.changes, futex::Flags::empty(), u32::MAX);
+        }
+    }
+
+    fn stop(&self, reason: &str) {
+        let h = self.seg.header();
+        if h.stop_state
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            let mut end = reason.len().min(REASON_MAX);
+            while !reason.is_char_boundary(end) {
+                end -= 1;
+            }
+            for (b, c) in h.reason.iter().zip(reason[..end].bytes()) {
+                b.store(c, Ordering::Relaxed);
+            }
+            h.reason_len.store(end as u32, Ordering::Relaxed);
+            h.stop_state.store(2, Ordering::Release);
+        }
+        self.wake(true);
+    }
+
+    fn stopped(&self) -> Option<Error> {
+        let h = self.seg.header();
+        let mut state = h.stop_state.load(Ordering::Acquire);
+        // A reason being written takes nanoseconds; a writer that died midway leaves 1.
+        for _ in 0..1000 {
+            if state != 1 {
+                break;
+            }
+            std::thread::yield_now();
+            state = h.stop_state.load(Ordering::Acquire);
+        }
+        let reason: String = match state {
+            0 => return None,
+            2 => {
+                let len = (h.reason_len.load(Ordering::Relaxed) as usize).min(REASON_MAX);
+                let bytes: Vec<u8> = h.reason[..len]
+                    .iter()
+                    .map(|b| b.load(Ordering::Relaxed))
+                    .collect();
+                String::from_utf8_lossy(&bytes).into_owned()
+            }
+            _ => "stopped by a process that died before writing why".into(),
+        };
+        Some(Error::Stopped {
+            ring: self.name.clone(),
+            reason: reason.into(),
+            cause: None,
+        })
+    }
+
+    fn check_stopped(&self) -> Result<()> {
+        self.stopped().map_or(Ok(()), Err)
+    }
+
+    /// A misuse error: it stops the ring (in every process) and is returned.
+    fn fail<T>(&self, e: Error) -> Result<T> {
+        self.stop(&e.to_string());
+        Err(e)
+    }
+
+    /// Sleep until `ready` has an answer, the ring stops, or a peer dies.
+    fn block_until<T>(&self, mut ready: impl FnMut() -> Option<Result<T>>) -> Result<T> {
+        let h = self.seg.header();
+        let mut checked = Instant::now();
+        let slice = futex::Timespec {
+            tv_sec: 0,
+            tv_nsec: CHECK_EVERY.as_nanos() as _,
+        };
+        loop {
+            let seen = h.changes.load(Ordering::SeqCst);
+            if let Some(r) = ready() {
+                return r;
+            }
+            self.check_stopped()?;
+            if checked.elapsed() >= CHECK_EVERY {
+                if let Err(e) = peers::check(h, &self.name) {
+                    return self.fail(e);
+                }
+                checked = Instant::now();
+            }
+            h.sleepers.fetch_add(1, Ordering::SeqCst);
+            let _ = futex::wait(&h.changes, futex::Flags::empty(), seen, Some(&slice));
+            h.sleepers.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    fn max(&self) -> i64 {
+        self.seg.sizes.max_size as i64
+    }
+
+    /// Wait until the slot's previous seq completed, then publish `seq`'s completion.
+    fn complete(&self, idx: usize, seq: i64, failure: Option<Arc<str>>) -> Result<()> {
+        if let Some(m) = failure {
+            let e = Error::invalid(
+                &self.name,
+                format!("the producer's stream failed before recording seq {seq}: {m}"),
+            );
+            return self.fail(e);
+        }
+        let slot = self.seg.slot(idx);
+        let prev = seq - self.max();
+        self.block_until(|| (slot.done.load(Ordering::Acquire) >= prev).then_some(Ok(())))?;
+        slot.done.fetch_max(seq, Ordering::AcqRel);
+        self.wake(false);
+        Ok(())
+    }
+
+    /// Sleep until `seq` (taken from slot `idx`) completed.
+    fn await_done(&self, idx: usize, seq: i64) -> Result<()> {
+        let slot = self.seg.slot(idx);
+        self.block_until(|| (slot.done.load(Ordering::Acquire) >= seq).then_some(Ok(())))
+    }
+
+    fn release(&self, idx: usize) {
+        self.seg
+            .slot(idx)
+            .word
+            .fetch_add(RELEASED_ONE, Ordering::AcqRel);
+        self.wake(false);
+    }
+}
+
+/// A ring of one producer process and consumers in any processes of the same user, with the
+/// contract of [`EventRingbuf`](crate::EventRingbuf): every row and every named error, across
+/// processes. `stop` (or a misuse error) in any process stops it in all of them.
+///
+/// `create` makes it (the producer process); `open` finds it by name from any other process
+/// of the same user. Its state is a sealed memory file of mode 0600 handed over a Unix socket,
+/// so nothing outlives the processes that use it. A process that dies with the ring open
+/// (killed, say) is noticed within a second by every call blocked on the ring: they return
+/// [`Error::PeerLost`] naming it, and the ring stops; once its creator is gone, the name can
+/// be created again.
+///
+/// The host backend orders by words in the segment ([`Mechanism::HostWord`]); on CUDA,
+/// `create` and `open` refuse (the IPC-event and memory-operation mechanisms are not built
+/// yet).
+///
+/// ```
+/// use seqsync::ipc::SharedRing;
+/// use seqsync::{Blocking, HostBackend};
+///
+/// let host = HostBackend::new();
+/// let copy = host.new_stream("copy")?;
+/// // The producer process creates the ring...
+/// let producer = SharedRing::create(&host, "doc-frames", 1, 4)?;
+/// // ...and a consumer, in this or any other process of the user, opens it by name.
+/// let consumer = SharedRing::open(&host, "doc-frames")?;
+/// producer.record(&copy, 0, Blocking::No)?;
+/// consumer.synchronize(0, Blocking::Yes)?;
+/// let err = consumer.synchronize(0, Blocking::No).unwrap_err(); // one consumer per seq
+/// assert!(matches!(err, seqsync::Error::OverConsumed { seq: 0, .. }));
+/// # Ok::<(), seqsync::Error>(())
+/// ```
+pub struct SharedRing<B: Backend> {
+    shared: Arc<Shared>,
+    backend: B,
+    role: Role,
+    _server: Option<Server>,
+}
+
+impl<B: Backend> std::fmt::Debug for SharedRing<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedRing")
+            .field("name", &self.shared.name)
+            .field("role", &self.role)
+            .finish()
+    }
+}
+
+fn check_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= NAME_MAX
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            name,
+            format!("a shared ring's name is 1 to {NAME_MAX} of A-Z a-z 0-9 . _ -"),
+        ))
+    }
+}
+
+fn check_backend<B: Backend>(backend: &B, name: &str) -> Result<()> {
+    if backend.host_work_may_block() {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            name,
+            format!(
+                "backend '{}' has no cross-process mechanism yet (shared rings run on the host \
+                 backend; CUDA IPC events and memory operations are not built)",
+                backend.name()
+            ),
+        ))
+    }
+}
+
+impl<B: Backend + Clone> SharedRing<B> {
+    /// Make ring `name` in this process, its producer: `nconsumers` consumers release each
+    /// seq (up to 1023), `max_size` seqs in flight at most (1 to 65 536).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad name or size, a backend without a cross-process
+    /// mechanism, or a name a living process has created already.
+    pub fn create(backend: &B, name: &str, nconsumers: u32, max_size: usize) -> Result<Self> {
+        check_name(name)?;
+        check_backend(backend, name)?;
+        if max_size == 0 || max_size > MAX_SLOTS {
+            return Err(Error::invalid(
+                name,
+                format!("max_size {max_size}: a shared ring takes 1 to {MAX_SLOTS}"),
+            ));
+        }
+        if nconsumers > MAX_CONSUMERS {
+            return Err(Error::invalid(
+                name,
+                format!("nconsumers {nconsumers}: a shared ring takes at most {MAX_CONSUMERS}"),
+            ));
+        }
+        let seg = Segment::create(
+            name,
+            Sizes {
+                nconsumers,
+                max_size,
+            },
+        )?;
+        let fd = seg
+            .fd()
+            .try_clone_to_owned()
+            .map_err(|e| Error::invalid(name, format!("dup its segment: {e}")))?;
+        let server = Server::start(name, fd)?;
+        let peer = peers::register(seg.header(), name, Role::Producer)?;
+        Ok(SharedRing {
+            shared: Arc::new(Shared {
+                name: name.to_owned(),
+                seg,
+                peer,
+            }),
+            backend: backend.clone(),
+            role: Role::Producer,
+            _server: Some(server),
+        })
+    }
+
+    /// Open ring `name`, made by another process (or this one) of the same user, as a
+    /// consumer.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when no living process has created it, or for a backend
+    /// without a cross-process mechanism; [`Error::BadSegment`] when what its creator handed
+    /// over is not a ring segment this build can trust (checked before use).
+    pub fn open(backend: &B, name: &str) -> Result<Self> {
+        check_name(name)?;
+        check_backend(backend, name)?;
+        let seg = Segment::open(name, rendezvous::fetch(name)?)?;
+        let peer = peers::register(seg.header(), name, Role::Consumer)?;
+        Ok(SharedRing {
+            shared: Arc::new(Shared {
+                name: name.to_owned(),
+                seg,
+                peer,
+            }),
+            backend: backend.clone(),
+            role: Role::Consumer,
+            _server: None,
+        })
+    }
+}
+
+impl<B: Backend> SharedRing<B> {
+    /// The ring's name.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// Consumers per seq.
+    pub fn nconsumers(&self) -> u32 {
+        self.shared.seg.sizes.nconsumers
+    }
+
+    /// Seqs in flight at most.
+    pub fn max_size(&self) -> usize {
+        self.shared.seg.sizes.max_size
+    }
+
+    /// The next seq the producer records (as every process sees it).
+    pub fn next_seq(&self) -> i64 {
+        self.shared.seg.header().next_seq.load(Ordering::Acquire)
+    }
+
+    /// Whether the ring was stopped, in any process.
+    pub fn is_stopped(&self) -> bool {
+        self.shared.stopped().is_some()
+    }
+
+    /// How this ring orders work across processes.
+    pub fn mechanism(&self) -> Mechanism {
+        Mechanism::HostWord
+    }
+
+    /// Stop the ring in every process: every blocked call wakes, every later call returns
+    /// [`Error::Stopped`] with `reason` (its first 256 bytes).
+    pub fn stop(&self, reason: &str) {
+        self.shared.stop(reason);
+    }
+
+    /// Claim `seq`'s slot for the producer; `None` for a ring without consumers.
+    fn claim(&self, seq: i64, blocking: Blocking) -> Result<Option<usize>> {
+        let s = &*self.shared;
+        s.check_stopped()?;
+        if self.role != Role::Producer {
+            return s.fail(Error::invalid(
+                &s.name,
+                "record from a process that opened the ring: only its creator records",
+            ));
+        }
+        let h = s.seg.header();
+        let next = h.next_seq.load(Ordering::Acquire);
+        if seq != next {
+            return s.fail(Error::OutOfOrder {
+                ring: s.name.clone(),
+                expected: next,
+                got: seq,
+            });
+        }
+        let n = u64::from(s.seg.sizes.nconsumers);
+        if n == 0 {
+            h.next_seq.store(seq + 1, Ordering::Release);
+            s.wake(false);
+            return Ok(None);
+        }
+        let max = s.max();
+        let idx = (seq % max) as usize;
+        let want = (seq / max) as u64 + 1;
+        if want > MAX_TAG {
+            return s.fail(Error::invalid(
+                &s.name,
+                format!("seq {seq} beyond a shared ring's limit"),
+            ));
+        }
+        let slot = s.seg.slot(idx);
+        let room = |w: u64| tag(w) + 1 == want && (tag(w) == 0 || released(w) == n);
+        let mut w = slot.word.load(Ordering::Acquire);
+        if !room(w) {
+            if tag(w) + 1 != want {
+                return s.fail(Error::invalid(
+                    &s.name,
+                    format!(
+                        "slot of seq {seq} holds lap {}: the segment was changed",
+                        tag(w)
+                    ),
+                ));
+            }
+            if blocking == Blocking::No {
+                return s.fail(Error::Overflow {
+                    ring: s.name.clone(),
+                    seq,
+                    oldest: seq - max,
+                    max_size: s.seg.sizes.max_size,
+                    nconsumers: s.seg.sizes.nconsumers,
+                });
+            }
+            w = s.block_until(|| {
+                let w = slot.word.load(Ordering::Acquire);
+                room(w).then_some(Ok(w))
+            })?;
+        }
+        if slot
+            .word
+            .compare_exchange(w, want << TAG_SHIFT, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return s.fail(Error::invalid(
+                &s.name,
+                format!("slot of seq {seq} changed under its producer"),
+            ));
+        }
+        h.next_seq.store(seq + 1, Ordering::Release);
+        s.wake(false);
+        Ok(Some(idx))
+    }
+
+    /// Record `seq` (the next one) at the current end of `stream`: consumers in every process
+    /// are ordered after the work enqueued on `stream` before this call. A stream that failed
+    /// before the record stops the ring (its consumers would wait forever otherwise).
+    ///
+    /// # Errors
+    /// As [`EventRingbuf::record`](crate::EventRingbuf::record); [`Error::InvalidArgument`]
+    /// from a process that opened the ring (only its creator records).
+    pub fn record(
+        &self,
+        stream: &B::Stream,
+        seq: i64,
+        blocking: impl Into<Blocking>,
+    ) -> Result<()> {
+        let Some(idx) = self.claim(seq, blocking.into())? else {
+            return Ok(());
+        };
+        let shared = self.shared.clone();
+        let r = self.backend.launch_host_always(
+            stream,
+            Box::new(move |failure| {
+                // An error here stopped the ring already, which is how consumers learn of it.
+                let _ = shared.complete(idx, seq, failure);
+            }),
+        );
+        r.or_else(|e| self.shared.fail(e))
+    }
+
+    /// Record `seq` from the host: the work it stands for is done now.
+    ///
+    /// # Errors
+    /// As [`record`](Self::record).
+    pub fn record_host(&self, seq: i64, blocking: impl Into<Blocking>) -> Result<()> {
+        match self.claim(seq, blocking.into())? {
+            Some(idx) => self.shared.complete(idx, seq, None),
+            None => Ok(()),
+        }
+    }
+
+    /// Take a consumer's share of `seq`; `None` for `seq < 0`.
+    fn take(&self, seq: i64, blocking: Blocking) -> Result<Option<usize>> {
+        let s = &*self.shared;
+        s.check_stopped()?;
+        if seq < 0 {
+            return Ok(None);
+        }
+        let n = u64::from(s.seg.sizes.nconsumers);
+        if n == 0 {
+            return s.fail(Error::OverConsumed {
+                ring: s.name.clone(),
+                seq,
+                nconsumers: 0,
+            });
+        }
+        let h = s.seg.header();
+        let max = s.max();
+        let idx = (seq % max) as usize;
+        let want = (seq / max) as u64 + 1;
+        let slot = s.seg.slot(idx);
+        loop {
+            let w = slot.word.load(Ordering::Acquire);
+            let t = tag(w);
+            if t < want {
+                if blocking == Blocking::No {
+                    return s.fail(Error::NotYetProduced {
+                        ring: s.name.clone(),
+                        seq,
+                        next: h.next_seq.load(Ordering::Acquire),
+                    });
+                }
+                s.block_until(|| {
+                    let published = tag(slot.word.load(Ordering::Acquire)) >= want;
+                    if published {
+                        Some(Ok(()))
+                    } else if h.producer_closed.load(Ordering::Acquire) != 0 {
+                        Some(self.producer_gone(seq))
+                    } else {
+                        None
+                    }
+                })?;
+                continue;
+            }
+            if t > want {
+                return s.fail(Error::Stale {
+                    ring: s.name.clone(),
+                    seq,
+                    current: (t as i64 - 1) * max + idx as i64,
+                    max_size: s.seg.sizes.max_size,
+                    nconsumers: s.seg.sizes.nconsumers,
+                });
+            }
+            if taken(w) >= n {
+                return s.fail(Error::OverConsumed {
+                    ring: s.name.clone(),
+                    seq,
+                    nconsumers: s.seg.sizes.nconsumers,
+                });
+            }
+            if slot
+                .word
+                .compare_exchange(w, w + TAKEN_ONE, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return Ok(Some(idx));
+            }
+        }
+    }
+
+    fn producer_gone<T>(&self, seq: i64) -> Result<T> {
+        let reason = format!("the producer closed the ring before recording seq {seq}");
+        self.shared.stop(&reason);
+        Err(Error::Stopped {
+            ring: self.shared.name.clone(),
+            reason: reason.into(),
+            cause: None,
+        })
+    }
+
+    /// Make `stream` (of this process) wait for `seq`'s work in the producer process.
+    ///
+    /// # Errors
+    /// As [`EventRingbuf::wait`](crate::EventRingbuf::wait). If the ring stops or a peer
+    /// dies while the stream waits, the stream fails with that error.
+    pub fn wait(&self, stream: &B::Stream, seq: i64, blocking: impl Into<Blocking>) -> Result<()> {
+        let Some(idx) = self.take(seq, blocking.into())? else {
+            return Ok(());
+        };
+        let shared = self.shared.clone();
+        let r = self.backend.launch_host(
+            stream,
+            Box::new(move || {
+                if let Err(e) = shared.await_done(idx, seq) {
+                    // Fails the stream: what it runs next must not run unordered.
+                    panic!("{e}");
+                }
+            }),
+        );
+        self.shared.release(idx);
+        r.or_else(|e| self.shared.fail(e))
+    }
+
+    /// Block this thread until `seq`'s work in the producer process is done.
+    ///
+    /// # Errors
+    /// As [`EventRingbuf::synchronize`](crate::EventRingbuf::synchronize), and
+    /// [`Error::PeerLost`] when a process of the ring dies meanwhile.
+    pub fn synchronize(&self, seq: i64, blocking: impl Into<Blocking>) -> Result<()> {
+        let Some(idx) = self.take(seq, blocking.into())? else {
+            return Ok(());
+        };
+        self.shared.await_done(idx, seq)?;
+        self.shared.release(idx);
+        Ok(())
+    }
+
+    /// Block until `seq` is recorded (not necessarily done); consumes nothing.
+    ///
+    /// # Errors
+    /// [`Error::Stopped`], [`Error::PeerLost`].
+    pub fn synchronize_with_producer(&self, seq: i64) -> Result<()> {
+        let s = &*self.shared;
+        s.check_stopped()?;
+        let h = s.seg.header();
+        s.block_until(|| {
+            if h.next_seq.load(Ordering::Acquire) > seq {
+                Some(Ok(()))
+            } else if h.producer_closed.load(Ordering::Acquire) != 0 {
+                Some(self.producer_gone(seq))
+            } else {
+                None
+            }
+        })
+    }
+}
+
+impl<B: Backend> Drop for SharedRing<B> {
+    fn drop(&mut self) {
+        if self.role == Role::Producer {
+            let h = self.shared.seg.header();
+            h.producer_closed.store(1, Ordering::Release);
+            self.shared.wake(true);
+        }
+    }
+}
