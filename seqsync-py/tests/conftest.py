@@ -24,3 +24,11 @@ def cuda():
         if os.environ.get("SEQSYNC_REQUIRE_GPU") == "1":
             pytest.fail(f"SEQSYNC_REQUIRE_GPU=1 but no GPU: {e}")
         pytest.skip(f"needs a GPU: {e}")
+
+def catch(f):
+    """What `f()` raised (None if nothing): for checks on an exception raised in another thread."""
+    try:
+        f()
+    except Exception as e:  # noqa: BLE001 - the test looks at what was raised
+        return e
+    return None

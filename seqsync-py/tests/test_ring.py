@@ -9,6 +9,7 @@ import time
 import pytest
 
 import seqsync
+from conftest import catch
 
 
 @pytest.fixture
@@ -199,11 +200,3 @@ def test_recording_raises_the_rings_own_error_on_exit(host):
     with pytest.raises(seqsync.OutOfOrder):
         with ring.recording(5, copy):
             pass
-
-
-def catch(f):
-    try:
-        f()
-    except Exception as e:  # noqa: BLE001 - the test looks at what was raised
-        return e
-    return None

@@ -8,6 +8,7 @@ import time
 import pytest
 
 import seqsync
+from conftest import catch
 
 
 @pytest.fixture
@@ -99,11 +100,3 @@ def test_with_timeline_that_ends_well_changes_nothing(host):
     with t:
         t.signal(3)
     assert not t.failed and t.query() == 3
-
-
-def catch(f):
-    try:
-        f()
-    except Exception as e:  # noqa: BLE001 - the test looks at what was raised
-        return e
-    return None

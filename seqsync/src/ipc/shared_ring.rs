@@ -308,17 +308,7 @@ impl<B: Backend + Clone> SharedRing<B> {
             .try_clone_to_owned()
             .map_err(|e| Error::invalid(name, format!("dup its segment: {e}")))?;
         let server = Server::start(name, fd)?;
-        let peer = peers::register(seg.header(), name, Role::Producer)?;
-        Ok(SharedRing {
-            shared: Arc::new(Shared {
-                name: name.to_owned(),
-                seg,
-                peer,
-            }),
-            backend: backend.clone(),
-            role: Role::Producer,
-            _server: Some(server),
-        })
+        Self::joined(backend, name, seg, Role::Producer, Some(server))
     }
 
     /// Open ring `name`, made by another process (or this one) of the same user, as a
@@ -332,7 +322,18 @@ impl<B: Backend + Clone> SharedRing<B> {
         check_name(name)?;
         check_backend(backend, name)?;
         let seg = Segment::open(name, rendezvous::fetch(name)?)?;
-        let peer = peers::register(seg.header(), name, Role::Consumer)?;
+        Self::joined(backend, name, seg, Role::Consumer, None)
+    }
+
+    /// This process registered in the segment's peer table as `role`.
+    fn joined(
+        backend: &B,
+        name: &str,
+        seg: Segment,
+        role: Role,
+        server: Option<Server>,
+    ) -> Result<Self> {
+        let peer = peers::register(seg.header(), name, role)?;
         Ok(SharedRing {
             shared: Arc::new(Shared {
                 name: name.to_owned(),
@@ -340,8 +341,8 @@ impl<B: Backend + Clone> SharedRing<B> {
                 peer,
             }),
             backend: backend.clone(),
-            role: Role::Consumer,
-            _server: None,
+            role,
+            _server: server,
         })
     }
 }
