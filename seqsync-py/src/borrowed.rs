@@ -174,27 +174,27 @@ pub(crate) fn with_stream<T>(
     obj: Option<&Bound<'_, PyAny>>,
     f: impl FnOnce(&AnyStream) -> PyResult<T>,
 ) -> PyResult<T> {
-    let current;
-    let obj = match obj {
-        Some(o) => {
-            if let Ok(s) = o.cast::<Stream>() {
-                return f(s.get().get());
-            }
-            if let Ok(s) = o.cast::<StageStream>() {
-                return s.get().with(f);
-            }
-            o
+    if let Some(o) = obj {
+        if let Ok(s) = o.cast::<Stream>() {
+            return f(s.get().get());
         }
-        None => {
-            current = current_stream(py)?;
-            &current
+        if let Ok(s) = o.cast::<StageStream>() {
+            return s.get().with(f);
         }
-    };
+    }
     if !matches!(b.backend, AnyBackend::Cuda(_)) {
         return Err(PyTypeError::new_err(
             "the host backend takes only its own streams (Backend.new_stream)",
         ));
     }
+    let current;
+    let obj = match obj {
+        Some(o) => o,
+        None => {
+            current = current_stream(py)?;
+            &current
+        }
+    };
     if let Some(s) = b.cached(obj, None) {
         return f(&s);
     }

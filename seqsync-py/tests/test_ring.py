@@ -59,7 +59,7 @@ def test_a_host_ring_refuses_foreign_streams(host):
     ring = seqsync.EventRingbuf(host, "r", nconsumers=1, max_size=4)
     with pytest.raises(TypeError):
         ring.record(0, 12345)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="host backend takes only its own streams"):
         ring.record(0)  # stream=None: needs a framework's current stream, and CUDA
 
 

@@ -491,6 +491,22 @@ fn bad_names_sizes_and_missing_rings_are_named_errors() {
 }
 
 #[test]
+fn a_ring_takes_sixteen_processes_and_names_the_limit() {
+    let host = HostBackend::new();
+    let name = unique("peers");
+    let _p = SharedRing::create(&host, &name, 1, 2).unwrap();
+    // Each handle takes an entry of the peer table, as a process does.
+    let _consumers: Vec<_> = (0..15)
+        .map(|_| SharedRing::open(&host, &name).unwrap())
+        .collect();
+    let e = SharedRing::open(&host, &name).unwrap_err();
+    assert!(
+        e.to_string().contains("16 processes share it already"),
+        "{e}"
+    );
+}
+
+#[test]
 fn only_the_creator_records() {
     let (_p, c) = pair("consumer-records", 1, 2);
     let e = c.record_host(0, Blocking::No).unwrap_err();
