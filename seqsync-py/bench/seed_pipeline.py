@@ -3,6 +3,7 @@
 PyTorch events (one host thread), every element of every batch verified, in the same run.
 
     python3 seqsync-py/bench/seed_pipeline.py [--mib 64 1] [--repeat 3] [--spec PATH] [--profile]
+        [--check equal|eq-all] [--torch-threads N]
 
 `--spec` runs another declaration of the same stages (a spec whose `copy_out` is `sync = true`
 gets `process` as its after-sync hook); `--profile` prints, per host thread, the time spent in
@@ -10,6 +11,7 @@ the stage functions (Python) against the run's wall time.
 """
 
 import argparse
+import os
 import pathlib
 import statistics
 import time
@@ -22,6 +24,9 @@ SEED = pathlib.Path(__file__).resolve().parents[2] / "specs" / "seed-python.toml
 
 STREAMS = ("s_h2g", "s_f", "s_g", "s_h", "s_g2h")
 
+# How `process` checks a batch on the host (`--check`).
+CHECK = "equal"
+
 
 class Work:
     """Buffers and kernels shared by both versions: inp = seq, x = 2 inp, y = inp + 1,
@@ -33,6 +38,10 @@ class Work:
         self.buf = {k: [torch.empty(n, device=dev) for _ in range(2)] for k in ("inp", "x", "y", "out")}
         self.host_out = [torch.empty(n, pin_memory=True) for _ in range(2)]
         self.src = [torch.full((n,), float(s % 1000), pin_memory=True) for s in range(min(batches, 8))]
+        # What each batch must come out as (3 seq + 1), prepared once: `torch.equal` then checks
+        # every element in one call (one GIL release), where `==` and `.all()` take two.
+        self.expected = [torch.full((n,), 3.0 * (s % 1000) + 1.0) for s in range(len(self.src))]
+        self.check = CHECK
         self.wrong = 0
         self.checked = 0
 
@@ -55,9 +64,13 @@ class Work:
     def process(self, seq, _stream=None):
         if seq == 0:
             self.threads = torch.get_num_threads()
-        expect = 3.0 * float(seq % len(self.src) % 1000) + 1.0
         self.checked += 1
-        if not bool((self.host_out[seq % 2] == expect).all()):
+        got = self.host_out[seq % 2]
+        if self.check == "equal":
+            ok = torch.equal(got, self.expected[seq % len(self.src)])
+        else:  # "eq-all": compare with a scalar, then reduce
+            ok = bool((got == 3.0 * float(seq % len(self.src) % 1000) + 1.0).all())
+        if not ok:
             self.wrong += 1
 
 
@@ -160,9 +173,17 @@ def main():
     ap.add_argument("--spec", type=pathlib.Path, default=SEED, help="the pipeline declaration")
     ap.add_argument("--profile", action="store_true",
                     help="time spent in each stage function against the wall time")
+    ap.add_argument("--check", choices=("equal", "eq-all"), default="equal",
+                    help="the host check: torch.equal against a prepared tensor (one call), or "
+                         "== with a scalar then .all() (two)")
+    ap.add_argument("--torch-threads", type=int, nargs="+", default=None,
+                    help="torch.set_num_threads for the run (PyTorch's CPU ops, the host check); "
+                         "several: one run of both versions at each")
     ap.add_argument("--switch-interval", type=float, default=None,
                     help="sys.setswitchinterval for the run (Python's GIL hand-off, 5 ms by default)")
     args = ap.parse_args()
+    global CHECK
+    CHECK = args.check
     if args.switch_interval is not None:
         import sys
 
@@ -170,29 +191,41 @@ def main():
     backend = seqsync.Backend("cuda")
     spec = args.spec.read_text()
     print(f"seed pipeline in Python, torch {torch.__version__}, {torch.cuda.get_device_name()}")
-    for mib in args.mib:
-        n = int(mib * (1 << 20) / 4)
-        batches = max(40, int(6400 / mib)) if mib >= 4 else 800
-        rows = {"torch events (hand-ordered)": [], "seqsync Pipeline.run": []}
-        for _ in range(args.repeat):
-            for name, f in (("torch events (hand-ordered)", lambda: run_torch_events(n, batches)),
-                            ("seqsync Pipeline.run", lambda: run_seqsync(backend, spec, n, batches))):
-                wall, w = f()
-                assert w.checked == batches and w.wrong == 0, (name, w.checked, w.wrong)
-                rows[name].append(batches * n * 4 / wall / 1e9)
-        base = statistics.median(rows["torch events (hand-ordered)"])
-        print(f"  {mib:g} MiB x {batches} batches, every batch verified, median of {args.repeat}:")
-        for name, v in rows.items():
-            m = statistics.median(v)
-            print(f"    {name:30s} {m:8.3f} GB/s   x torch events {m / base:5.2f}")
-        if args.profile:
-            for name, f in (("torch events", run_torch_events), ("seqsync", lambda n, b, p: run_seqsync(backend, spec, n, b, p))):
-                prof = {}
-                wall, w = f(n, batches, prof)
-                print(f"    profile of one more {name} run ({wall * 1e3:.1f} ms wall, torch threads "
-                      f"{w.threads} where process runs), time in each stage function per batch:")
-                for stage, t in prof.items():
-                    print(f"      {stage:10s} {t / batches * 1e6:9.1f} us  ({t / wall:5.1%} of wall)")
+    for threads in args.torch_threads or [None]:
+        if threads is not None:
+            torch.set_num_threads(threads)
+        print(f"torch threads {torch.get_num_threads()} (of {os.cpu_count()} CPUs), check {CHECK}")
+        for mib in args.mib:
+            run_size(args, backend, spec, mib)
+
+
+def run_size(args, backend, spec, mib):
+    """Both versions at one batch size, `--repeat` times, then profiled if asked."""
+    n = int(mib * (1 << 20) / 4)
+    batches = max(40, int(6400 / mib)) if mib >= 4 else 800
+    rows = {"torch events (hand-ordered)": [], "seqsync Pipeline.run": []}
+    for _ in range(args.repeat):
+        for name, f in (("torch events (hand-ordered)", lambda: run_torch_events(n, batches)),
+                        ("seqsync Pipeline.run", lambda: run_seqsync(backend, spec, n, batches))):
+            wall, w = f()
+            assert w.checked == batches and w.wrong == 0, (name, w.checked, w.wrong)
+            rows[name].append(batches * n * 4 / wall / 1e9)
+    base = statistics.median(rows["torch events (hand-ordered)"])
+    print(f"  {mib:g} MiB x {batches} batches, every batch verified, median of {args.repeat}:")
+    for name, v in rows.items():
+        m = statistics.median(v)
+        print(f"    {name:30s} {m:8.3f} GB/s   x torch events {m / base:5.2f}")
+    if args.profile:
+        for name, f in (("torch events", run_torch_events), ("seqsync", lambda n, b, p: run_seqsync(backend, spec, n, b, p))):
+            prof = {}
+            cpu = time.process_time()
+            wall, w = f(n, batches, prof)
+            cpu = time.process_time() - cpu
+            print(f"    profile of one more {name} run ({wall * 1e3:.1f} ms wall, {cpu / wall:.2f} "
+                  f"cores busy, torch threads {w.threads} where process runs), time in each "
+                  f"stage function per batch:")
+            for stage, t in prof.items():
+                print(f"      {stage:10s} {t / batches * 1e6:9.1f} us  ({t / wall:5.1%} of wall)")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 //! Python bindings of seqsync (`import seqsync`): backends and streams (`stream.rs`), streams
 //! borrowed from frameworks (`borrowed.rs`), rings
 //! (`ring.rs`), timelines (`timeline.rs`), declared pipelines (`pipeline.rs`), the exception
-//! classes (`errors.rs`) and blocking without the GIL, interruptible (`block.rs`).
+//! classes (`errors.rs`), blocking without the GIL, interruptible (`block.rs`), and the Python
+//! thread state a run's thread keeps between stage calls (`thread_state.rs`).
 //!
 //! Every call that can block releases the GIL; a host wait checks for Ctrl-C every 20 ms.
 
@@ -11,6 +12,7 @@ mod errors;
 mod pipeline;
 mod ring;
 mod stream;
+mod thread_state;
 mod timeline;
 
 use pyo3::prelude::*;

@@ -17,6 +17,7 @@ use crate::block::interruptible;
 use crate::borrowed::borrow;
 use crate::errors::{to_py, IntoPyResult, StageError};
 use crate::stream::Backend;
+use crate::thread_state;
 
 /// A pipeline declared in TOML (the `seqsync check` format): threads, streams, buffers and
 /// stages. seqsync derives every ring, proves the schedule deadlock-free, and runs it with one
@@ -455,6 +456,7 @@ impl Run<'_> {
         for (name, f) in launch {
             stages = stages.stage(name.clone(), move |cx: &StageCtx<'_, AnyBackend>| {
                 check()?;
+                thread_state::keep();
                 Python::attach(|py| {
                     let name = stream_name(cx).unwrap_or_default();
                     if let Some(owner) = owners.get(name) {
@@ -486,6 +488,7 @@ impl Run<'_> {
             let stage = name.clone();
             stages = stages.after_sync(name.clone(), move |seq| {
                 check()?;
+                thread_state::keep();
                 Python::attach(|py| {
                     f.call1(py, (seq,))
                         .map(drop)

@@ -115,6 +115,31 @@ def test_a_malformed_spec_names_its_line():
     assert e.value.line == 4
 
 
+def test_a_stage_thread_keeps_its_python_thread_state_across_batches():
+    """A run's thread makes its Python thread state once: what a stage keeps in a
+    `threading.local` is there in its next call on the same thread (a thread state made and
+    deleted per call would lose it, and cost a thread state per stage call)."""
+    import threading
+
+    p = seqsync.Pipeline.from_toml(SPEC)
+    local = threading.local()
+    lost = []
+
+    def counting(name):
+        def stage(seq, s):
+            seen = getattr(local, "seen", None)
+            if seq > 0 and seen != seq - 1:
+                lost.append((name, seq, seen))
+            local.seen = seq
+
+        return stage
+
+    st = {name: counting(name) for name in ("copy_in", "copy_out")}
+    st["kernel"] = lambda q, s: None  # on copy_in's thread: leaves the local alone
+    p.run(seqsync.Backend("host"), st, batches=30)
+    assert lost == [], lost[:3]
+
+
 def test_a_stage_stream_is_valid_only_during_its_call():
     p = seqsync.Pipeline.from_toml(SPEC)
     kept = []
