@@ -188,7 +188,9 @@ impl Pipeline {
     /// `streams` maps spec stream names to framework streams to use (CUDA; the others are
     /// made); a stage on one of them is given that object itself. A Python exception in a stage stops every ring and is raised as `StageError`
     /// (`.stage`, `.seq`, the exception as `__cause__`); Ctrl-C stops the run. Returns the
-    /// wall time and per-thread counts.
+    /// wall time and per-thread counts. Each spec thread is a host thread taking turns at the
+    /// GIL; a stage with heavy PyTorch CPU work wants `torch.set_num_threads` to leave the
+    /// spec's threads their cores (README, "Python").
     #[pyo3(signature = (backend, stages, *, batches, after_sync = None, streams = None, stall_timeout = 10.0))]
     #[allow(clippy::too_many_arguments)]
     fn run(
