@@ -291,17 +291,29 @@ pub enum Error {
         threads: Vec<String>,
     },
 
-    /// A process that shared the ring ([`SharedRing`](crate::ipc::SharedRing)) died without
-    /// closing it (killed, or exited with the ring open): every call blocked on the ring in
-    /// every surviving process returns this, and the ring is stopped.
-    #[error("ring '{ring}': peer lost: the {role} process {pid} died with the ring open")]
+    /// A process that shared the ring ([`SharedRing`](crate::ipc::SharedRing)) or timeline
+    /// ([`SharedTimeline`](crate::ipc::SharedTimeline)) died without closing it (killed, or
+    /// exited with it open): every call blocked on the ring in every surviving process returns
+    /// this, and the ring is stopped; a shared timeline fails with this as the cause.
+    #[error("'{ring}': peer lost: the {role} process {pid} died with it open")]
     PeerLost {
-        /// The ring.
+        /// The ring or timeline.
         ring: String,
         /// The dead process's id.
         pid: u32,
         /// `producer` or `consumer`.
         role: &'static str,
+    },
+
+    /// Another process failed a shared timeline
+    /// ([`SharedTimeline::fail`](crate::ipc::SharedTimeline::fail)): the cause of the
+    /// [`Error::TimelineFailed`] every other process sees, with that process's message.
+    #[error("failed by process {pid}: {message}")]
+    FailedElsewhere {
+        /// The process that failed it.
+        pid: u32,
+        /// Its error, as text.
+        message: String,
     },
 
     /// A shared segment that [`SharedRing::open`](crate::ipc::SharedRing::open) refuses:

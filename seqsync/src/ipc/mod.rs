@@ -1,16 +1,20 @@
 //! Across processes: [`SharedRing`], the [`EventRingbuf`](crate::EventRingbuf) contract for
-//! one producer process and consumers in other processes of the same user on one host.
+//! one producer process and consumers in other processes of the same user on one host, and
+//! [`SharedTimeline`], a [`Timeline`](crate::timeline::Timeline) every such process signals
+//! and waits on.
 //!
 //! It may use: `backend`, through the [`Backend`](crate::backend::Backend) trait only (host
-//! work on a stream, and whether such work may block), and `ring` (its
-//! [`Blocking`](crate::Blocking) flag).
+//! work on a stream, and whether such work may block), `ring` (its
+//! [`Blocking`](crate::Blocking) flag) and `timeline` (its value limit).
 //!
 //! | module | what |
 //! |---|---|
-//! | `segment` | the shared memory: a sealed memory file of mode 0600, its layout, the checks `open` makes |
-//! | `rendezvous` | finding a ring by name: an abstract Unix socket that hands the segment over (`SCM_RIGHTS`) |
-//! | `peers` | which processes share a ring and whether they still live |
-//! | `shared_ring` | the contract |
+//! | `segment` | the shared memory: a sealed memory file of mode 0600, its layout (a ring's or a timeline's), the checks `open` makes |
+//! | `rendezvous` | finding a ring or timeline by name: an abstract Unix socket that hands the segment over (`SCM_RIGHTS`) |
+//! | `peers` | which processes share a segment and whether they still live |
+//! | `wake` | sleeping on a segment (a process-shared futex) until something changes, checking the peers meanwhile |
+//! | `shared_ring` | the ring's contract |
+//! | `shared_timeline` | the timeline's contract |
 //!
 //! Linux only (memory files, futexes, abstract sockets, `/proc`).
 
@@ -18,5 +22,8 @@ mod peers;
 mod rendezvous;
 mod segment;
 mod shared_ring;
+mod shared_timeline;
+mod wake;
 
 pub use shared_ring::{Mechanism, SharedRing};
+pub use shared_timeline::SharedTimeline;

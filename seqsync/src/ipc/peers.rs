@@ -1,4 +1,4 @@
-//! Which processes share a ring, and whether they are still alive: each registers its pid and
+//! Which processes share a ring or timeline, and whether they are still alive: each registers its pid and
 //! start time in the segment's peer table; a blocked call checks the others (by `/proc`) every
 //! [`CHECK_EVERY`], so a process killed with the ring open is noticed within that time.
 
@@ -17,14 +17,19 @@ pub(crate) const CHECK_EVERY: Duration = Duration::from_millis(100);
 pub(crate) enum Role {
     Producer = 0,
     Consumer = 1,
+    /// A timeline's creator.
+    Creator = 2,
+    /// A process that opened a timeline.
+    Opener = 3,
 }
 
 impl Role {
-    fn name(raw: u32) -> &'static str {
-        if raw == 0 {
-            "producer"
-        } else {
-            "consumer"
+    pub(crate) fn name(raw: u32) -> &'static str {
+        match raw {
+            0 => "producer",
+            2 => "creating",
+            3 => "opening",
+            _ => "consumer",
         }
     }
 }
@@ -44,8 +49,16 @@ fn start_time(pid: u32) -> Option<u64> {
     fields.nth(18)?.parse().ok()
 }
 
-fn me() -> u32 {
+pub(crate) fn me() -> u32 {
     rustix::process::getpid().as_raw_nonzero().get() as u32
+}
+
+/// How many entries of the table are in use (by living or dead processes).
+pub(crate) fn registered(h: &Header) -> usize {
+    h.peers
+        .iter()
+        .filter(|p| p.state.load(Ordering::Acquire) != 0)
+        .count()
 }
 
 /// Claim an entry of the table for this process; its index.
@@ -66,7 +79,7 @@ pub(crate) fn register(h: &Header, ring: &str, role: Role) -> Result<usize> {
     }
     Err(Error::invalid(
         ring,
-        format!("{MAX_PEERS} processes share it already (the most a shared ring takes)"),
+        format!("{MAX_PEERS} processes share it already (the most a segment takes)"),
     ))
 }
 

@@ -1,5 +1,5 @@
-//! How a process finds a ring by name: the creating process listens on an abstract Unix
-//! socket named for the user and the ring, and hands the segment's memory file to every
+//! How a process finds a ring or timeline by name: the creating process listens on an abstract
+//! Unix socket named for the user, the kind and the name, and hands the segment's memory file to every
 //! process of the same user that connects (`SCM_RIGHTS`). An abstract socket and a memory
 //! file have no path: the kernel frees both when the processes holding them end, however they
 //! end, so no segment outlives the processes that used it and a name is free again as soon as
@@ -19,11 +19,12 @@ use rustix::net::{
     SendAncillaryMessage, SendFlags, Shutdown,
 };
 
+use super::segment::Kind;
 use crate::error::{Error, Result};
 
-fn address(name: &str) -> Result<SocketAddr> {
+fn address(kind: Kind, name: &str) -> Result<SocketAddr> {
     let uid = rustix::process::getuid().as_raw();
-    SocketAddr::from_abstract_name(format!("seqsync/{uid}/ring/{name}"))
+    SocketAddr::from_abstract_name(format!("seqsync/{uid}/{}/{name}", kind.noun()))
         .map_err(|e| Error::invalid(name, format!("no socket address for it: {e}")))
 }
 
@@ -39,14 +40,17 @@ pub(crate) struct Server {
 }
 
 impl Server {
-    /// Claim `name` and serve `fd` to every process of this user that asks. A name another
-    /// living process serves is [`Error::InvalidArgument`].
-    pub(crate) fn start(name: &str, fd: OwnedFd) -> Result<Server> {
-        let listener = UnixListener::bind_addr(&address(name)?).map_err(|e| {
+    /// Claim `name` (of `kind`) and serve `fd` to every process of this user that asks. A
+    /// name another living process serves is [`Error::InvalidArgument`].
+    pub(crate) fn start(kind: Kind, name: &str, fd: OwnedFd) -> Result<Server> {
+        let listener = UnixListener::bind_addr(&address(kind, name)?).map_err(|e| {
             if e.kind() == std::io::ErrorKind::AddrInUse {
                 Error::invalid(
                     name,
-                    "a shared ring of this name exists (its creating process is alive)",
+                    format!(
+                        "a shared {} of this name exists (its creating process is alive)",
+                        kind.noun()
+                    ),
                 )
             } else {
                 Error::invalid(name, format!("cannot listen for it: {e}"))
@@ -56,7 +60,7 @@ impl Server {
         let done = Arc::new(AtomicBool::new(false));
         let (l, d) = (listener.clone(), done.clone());
         let thread = std::thread::Builder::new()
-            .name("seqsync-ring-serve".into())
+            .name(format!("seqsync-{}-serve", kind.noun()))
             .spawn(move || serve(&l, &d, &fd))
             .map_err(|e| Error::invalid(name, format!("cannot spawn its server thread: {e}")))?;
         Ok(Server {
@@ -101,10 +105,14 @@ impl Drop for Server {
     }
 }
 
-/// The memory file of ring `name`, from its creating process.
-pub(crate) fn fetch(name: &str) -> Result<OwnedFd> {
-    let conn = UnixStream::connect_addr(&address(name)?)
-        .map_err(|e| Error::invalid(name, format!("no shared ring of this name is open ({e})")))?;
+/// The memory file of `name` (of `kind`), from its creating process.
+pub(crate) fn fetch(kind: Kind, name: &str) -> Result<OwnedFd> {
+    let conn = UnixStream::connect_addr(&address(kind, name)?).map_err(|e| {
+        Error::invalid(
+            name,
+            format!("no shared {} of this name is open ({e})", kind.noun()),
+        )
+    })?;
     if !same_user(conn.as_fd()) {
         return Err(Error::BadSegment {
             ring: name.to_owned(),

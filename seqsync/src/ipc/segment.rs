@@ -1,11 +1,13 @@
-//! The shared segment of a [`SharedRing`](super::SharedRing): an anonymous memory file
-//! (`memfd`, mode 0600, sealed against resizing) mapped by every process of the ring, its
-//! layout, and the checks `open` makes before trusting a segment another process handed it.
+//! The shared segment of a [`SharedRing`](super::SharedRing) or a
+//! [`SharedTimeline`](super::SharedTimeline): an anonymous memory file (`memfd`, mode 0600,
+//! sealed against resizing) mapped by every process that uses it, its layout, and the checks
+//! `open` makes before trusting a segment another process handed it.
 //!
 //! Every field is an atomic, so a peer writing while this process reads is defined behaviour,
-//! and any bit pattern is a valid value. The sizes (`nconsumers`, `max_size`) are read once, at
-//! open, checked, and kept in this process: nothing read from the segment later is used as a
-//! pointer, a length or an index; a slot's index is always `seq mod max_size` computed here.
+//! and any bit pattern is a valid value. The kind and the sizes (`nconsumers`, `max_size`) are
+//! read once, at open, checked, and kept in this process: nothing read from the segment later
+//! is used as a pointer, a length or an index; a slot's index is always `seq mod max_size`
+//! computed here. A timeline's segment has no slots: its value is in the header.
 
 use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
@@ -19,12 +21,13 @@ use crate::error::{Error, Result};
 /// The first eight bytes of every segment.
 const MAGIC: u64 = u64::from_le_bytes(*b"SEQSYNC\x01");
 /// The layout's version: a segment of another version is refused.
-pub(crate) const LAYOUT_VERSION: u32 = 1;
-/// Processes a ring's segment has room for (one producer, the rest consumers).
+pub(crate) const LAYOUT_VERSION: u32 = 2;
+/// Processes a segment has room for (a ring's: one producer, the rest consumers).
 pub(crate) const MAX_PEERS: usize = 16;
-/// Bytes of a ring name.
+/// Bytes of a ring's or timeline's name.
 pub(crate) const NAME_MAX: usize = 64;
-/// Bytes of a stop reason kept in the segment (longer ones are cut at a character boundary).
+/// Bytes of a stop (or failure) reason kept in the segment (longer ones are cut at a character
+/// boundary).
 pub(crate) const REASON_MAX: usize = 256;
 /// The largest `max_size` of a shared ring: a segment is 16 bytes a slot, so 2^16 slots make
 /// 1 MiB, plenty for rings whose size is a handful of batches.
@@ -43,22 +46,78 @@ pub(crate) struct Header {
     creator_pid: AtomicU32,
     creator_uid: AtomicU32,
     name_len: AtomicU32,
-    _pad: AtomicU32,
+    kind: AtomicU32,
     name: [AtomicU8; NAME_MAX],
     /// Bumped on every change a blocked call may wait for; the futex word of every wait.
     pub(crate) changes: AtomicU32,
     /// How many calls sleep on `changes` (a change wakes them only when there are any).
     pub(crate) sleepers: AtomicU32,
     /// 0 running, 1 a stop's reason being written, 2 stopped.
-    pub(crate) stop_state: AtomicU32,
-    pub(crate) reason_len: AtomicU32,
-    pub(crate) reason: [AtomicU8; REASON_MAX],
+    stop_state: AtomicU32,
+    reason_len: AtomicU32,
+    reason: [AtomicU8; REASON_MAX],
     /// The next seq the producer records.
     pub(crate) next_seq: AtomicI64,
     /// 1 once the producer closed the ring (no seq after `next_seq - 1` will come).
     pub(crate) producer_closed: AtomicU32,
-    _pad2: AtomicU32,
+    /// The process that stopped the ring or failed the timeline (0: none yet).
+    pub(crate) stopped_by: AtomicU32,
+    /// A timeline's value (a ring's is 0).
+    pub(crate) value: AtomicU64,
+    /// The highest value a timeline was signalled or had a signal enqueued for.
+    pub(crate) enqueued: AtomicU64,
+    /// A timeline failed by a dead peer: `1 << 63 | role << 32 | pid` (0: not so).
+    pub(crate) lost_peer: AtomicU64,
     pub(crate) peers: [Peer; MAX_PEERS],
+}
+
+impl Header {
+    /// Claim the stop (or failure): `true` for the one caller, in any process, that gets to
+    /// write its reason with [`finish_stop`](Self::finish_stop).
+    pub(crate) fn begin_stop(&self) -> bool {
+        self.stop_state
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Write the reason (its first [`REASON_MAX`] bytes, cut at a character boundary) and the
+    /// process, then publish the stop.
+    pub(crate) fn finish_stop(&self, reason: &str, pid: u32) {
+        let mut end = reason.len().min(REASON_MAX);
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        for (b, c) in self.reason.iter().zip(reason[..end].bytes()) {
+            b.store(c, Ordering::Relaxed);
+        }
+        self.reason_len.store(end as u32, Ordering::Relaxed);
+        self.stopped_by.store(pid, Ordering::Relaxed);
+        self.stop_state.store(2, Ordering::Release);
+    }
+
+    /// 0 running, 2 stopped, 1 stopped by a process that died writing why (a reason being
+    /// written takes nanoseconds: this waits that out first).
+    pub(crate) fn stop_state(&self) -> u32 {
+        let mut state = self.stop_state.load(Ordering::Acquire);
+        for _ in 0..1000 {
+            if state != 1 {
+                break;
+            }
+            std::thread::yield_now();
+            state = self.stop_state.load(Ordering::Acquire);
+        }
+        state
+    }
+
+    /// The reason a stopped segment keeps.
+    pub(crate) fn reason(&self) -> String {
+        let len = (self.reason_len.load(Ordering::Relaxed) as usize).min(REASON_MAX);
+        let bytes: Vec<u8> = self.reason[..len]
+            .iter()
+            .map(|b| b.load(Ordering::Relaxed))
+            .collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
 }
 
 /// One process of the ring, for the liveness check.
@@ -82,6 +141,23 @@ pub(crate) struct Slot {
     pub(crate) word: AtomicU64,
     /// The latest seq of this slot whose work completed (-1: none yet).
     pub(crate) done: AtomicI64,
+}
+
+/// What a segment holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Ring = 1,
+    Timeline = 2,
+}
+
+impl Kind {
+    /// The noun in names and messages.
+    pub(crate) fn noun(self) -> &'static str {
+        match self {
+            Kind::Ring => "ring",
+            Kind::Timeline => "timeline",
+        }
+    }
 }
 
 /// The sizes a segment was made with, checked and kept by this process.
@@ -127,10 +203,11 @@ fn bad(ring: &str, message: impl Into<String>) -> Error {
 }
 
 impl Segment {
-    /// A new segment for ring `name`: a sealed memory file of mode 0600 with its header written.
-    pub(crate) fn create(name: &str, sizes: Sizes) -> Result<Segment> {
+    /// A new segment for `name`: a sealed memory file of mode 0600 with its header written.
+    /// A timeline's has `max_size` 0 (no slots).
+    pub(crate) fn create(name: &str, kind: Kind, sizes: Sizes) -> Result<Segment> {
         let fd = rustix::fs::memfd_create(
-            format!("seqsync-ring-{name}"),
+            format!("seqsync-{}-{name}", kind.noun()),
             MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
         )
         .map_err(|e| io(name, "memfd_create", e))?;
@@ -142,6 +219,7 @@ impl Segment {
         let seg = Segment::map(name, fd, sizes)?;
         let h = seg.header();
         h.version.store(LAYOUT_VERSION, Ordering::Relaxed);
+        h.kind.store(kind as u32, Ordering::Relaxed);
         h.header_size
             .store(std::mem::size_of::<Header>() as u32, Ordering::Relaxed);
         h.total_size.store(total as u64, Ordering::Relaxed);
@@ -165,8 +243,9 @@ impl Segment {
         Ok(seg)
     }
 
-    /// A segment handed over by another process, checked before anything in it is used.
-    pub(crate) fn open(name: &str, fd: OwnedFd) -> Result<Segment> {
+    /// A segment of `kind` handed over by another process, checked before anything in it is
+    /// used.
+    pub(crate) fn open(name: &str, kind: Kind, fd: OwnedFd) -> Result<Segment> {
         let st = rustix::fs::fstat(&fd).map_err(|e| io(name, "fstat", e))?;
         let uid = rustix::process::getuid().as_raw();
         if st.st_uid != uid {
@@ -220,9 +299,22 @@ impl Segment {
         if h.header_size.load(Ordering::Relaxed) as usize != hsize {
             return Err(bad(name, "header of another size"));
         }
+        let stored_kind = h.kind.load(Ordering::Relaxed);
+        if stored_kind != kind as u32 {
+            return Err(bad(
+                name,
+                format!("kind {stored_kind}: not a {} segment", kind.noun()),
+            ));
+        }
         let nconsumers = h.nconsumers.load(Ordering::Relaxed);
         let max_size = h.max_size.load(Ordering::Relaxed) as usize;
-        if max_size == 0 || max_size > MAX_SLOTS {
+        if kind == Kind::Timeline && (max_size != 0 || nconsumers != 0) {
+            return Err(bad(
+                name,
+                format!("a timeline's segment with max_size {max_size}, nconsumers {nconsumers}"),
+            ));
+        }
+        if kind == Kind::Ring && (max_size == 0 || max_size > MAX_SLOTS) {
             return Err(bad(
                 name,
                 format!("max_size {max_size} outside 1..={MAX_SLOTS}"),
@@ -241,7 +333,10 @@ impl Segment {
         if h.total_size.load(Ordering::Relaxed) != total as u64 || size != total {
             return Err(bad(
                 name,
-                format!("{size} bytes, a ring of max_size {max_size} has {total}"),
+                format!(
+                    "{size} bytes, a {} of max_size {max_size} has {total}",
+                    kind.noun()
+                ),
             ));
         }
         if h.creator_uid.load(Ordering::Relaxed) != uid {
@@ -256,7 +351,8 @@ impl Segment {
             return Err(bad(
                 name,
                 format!(
-                    "it is ring '{}'",
+                    "it is {} '{}'",
+                    kind.noun(),
                     String::from_utf8_lossy(&stored).escape_debug()
                 ),
             ));
@@ -323,12 +419,12 @@ mod tests {
     }
 
     fn reopen(seg: &Segment, name: &str) -> Result<Segment> {
-        Segment::open(name, seg.fd().try_clone_to_owned().unwrap())
+        Segment::open(name, Kind::Ring, seg.fd().try_clone_to_owned().unwrap())
     }
 
     #[test]
     fn a_segment_is_mode_0600_sealed_and_reopens_with_its_sizes() {
-        let seg = Segment::create("r", sizes()).unwrap();
+        let seg = Segment::create("r", Kind::Ring, sizes()).unwrap();
         let st = rustix::fs::fstat(seg.fd()).unwrap();
         assert_eq!(st.st_mode & 0o777, 0o600);
         let again = reopen(&seg, "r").unwrap();
@@ -338,7 +434,7 @@ mod tests {
 
     #[test]
     fn open_refuses_a_segment_of_another_name() {
-        let seg = Segment::create("r", sizes()).unwrap();
+        let seg = Segment::create("r", Kind::Ring, sizes()).unwrap();
         let e = reopen(&seg, "other").unwrap_err();
         assert!(matches!(e, Error::BadSegment { .. }), "{e}");
         assert!(e.to_string().contains("it is ring 'r'"), "{e}");
@@ -350,11 +446,38 @@ mod tests {
         rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o600)).unwrap();
         rustix::fs::ftruncate(&fd, 1 << 16).unwrap();
         // Unsealed: refused before anything is read.
-        let e = Segment::open("r", fd.try_clone().unwrap()).unwrap_err();
+        let e = Segment::open("r", Kind::Ring, fd.try_clone().unwrap()).unwrap_err();
         assert!(e.to_string().contains("not sealed"), "{e}");
         rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW).unwrap();
-        let e = Segment::open("r", fd).unwrap_err();
+        let e = Segment::open("r", Kind::Ring, fd).unwrap_err();
         assert!(e.to_string().contains("no seqsync magic"), "{e}");
+    }
+
+    #[test]
+    fn open_refuses_a_segment_of_the_other_kind() {
+        let seg = Segment::create("r", Kind::Ring, sizes()).unwrap();
+        let e =
+            Segment::open("r", Kind::Timeline, seg.fd().try_clone_to_owned().unwrap()).unwrap_err();
+        assert!(e.to_string().contains("not a timeline segment"), "{e}");
+        let t = Segment::create(
+            "t",
+            Kind::Timeline,
+            Sizes {
+                nconsumers: 0,
+                max_size: 0,
+            },
+        )
+        .unwrap();
+        assert!(Segment::open("t", Kind::Timeline, t.fd().try_clone_to_owned().unwrap()).is_ok());
+        // A timeline's segment claiming slots is refused, never mapped past its end.
+        t.header().max_size.store(4, Ordering::Relaxed);
+        let e =
+            Segment::open("t", Kind::Timeline, t.fd().try_clone_to_owned().unwrap()).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("a timeline's segment with max_size 4"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -363,16 +486,16 @@ mod tests {
         rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o600)).unwrap();
         rustix::fs::ftruncate(&fd, 64).unwrap();
         rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW).unwrap();
-        let e = Segment::open("r", fd.try_clone().unwrap()).unwrap_err();
+        let e = Segment::open("r", Kind::Ring, fd.try_clone().unwrap()).unwrap_err();
         assert!(e.to_string().contains("truncated"), "{e}");
         rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o644)).unwrap();
-        let e = Segment::open("r", fd).unwrap_err();
+        let e = Segment::open("r", Kind::Ring, fd).unwrap_err();
         assert!(e.to_string().contains("others may access it"), "{e}");
     }
 
     #[test]
     fn open_refuses_sizes_that_do_not_match_the_file() {
-        let seg = Segment::create("r", sizes()).unwrap();
+        let seg = Segment::create("r", Kind::Ring, sizes()).unwrap();
         // A peer claims a larger ring than the file holds: refused, never mapped past the end.
         seg.header().max_size.store(1000, Ordering::Relaxed);
         let e = reopen(&seg, "r").unwrap_err();

@@ -12,13 +12,11 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
 
-use rustix::thread::futex;
-
-use super::peers::{self, Role, CHECK_EVERY};
+use super::peers::{self, Role};
 use super::rendezvous::{self, Server};
-use super::segment::{Segment, Sizes, MAX_SLOTS, NAME_MAX, REASON_MAX};
+use super::segment::{Kind, Segment, Sizes, MAX_SLOTS, NAME_MAX};
+use super::wake;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::ring::Blocking;
@@ -68,53 +66,21 @@ impl Drop for Shared {
 
 impl Shared {
     fn wake(&self, always: bool) {
-        let h = self.seg.header();
-        h.changes.fetch_add(1, Ordering::SeqCst);
-        if always || h.sleepers.load(Ordering::SeqCst) > 0 {
-            let _ = futex::wake(&h.changes, futex::Flags::empty(), u32::MAX);
-        }
+        wake::wake(self.seg.header(), always);
     }
 
     fn stop(&self, reason: &str) {
         let h = self.seg.header();
-        if h.stop_state
-            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
-            let mut end = reason.len().min(REASON_MAX);
-            while !reason.is_char_boundary(end) {
-                end -= 1;
-            }
-            for (b, c) in h.reason.iter().zip(reason[..end].bytes()) {
-                b.store(c, Ordering::Relaxed);
-            }
-            h.reason_len.store(end as u32, Ordering::Relaxed);
-            h.stop_state.store(2, Ordering::Release);
+        if h.begin_stop() {
+            h.finish_stop(reason, peers::me());
         }
         self.wake(true);
     }
 
     fn stopped(&self) -> Option<Error> {
-        let h = self.seg.header();
-        let mut state = h.stop_state.load(Ordering::Acquire);
-        // A reason being written takes nanoseconds; a writer that died midway leaves 1.
-        for _ in 0..1000 {
-            if state != 1 {
-                break;
-            }
-            std::thread::yield_now();
-            state = h.stop_state.load(Ordering::Acquire);
-        }
-        let reason: String = match state {
+        let reason: String = match self.seg.header().stop_state() {
             0 => return None,
-            2 => {
-                let len = (h.reason_len.load(Ordering::Relaxed) as usize).min(REASON_MAX);
-                let bytes: Vec<u8> = h.reason[..len]
-                    .iter()
-                    .map(|b| b.load(Ordering::Relaxed))
-                    .collect();
-                String::from_utf8_lossy(&bytes).into_owned()
-            }
+            2 => self.seg.header().reason(),
             _ => "stopped by a process that died before writing why".into(),
         };
         Some(Error::Stopped {
@@ -137,27 +103,13 @@ impl Shared {
     /// Sleep until `ready` has an answer, the ring stops, or a peer dies.
     fn block_until<T>(&self, mut ready: impl FnMut() -> Option<Result<T>>) -> Result<T> {
         let h = self.seg.header();
-        let mut checked = Instant::now();
-        let slice = futex::Timespec {
-            tv_sec: 0,
-            tv_nsec: CHECK_EVERY.as_nanos() as _,
-        };
-        loop {
-            let seen = h.changes.load(Ordering::SeqCst);
-            if let Some(r) = ready() {
-                return r;
-            }
-            self.check_stopped()?;
-            if checked.elapsed() >= CHECK_EVERY {
-                if let Err(e) = peers::check(h, &self.name) {
-                    return self.fail(e);
-                }
-                checked = Instant::now();
-            }
-            h.sleepers.fetch_add(1, Ordering::SeqCst);
-            let _ = futex::wait(&h.changes, futex::Flags::empty(), seen, Some(&slice));
-            h.sleepers.fetch_sub(1, Ordering::SeqCst);
-        }
+        wake::sleep_until(
+            h,
+            None,
+            || ready().or_else(|| self.stopped().map(Err)),
+            || peers::check(h, &self.name).err().map(|e| self.fail(e)),
+        )
+        .expect("no deadline")
     }
 
     fn max(&self) -> i64 {
@@ -243,7 +195,7 @@ impl<B: Backend> std::fmt::Debug for SharedRing<B> {
     }
 }
 
-fn check_name(name: &str) -> Result<()> {
+pub(crate) fn check_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= NAME_MAX
         && name
@@ -254,7 +206,7 @@ fn check_name(name: &str) -> Result<()> {
     } else {
         Err(Error::invalid(
             name,
-            format!("a shared ring's name is 1 to {NAME_MAX} of A-Z a-z 0-9 . _ -"),
+            format!("a shared ring's or timeline's name is 1 to {NAME_MAX} of A-Z a-z 0-9 . _ -"),
         ))
     }
 }
@@ -298,6 +250,7 @@ impl<B: Backend + Clone> SharedRing<B> {
         }
         let seg = Segment::create(
             name,
+            Kind::Ring,
             Sizes {
                 nconsumers,
                 max_size,
@@ -307,7 +260,7 @@ impl<B: Backend + Clone> SharedRing<B> {
             .fd()
             .try_clone_to_owned()
             .map_err(|e| Error::invalid(name, format!("dup its segment: {e}")))?;
-        let server = Server::start(name, fd)?;
+        let server = Server::start(Kind::Ring, name, fd)?;
         Self::joined(backend, name, seg, Role::Producer, Some(server))
     }
 
@@ -321,7 +274,7 @@ impl<B: Backend + Clone> SharedRing<B> {
     pub fn open(backend: &B, name: &str) -> Result<Self> {
         check_name(name)?;
         check_backend(backend, name)?;
-        let seg = Segment::open(name, rendezvous::fetch(name)?)?;
+        let seg = Segment::open(name, Kind::Ring, rendezvous::fetch(Kind::Ring, name)?)?;
         Self::joined(backend, name, seg, Role::Consumer, None)
     }
 

@@ -59,6 +59,7 @@ const SURFACE: &[&str] = &[
     "hazard::ValidatingStream",
     "ipc::Mechanism",
     "ipc::SharedRing",
+    "ipc::SharedTimeline",
     "memory::AllocFlags",
     "memory::Allocation",
     "memory::Block",

@@ -1,120 +1,23 @@
-//! `SharedRing` across processes on the host backend. The multi-process cases re-execute this
-//! test binary as the other process: each `child_*` test is ignored in a normal run and is
-//! what the child runs (`--ignored --exact child_…`, with the ring's name in
-//! `SEQSYNC_IPC_RING`).
-#![cfg(target_os = "linux")]
+//! `SharedRing` across processes on the host backend: the contract's rows, the multi-process
+//! cases (a child process runs a `child_*` test: `harness`), the kill tests.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use seqsync::ipc::{Mechanism, SharedRing};
 use seqsync::{Blocking, Error, HostBackend};
 
-const RING: &str = "SEQSYNC_IPC_RING";
-const DATA: &str = "SEQSYNC_IPC_DATA";
+use crate::harness::{
+    self, await_ready, data_path, exit_code, kill_later, unique, Data, DATA, RING, SLOTS,
+};
+
 const SEQS: i64 = 40;
-const SLOTS: usize = 4;
 
-fn unique(what: &str) -> String {
-    format!("t-{what}-{}", std::process::id())
-}
-
-/// This test binary again, running test `name` (ignored in normal runs) as the other process.
+/// This binary again, running this module's test `name` as the other process.
 fn child(name: &str, ring: &str, data: Option<&std::path::Path>) -> Child {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([
-        "--ignored",
-        "--exact",
-        name,
-        "--nocapture",
-        "--test-threads=1",
-    ])
-    .env(RING, ring)
-    .stdout(Stdio::piped())
-    .stderr(Stdio::inherit());
-    if let Some(d) = data {
-        cmd.env(DATA, d);
-    }
-    cmd.spawn().unwrap()
-}
-
-/// Reads the child's stdout until it says it is ready (after the harness's `test NAME ... `).
-fn await_ready(c: &mut Child) {
-    let out = c.stdout.as_mut().unwrap();
-    let mut line = String::new();
-    let mut r = BufReader::new(out);
-    loop {
-        line.clear();
-        assert!(
-            r.read_line(&mut line).unwrap() > 0,
-            "child ended before it was ready"
-        );
-        if line.trim_end().ends_with("SEQSYNC-CHILD-READY") {
-            return;
-        }
-    }
-}
-
-fn exit_code(mut c: Child, within: Duration) -> i32 {
-    let start = Instant::now();
-    loop {
-        if let Some(s) = c.try_wait().unwrap() {
-            return s.code().unwrap_or(-1);
-        }
-        if start.elapsed() > within {
-            let _ = c.kill();
-            panic!("child still running after {within:?}");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-/// Data both processes map: one i64 per ring slot.
-struct Data {
-    _file: std::fs::File,
-    map: memmap2::MmapRaw,
-}
-
-impl Data {
-    fn create(path: &std::path::Path) -> Data {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(path)
-            .unwrap();
-        file.set_len((SLOTS * 8) as u64).unwrap();
-        Data::map(file)
-    }
-    fn open(path: &std::path::Path) -> Data {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .unwrap();
-        Data::map(file)
-    }
-    fn map(file: std::fs::File) -> Data {
-        let map = memmap2::MmapOptions::new()
-            .len(SLOTS * 8)
-            .map_raw(&file)
-            .unwrap();
-        Data { _file: file, map }
-    }
-    fn word(&self, seq: i64) -> &AtomicI64 {
-        let i = (seq as usize) % SLOTS;
-        // SAFETY: the mapping is SLOTS i64 words, page-aligned; both processes touch it only
-        // through atomics.
-        unsafe { &*(self.map.as_ptr().add(i * 8) as *const AtomicI64) }
-    }
-}
-
-fn data_path(what: &str) -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("seqsync-ipc-{what}-{}", std::process::id()))
+    harness::child(&format!("shared_ring::{name}"), ring, data)
 }
 
 /// The producer: each seq's stream work sleeps, then writes seq into its slot of the data.
@@ -165,7 +68,7 @@ fn child_consumer_in_order() {
     )));
     let host = HostBackend::new();
     let ring = SharedRing::open(&host, &name).unwrap();
-    println!("SEQSYNC-CHILD-READY");
+    println!("{}", harness::READY);
     let stream = host.new_stream("consumer").unwrap();
     let wrong = Arc::new(AtomicI64::new(0));
     for seq in 0..SEQS {
@@ -208,7 +111,7 @@ fn child_consumer_skips_its_wait() {
     let data = Data::open(std::path::Path::new(&std::env::var(DATA).unwrap()));
     let host = HostBackend::new();
     let ring = SharedRing::open(&host, &name).unwrap();
-    println!("SEQSYNC-CHILD-READY");
+    println!("{}", harness::READY);
     let mut wrong = 0;
     for seq in 0..SEQS {
         // Recorded is not done: reading here, before synchronize, races the producer's work.
@@ -245,7 +148,7 @@ fn child_blocks_until_stopped() {
     };
     let host = HostBackend::new();
     let ring = SharedRing::open(&host, &name).unwrap();
-    println!("SEQSYNC-CHILD-READY");
+    println!("{}", harness::READY);
     match ring.synchronize(0, Blocking::Yes) {
         Err(Error::Stopped { reason, .. }) if &*reason == "the run is over" => {
             std::process::exit(0)
@@ -258,14 +161,6 @@ fn child_blocks_until_stopped() {
 }
 
 /// Kills `c` after `after` from another thread; returns when it was killed.
-fn kill_later(mut c: Child, after: Duration) -> std::thread::JoinHandle<(Instant, Child)> {
-    std::thread::spawn(move || {
-        std::thread::sleep(after);
-        c.kill().unwrap(); // SIGKILL; not reaped yet (a zombie counts as dead)
-        (Instant::now(), c)
-    })
-}
-
 #[test]
 fn a_killed_consumer_wakes_the_blocked_producer_with_peer_lost_within_a_second() {
     let name = unique("kill-consumer");
@@ -303,7 +198,7 @@ fn child_opens_and_hangs() {
     };
     let host = HostBackend::new();
     let _ring = SharedRing::open(&host, &name).unwrap();
-    println!("SEQSYNC-CHILD-READY");
+    println!("{}", harness::READY);
     std::thread::sleep(Duration::from_secs(60));
 }
 
@@ -340,7 +235,7 @@ fn child_creates_and_hangs() {
     };
     let host = HostBackend::new();
     let _ring = SharedRing::create(&host, &name, 1, 1).unwrap();
-    println!("SEQSYNC-CHILD-READY");
+    println!("{}", harness::READY);
     std::thread::sleep(Duration::from_secs(60));
 }
 

@@ -1,0 +1,64 @@
+//! Sleeping on a segment until something changes: every change a blocked call may wait for
+//! bumps the header's `changes` word and wakes its sleepers (a process-shared futex), and a
+//! sleeper looks at its peers' liveness every [`CHECK_EVERY`] meanwhile.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use rustix::thread::futex;
+
+use super::peers::CHECK_EVERY;
+use super::segment::Header;
+
+/// Tell every sleeper of the segment that something changed (`always`: wake them even when
+/// none is counted, for a stop, whose sleepers must not be missed).
+pub(crate) fn wake(h: &Header, always: bool) {
+    h.changes.fetch_add(1, Ordering::SeqCst);
+    if always || h.sleepers.load(Ordering::SeqCst) > 0 {
+        let _ = futex::wake(&h.changes, futex::Flags::empty(), u32::MAX);
+    }
+}
+
+/// Sleep until `ready` has an answer; `every` runs once per [`CHECK_EVERY`] (the liveness
+/// check) and ends the sleep with its answer, if it has one. `None` once `deadline` passed.
+pub(crate) fn sleep_until<T>(
+    h: &Header,
+    deadline: Option<Instant>,
+    mut ready: impl FnMut() -> Option<T>,
+    mut every: impl FnMut() -> Option<T>,
+) -> Option<T> {
+    let mut checked = Instant::now();
+    loop {
+        // Read before looking, so that a change made after the look wakes the futex wait.
+        let seen = h.changes.load(Ordering::SeqCst);
+        if let Some(r) = ready() {
+            return Some(r);
+        }
+        let now = Instant::now();
+        if now.duration_since(checked) >= CHECK_EVERY {
+            if let Some(r) = every() {
+                return Some(r);
+            }
+            checked = now;
+        }
+        let mut slice = CHECK_EVERY;
+        if let Some(d) = deadline {
+            if now >= d {
+                return None;
+            }
+            slice = slice.min(d - now);
+        }
+        let ts = futex::Timespec {
+            tv_sec: slice.as_secs() as _,
+            tv_nsec: slice.subsec_nanos().max(1) as _,
+        };
+        h.sleepers.fetch_add(1, Ordering::SeqCst);
+        let _ = futex::wait(&h.changes, futex::Flags::empty(), seen, Some(&ts));
+        h.sleepers.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// What is left of a timeout as a deadline (`None`: a timeout too large to add).
+pub(crate) fn deadline(timeout: Duration) -> Option<Instant> {
+    Instant::now().checked_add(timeout)
+}
