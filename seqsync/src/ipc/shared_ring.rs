@@ -596,3 +596,52 @@ impl<B: Backend> Drop for SharedRing<B> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! What only a changed segment can cause (another process writing what the protocol never
+    //! writes): refused with a named error that stops the ring, never a wrong slot.
+    use super::*;
+    use crate::HostBackend;
+
+    fn ring(what: &str) -> SharedRing<HostBackend> {
+        let name = format!("u-{what}-{}", std::process::id());
+        SharedRing::create(&HostBackend::new(), &name, 1, 2).unwrap()
+    }
+
+    #[test]
+    fn a_seq_beyond_the_lap_limit_is_refused() {
+        let r = ring("limit");
+        let huge = (MAX_TAG as i64) * 2; // lap MAX_TAG + 1 of a ring of 2 slots
+        r.shared
+            .seg
+            .header()
+            .next_seq
+            .store(huge, Ordering::Release);
+        let e = r.record_host(huge, Blocking::No).unwrap_err();
+        assert!(
+            e.to_string().contains("beyond a shared ring's limit"),
+            "{e}"
+        );
+        assert!(r.is_stopped());
+    }
+
+    #[test]
+    fn a_slot_of_another_lap_is_refused_as_a_changed_segment() {
+        let r = ring("changed");
+        r.record_host(0, Blocking::No).unwrap();
+        // Slot 1 claims lap 5 although seq 1 (lap 1) is the next to go there.
+        r.shared
+            .seg
+            .slot(1)
+            .word
+            .store(5 << TAG_SHIFT, Ordering::Release);
+        let e = r.record_host(1, Blocking::No).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("holds lap 5: the segment was changed"),
+            "{e}"
+        );
+        assert!(r.is_stopped());
+    }
+}
