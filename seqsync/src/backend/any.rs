@@ -255,6 +255,22 @@ impl Backend for AnyBackend {
         }
     }
 
+    fn ipc_event_create(&self) -> Result<(AnyEvent, super::IpcEventHandle)> {
+        match self {
+            AnyBackend::Host(b) => b.ipc_event_create().map(|(e, h)| (AnyEvent::Host(e), h)),
+            #[cfg(feature = "cuda")]
+            AnyBackend::Cuda(b) => b.ipc_event_create().map(|(e, h)| (AnyEvent::Cuda(e), h)),
+        }
+    }
+
+    fn ipc_event_open(&self, handle: &super::IpcEventHandle) -> Result<AnyEvent> {
+        match self {
+            AnyBackend::Host(b) => b.ipc_event_open(handle).map(AnyEvent::Host),
+            #[cfg(feature = "cuda")]
+            AnyBackend::Cuda(b) => b.ipc_event_open(handle).map(AnyEvent::Cuda),
+        }
+    }
+
     fn synchronize_stream(&self, stream: &AnyStream) -> Result<()> {
         match (self, stream) {
             (AnyBackend::Host(b), AnyStream::Host(s)) => b.synchronize_stream(s),

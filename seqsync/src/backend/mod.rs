@@ -61,6 +61,9 @@ pub(crate) use interrupt::{synchronize_by_polling, Interrupt, NeverInterrupt, Sy
 pub(crate) use memory::{next_stream_id, MemoryUsage};
 pub(crate) use semaphore::{Mechanism, Semaphore, SemaphoreWaker};
 
+/// The bytes that let another process open an event ([`Backend::ipc_event_open`]).
+pub type IpcEventHandle = [u8; 64];
+
 /// How an event is created.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EventOptions {
@@ -137,6 +140,34 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// [`Error::Backend`](crate::Error::Backend) when that work failed (host: a closure
     /// panicked; CUDA: a driver error, or a host function panicked).
     fn synchronize_stream(&self, stream: &Self::Stream) -> Result<()>;
+
+    /// An event that other processes can open, and its handle for them
+    /// ([`ipc_event_open`](Self::ipc_event_open)): on CUDA an event made with
+    /// `CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING` and its `cuIpcGetEventHandle`. The
+    /// default refuses (a backend with no such event).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) where there is none;
+    /// [`Error::Backend`](crate::Error::Backend) from the driver.
+    fn ipc_event_create(&self) -> Result<(Self::Event, IpcEventHandle)> {
+        Err(crate::error::Error::invalid(
+            self.name(),
+            "no events other processes can open on this backend",
+        ))
+    }
+
+    /// The event another process made with [`ipc_event_create`](Self::ipc_event_create), from
+    /// its handle (`cuIpcOpenEventHandle`): record it there, wait on it and query it here.
+    ///
+    /// # Errors
+    /// As `ipc_event_create`; a handle that names no live event is the driver's error.
+    fn ipc_event_open(&self, handle: &IpcEventHandle) -> Result<Self::Event> {
+        let _ = handle;
+        Err(crate::error::Error::invalid(
+            self.name(),
+            "no events other processes can open on this backend",
+        ))
+    }
 
     /// Create an event. A never-recorded event counts as complete.
     fn create_event(&self, options: EventOptions) -> Result<Self::Event>;

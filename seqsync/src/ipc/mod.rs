@@ -4,8 +4,9 @@
 //! and waits on.
 //!
 //! It may use: `backend`, through the [`Backend`](crate::backend::Backend) trait only (host
-//! work on a stream, and whether such work may block), `ring` (its
-//! [`Blocking`](crate::Blocking) flag) and `timeline` (its value limit).
+//! work on a stream, whether such work may block, events other processes can open, and the
+//! interruptible host wait), `ring` (its [`Blocking`](crate::Blocking) flag) and `timeline`
+//! (its value limit).
 //!
 //! | module | what |
 //! |---|---|
@@ -14,12 +15,14 @@
 //! | `peers` | which processes share a segment and whether they still live |
 //! | `wake` | sleeping on a segment (a process-shared futex) until something changes, checking the peers meanwhile |
 //! | `shared_ring` | the ring's contract |
+//! | `ring_events` | the ring's IPC-event mechanism (CUDA): an event per slot, opened by handle |
 //! | `shared_timeline` | the timeline's contract |
 //!
 //! Linux only (memory files, futexes, abstract sockets, `/proc`).
 
 mod peers;
 mod rendezvous;
+mod ring_events;
 mod segment;
 mod shared_ring;
 mod shared_timeline;

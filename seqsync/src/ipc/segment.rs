@@ -47,6 +47,9 @@ pub(crate) struct Header {
     creator_uid: AtomicU32,
     name_len: AtomicU32,
     kind: AtomicU32,
+    /// 1: the segment holds an event handle per slot (a ring ordered by IPC events), 0: not.
+    event_handles: AtomicU32,
+    _pad: AtomicU32,
     name: [AtomicU8; NAME_MAX],
     /// Bumped on every change a blocked call may wait for; the futex word of every wait.
     pub(crate) changes: AtomicU32,
@@ -161,14 +164,28 @@ impl Kind {
 }
 
 /// The sizes a segment was made with, checked and kept by this process.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Sizes {
     pub(crate) nconsumers: u32,
     pub(crate) max_size: usize,
+    /// An event handle per slot follows the slots.
+    pub(crate) event_handles: bool,
 }
 
-fn total_size(max_size: usize) -> usize {
+/// Bytes of one slot's event handle.
+pub(crate) const HANDLE_BYTES: usize = 64;
+
+fn slots_end(max_size: usize) -> usize {
     std::mem::size_of::<Header>() + max_size * std::mem::size_of::<Slot>()
+}
+
+fn total_size(sizes: Sizes) -> usize {
+    let handles = if sizes.event_handles {
+        sizes.max_size * HANDLE_BYTES
+    } else {
+        0
+    };
+    slots_end(sizes.max_size) + handles
 }
 
 /// A mapped segment.
@@ -212,7 +229,7 @@ impl Segment {
         )
         .map_err(|e| io(name, "memfd_create", e))?;
         rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o600)).map_err(|e| io(name, "fchmod", e))?;
-        let total = total_size(sizes.max_size);
+        let total = total_size(sizes);
         rustix::fs::ftruncate(&fd, total as u64).map_err(|e| io(name, "ftruncate", e))?;
         rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)
             .map_err(|e| io(name, "seal the segment", e))?;
@@ -220,6 +237,8 @@ impl Segment {
         let h = seg.header();
         h.version.store(LAYOUT_VERSION, Ordering::Relaxed);
         h.kind.store(kind as u32, Ordering::Relaxed);
+        h.event_handles
+            .store(u32::from(sizes.event_handles), Ordering::Relaxed);
         h.header_size
             .store(std::mem::size_of::<Header>() as u32, Ordering::Relaxed);
         h.total_size.store(total as u64, Ordering::Relaxed);
@@ -280,10 +299,7 @@ impl Segment {
         let head = Segment::map(
             name,
             fd.try_clone().map_err(|e| io(name, "dup", e))?,
-            Sizes {
-                nconsumers: 0,
-                max_size: 0,
-            },
+            Sizes::default(),
         )?;
         let h = head.header();
         if h.magic.load(Ordering::Acquire) != MAGIC {
@@ -329,7 +345,17 @@ impl Segment {
                 ),
             ));
         }
-        let total = total_size(max_size);
+        let event_handles = match h.event_handles.load(Ordering::Relaxed) {
+            0 => false,
+            1 if kind == Kind::Ring => true,
+            other => return Err(bad(name, format!("event handles flag {other}"))),
+        };
+        let sizes = Sizes {
+            nconsumers,
+            max_size,
+            event_handles,
+        };
+        let total = total_size(sizes);
         if h.total_size.load(Ordering::Relaxed) != total as u64 || size != total {
             return Err(bad(
                 name,
@@ -358,19 +384,12 @@ impl Segment {
             ));
         }
         drop(head);
-        Segment::map(
-            name,
-            fd,
-            Sizes {
-                nconsumers,
-                max_size,
-            },
-        )
+        Segment::map(name, fd, sizes)
     }
 
     fn map(name: &str, fd: OwnedFd, sizes: Sizes) -> Result<Segment> {
         let file = File::from(fd.try_clone().map_err(|e| io(name, "dup", e))?);
-        let len = total_size(sizes.max_size);
+        let len = total_size(sizes);
         let map = memmap2::MmapOptions::new()
             .len(len)
             .map_raw(&file)
@@ -407,6 +426,44 @@ impl Segment {
     }
 }
 
+impl Segment {
+    /// Slot `i`'s event handle (`i < max_size`, in a segment made with `event_handles`).
+    fn handle_bytes(&self, i: usize) -> &[AtomicU8; HANDLE_BYTES] {
+        assert!(
+            self.sizes.event_handles && i < self.sizes.max_size,
+            "event handle index out of range"
+        );
+        // SAFETY: the handles follow the slots, `HANDLE_BYTES` each; handle `i < max_size` of
+        // a segment with handles lies inside the mapping of `total_size(sizes)` bytes. Bytes
+        // need no alignment; they are atomics, as `Header` above.
+        unsafe {
+            &*(self
+                .map
+                .as_ptr()
+                .add(slots_end(self.sizes.max_size) + i * HANDLE_BYTES)
+                as *const [AtomicU8; HANDLE_BYTES])
+        }
+    }
+
+    /// Write slot `i`'s event handle (the creator, before it hands the segment to anyone).
+    pub(crate) fn set_event_handle(&self, i: usize, handle: &[u8; HANDLE_BYTES]) {
+        for (b, v) in self.handle_bytes(i).iter().zip(handle) {
+            b.store(*v, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether this process created the segment.
+    pub(crate) fn created_here(&self) -> bool {
+        self.header().creator_pid.load(Ordering::Relaxed) == super::peers::me()
+    }
+
+    /// Slot `i`'s event handle, as the creator wrote it.
+    pub(crate) fn event_handle(&self, i: usize) -> [u8; HANDLE_BYTES] {
+        let bytes = self.handle_bytes(i);
+        std::array::from_fn(|k| bytes[k].load(Ordering::Relaxed))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -415,6 +472,7 @@ mod tests {
         Sizes {
             nconsumers: 2,
             max_size: 4,
+            event_handles: false,
         }
     }
 
@@ -459,15 +517,7 @@ mod tests {
         let e =
             Segment::open("r", Kind::Timeline, seg.fd().try_clone_to_owned().unwrap()).unwrap_err();
         assert!(e.to_string().contains("not a timeline segment"), "{e}");
-        let t = Segment::create(
-            "t",
-            Kind::Timeline,
-            Sizes {
-                nconsumers: 0,
-                max_size: 0,
-            },
-        )
-        .unwrap();
+        let t = Segment::create("t", Kind::Timeline, Sizes::default()).unwrap();
         assert!(Segment::open("t", Kind::Timeline, t.fd().try_clone_to_owned().unwrap()).is_ok());
         // A timeline's segment claiming slots is refused, never mapped past its end.
         t.header().max_size.store(4, Ordering::Relaxed);

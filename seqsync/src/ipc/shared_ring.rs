@@ -15,11 +15,13 @@ use std::sync::Arc;
 
 use super::peers::{self, Role};
 use super::rendezvous::{self, Server};
+use super::ring_events::{Events, Watch};
 use super::segment::{Kind, Segment, Sizes, MAX_SLOTS, NAME_MAX};
 use super::wake;
-use crate::backend::Backend;
+use crate::backend::{Backend, SyncOutcome};
 use crate::error::{Error, Result};
 use crate::ring::Blocking;
+use std::sync::Mutex;
 
 /// The most consumers a shared ring takes (each slot counts them in 10 bits).
 pub(crate) const MAX_CONSUMERS: u32 = (1 << CNT_BITS) - 1;
@@ -49,6 +51,10 @@ pub enum Mechanism {
     /// it (host work at the record's place), a consumer's stream or thread sleeps on the
     /// segment's futex until it is reached. The host backend's mechanism.
     HostWord,
+    /// An event per slot made with `CU_EVENT_INTERPROCESS`, its handle in the segment: the
+    /// producer's stream records it, a consumer's stream waits on it
+    /// (`cuStreamWaitEvent`), a consumer's host polls it. The CUDA mechanism.
+    IpcEvent,
 }
 
 /// The part every stream job of the ring holds: the segment and this process's entry in it.
@@ -159,9 +165,12 @@ impl Shared {
 /// [`Error::PeerLost`] naming it, and the ring stops; once its creator is gone, the name can
 /// be created again.
 ///
-/// The host backend orders by words in the segment ([`Mechanism::HostWord`]); on CUDA,
-/// `create` and `open` refuse (the IPC-event and memory-operation mechanisms are not built
-/// yet).
+/// The host backend orders by words in the segment ([`Mechanism::HostWord`]); CUDA by an IPC
+/// event per slot ([`Mechanism::IpcEvent`]: `create` makes them, up front). A consumer opens
+/// with the mechanism's backend (a host-backend ring on CUDA, or the reverse, is refused by
+/// name). With IPC events a stop or a dead peer cuts host waits short, but a consumer stream
+/// already waiting on a slot's event waits as the driver decides (an event wait cannot be
+/// released early); the memory-operation mechanism is not built yet.
 ///
 /// ```
 /// use seqsync::ipc::SharedRing;
@@ -183,6 +192,10 @@ pub struct SharedRing<B: Backend> {
     shared: Arc<Shared>,
     backend: B,
     role: Role,
+    /// The slots' events, where the ring orders by IPC events.
+    events: Option<Events<B::Event>>,
+    /// An idle stream of the producer's, for `record_host` with events (made at first use).
+    idle: Mutex<Option<B::Stream>>,
     _server: Option<Server>,
 }
 
@@ -211,18 +224,26 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
     }
 }
 
-fn check_backend<B: Backend>(backend: &B, name: &str) -> Result<()> {
-    if backend.host_work_may_block() {
-        Ok(())
-    } else {
-        Err(Error::invalid(
+/// A backend whose stream work may block orders by host words; any other needs IPC events.
+fn check_backend<B: Backend>(backend: &B, name: &str, events: bool) -> Result<()> {
+    match (backend.host_work_may_block(), events) {
+        (true, false) | (false, true) => Ok(()),
+        (true, true) => Err(Error::invalid(
             name,
             format!(
-                "backend '{}' has no cross-process mechanism yet (shared rings run on the host \
-                 backend; CUDA IPC events and memory operations are not built)",
+                "the ring is ordered by IPC events (its creator is on CUDA): backend '{}' cannot \
+                 wait on them",
                 backend.name()
             ),
-        ))
+        )),
+        (false, false) => Err(Error::invalid(
+            name,
+            format!(
+                "the ring is ordered by host words (its creator is on the host backend): backend \
+                 '{}' cannot run them on its streams",
+                backend.name()
+            ),
+        )),
     }
 }
 
@@ -235,7 +256,6 @@ impl<B: Backend + Clone> SharedRing<B> {
     /// mechanism, or a name a living process has created already.
     pub fn create(backend: &B, name: &str, nconsumers: u32, max_size: usize) -> Result<Self> {
         check_name(name)?;
-        check_backend(backend, name)?;
         if max_size == 0 || max_size > MAX_SLOTS {
             return Err(Error::invalid(
                 name,
@@ -248,20 +268,40 @@ impl<B: Backend + Clone> SharedRing<B> {
                 format!("nconsumers {nconsumers}: a shared ring takes at most {MAX_CONSUMERS}"),
             ));
         }
+        // Host work that may block on the segment orders streams across processes where the
+        // backend allows it; elsewhere (CUDA) an IPC event per slot.
+        let (events, handles) = if backend.host_work_may_block() {
+            (None, Vec::new())
+        } else {
+            let (e, h) = Events::create(backend, name, max_size).map_err(|e| {
+                Error::invalid(
+                    name,
+                    format!(
+                        "backend '{}' has no cross-process mechanism here: IPC events: {e}",
+                        backend.name()
+                    ),
+                )
+            })?;
+            (Some(e), h)
+        };
         let seg = Segment::create(
             name,
             Kind::Ring,
             Sizes {
                 nconsumers,
                 max_size,
+                event_handles: events.is_some(),
             },
         )?;
+        for (i, h) in handles.iter().enumerate() {
+            seg.set_event_handle(i, h);
+        }
         let fd = seg
             .fd()
             .try_clone_to_owned()
             .map_err(|e| Error::invalid(name, format!("dup its segment: {e}")))?;
         let server = Server::start(Kind::Ring, name, fd)?;
-        Self::joined(backend, name, seg, Role::Producer, Some(server))
+        Self::joined(backend, name, seg, Role::Producer, events, Some(server))
     }
 
     /// Open ring `name`, made by another process (or this one) of the same user, as a
@@ -273,9 +313,13 @@ impl<B: Backend + Clone> SharedRing<B> {
     /// over is not a ring segment this build can trust (checked before use).
     pub fn open(backend: &B, name: &str) -> Result<Self> {
         check_name(name)?;
-        check_backend(backend, name)?;
         let seg = Segment::open(name, Kind::Ring, rendezvous::fetch(Kind::Ring, name)?)?;
-        Self::joined(backend, name, seg, Role::Consumer, None)
+        check_backend(backend, name, seg.sizes.event_handles)?;
+        let events = seg
+            .sizes
+            .event_handles
+            .then(|| Events::open(name, &seg, seg.created_here()));
+        Self::joined(backend, name, seg, Role::Consumer, events, None)
     }
 
     /// This process registered in the segment's peer table as `role`.
@@ -284,6 +328,7 @@ impl<B: Backend + Clone> SharedRing<B> {
         name: &str,
         seg: Segment,
         role: Role,
+        events: Option<Events<B::Event>>,
         server: Option<Server>,
     ) -> Result<Self> {
         let peer = peers::register(seg.header(), name, role)?;
@@ -295,6 +340,8 @@ impl<B: Backend + Clone> SharedRing<B> {
             }),
             backend: backend.clone(),
             role,
+            events,
+            idle: Mutex::new(None),
             _server: server,
         })
     }
@@ -328,7 +375,11 @@ impl<B: Backend> SharedRing<B> {
 
     /// How this ring orders work across processes.
     pub fn mechanism(&self) -> Mechanism {
-        Mechanism::HostWord
+        if self.events.is_some() {
+            Mechanism::IpcEvent
+        } else {
+            Mechanism::HostWord
+        }
     }
 
     /// Stop the ring in every process: every blocked call wakes, every later call returns
@@ -337,8 +388,16 @@ impl<B: Backend> SharedRing<B> {
         self.shared.stop(reason);
     }
 
-    /// Claim `seq`'s slot for the producer; `None` for a ring without consumers.
-    fn claim(&self, seq: i64, blocking: Blocking) -> Result<Option<usize>> {
+    /// Claim `seq`'s slot for the producer; `None` for a ring without consumers. `publish`
+    /// runs once the slot is free (every consumer of its previous seq released it) and before
+    /// consumers can take `seq` (an IPC event's record: a consumer must never wait on the
+    /// slot's event before it stands for `seq`); its error stops the ring.
+    fn claim(
+        &self,
+        seq: i64,
+        blocking: Blocking,
+        publish: impl FnOnce(usize) -> Result<()>,
+    ) -> Result<Option<usize>> {
         let s = &*self.shared;
         s.check_stopped()?;
         if self.role != Role::Producer {
@@ -398,6 +457,9 @@ impl<B: Backend> SharedRing<B> {
                 room(w).then_some(Ok(w))
             })?;
         }
+        if let Err(e) = publish(idx) {
+            return s.fail(e);
+        }
         if slot
             .word
             .compare_exchange(w, want << TAG_SHIFT, Ordering::AcqRel, Ordering::Acquire)
@@ -426,7 +488,14 @@ impl<B: Backend> SharedRing<B> {
         seq: i64,
         blocking: impl Into<Blocking>,
     ) -> Result<()> {
-        let Some(idx) = self.claim(seq, blocking.into())? else {
+        if let Some(events) = &self.events {
+            let record = |idx| {
+                let e = events.get(&self.backend, &self.shared.seg, idx)?;
+                self.backend.record(e, stream)
+            };
+            return self.claim(seq, blocking.into(), record).map(drop);
+        }
+        let Some(idx) = self.claim(seq, blocking.into(), |_| Ok(()))? else {
             return Ok(());
         };
         let shared = self.shared.clone();
@@ -445,7 +514,16 @@ impl<B: Backend> SharedRing<B> {
     /// # Errors
     /// As [`record`](Self::record).
     pub fn record_host(&self, seq: i64, blocking: impl Into<Blocking>) -> Result<()> {
-        match self.claim(seq, blocking.into())? {
+        if self.events.is_some() {
+            // An event recorded on an idle stream completes at once.
+            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            if idle.is_none() {
+                *idle = Some(self.backend.new_stream("seqsync-shared-ring-host")?);
+            }
+            let stream = idle.as_ref().expect("made above");
+            return self.record(stream, seq, blocking);
+        }
+        match self.claim(seq, blocking.into(), |_| Ok(()))? {
             Some(idx) => self.shared.complete(idx, seq, None),
             None => Ok(()),
         }
@@ -539,6 +617,13 @@ impl<B: Backend> SharedRing<B> {
         let Some(idx) = self.take(seq, blocking.into())? else {
             return Ok(());
         };
+        if let Some(events) = &self.events {
+            let r = events
+                .get(&self.backend, &self.shared.seg, idx)
+                .and_then(|e| self.backend.wait(stream, e));
+            self.shared.release(idx);
+            return r.or_else(|e| self.shared.fail(e));
+        }
         let shared = self.shared.clone();
         let r = self.backend.launch_host(
             stream,
@@ -562,9 +647,37 @@ impl<B: Backend> SharedRing<B> {
         let Some(idx) = self.take(seq, blocking.into())? else {
             return Ok(());
         };
+        if let Some(events) = &self.events {
+            return self.synchronize_event(events, idx);
+        }
         self.shared.await_done(idx, seq)?;
         self.shared.release(idx);
         Ok(())
+    }
+
+    /// A consumer's host wait on slot `idx`'s event, cut short by a stop or a dead peer.
+    fn synchronize_event(&self, events: &Events<B::Event>, idx: usize) -> Result<()> {
+        let s = &*self.shared;
+        let e = match events.get(&self.backend, &s.seg, idx) {
+            Ok(e) => e,
+            Err(e) => return s.fail(e),
+        };
+        let stopped = || s.stopped().is_some();
+        let stop = |e: &Error| s.stop(&e.to_string());
+        let watch = Watch::new(s.seg.header(), &s.name, &stopped, &stop);
+        match self.backend.synchronize_interruptible(e, &watch) {
+            Ok(SyncOutcome::Complete) => {
+                s.release(idx);
+                Ok(())
+            }
+            Ok(SyncOutcome::Interrupted) => match watch.lost.into_inner() {
+                Some(lost) => Err(lost),
+                None => s
+                    .check_stopped()
+                    .and(Err(Error::invalid(&s.name, "interrupted"))),
+            },
+            Err(e) => s.fail(e),
+        }
     }
 
     /// Block until `seq` is recorded (not necessarily done); consumes nothing.

@@ -285,14 +285,7 @@ impl<B: Backend> SharedTimeline<B> {
                 max: MAX_VALUE,
             });
         }
-        let seg = Segment::create(
-            name,
-            Kind::Timeline,
-            Sizes {
-                nconsumers: 0,
-                max_size: 0,
-            },
-        )?;
+        let seg = Segment::create(name, Kind::Timeline, Sizes::default())?;
         seg.header().value.store(initial, Ordering::Relaxed);
         seg.header().enqueued.store(initial, Ordering::Release);
         let fd = seg

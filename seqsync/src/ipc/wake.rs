@@ -62,3 +62,15 @@ pub(crate) fn sleep_until<T>(
 pub(crate) fn deadline(timeout: Duration) -> Option<Instant> {
     Instant::now().checked_add(timeout)
 }
+
+/// Sleep up to `timeout`, or until the next change of the segment.
+pub(crate) fn sleep_for(h: &Header, timeout: Duration) {
+    let seen = h.changes.load(Ordering::SeqCst);
+    let ts = futex::Timespec {
+        tv_sec: timeout.as_secs() as _,
+        tv_nsec: timeout.subsec_nanos().max(1) as _,
+    };
+    h.sleepers.fetch_add(1, Ordering::SeqCst);
+    let _ = futex::wait(&h.changes, futex::Flags::empty(), seen, Some(&ts));
+    h.sleepers.fetch_sub(1, Ordering::SeqCst);
+}

@@ -21,6 +21,7 @@ const SURFACE: &[&str] = &[
     "Result",
     "Timeline",
     "cudarc",
+    "backend::IpcEventHandle",
     "backend::AnyBackend",
     "backend::AnyStream",
     "backend::Backend",

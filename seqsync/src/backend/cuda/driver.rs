@@ -140,6 +140,10 @@ driver_calls! {
     event_synchronize => cuEventSynchronize as "cuEventSynchronize" (event: sys::CUevent);
     event_elapsed_time => cuEventElapsedTime as "cuEventElapsedTime"
         (ms: *mut f32, start: sys::CUevent, end: sys::CUevent);
+    ipc_get_event_handle => cuIpcGetEventHandle as "cuIpcGetEventHandle"
+        (out: *mut sys::CUipcEventHandle, event: sys::CUevent);
+    ipc_open_event_handle => cuIpcOpenEventHandle as "cuIpcOpenEventHandle"
+        (out: *mut sys::CUevent, handle: sys::CUipcEventHandle);
 
     // Streams.
     stream_wait_event => cuStreamWaitEvent as "cuStreamWaitEvent"

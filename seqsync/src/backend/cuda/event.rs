@@ -46,6 +46,44 @@ impl CudaEvent {
         })
     }
 
+    /// A new event other processes can open (`INTERPROCESS | DISABLE_TIMING`, the flags the
+    /// driver requires), with its handle.
+    pub(super) fn create_ipc(
+        ctx: &Arc<CudaContext>,
+        deferred: &Arc<Deferred>,
+    ) -> Result<(Self, [u8; 64])> {
+        let flags = sys::CUevent_flags::CU_EVENT_INTERPROCESS as u32
+            | sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+        let event = CudaEvent::create(ctx, deferred, flags)?;
+        let mut handle = sys::CUipcEventHandle { reserved: [0; 64] };
+        // SAFETY: `event.raw` is a live event made with the interprocess flag in `ctx`, which
+        // `create` left current; `handle` is a valid out-pointer of the handle's type.
+        unsafe { driver::ipc_get_event_handle(&mut handle, event.raw) }.check()?;
+        Ok((event, handle.reserved.map(|b| b as u8)))
+    }
+
+    /// The event of another process's handle (`cuIpcOpenEventHandle`), in `ctx`; destroyed
+    /// on drop like any other (the driver's rule for opened events).
+    pub(super) fn open_ipc(
+        ctx: &Arc<CudaContext>,
+        deferred: &Arc<Deferred>,
+        handle: &[u8; 64],
+    ) -> Result<Self> {
+        make_current(ctx)?;
+        let handle = sys::CUipcEventHandle {
+            reserved: handle.map(|b| b as std::ffi::c_char),
+        };
+        let mut raw: sys::CUevent = std::ptr::null_mut();
+        // SAFETY: `ctx` is current (above), `raw` a valid out-pointer; the handle is passed by
+        // value and only read by the driver, which refuses one that names no event.
+        unsafe { driver::ipc_open_event_handle(&mut raw, handle) }.check()?;
+        Ok(CudaEvent {
+            raw,
+            ctx: ctx.clone(),
+            deferred: deferred.clone(),
+        })
+    }
+
     /// The raw handle, for driver calls of your own. It stays owned by this `CudaEvent`.
     pub fn cu_event(&self) -> sys::CUevent {
         self.raw

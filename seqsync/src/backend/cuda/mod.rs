@@ -319,6 +319,14 @@ impl Backend for CudaBackend {
         self.host_panics.take(stream)
     }
 
+    fn ipc_event_create(&self) -> Result<(CudaEvent, crate::backend::IpcEventHandle)> {
+        CudaEvent::create_ipc(&self.ctx, &self.deferred)
+    }
+
+    fn ipc_event_open(&self, handle: &crate::backend::IpcEventHandle) -> Result<CudaEvent> {
+        CudaEvent::open_ipc(&self.ctx, &self.deferred, handle)
+    }
+
     fn create_event(&self, options: EventOptions) -> Result<CudaEvent> {
         let mut flags = 0u32;
         if !options.timing {

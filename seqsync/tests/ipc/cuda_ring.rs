@@ -1,0 +1,250 @@
+//! `SharedRing` on CUDA (the IPC-event mechanism): in one process, then between two: a
+//! consumer process's stream ordered after the producer's kernels (and its negative control),
+//! a killed producer.
+#![cfg(feature = "cuda")]
+
+use std::process::Child;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use seqsync::backend::Backend;
+use seqsync::ipc::{Mechanism, SharedRing};
+use seqsync::{Blocking, Error};
+
+use crate::common;
+use crate::harness::{
+    self, await_ready, data_path, exit_code, kill_later, unique, Data, DATA, RING, SLOTS,
+};
+
+crate::gpu_required!();
+
+const SEQS: i64 = 30;
+
+/// This binary again, running this module's test `name` as the other process.
+fn child(name: &str, ring: &str, data: Option<&std::path::Path>) -> Child {
+    harness::child(&format!("cuda_ring::{name}"), ring, data)
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn cuda_a_ring_orders_by_ipc_events_and_a_consumer_here_uses_the_creators() {
+    let Some(g) = common::gpu::gpu() else { return };
+    let b = &g.backend;
+    let name = unique("cuda-here");
+    let ring = SharedRing::create(b, &name, 1, 2).unwrap();
+    assert_eq!(ring.mechanism(), Mechanism::IpcEvent);
+    let consumer = SharedRing::open(b, &name).unwrap();
+    assert_eq!(consumer.mechanism(), Mechanism::IpcEvent);
+    let (p, c) = (b.new_stream("p").unwrap(), b.new_stream("c").unwrap());
+    for seq in 0..6 {
+        g.spin(&p, Duration::from_millis(20));
+        ring.record(&p, seq, Blocking::Yes).unwrap();
+        let start = Instant::now();
+        if seq % 2 == 0 {
+            consumer.synchronize(seq, Blocking::Yes).unwrap();
+        } else {
+            consumer.wait(&c, seq, Blocking::Yes).unwrap();
+            b.synchronize_stream(&c).unwrap();
+        }
+        // The consumer's wait covered the 20 ms kernel recorded before it.
+        assert!(
+            start.elapsed() >= Duration::from_millis(15),
+            "seq {seq}: {:?}",
+            start.elapsed()
+        );
+    }
+    // A host record completes at once.
+    ring.record_host(6, Blocking::Yes).unwrap();
+    consumer.synchronize(6, Blocking::Yes).unwrap();
+    let e = consumer.synchronize(6, Blocking::No).unwrap_err();
+    assert!(matches!(e, Error::OverConsumed { seq: 6, .. }), "{e}");
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn cuda_stop_wakes_a_host_wait_on_an_event() {
+    let Some(g) = common::gpu::gpu() else { return };
+    let b = &g.backend;
+    let name = unique("cuda-stop");
+    let ring = SharedRing::create(b, &name, 1, 2).unwrap();
+    let consumer = SharedRing::open(b, &name).unwrap();
+    let p = b.new_stream("p").unwrap();
+    g.spin(&p, Duration::from_secs(3));
+    ring.record(&p, 0, Blocking::Yes).unwrap();
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(100));
+            ring.stop("operator");
+        });
+        let e = consumer.synchronize(0, Blocking::Yes).unwrap_err();
+        assert!(matches!(e, Error::Stopped { .. }), "{e}");
+    });
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        start.elapsed()
+    );
+    b.synchronize_stream(&p).unwrap();
+}
+
+/// Producer: per seq, a 2 ms kernel, then host work on the same stream that writes seq into
+/// the shared data, then the record. Returns the child consumer's exit code.
+fn ordered_run(child_test: &str) -> i32 {
+    let g = common::gpu::gpu().expect("gpu");
+    let b = &g.backend;
+    let name = unique(child_test);
+    let path = data_path(child_test);
+    let data = Arc::new(Data::create(&path));
+    for k in 0..SLOTS as i64 {
+        data.word(k).store(-1, Ordering::SeqCst);
+    }
+    let ring = SharedRing::create(b, &name, 1, SLOTS).unwrap();
+    let mut c = child(child_test, &name, Some(&path));
+    await_ready(&mut c);
+    let p = b.new_stream("producer").unwrap();
+    for seq in 0..SEQS {
+        g.spin(&p, Duration::from_millis(2));
+        let d = data.clone();
+        b.launch_host(
+            &p,
+            Box::new(move || d.word(seq).store(seq, Ordering::SeqCst)),
+        )
+        .unwrap();
+        ring.record(&p, seq, Blocking::Yes).unwrap();
+    }
+    b.synchronize_stream(&p).unwrap();
+    let code = exit_code(c, Duration::from_secs(60));
+    let _ = std::fs::remove_file(&path);
+    code
+}
+
+/// The consumer process: per seq, a stream wait (unless `skip`), then host work on its stream
+/// that reads the seq's word: below seq means it ran before the producer's work.
+fn consume(skip: bool) {
+    let (Ok(name), Ok(path)) = (std::env::var(RING), std::env::var(DATA)) else {
+        return;
+    };
+    let g = common::gpu::gpu().expect("gpu");
+    let b = &g.backend;
+    let ring = SharedRing::open(b, &name).unwrap();
+    assert_eq!(ring.mechanism(), Mechanism::IpcEvent);
+    let data = Arc::new(Data::open(std::path::Path::new(&path)));
+    let s = b.new_stream("consumer").unwrap();
+    let wrong = Arc::new(std::sync::atomic::AtomicI32::new(0));
+    println!("{}", harness::READY);
+    for seq in 0..SEQS {
+        if skip {
+            ring.synchronize_with_producer(seq).unwrap();
+        } else {
+            ring.wait(&s, seq, Blocking::Yes).unwrap();
+        }
+        let (d, w) = (data.clone(), wrong.clone());
+        b.launch_host(
+            &s,
+            Box::new(move || {
+                if d.word(seq).load(Ordering::SeqCst) < seq {
+                    w.fetch_add(1, Ordering::SeqCst);
+                }
+            }),
+        )
+        .unwrap();
+    }
+    b.synchronize_stream(&s).unwrap();
+    std::process::exit(wrong.load(Ordering::SeqCst).min(100));
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn cuda_a_consumer_process_runs_each_seq_after_the_producers_kernel() {
+    if common::gpu::gpu().is_none() {
+        return;
+    }
+    assert_eq!(ordered_run("child_cuda_consumer"), 0);
+}
+
+#[test]
+#[ignore = "run as the child process of cuda_a_consumer_process_runs_each_seq_after_the_producers_kernel"]
+fn child_cuda_consumer() {
+    consume(false);
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn cuda_negative_control_a_consumer_that_skips_its_wait_reads_wrong() {
+    if common::gpu::gpu().is_none() {
+        return;
+    }
+    assert!(ordered_run("child_cuda_consumer_skips") > 0);
+}
+
+#[test]
+#[ignore = "run as the child process of cuda_negative_control_a_consumer_that_skips_its_wait_reads_wrong"]
+fn child_cuda_consumer_skips() {
+    consume(true);
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn cuda_a_killed_producer_wakes_a_host_wait_with_peer_lost() {
+    let Some(g) = common::gpu::gpu() else { return };
+    let b = &g.backend;
+    let name = unique("cuda-kill");
+    let mut c = child("child_cuda_records_a_long_kernel", &name, None);
+    await_ready(&mut c);
+    let pid = c.id();
+    let ring = SharedRing::open(b, &name).unwrap();
+    let s = b.new_stream("waits").unwrap();
+    // Seq 0 stands for a 5 s kernel in the producer: this stream waits for it, and this
+    // thread too (its second consumer).
+    ring.wait(&s, 0, Blocking::Yes).unwrap();
+    let killer = kill_later(c, Duration::from_millis(200));
+    let r = ring.synchronize(0, Blocking::Yes);
+    println!("a host wait on a killed process's event: {r:?}");
+    let e = r.unwrap_err();
+    let (killed, mut c) = killer.join().unwrap();
+    assert!(
+        matches!(&e, Error::PeerLost { pid: p, role: "producer", .. } if *p == pid),
+        "{e}"
+    );
+    assert!(
+        killed.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        killed.elapsed()
+    );
+    c.wait().unwrap();
+    // `s` still waits on the dead process's event, and does so for good (the driver never
+    // completes it: seen on the H200, BENCHMARKS.md §11): it is not synchronized here.
+}
+
+#[test]
+#[ignore = "run as the child process of cuda_a_killed_producer_wakes_a_host_wait_with_peer_lost"]
+fn child_cuda_records_a_long_kernel() {
+    let Ok(name) = std::env::var(RING) else {
+        return;
+    };
+    let g = common::gpu::gpu().expect("gpu");
+    let b = &g.backend;
+    let ring = SharedRing::create(b, &name, 2, 2).unwrap();
+    let p = b.new_stream("p").unwrap();
+    g.spin(&p, Duration::from_secs(5));
+    ring.record(&p, 0, Blocking::Yes).unwrap();
+    println!("{}", harness::READY);
+    std::thread::sleep(Duration::from_secs(60));
+}
