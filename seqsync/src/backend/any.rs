@@ -263,6 +263,48 @@ impl Backend for AnyBackend {
         }
     }
 
+    unsafe fn map_host(&self, ptr: *mut u8, len: usize) -> Result<super::MappedHost> {
+        match self {
+            // SAFETY: forwarded with the caller's promise.
+            AnyBackend::Host(b) => unsafe { b.map_host(ptr, len) },
+            #[cfg(feature = "cuda")]
+            // SAFETY: forwarded with the caller's promise.
+            AnyBackend::Cuda(b) => unsafe { b.map_host(ptr, len) },
+        }
+    }
+
+    fn write_mapped_on(
+        &self,
+        stream: &AnyStream,
+        map: &super::MappedHost,
+        offset: usize,
+        value: u64,
+    ) -> Result<()> {
+        match (self, stream) {
+            (AnyBackend::Host(b), AnyStream::Host(s)) => b.write_mapped_on(s, map, offset, value),
+            #[cfg(feature = "cuda")]
+            (AnyBackend::Cuda(b), AnyStream::Cuda(s)) => b.write_mapped_on(s, map, offset, value),
+            #[allow(unreachable_patterns)]
+            _ => Err(mismatch("the stream")),
+        }
+    }
+
+    fn wait_mapped_on(
+        &self,
+        stream: &AnyStream,
+        map: &super::MappedHost,
+        offset: usize,
+        value: u64,
+    ) -> Result<()> {
+        match (self, stream) {
+            (AnyBackend::Host(b), AnyStream::Host(s)) => b.wait_mapped_on(s, map, offset, value),
+            #[cfg(feature = "cuda")]
+            (AnyBackend::Cuda(b), AnyStream::Cuda(s)) => b.wait_mapped_on(s, map, offset, value),
+            #[allow(unreachable_patterns)]
+            _ => Err(mismatch("the stream")),
+        }
+    }
+
     fn ipc_event_open(&self, handle: &super::IpcEventHandle) -> Result<AnyEvent> {
         match self {
             AnyBackend::Host(b) => b.ipc_event_open(handle).map(AnyEvent::Host),

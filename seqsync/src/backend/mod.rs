@@ -61,6 +61,39 @@ pub(crate) use interrupt::{synchronize_by_polling, Interrupt, NeverInterrupt, Sy
 pub(crate) use memory::{next_stream_id, MemoryUsage};
 pub(crate) use semaphore::{Mechanism, Semaphore, SemaphoreWaker};
 
+/// Host memory mapped for a backend's streams ([`Backend::map_host`]): what the backend made
+/// of it (its device address, on CUDA), released on drop.
+pub struct MappedHost {
+    /// The backend's own registration (`Any`: each backend downcasts its own).
+    pub(crate) inner: Box<dyn std::any::Any + Send + Sync>,
+    /// Bytes mapped.
+    pub(crate) len: usize,
+}
+
+impl std::fmt::Debug for MappedHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MappedHost")
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl MappedHost {
+    /// Offset `offset` of an 8-byte word inside the mapping, checked.
+    pub(crate) fn word_at(&self, offset: usize) -> Result<usize> {
+        if !offset.is_multiple_of(8) || offset.checked_add(8).is_none_or(|end| end > self.len) {
+            return Err(crate::error::Error::invalid(
+                "mapped host memory",
+                format!(
+                    "word offset {offset} outside {} bytes or not 8-aligned",
+                    self.len
+                ),
+            ));
+        }
+        Ok(offset)
+    }
+}
+
 /// The bytes that let another process open an event ([`Backend::ipc_event_open`]).
 pub type IpcEventHandle = [u8; 64];
 
@@ -153,6 +186,68 @@ pub trait Backend: Clone + Send + Sync + 'static {
         Err(crate::error::Error::invalid(
             self.name(),
             "no events other processes can open on this backend",
+        ))
+    }
+
+    /// Map `len` bytes of host memory at `ptr` for this backend's streams, which may then write
+    /// and wait on 64-bit words in it ([`write_mapped_on`](Self::write_mapped_on),
+    /// [`wait_mapped_on`](Self::wait_mapped_on)) while the host reads and writes them with
+    /// atomics: on CUDA `cuMemHostRegister(DEVICEMAP | PORTABLE)`, so memory that several
+    /// processes map (a shared segment) orders streams of each of them. The default refuses.
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` is page-aligned, mapped host memory that stays mapped while the result
+    /// lives; the result is dropped only once no stream operation enqueued through it can
+    /// still run (dropping it earlier waits for the device, on CUDA).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) where there is no such
+    /// mapping; [`Error::Backend`](crate::Error::Backend) from the driver.
+    unsafe fn map_host(&self, ptr: *mut u8, len: usize) -> Result<MappedHost> {
+        let _ = (ptr, len);
+        Err(crate::error::Error::invalid(
+            self.name(),
+            "no host memory mapped for streams on this backend",
+        ))
+    }
+
+    /// Enqueue on `stream` a write of `value` to the word at byte `offset` of `map`, once the
+    /// work enqueued before it is done.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for an offset outside `map`
+    /// or not 8-aligned, or a map of another backend; the driver's errors.
+    fn write_mapped_on(
+        &self,
+        stream: &Self::Stream,
+        map: &MappedHost,
+        offset: usize,
+        value: u64,
+    ) -> Result<()> {
+        let _ = (stream, map, offset, value);
+        Err(crate::error::Error::invalid(
+            self.name(),
+            "no host memory mapped for streams on this backend",
+        ))
+    }
+
+    /// Enqueue on `stream` a wait: work enqueued after it runs once the word at byte `offset`
+    /// of `map` is at least `value` (compared as `CU_STREAM_WAIT_VALUE_GEQ` does: the
+    /// difference as a signed number).
+    ///
+    /// # Errors
+    /// As [`write_mapped_on`](Self::write_mapped_on).
+    fn wait_mapped_on(
+        &self,
+        stream: &Self::Stream,
+        map: &MappedHost,
+        offset: usize,
+        value: u64,
+    ) -> Result<()> {
+        let _ = (stream, map, offset, value);
+        Err(crate::error::Error::invalid(
+            self.name(),
+            "no host memory mapped for streams on this backend",
         ))
     }
 

@@ -24,6 +24,14 @@ pub(crate) enum Role {
 }
 
 impl Role {
+    /// The role code of a role's name (as [`Error::PeerLost`] gives it).
+    pub(crate) fn code_of(name: &str) -> u32 {
+        [Role::Producer, Role::Consumer, Role::Creator, Role::Opener]
+            .into_iter()
+            .find(|r| Role::name(*r as u32) == name)
+            .unwrap_or(Role::Consumer) as u32
+    }
+
     pub(crate) fn name(raw: u32) -> &'static str {
         match raw {
             0 => "producer",

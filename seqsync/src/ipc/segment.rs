@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use memmap2::MmapRaw;
 use rustix::fs::{MemfdFlags, Mode, SealFlags};
 
+use super::Mechanism;
 use crate::error::{Error, Result};
 
 /// The first eight bytes of every segment.
@@ -47,8 +48,9 @@ pub(crate) struct Header {
     creator_uid: AtomicU32,
     name_len: AtomicU32,
     kind: AtomicU32,
-    /// 1: the segment holds an event handle per slot (a ring ordered by IPC events), 0: not.
-    event_handles: AtomicU32,
+    /// How the ring orders streams ([`Mechanism`]'s code): with IPC events, an event handle
+    /// per slot follows the slots.
+    mechanism: AtomicU32,
     _pad: AtomicU32,
     name: [AtomicU8; NAME_MAX],
     /// Bumped on every change a blocked call may wait for; the futex word of every wait.
@@ -70,7 +72,7 @@ pub(crate) struct Header {
     /// The highest value a timeline was signalled or had a signal enqueued for.
     pub(crate) enqueued: AtomicU64,
     /// A timeline failed by a dead peer: `1 << 63 | role << 32 | pid` (0: not so).
-    pub(crate) lost_peer: AtomicU64,
+    lost_peer: AtomicU64,
     pub(crate) peers: [Peer; MAX_PEERS],
 }
 
@@ -112,6 +114,21 @@ impl Header {
         state
     }
 
+    /// Record that the stop is a dead peer's (before [`finish_stop`](Self::finish_stop)), so
+    /// that every process reports [`Error::PeerLost`] for it.
+    pub(crate) fn set_lost_peer(&self, pid: u32, role: u32) {
+        self.lost_peer.store(
+            LOST | u64::from(role & 0xff) << 32 | u64::from(pid),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// The dead peer a stop is for (pid, role code), if it is one's.
+    pub(crate) fn lost_peer(&self) -> Option<(u32, u32)> {
+        let v = self.lost_peer.load(Ordering::Relaxed);
+        (v & LOST != 0).then_some((v as u32, ((v >> 32) & 0xff) as u32))
+    }
+
     /// The reason a stopped segment keeps.
     pub(crate) fn reason(&self) -> String {
         let len = (self.reason_len.load(Ordering::Relaxed) as usize).min(REASON_MAX);
@@ -122,6 +139,9 @@ impl Header {
         String::from_utf8_lossy(&bytes).into_owned()
     }
 }
+
+/// `lost_peer`'s flag: set, the stop is a dead peer's, whose pid and role it holds.
+const LOST: u64 = 1 << 63;
 
 /// One process of the ring, for the liveness check.
 #[repr(C)]
@@ -144,7 +164,15 @@ pub(crate) struct Slot {
     pub(crate) word: AtomicU64,
     /// The latest seq of this slot whose work completed (-1: none yet).
     pub(crate) done: AtomicI64,
+    /// With stream memory operations: `seq + 1` of the latest seq of this slot whose work
+    /// completed, written by the producer's stream (0: none yet; [`RELEASED`]: the ring
+    /// stopped, every stream wait on it let go).
+    pub(crate) gpu: AtomicU64,
 }
+
+/// What a stopped ring's `gpu` words hold: above every `seq + 1` a wait asks for, compared as
+/// `CU_STREAM_WAIT_VALUE_GEQ` does (the difference, signed).
+pub(crate) const RELEASED: u64 = i64::MAX as u64;
 
 /// What a segment holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,12 +192,30 @@ impl Kind {
 }
 
 /// The sizes a segment was made with, checked and kept by this process.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Sizes {
     pub(crate) nconsumers: u32,
     pub(crate) max_size: usize,
-    /// An event handle per slot follows the slots.
-    pub(crate) event_handles: bool,
+    /// How the ring orders streams (a timeline's: host words).
+    pub(crate) mechanism: Mechanism,
+}
+
+impl Default for Sizes {
+    fn default() -> Self {
+        Sizes {
+            nconsumers: 0,
+            max_size: 0,
+            mechanism: Mechanism::HostWord,
+        }
+    }
+}
+
+fn mechanism_code(m: Mechanism) -> u32 {
+    match m {
+        Mechanism::HostWord => 0,
+        Mechanism::IpcEvent => 1,
+        Mechanism::MemOps => 2,
+    }
 }
 
 /// Bytes of one slot's event handle.
@@ -180,7 +226,7 @@ fn slots_end(max_size: usize) -> usize {
 }
 
 fn total_size(sizes: Sizes) -> usize {
-    let handles = if sizes.event_handles {
+    let handles = if sizes.mechanism == Mechanism::IpcEvent {
         sizes.max_size * HANDLE_BYTES
     } else {
         0
@@ -237,8 +283,8 @@ impl Segment {
         let h = seg.header();
         h.version.store(LAYOUT_VERSION, Ordering::Relaxed);
         h.kind.store(kind as u32, Ordering::Relaxed);
-        h.event_handles
-            .store(u32::from(sizes.event_handles), Ordering::Relaxed);
+        h.mechanism
+            .store(mechanism_code(sizes.mechanism), Ordering::Relaxed);
         h.header_size
             .store(std::mem::size_of::<Header>() as u32, Ordering::Relaxed);
         h.total_size.store(total as u64, Ordering::Relaxed);
@@ -345,15 +391,16 @@ impl Segment {
                 ),
             ));
         }
-        let event_handles = match h.event_handles.load(Ordering::Relaxed) {
-            0 => false,
-            1 if kind == Kind::Ring => true,
-            other => return Err(bad(name, format!("event handles flag {other}"))),
+        let mechanism = match h.mechanism.load(Ordering::Relaxed) {
+            0 => Mechanism::HostWord,
+            1 if kind == Kind::Ring => Mechanism::IpcEvent,
+            2 if kind == Kind::Ring => Mechanism::MemOps,
+            other => return Err(bad(name, format!("mechanism code {other}"))),
         };
         let sizes = Sizes {
             nconsumers,
             max_size,
-            event_handles,
+            mechanism,
         };
         let total = total_size(sizes);
         if h.total_size.load(Ordering::Relaxed) != total as u64 || size != total {
@@ -397,6 +444,19 @@ impl Segment {
         Ok(Segment { map, fd, sizes })
     }
 
+    /// The mapping's address and length (page-aligned), to map it for a backend's streams.
+    pub(crate) fn mapping(&self) -> (*mut u8, usize) {
+        (self.map.as_mut_ptr(), self.map.len())
+    }
+
+    /// Byte offset of slot `i`'s `gpu` word in the mapping.
+    pub(crate) fn gpu_offset(&self, i: usize) -> usize {
+        assert!(i < self.sizes.max_size, "slot index out of range");
+        std::mem::size_of::<Header>()
+            + i * std::mem::size_of::<Slot>()
+            + std::mem::offset_of!(Slot, gpu)
+    }
+
     pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.fd.as_fd()
     }
@@ -427,10 +487,10 @@ impl Segment {
 }
 
 impl Segment {
-    /// Slot `i`'s event handle (`i < max_size`, in a segment made with `event_handles`).
+    /// Slot `i`'s event handle (`i < max_size`, in a segment of IPC events).
     fn handle_bytes(&self, i: usize) -> &[AtomicU8; HANDLE_BYTES] {
         assert!(
-            self.sizes.event_handles && i < self.sizes.max_size,
+            self.sizes.mechanism == Mechanism::IpcEvent && i < self.sizes.max_size,
             "event handle index out of range"
         );
         // SAFETY: the handles follow the slots, `HANDLE_BYTES` each; handle `i < max_size` of
@@ -472,7 +532,7 @@ mod tests {
         Sizes {
             nconsumers: 2,
             max_size: 4,
-            event_handles: false,
+            mechanism: Mechanism::HostWord,
         }
     }
 

@@ -10,18 +10,17 @@
 //! completed. Blocked calls sleep on the segment's `changes` futex and check the peers'
 //! liveness every 100 ms.
 
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
-use super::peers::{self, Role};
+use super::peers::{self, Role, CHECK_EVERY};
 use super::rendezvous::{self, Server};
 use super::ring_events::{Events, Watch};
-use super::segment::{Kind, Segment, Sizes, MAX_SLOTS, NAME_MAX};
+use super::segment::{Kind, Segment, Sizes, MAX_SLOTS, NAME_MAX, RELEASED};
 use super::wake;
-use crate::backend::{Backend, SyncOutcome};
+use crate::backend::{synchronize_by_polling, Backend, MappedHost, SyncOutcome};
 use crate::error::{Error, Result};
 use crate::ring::Blocking;
-use std::sync::Mutex;
 
 /// The most consumers a shared ring takes (each slot counts them in 10 bits).
 pub(crate) const MAX_CONSUMERS: u32 = (1 << CNT_BITS) - 1;
@@ -53,15 +52,35 @@ pub enum Mechanism {
     HostWord,
     /// An event per slot made with `CU_EVENT_INTERPROCESS`, its handle in the segment: the
     /// producer's stream records it, a consumer's stream waits on it
-    /// (`cuStreamWaitEvent`), a consumer's host polls it. The CUDA mechanism.
+    /// (`cuStreamWaitEvent`), a consumer's host polls it.
     IpcEvent,
+    /// A 64-bit word per slot in the shared segment, which every process maps for its
+    /// device (`cuMemHostRegister`): the producer's stream writes it
+    /// (`cuStreamWriteValue64`), a consumer's stream waits on it (`cuStreamWaitValue64`), a
+    /// consumer's host reads it. A stop, or a dead peer, lets every such wait go by a store
+    /// from the host. The CUDA default.
+    MemOps,
 }
 
 /// The part every stream job of the ring holds: the segment and this process's entry in it.
 struct Shared {
     name: String,
+    /// With memops: the segment mapped for the backend's streams (dropped before `seg`).
+    memops: Option<MemOpsState>,
     seg: Segment,
     peer: usize,
+}
+
+/// A memops ring's state in this process.
+struct MemOpsState {
+    map: MappedHost,
+    /// Per slot, the highest `seq + 1` this process's streams write or wait for there.
+    pending: Vec<AtomicU64>,
+}
+
+/// Whether a `gpu` word at `word` satisfies a wait for `value` (`CU_STREAM_WAIT_VALUE_GEQ`).
+fn reached(word: u64, value: u64) -> bool {
+    word.wrapping_sub(value) as i64 >= 0
 }
 
 impl Drop for Shared {
@@ -80,10 +99,56 @@ impl Shared {
         if h.begin_stop() {
             h.finish_stop(reason, peers::me());
         }
+        self.release_words();
         self.wake(true);
     }
 
+    /// With memops, once stopped: every slot's `gpu` word to [`RELEASED`], which lets every
+    /// stream wait on the ring go, in every process (the work after them runs unordered, and
+    /// every call on the ring says it stopped).
+    fn release_words(&self) {
+        if self.seg.sizes.mechanism != Mechanism::MemOps {
+            return;
+        }
+        for i in 0..self.seg.sizes.max_size {
+            self.seg.slot(i).gpu.store(RELEASED, Ordering::Release);
+        }
+    }
+
+    /// With memops: no stream operation of this process on the segment can still run (every
+    /// word reached the highest value this process wrote or waited for there).
+    fn quiet(&self) -> bool {
+        self.memops.as_ref().is_none_or(|m| {
+            m.pending.iter().enumerate().all(|(i, p)| {
+                let p = p.load(Ordering::Acquire);
+                p == 0 || reached(self.seg.slot(i).gpu.load(Ordering::Acquire), p)
+            })
+        })
+    }
+
+    /// Stop the ring for a dead peer: every process then reports [`Error::PeerLost`].
+    fn lose(&self, e: &Error) {
+        let h = self.seg.header();
+        if let Error::PeerLost { pid, role, .. } = e {
+            if h.begin_stop() {
+                h.set_lost_peer(*pid, Role::code_of(role));
+                h.finish_stop(&e.to_string(), peers::me());
+            }
+        }
+        self.stop(&e.to_string());
+    }
+
     fn stopped(&self) -> Option<Error> {
+        let h = self.seg.header();
+        if h.stop_state() == 2 {
+            if let Some((pid, role)) = h.lost_peer() {
+                return Some(Error::PeerLost {
+                    ring: self.name.clone(),
+                    pid,
+                    role: Role::name(role),
+                });
+            }
+        }
         let reason: String = match self.seg.header().stop_state() {
             0 => return None,
             2 => self.seg.header().reason(),
@@ -113,7 +178,12 @@ impl Shared {
             h,
             None,
             || ready().or_else(|| self.stopped().map(Err)),
-            || peers::check(h, &self.name).err().map(|e| self.fail(e)),
+            || {
+                peers::check(h, &self.name).err().map(|e| {
+                    self.lose(&e);
+                    Err(e)
+                })
+            },
         )
         .expect("no deadline")
     }
@@ -165,12 +235,17 @@ impl Shared {
 /// [`Error::PeerLost`] naming it, and the ring stops; once its creator is gone, the name can
 /// be created again.
 ///
-/// The host backend orders by words in the segment ([`Mechanism::HostWord`]); CUDA by an IPC
-/// event per slot ([`Mechanism::IpcEvent`]: `create` makes them, up front). A consumer opens
+/// The host backend orders by words in the segment ([`Mechanism::HostWord`]). CUDA orders by
+/// stream memory operations on words in the segment, which every process maps for its device
+/// ([`Mechanism::MemOps`], the default), or by an IPC event per slot
+/// ([`Mechanism::IpcEvent`], where the segment cannot be mapped, or asked for with
+/// [`create_with`](Self::create_with); `create` makes the events up front). A consumer opens
 /// with the mechanism's backend (a host-backend ring on CUDA, or the reverse, is refused by
-/// name). With IPC events a stop or a dead peer cuts host waits short, but a consumer stream
-/// already waiting on a slot's event waits as the driver decides (an event wait cannot be
-/// released early); the memory-operation mechanism is not built yet.
+/// name). With memops, a stop or a dead peer lets every stream wait on the ring go, in every
+/// process (the work after them then runs unordered, and every call on the ring returns the
+/// error): nothing waits forever. With IPC events a stop or a dead peer cuts host waits short,
+/// but a stream already waiting on a dead producer's event waits for good (the driver never
+/// completes it; seen on the H200): use memops where a peer may die.
 ///
 /// ```
 /// use seqsync::ipc::SharedRing;
@@ -194,8 +269,11 @@ pub struct SharedRing<B: Backend> {
     role: Role,
     /// The slots' events, where the ring orders by IPC events.
     events: Option<Events<B::Event>>,
-    /// An idle stream of the producer's, for `record_host` with events (made at first use).
+    /// An idle stream of the producer's, for `record_host` with a device mechanism (made at
+    /// first use).
     idle: Mutex<Option<B::Stream>>,
+    /// Set on drop: the memops watchdog ends once nothing of this process is pending.
+    closed: Arc<AtomicBool>,
     _server: Option<Server>,
 }
 
@@ -224,37 +302,62 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
     }
 }
 
-/// A backend whose stream work may block orders by host words; any other needs IPC events.
-fn check_backend<B: Backend>(backend: &B, name: &str, events: bool) -> Result<()> {
-    match (backend.host_work_may_block(), events) {
-        (true, false) | (false, true) => Ok(()),
-        (true, true) => Err(Error::invalid(
-            name,
-            format!(
-                "the ring is ordered by IPC events (its creator is on CUDA): backend '{}' cannot \
-                 wait on them",
-                backend.name()
-            ),
-        )),
-        (false, false) => Err(Error::invalid(
-            name,
-            format!(
-                "the ring is ordered by host words (its creator is on the host backend): backend \
-                 '{}' cannot run them on its streams",
-                backend.name()
-            ),
-        )),
+/// Host words need stream work that may block (the host backend); the device mechanisms need
+/// a backend whose streams do not run them as host work (CUDA).
+fn check_backend<B: Backend>(backend: &B, name: &str, mechanism: Mechanism) -> Result<()> {
+    let host = backend.host_work_may_block();
+    if host == (mechanism == Mechanism::HostWord) {
+        return Ok(());
     }
+    Err(Error::invalid(
+        name,
+        format!(
+            "backend '{}' cannot order a shared ring by {mechanism:?} (host words need the host \
+             backend, IPC events and memops a device backend)",
+            backend.name()
+        ),
+    ))
 }
 
 impl<B: Backend + Clone> SharedRing<B> {
     /// Make ring `name` in this process, its producer: `nconsumers` consumers release each
-    /// seq (up to 1023), `max_size` seqs in flight at most (1 to 65 536).
+    /// seq (up to 1023), `max_size` seqs in flight at most (1 to 65 536), ordered by the
+    /// backend's best mechanism: host words on the host backend; on CUDA stream memory
+    /// operations on the segment ([`Mechanism::MemOps`]), else IPC events.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad name or size, a backend without a cross-process
     /// mechanism, or a name a living process has created already.
     pub fn create(backend: &B, name: &str, nconsumers: u32, max_size: usize) -> Result<Self> {
+        if backend.host_work_may_block() {
+            return Self::create_with(backend, name, nconsumers, max_size, Mechanism::HostWord);
+        }
+        // Memops where the device maps the segment; IPC events where it cannot.
+        let why = match Self::create_with(backend, name, nconsumers, max_size, Mechanism::MemOps) {
+            Err(e @ Error::Backend(_)) => e.to_string(),
+            Err(Error::InvalidArgument { message, .. }) if message.contains("mapped") => message,
+            r => return r,
+        };
+        Self::create_with(backend, name, nconsumers, max_size, Mechanism::IpcEvent).map_err(|e| {
+            Error::invalid(
+                name,
+                format!("no cross-process mechanism: memops: {why}; IPC events: {e}"),
+            )
+        })
+    }
+
+    /// As [`create`](Self::create), ordered by `mechanism`.
+    ///
+    /// # Errors
+    /// As `create`; [`Error::InvalidArgument`] for a mechanism the backend cannot run (host
+    /// words on CUDA, a device mechanism on the host backend).
+    pub fn create_with(
+        backend: &B,
+        name: &str,
+        nconsumers: u32,
+        max_size: usize,
+        mechanism: Mechanism,
+    ) -> Result<Self> {
         check_name(name)?;
         if max_size == 0 || max_size > MAX_SLOTS {
             return Err(Error::invalid(
@@ -268,21 +371,12 @@ impl<B: Backend + Clone> SharedRing<B> {
                 format!("nconsumers {nconsumers}: a shared ring takes at most {MAX_CONSUMERS}"),
             ));
         }
-        // Host work that may block on the segment orders streams across processes where the
-        // backend allows it; elsewhere (CUDA) an IPC event per slot.
-        let (events, handles) = if backend.host_work_may_block() {
-            (None, Vec::new())
-        } else {
-            let (e, h) = Events::create(backend, name, max_size).map_err(|e| {
-                Error::invalid(
-                    name,
-                    format!(
-                        "backend '{}' has no cross-process mechanism here: IPC events: {e}",
-                        backend.name()
-                    ),
-                )
-            })?;
+        check_backend(backend, name, mechanism)?;
+        let (events, handles) = if mechanism == Mechanism::IpcEvent {
+            let (e, h) = Events::create(backend, name, max_size)?;
             (Some(e), h)
+        } else {
+            (None, Vec::new())
         };
         let seg = Segment::create(
             name,
@@ -290,7 +384,7 @@ impl<B: Backend + Clone> SharedRing<B> {
             Sizes {
                 nconsumers,
                 max_size,
-                event_handles: events.is_some(),
+                mechanism,
             },
         )?;
         for (i, h) in handles.iter().enumerate() {
@@ -300,50 +394,98 @@ impl<B: Backend + Clone> SharedRing<B> {
             .fd()
             .try_clone_to_owned()
             .map_err(|e| Error::invalid(name, format!("dup its segment: {e}")))?;
-        let server = Server::start(Kind::Ring, name, fd)?;
-        Self::joined(backend, name, seg, Role::Producer, events, Some(server))
+        let mut ring = Self::joined(backend, name, seg, Role::Producer, events)?;
+        ring._server = Some(Server::start(Kind::Ring, name, fd)?);
+        Ok(ring)
     }
 
     /// Open ring `name`, made by another process (or this one) of the same user, as a
-    /// consumer.
+    /// consumer, by its creator's mechanism.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when no living process has created it, or for a backend
-    /// without a cross-process mechanism; [`Error::BadSegment`] when what its creator handed
+    /// that cannot run its mechanism; [`Error::BadSegment`] when what its creator handed
     /// over is not a ring segment this build can trust (checked before use).
     pub fn open(backend: &B, name: &str) -> Result<Self> {
         check_name(name)?;
         let seg = Segment::open(name, Kind::Ring, rendezvous::fetch(Kind::Ring, name)?)?;
-        check_backend(backend, name, seg.sizes.event_handles)?;
-        let events = seg
-            .sizes
-            .event_handles
+        let mechanism = seg.sizes.mechanism;
+        check_backend(backend, name, mechanism)?;
+        let events = (mechanism == Mechanism::IpcEvent)
             .then(|| Events::open(name, &seg, seg.created_here()));
-        Self::joined(backend, name, seg, Role::Consumer, events, None)
+        Self::joined(backend, name, seg, Role::Consumer, events)
     }
 
-    /// This process registered in the segment's peer table as `role`.
+    /// This process registered in the segment's peer table as `role`; with memops, the
+    /// segment mapped for the backend's streams and its watchdog started.
     fn joined(
         backend: &B,
         name: &str,
         seg: Segment,
         role: Role,
         events: Option<Events<B::Event>>,
-        server: Option<Server>,
     ) -> Result<Self> {
+        let mapped = if seg.sizes.mechanism == Mechanism::MemOps {
+            let (ptr, len) = seg.mapping();
+            // SAFETY: the segment's mapping is page-aligned (mmap) and stays mapped while the
+            // `Shared` that owns both lives; `mapped` drops before `seg` (field order), and the
+            // last `Shared` goes only once the watchdog found no stream operation of this
+            // process on it pending (see `MemOpsState::quiet`).
+            Some(unsafe { backend.map_host(ptr, len) }?)
+        } else {
+            None
+        };
         let peer = peers::register(seg.header(), name, role)?;
+        let memops = mapped.map(|m| MemOpsState {
+            map: m,
+            pending: (0..seg.sizes.max_size).map(|_| AtomicU64::new(0)).collect(),
+        });
+        let shared = Arc::new(Shared {
+            name: name.to_owned(),
+            memops,
+            seg,
+            peer,
+        });
+        let closed = Arc::new(AtomicBool::new(false));
+        if shared.memops.is_some() {
+            let (s, c) = (shared.clone(), closed.clone());
+            std::thread::Builder::new()
+                .name("seqsync-ring-watch".into())
+                .spawn(move || watch(&s, &c))
+                .map_err(|e| Error::invalid(name, format!("cannot spawn its watchdog: {e}")))?;
+        }
         Ok(SharedRing {
-            shared: Arc::new(Shared {
-                name: name.to_owned(),
-                seg,
-                peer,
-            }),
+            shared,
             backend: backend.clone(),
             role,
             events,
             idle: Mutex::new(None),
-            _server: server,
+            closed,
+            _server: None,
         })
+    }
+}
+
+/// The watchdog of a memops ring in this process: it notices a dead peer even when no call is
+/// blocked (and stops the ring), lets every stream wait go while the ring is stopped (again
+/// and again: a producer's write landing late could take a word back below a wait), and once
+/// the ring was dropped here and none of this process's stream operations on the segment is
+/// pending, ends (the last `Shared` then unmaps it).
+fn watch(shared: &Shared, closed: &AtomicBool) {
+    let h = shared.seg.header();
+    loop {
+        wake::sleep_for(h, CHECK_EVERY);
+        if shared.stopped().is_none() {
+            if let Err(e) = peers::check(h, &shared.name) {
+                shared.lose(&e);
+            }
+        }
+        if shared.stopped().is_some() {
+            shared.release_words();
+        }
+        if closed.load(Ordering::Acquire) && shared.quiet() {
+            return;
+        }
     }
 }
 
@@ -375,11 +517,7 @@ impl<B: Backend> SharedRing<B> {
 
     /// How this ring orders work across processes.
     pub fn mechanism(&self) -> Mechanism {
-        if self.events.is_some() {
-            Mechanism::IpcEvent
-        } else {
-            Mechanism::HostWord
-        }
+        self.shared.seg.sizes.mechanism
     }
 
     /// Stop the ring in every process: every blocked call wakes, every later call returns
@@ -495,6 +633,23 @@ impl<B: Backend> SharedRing<B> {
             };
             return self.claim(seq, blocking.into(), record).map(drop);
         }
+        if let Some(m) = &self.shared.memops {
+            let seg = &self.shared.seg;
+            let write = |idx: usize| {
+                let at = seg.gpu_offset(idx);
+                let prev = seq - self.max_size() as i64;
+                if prev >= 0 {
+                    // The slot's words land in seq order, whatever stream wrote the last one.
+                    self.backend
+                        .wait_mapped_on(stream, &m.map, at, prev as u64 + 1)?;
+                }
+                self.backend
+                    .write_mapped_on(stream, &m.map, at, seq as u64 + 1)?;
+                m.pending[idx].fetch_max(seq as u64 + 1, Ordering::AcqRel);
+                Ok(())
+            };
+            return self.claim(seq, blocking.into(), write).map(drop);
+        }
         let Some(idx) = self.claim(seq, blocking.into(), |_| Ok(()))? else {
             return Ok(());
         };
@@ -514,8 +669,8 @@ impl<B: Backend> SharedRing<B> {
     /// # Errors
     /// As [`record`](Self::record).
     pub fn record_host(&self, seq: i64, blocking: impl Into<Blocking>) -> Result<()> {
-        if self.events.is_some() {
-            // An event recorded on an idle stream completes at once.
+        if self.shared.seg.sizes.mechanism != Mechanism::HostWord {
+            // A record on an idle stream completes at once.
             let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
             if idle.is_none() {
                 *idle = Some(self.backend.new_stream("seqsync-shared-ring-host")?);
@@ -624,6 +779,17 @@ impl<B: Backend> SharedRing<B> {
             self.shared.release(idx);
             return r.or_else(|e| self.shared.fail(e));
         }
+        if let Some(m) = &self.shared.memops {
+            let value = seq as u64 + 1;
+            let r =
+                self.backend
+                    .wait_mapped_on(stream, &m.map, self.shared.seg.gpu_offset(idx), value);
+            if r.is_ok() {
+                m.pending[idx].fetch_max(value, Ordering::AcqRel);
+            }
+            self.shared.release(idx);
+            return r.or_else(|e| self.shared.fail(e));
+        }
         let shared = self.shared.clone();
         let r = self.backend.launch_host(
             stream,
@@ -650,23 +816,48 @@ impl<B: Backend> SharedRing<B> {
         if let Some(events) = &self.events {
             return self.synchronize_event(events, idx);
         }
+        if self.shared.memops.is_some() {
+            return self.synchronize_word(idx, seq);
+        }
         self.shared.await_done(idx, seq)?;
         self.shared.release(idx);
         Ok(())
     }
 
+    /// A consumer's host wait on slot `idx`'s `gpu` word (nothing wakes the host when the
+    /// device writes it: polled), cut short by a stop or a dead peer.
+    fn synchronize_word(&self, idx: usize, seq: i64) -> Result<()> {
+        let word = &self.shared.seg.slot(idx).gpu;
+        let query = || Ok(reached(word.load(Ordering::Acquire), seq as u64 + 1));
+        self.host_wait(idx, |watch| synchronize_by_polling(query, watch))
+    }
+
     /// A consumer's host wait on slot `idx`'s event, cut short by a stop or a dead peer.
     fn synchronize_event(&self, events: &Events<B::Event>, idx: usize) -> Result<()> {
-        let s = &*self.shared;
-        let e = match events.get(&self.backend, &s.seg, idx) {
+        let e = match events.get(&self.backend, &self.shared.seg, idx) {
             Ok(e) => e,
-            Err(e) => return s.fail(e),
+            Err(e) => return self.shared.fail(e),
         };
+        self.host_wait(idx, |watch| {
+            self.backend.synchronize_interruptible(e, watch)
+        })
+    }
+
+    /// A host wait on slot `idx` by `wait`, which a [`Watch`] cuts short; the slot released
+    /// once it completed.
+    fn host_wait(
+        &self,
+        idx: usize,
+        wait: impl FnOnce(&Watch<'_>) -> Result<SyncOutcome>,
+    ) -> Result<()> {
+        let s = &*self.shared;
         let stopped = || s.stopped().is_some();
-        let stop = |e: &Error| s.stop(&e.to_string());
+        let stop = |e: &Error| s.lose(e);
         let watch = Watch::new(s.seg.header(), &s.name, &stopped, &stop);
-        match self.backend.synchronize_interruptible(e, &watch) {
+        match wait(&watch) {
             Ok(SyncOutcome::Complete) => {
+                // With memops a stop's release reaches every word too: not a completion.
+                s.check_stopped()?;
                 s.release(idx);
                 Ok(())
             }
@@ -702,6 +893,7 @@ impl<B: Backend> SharedRing<B> {
 
 impl<B: Backend> Drop for SharedRing<B> {
     fn drop(&mut self) {
+        self.closed.store(true, Ordering::Release);
         if self.role == Role::Producer {
             let h = self.shared.seg.header();
             h.producer_closed.store(1, Ordering::Release);

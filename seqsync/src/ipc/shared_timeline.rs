@@ -41,9 +41,6 @@ impl Drop for Shared {
     }
 }
 
-/// `lost_peer`'s flag: set, the failure is a dead peer whose pid and role it holds.
-const LOST: u64 = 1 << 63;
-
 impl Shared {
     fn wake(&self, always: bool) {
         wake::wake(self.seg.header(), always);
@@ -58,14 +55,7 @@ impl Shared {
         let h = self.seg.header();
         if h.begin_stop() {
             if let Error::PeerLost { pid, role, .. } = &error {
-                let role = [Role::Producer, Role::Consumer, Role::Creator, Role::Opener]
-                    .into_iter()
-                    .find(|r| Role::name(*r as u32) == *role)
-                    .unwrap_or(Role::Opener);
-                h.lost_peer.store(
-                    LOST | (role as u64) << 32 | u64::from(*pid),
-                    Ordering::Relaxed,
-                );
+                h.set_lost_peer(*pid, Role::code_of(role));
             }
             let _ = self.local_failure.set(Arc::new(error.clone()));
             h.finish_stop(&error.to_string(), peers::me());
@@ -80,21 +70,18 @@ impl Shared {
         let cause = match (h.stop_state(), self.local_failure.get()) {
             (0, _) => return None,
             (2, Some(mine)) => mine.clone(),
-            (2, None) => {
-                let lost = h.lost_peer.load(Ordering::Relaxed);
-                Arc::new(if lost & LOST != 0 {
-                    Error::PeerLost {
-                        ring: self.name.clone(),
-                        pid: lost as u32,
-                        role: Role::name(((lost >> 32) & 0xff) as u32),
-                    }
-                } else {
-                    Error::FailedElsewhere {
-                        pid: by(),
-                        message: h.reason(),
-                    }
-                })
-            }
+            (2, None) => Arc::new(if let Some((pid, role)) = h.lost_peer() {
+                Error::PeerLost {
+                    ring: self.name.clone(),
+                    pid,
+                    role: Role::name(role),
+                }
+            } else {
+                Error::FailedElsewhere {
+                    pid: by(),
+                    message: h.reason(),
+                }
+            }),
             _ => Arc::new(Error::FailedElsewhere {
                 pid: by(),
                 message: "failed by a process that died before writing why".into(),

@@ -1,6 +1,6 @@
-//! `SharedRing` on CUDA (the IPC-event mechanism): in one process, then between two: a
-//! consumer process's stream ordered after the producer's kernels (and its negative control),
-//! a killed producer.
+//! `SharedRing` on CUDA, for each device mechanism (memops, the default; IPC events): in one
+//! process, then between two: a consumer process's stream ordered after the producer's
+//! kernels (and its negative control), a killed producer.
 #![cfg(feature = "cuda")]
 
 use std::process::Child;
@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use seqsync::backend::cuda::CudaBackend;
 use seqsync::backend::Backend;
 use seqsync::ipc::{Mechanism, SharedRing};
 use seqsync::{Blocking, Error};
@@ -20,48 +21,23 @@ use crate::harness::{
 crate::gpu_required!();
 
 const SEQS: i64 = 30;
+const MECHANISMS: [Mechanism; 2] = [Mechanism::MemOps, Mechanism::IpcEvent];
 
 /// This binary again, running this module's test `name` as the other process.
 fn child(name: &str, ring: &str, data: Option<&std::path::Path>) -> Child {
     harness::child(&format!("cuda_ring::{name}"), ring, data)
 }
 
-#[test]
-#[cfg_attr(
-    not(feature = "gpu-tests"),
-    ignore = "needs a GPU: cargo test --features gpu-tests"
-)]
-fn cuda_a_ring_orders_by_ipc_events_and_a_consumer_here_uses_the_creators() {
-    let Some(g) = common::gpu::gpu() else { return };
-    let b = &g.backend;
-    let name = unique("cuda-here");
-    let ring = SharedRing::create(b, &name, 1, 2).unwrap();
-    assert_eq!(ring.mechanism(), Mechanism::IpcEvent);
-    let consumer = SharedRing::open(b, &name).unwrap();
-    assert_eq!(consumer.mechanism(), Mechanism::IpcEvent);
-    let (p, c) = (b.new_stream("p").unwrap(), b.new_stream("c").unwrap());
-    for seq in 0..6 {
-        g.spin(&p, Duration::from_millis(20));
-        ring.record(&p, seq, Blocking::Yes).unwrap();
-        let start = Instant::now();
-        if seq % 2 == 0 {
-            consumer.synchronize(seq, Blocking::Yes).unwrap();
-        } else {
-            consumer.wait(&c, seq, Blocking::Yes).unwrap();
-            b.synchronize_stream(&c).unwrap();
-        }
-        // The consumer's wait covered the 20 ms kernel recorded before it.
-        assert!(
-            start.elapsed() >= Duration::from_millis(15),
-            "seq {seq}: {:?}",
-            start.elapsed()
-        );
-    }
-    // A host record completes at once.
-    ring.record_host(6, Blocking::Yes).unwrap();
-    consumer.synchronize(6, Blocking::Yes).unwrap();
-    let e = consumer.synchronize(6, Blocking::No).unwrap_err();
-    assert!(matches!(e, Error::OverConsumed { seq: 6, .. }), "{e}");
+fn create(
+    b: &CudaBackend,
+    name: &str,
+    n: u32,
+    size: usize,
+    m: Mechanism,
+) -> SharedRing<CudaBackend> {
+    let r = SharedRing::create_with(b, name, n, size, m).unwrap();
+    assert_eq!(r.mechanism(), m);
+    r
 }
 
 #[test]
@@ -69,44 +45,115 @@ fn cuda_a_ring_orders_by_ipc_events_and_a_consumer_here_uses_the_creators() {
     not(feature = "gpu-tests"),
     ignore = "needs a GPU: cargo test --features gpu-tests"
 )]
-fn cuda_stop_wakes_a_host_wait_on_an_event() {
+fn cuda_create_picks_memops_and_host_words_are_refused() {
+    let Some(g) = common::gpu::gpu() else { return };
+    let ring = SharedRing::create(&g.backend, &unique("cuda-auto"), 1, 2).unwrap();
+    assert_eq!(ring.mechanism(), Mechanism::MemOps);
+    let e = SharedRing::create_with(&g.backend, &unique("cuda-hw"), 1, 2, Mechanism::HostWord)
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn cuda_a_consumer_in_the_same_process_waits_for_the_producers_kernel() {
     let Some(g) = common::gpu::gpu() else { return };
     let b = &g.backend;
-    let name = unique("cuda-stop");
-    let ring = SharedRing::create(b, &name, 1, 2).unwrap();
-    let consumer = SharedRing::open(b, &name).unwrap();
-    let p = b.new_stream("p").unwrap();
-    g.spin(&p, Duration::from_secs(3));
-    ring.record(&p, 0, Blocking::Yes).unwrap();
-    let start = Instant::now();
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            std::thread::sleep(Duration::from_millis(100));
-            ring.stop("operator");
+    for m in MECHANISMS {
+        let name = unique(&format!("cuda-here-{m:?}"));
+        let ring = create(b, &name, 1, 2, m);
+        let consumer = SharedRing::open(b, &name).unwrap();
+        assert_eq!(consumer.mechanism(), m);
+        let (p, c) = (b.new_stream("p").unwrap(), b.new_stream("c").unwrap());
+        for seq in 0..6 {
+            g.spin(&p, Duration::from_millis(20));
+            ring.record(&p, seq, Blocking::Yes).unwrap();
+            let start = Instant::now();
+            if seq % 2 == 0 {
+                consumer.synchronize(seq, Blocking::Yes).unwrap();
+            } else {
+                consumer.wait(&c, seq, Blocking::Yes).unwrap();
+                b.synchronize_stream(&c).unwrap();
+            }
+            // The consumer's wait covered the 20 ms kernel recorded before it.
+            let took = start.elapsed();
+            assert!(
+                took >= Duration::from_millis(15),
+                "{m:?} seq {seq}: {took:?}"
+            );
+        }
+        // A host record completes at once.
+        ring.record_host(6, Blocking::Yes).unwrap();
+        consumer.synchronize(6, Blocking::Yes).unwrap();
+        let e = consumer.synchronize(6, Blocking::No).unwrap_err();
+        assert!(
+            matches!(e, Error::OverConsumed { seq: 6, .. }),
+            "{m:?}: {e}"
+        );
+        b.synchronize_stream(&p).unwrap();
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn cuda_stop_wakes_a_host_wait_and_memops_lets_a_stream_wait_go() {
+    let Some(g) = common::gpu::gpu() else { return };
+    let b = &g.backend;
+    for m in MECHANISMS {
+        let name = unique(&format!("cuda-stop-{m:?}"));
+        let ring = create(b, &name, 2, 2, m);
+        let consumer = SharedRing::open(b, &name).unwrap();
+        let (p, c) = (b.new_stream("p").unwrap(), b.new_stream("c").unwrap());
+        g.spin(&p, Duration::from_secs(2));
+        ring.record(&p, 0, Blocking::Yes).unwrap();
+        consumer.wait(&c, 0, Blocking::Yes).unwrap();
+        let start = Instant::now();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(100));
+                ring.stop("operator");
+            });
+            let e = consumer.synchronize(0, Blocking::Yes).unwrap_err();
+            assert!(matches!(e, Error::Stopped { .. }), "{m:?}: {e}");
         });
-        let e = consumer.synchronize(0, Blocking::Yes).unwrap_err();
-        assert!(matches!(e, Error::Stopped { .. }), "{e}");
-    });
-    assert!(
-        start.elapsed() < Duration::from_secs(1),
-        "{:?}",
-        start.elapsed()
-    );
-    b.synchronize_stream(&p).unwrap();
+        assert!(
+            start.elapsed() < Duration::from_secs(1),
+            "{m:?}: {:?}",
+            start.elapsed()
+        );
+        if m == Mechanism::MemOps {
+            // The stream wait was let go: `c` drains before the producer's kernel ends.
+            b.synchronize_stream(&c).unwrap();
+            assert!(
+                start.elapsed() < Duration::from_secs(1),
+                "{:?}",
+                start.elapsed()
+            );
+        }
+        b.synchronize_stream(&p).unwrap();
+        b.synchronize_stream(&c).unwrap();
+    }
 }
 
 /// Producer: per seq, a 2 ms kernel, then host work on the same stream that writes seq into
-/// the shared data, then the record. Returns the child consumer's exit code.
-fn ordered_run(child_test: &str) -> i32 {
+/// the shared data, then the record, on a ring of `nconsumers` (0 for a consumer that does
+/// not wait: nothing waits for it to release a slot). Returns the child consumer's exit code.
+fn ordered_run(child_test: &str, m: Mechanism, nconsumers: u32) -> i32 {
     let g = common::gpu::gpu().expect("gpu");
     let b = &g.backend;
-    let name = unique(child_test);
-    let path = data_path(child_test);
+    let name = unique(&format!("{child_test}-{m:?}"));
+    let path = data_path(&format!("{child_test}-{m:?}"));
     let data = Arc::new(Data::create(&path));
     for k in 0..SLOTS as i64 {
         data.word(k).store(-1, Ordering::SeqCst);
     }
-    let ring = SharedRing::create(b, &name, 1, SLOTS).unwrap();
+    let ring = create(b, &name, nconsumers, SLOTS, m);
     let mut c = child(child_test, &name, Some(&path));
     await_ready(&mut c);
     let p = b.new_stream("producer").unwrap();
@@ -135,7 +182,6 @@ fn consume(skip: bool) {
     let g = common::gpu::gpu().expect("gpu");
     let b = &g.backend;
     let ring = SharedRing::open(b, &name).unwrap();
-    assert_eq!(ring.mechanism(), Mechanism::IpcEvent);
     let data = Arc::new(Data::open(std::path::Path::new(&path)));
     let s = b.new_stream("consumer").unwrap();
     let wrong = Arc::new(std::sync::atomic::AtomicI32::new(0));
@@ -170,7 +216,9 @@ fn cuda_a_consumer_process_runs_each_seq_after_the_producers_kernel() {
     if common::gpu::gpu().is_none() {
         return;
     }
-    assert_eq!(ordered_run("child_cuda_consumer"), 0);
+    for m in MECHANISMS {
+        assert_eq!(ordered_run("child_cuda_consumer", m, 1), 0, "{m:?}");
+    }
 }
 
 #[test]
@@ -188,7 +236,9 @@ fn cuda_negative_control_a_consumer_that_skips_its_wait_reads_wrong() {
     if common::gpu::gpu().is_none() {
         return;
     }
-    assert!(ordered_run("child_cuda_consumer_skips") > 0);
+    for m in MECHANISMS {
+        assert!(ordered_run("child_cuda_consumer_skips", m, 0) > 0, "{m:?}");
+    }
 }
 
 #[test]
@@ -205,32 +255,42 @@ fn child_cuda_consumer_skips() {
 fn cuda_a_killed_producer_wakes_a_host_wait_with_peer_lost() {
     let Some(g) = common::gpu::gpu() else { return };
     let b = &g.backend;
-    let name = unique("cuda-kill");
-    let mut c = child("child_cuda_records_a_long_kernel", &name, None);
-    await_ready(&mut c);
-    let pid = c.id();
-    let ring = SharedRing::open(b, &name).unwrap();
-    let s = b.new_stream("waits").unwrap();
-    // Seq 0 stands for a 5 s kernel in the producer: this stream waits for it, and this
-    // thread too (its second consumer).
-    ring.wait(&s, 0, Blocking::Yes).unwrap();
-    let killer = kill_later(c, Duration::from_millis(200));
-    let r = ring.synchronize(0, Blocking::Yes);
-    println!("a host wait on a killed process's event: {r:?}");
-    let e = r.unwrap_err();
-    let (killed, mut c) = killer.join().unwrap();
-    assert!(
-        matches!(&e, Error::PeerLost { pid: p, role: "producer", .. } if *p == pid),
-        "{e}"
-    );
-    assert!(
-        killed.elapsed() < Duration::from_secs(1),
-        "{:?}",
-        killed.elapsed()
-    );
-    c.wait().unwrap();
-    // `s` still waits on the dead process's event, and does so for good (the driver never
-    // completes it: seen on the H200, BENCHMARKS.md §11): it is not synchronized here.
+    for m in MECHANISMS {
+        let name = unique(&format!("cuda-kill-{m:?}"));
+        let mut c = child("child_cuda_records_a_long_kernel", &name, None);
+        await_ready(&mut c);
+        let pid = c.id();
+        let ring = SharedRing::open(b, &name).unwrap();
+        assert_eq!(ring.mechanism(), m);
+        let s = b.new_stream("waits").unwrap();
+        // Seq 0 stands for a 5 s kernel in the producer: this stream waits for it, and this
+        // thread too (its second consumer).
+        ring.wait(&s, 0, Blocking::Yes).unwrap();
+        let killer = kill_later(c, Duration::from_millis(200));
+        let e = ring.synchronize(0, Blocking::Yes).unwrap_err();
+        let (killed, mut c) = killer.join().unwrap();
+        assert!(
+            matches!(&e, Error::PeerLost { pid: p, role: "producer", .. } if *p == pid),
+            "{m:?}: {e}"
+        );
+        assert!(
+            killed.elapsed() < Duration::from_secs(1),
+            "{m:?}: {:?}",
+            killed.elapsed()
+        );
+        c.wait().unwrap();
+        if m == Mechanism::MemOps {
+            // The stream that waited on the dead producer was let go.
+            b.synchronize_stream(&s).unwrap();
+            assert!(
+                killed.elapsed() < Duration::from_secs(2),
+                "{:?}",
+                killed.elapsed()
+            );
+        }
+        // With IPC events `s` waits for good (the driver never completes a dead process's
+        // event: seen on the H200): it is not synchronized here.
+    }
 }
 
 #[test]
@@ -239,9 +299,14 @@ fn child_cuda_records_a_long_kernel() {
     let Ok(name) = std::env::var(RING) else {
         return;
     };
+    let m = if name.contains("IpcEvent") {
+        Mechanism::IpcEvent
+    } else {
+        Mechanism::MemOps
+    };
     let g = common::gpu::gpu().expect("gpu");
     let b = &g.backend;
-    let ring = SharedRing::create(b, &name, 2, 2).unwrap();
+    let ring = create(b, &name, 2, 2, m);
     let p = b.new_stream("p").unwrap();
     g.spin(&p, Duration::from_secs(5));
     ring.record(&p, 0, Blocking::Yes).unwrap();

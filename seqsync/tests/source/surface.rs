@@ -22,6 +22,7 @@ const SURFACE: &[&str] = &[
     "Timeline",
     "cudarc",
     "backend::IpcEventHandle",
+    "backend::MappedHost",
     "backend::AnyBackend",
     "backend::AnyStream",
     "backend::Backend",

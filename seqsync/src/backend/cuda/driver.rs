@@ -176,6 +176,9 @@ driver_calls! {
     mem_free_host => cuMemFreeHost as "cuMemFreeHost" (ptr: *mut c_void);
     mem_host_get_device_pointer => cuMemHostGetDevicePointer_v2 as "cuMemHostGetDevicePointer"
         (out: *mut sys::CUdeviceptr, host: *mut c_void, flags: c_uint);
+    mem_host_register => cuMemHostRegister_v2 as "cuMemHostRegister"
+        (ptr: *mut c_void, bytes: usize, flags: c_uint);
+    mem_host_unregister => cuMemHostUnregister as "cuMemHostUnregister" (ptr: *mut c_void);
     memcpy_async => cuMemcpyAsync as "cuMemcpyAsync"
         (dst: sys::CUdeviceptr, src: sys::CUdeviceptr, bytes: usize, stream: sys::CUstream);
     memcpy_htod => cuMemcpyHtoD_v2 as "cuMemcpyHtoD"

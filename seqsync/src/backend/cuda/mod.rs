@@ -54,6 +54,7 @@ pub(crate) mod driver;
 pub(crate) mod event;
 pub(crate) mod graph_exec;
 mod host_fn;
+mod mapped_host;
 mod memory;
 pub(crate) mod mempool;
 mod open_waits;
@@ -325,6 +326,33 @@ impl Backend for CudaBackend {
 
     fn ipc_event_open(&self, handle: &crate::backend::IpcEventHandle) -> Result<CudaEvent> {
         CudaEvent::open_ipc(&self.ctx, &self.deferred, handle)
+    }
+
+    unsafe fn map_host(&self, ptr: *mut u8, len: usize) -> Result<crate::backend::MappedHost> {
+        // SAFETY: the caller's promise, forwarded.
+        unsafe { mapped_host::map(&self.ctx, &self.deferred, ptr, len) }
+    }
+
+    fn write_mapped_on(
+        &self,
+        stream: &Arc<CudaStream>,
+        map: &crate::backend::MappedHost,
+        offset: usize,
+        value: u64,
+    ) -> Result<()> {
+        bind_for(stream)?;
+        mapped_host::write_on(&self.ctx, stream, map, offset, value)
+    }
+
+    fn wait_mapped_on(
+        &self,
+        stream: &Arc<CudaStream>,
+        map: &crate::backend::MappedHost,
+        offset: usize,
+        value: u64,
+    ) -> Result<()> {
+        bind_for(stream)?;
+        mapped_host::wait_on(&self.ctx, stream, map, offset, value)
     }
 
     fn create_event(&self, options: EventOptions) -> Result<CudaEvent> {
