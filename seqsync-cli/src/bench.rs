@@ -25,11 +25,14 @@ pub(crate) enum Suite {
     /// Buffer handoff by epochs: tracked record and stream wait against the raw calls, a move
     /// that needs no wait against the same without shortcuts, the seed's motivating example.
     Handoff,
+    /// Shared rings (across processes): record + wait against the in-process ring's, per
+    /// mechanism.
+    Ipc,
 }
 
 #[derive(Args)]
 pub(crate) struct BenchArgs {
-    /// ring (default), pool, graph, timeline or handoff.
+    /// ring (default), pool, graph, timeline, handoff or ipc.
     #[arg(value_enum, default_value = "ring")]
     suite: Suite,
     /// pool: bytes per allocation.
@@ -86,6 +89,9 @@ pub(crate) fn run(a: BenchArgs) -> Result<(), Failure> {
     }
     if a.suite == Suite::Timeline {
         return run_timeline(a);
+    }
+    if a.suite == Suite::Ipc {
+        return run_ipc(&a);
     }
     let cfg = BenchConfig {
         rounds: a.rounds.max(1),
@@ -235,6 +241,33 @@ fn run_graph(a: &BenchArgs) -> Result<(), Failure> {
             m.makespan_us / r.critical_path_us.max(1) as f64,
             m.makespan_us / exact.unwrap_or(f64::NAN),
             m.false_dependencies
+        );
+    }
+    Ok(())
+}
+
+fn run_ipc(a: &BenchArgs) -> Result<(), Failure> {
+    let cfg = seqsync_demo::bench::ipc::IpcBenchConfig {
+        rounds: a.rounds.max(1),
+    };
+    let r = seqsync_demo::bench::ipc::run(a.backend, &cfg)?;
+    if a.json {
+        println!("{}", serde_json::to_string(&r).expect("report serializes"));
+        return Ok(());
+    }
+    println!("seqsync bench ipc on {} ({})", r.backend, r.device);
+    println!(
+        "  {:<12}{:<40}{:>11}{:>10}{:>8}",
+        "mechanism", "operation", "shared ns", "ring ns", "ratio"
+    );
+    for o in &r.rows {
+        println!(
+            "  {:<12}{:<40}{:>11.1}{:>10.1}{:>8.3}",
+            o.mechanism,
+            "record + wait (shared ring vs EventRingbuf)",
+            o.shared_ns,
+            o.ring_ns,
+            o.ratio
         );
     }
     Ok(())

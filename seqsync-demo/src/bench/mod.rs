@@ -7,6 +7,7 @@
 
 pub mod graph;
 pub mod handoff;
+pub mod ipc;
 pub mod null_backend;
 pub mod pool;
 pub mod timeline;
