@@ -10,7 +10,7 @@
 //! completed. Blocked calls sleep on the segment's `changes` futex and check the peers'
 //! liveness every 100 ms.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::peers::{self, Role, CHECK_EVERY};
@@ -68,14 +68,17 @@ struct Shared {
     /// With memops: the segment mapped for the backend's streams (dropped before `seg`).
     memops: Option<MemOpsState>,
     seg: Segment,
-    peer: usize,
+    /// This process's entry in the peer table (`usize::MAX` once it left).
+    peer: AtomicUsize,
 }
 
 /// A memops ring's state in this process.
 struct MemOpsState {
     map: MappedHost,
-    /// Per slot, the highest `seq + 1` this process's streams write or wait for there.
-    pending: Vec<AtomicU64>,
+    /// Whether this process enqueued a stream operation on the segment: then a stream may
+    /// read or write it at any later time (a wait queued behind other work), and nothing
+    /// here can tell when none will any more, so the mapping stays until the process ends.
+    used: AtomicBool,
 }
 
 /// Whether a `gpu` word at `word` satisfies a wait for `value` (`CU_STREAM_WAIT_VALUE_GEQ`).
@@ -85,11 +88,19 @@ fn reached(word: u64, value: u64) -> bool {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        peers::unregister(self.seg.header(), self.peer);
+        self.leave();
     }
 }
 
 impl Shared {
+    /// Give this process's peer entry back (once).
+    fn leave(&self) {
+        let peer = self.peer.swap(usize::MAX, Ordering::AcqRel);
+        if peer != usize::MAX {
+            peers::unregister(self.seg.header(), peer);
+        }
+    }
+
     fn wake(&self, always: bool) {
         wake::wake(self.seg.header(), always);
     }
@@ -115,15 +126,11 @@ impl Shared {
         }
     }
 
-    /// With memops: no stream operation of this process on the segment can still run (every
-    /// word reached the highest value this process wrote or waited for there).
-    fn quiet(&self) -> bool {
-        self.memops.as_ref().is_none_or(|m| {
-            m.pending.iter().enumerate().all(|(i, p)| {
-                let p = p.load(Ordering::Acquire);
-                p == 0 || reached(self.seg.slot(i).gpu.load(Ordering::Acquire), p)
-            })
-        })
+    /// With memops: whether this process may still have stream operations on the segment.
+    fn used(&self) -> bool {
+        self.memops
+            .as_ref()
+            .is_some_and(|m| m.used.load(Ordering::Acquire))
     }
 
     /// Stop the ring for a dead peer: every process then reports [`Error::PeerLost`].
@@ -245,7 +252,10 @@ impl Shared {
 /// process (the work after them then runs unordered, and every call on the ring returns the
 /// error): nothing waits forever. With IPC events a stop or a dead peer cuts host waits short,
 /// but a stream already waiting on a dead producer's event waits for good (the driver never
-/// completes it; seen on the H200): use memops where a peer may die.
+/// completes it; seen on the H200): use memops where a peer may die. A process whose streams
+/// used a memops ring keeps its segment mapped (and one sleeping watchdog thread) until the
+/// process ends: a stream operation queued behind other work may touch it at any later time,
+/// and unmapping under it would fault the device.
 ///
 /// ```
 /// use seqsync::ipc::SharedRing;
@@ -272,7 +282,7 @@ pub struct SharedRing<B: Backend> {
     /// An idle stream of the producer's, for `record_host` with a device mechanism (made at
     /// first use).
     idle: Mutex<Option<B::Stream>>,
-    /// Set on drop: the memops watchdog ends once nothing of this process is pending.
+    /// Set on drop: the memops watchdog ends then, unless this process used the segment.
     closed: Arc<AtomicBool>,
     _server: Option<Server>,
 }
@@ -428,9 +438,9 @@ impl<B: Backend + Clone> SharedRing<B> {
         let mapped = if seg.sizes.mechanism == Mechanism::MemOps {
             let (ptr, len) = seg.mapping();
             // SAFETY: the segment's mapping is page-aligned (mmap) and stays mapped while the
-            // `Shared` that owns both lives; `mapped` drops before `seg` (field order), and the
-            // last `Shared` goes only once the watchdog found no stream operation of this
-            // process on it pending (see `MemOpsState::quiet`).
+            // `Shared` that owns both lives; `mapped` drops before `seg` (field order), and a
+            // `Shared` whose segment this process's streams used is never dropped: its
+            // watchdog keeps it until the process ends (see `MemOpsState::used`).
             Some(unsafe { backend.map_host(ptr, len) }?)
         } else {
             None
@@ -438,13 +448,13 @@ impl<B: Backend + Clone> SharedRing<B> {
         let peer = peers::register(seg.header(), name, role)?;
         let memops = mapped.map(|m| MemOpsState {
             map: m,
-            pending: (0..seg.sizes.max_size).map(|_| AtomicU64::new(0)).collect(),
+            used: AtomicBool::new(false),
         });
         let shared = Arc::new(Shared {
             name: name.to_owned(),
             memops,
             seg,
-            peer,
+            peer: AtomicUsize::new(peer),
         });
         let closed = Arc::new(AtomicBool::new(false));
         if shared.memops.is_some() {
@@ -467,10 +477,11 @@ impl<B: Backend + Clone> SharedRing<B> {
 }
 
 /// The watchdog of a memops ring in this process: it notices a dead peer even when no call is
-/// blocked (and stops the ring), lets every stream wait go while the ring is stopped (again
-/// and again: a producer's write landing late could take a word back below a wait), and once
-/// the ring was dropped here and none of this process's stream operations on the segment is
-/// pending, ends (the last `Shared` then unmaps it).
+/// blocked (and stops the ring), and lets every stream wait go while the ring is stopped
+/// (again and again: a producer's write landing late could take a word back below a wait).
+/// Once the ring is dropped here it ends, unless this process's streams used the segment:
+/// then it keeps the segment (and itself, one sleeping thread) until the process ends, since a
+/// queued stream operation may still touch it.
 fn watch(shared: &Shared, closed: &AtomicBool) {
     let h = shared.seg.header();
     loop {
@@ -483,7 +494,7 @@ fn watch(shared: &Shared, closed: &AtomicBool) {
         if shared.stopped().is_some() {
             shared.release_words();
         }
-        if closed.load(Ordering::Acquire) && shared.quiet() {
+        if closed.load(Ordering::Acquire) && !shared.used() {
             return;
         }
     }
@@ -636,6 +647,7 @@ impl<B: Backend> SharedRing<B> {
         if let Some(m) = &self.shared.memops {
             let seg = &self.shared.seg;
             let write = |idx: usize| {
+                m.used.store(true, Ordering::Release);
                 let at = seg.gpu_offset(idx);
                 let prev = seq - self.max_size() as i64;
                 if prev >= 0 {
@@ -645,7 +657,6 @@ impl<B: Backend> SharedRing<B> {
                 }
                 self.backend
                     .write_mapped_on(stream, &m.map, at, seq as u64 + 1)?;
-                m.pending[idx].fetch_max(seq as u64 + 1, Ordering::AcqRel);
                 Ok(())
             };
             return self.claim(seq, blocking.into(), write).map(drop);
@@ -780,13 +791,11 @@ impl<B: Backend> SharedRing<B> {
             return r.or_else(|e| self.shared.fail(e));
         }
         if let Some(m) = &self.shared.memops {
+            m.used.store(true, Ordering::Release);
             let value = seq as u64 + 1;
             let r =
                 self.backend
                     .wait_mapped_on(stream, &m.map, self.shared.seg.gpu_offset(idx), value);
-            if r.is_ok() {
-                m.pending[idx].fetch_max(value, Ordering::AcqRel);
-            }
             self.shared.release(idx);
             return r.or_else(|e| self.shared.fail(e));
         }
@@ -894,6 +903,11 @@ impl<B: Backend> SharedRing<B> {
 impl<B: Backend> Drop for SharedRing<B> {
     fn drop(&mut self) {
         self.closed.store(true, Ordering::Release);
+        if self.shared.used() {
+            // The watchdog keeps the segment mapped for this process's streams; the process
+            // itself leaves the ring now (its entry may serve another).
+            self.shared.leave();
+        }
         if self.role == Role::Producer {
             let h = self.shared.seg.header();
             h.producer_closed.store(1, Ordering::Release);
