@@ -53,10 +53,16 @@ pub(crate) struct Header {
     mechanism: AtomicU32,
     _pad: AtomicU32,
     name: [AtomicU8; NAME_MAX],
-    /// Bumped on every change a blocked call may wait for; the futex word of every wait.
+    /// Bumped on every change of the ring's slots, sequence or state (and a stop); the futex
+    /// word of the waits for them.
     pub(crate) changes: AtomicU32,
     /// How many calls sleep on `changes` (a change wakes them only when there are any).
     pub(crate) sleepers: AtomicU32,
+    /// Bumped when a seq's work completes (and on a stop): the futex word of the waits for a
+    /// completion, apart so that a record or a release wakes none of them.
+    pub(crate) done_changes: AtomicU32,
+    /// How many calls sleep on `done_changes`.
+    pub(crate) done_sleepers: AtomicU32,
     /// 0 running, 1 a stop's reason being written, 2 stopped.
     stop_state: AtomicU32,
     reason_len: AtomicU32,

@@ -17,7 +17,7 @@ use super::peers::{self, Role, CHECK_EVERY};
 use super::rendezvous::{self, Server};
 use super::ring_events::{Events, Watch};
 use super::segment::{Kind, Segment, Sizes, MAX_SLOTS, NAME_MAX, RELEASED};
-use super::wake;
+use super::wake::{self, Channel};
 use crate::backend::{synchronize_by_polling, Backend, MappedHost, SyncOutcome};
 use crate::error::{Error, Result};
 use crate::ring::Blocking;
@@ -102,7 +102,7 @@ impl Shared {
     }
 
     fn wake(&self, always: bool) {
-        wake::wake(self.seg.header(), always);
+        wake::wake(self.seg.header(), Channel::State, always);
     }
 
     fn stop(&self, reason: &str) {
@@ -111,7 +111,7 @@ impl Shared {
             h.finish_stop(reason, peers::me());
         }
         self.release_words();
-        self.wake(true);
+        wake::wake_all(self.seg.header());
     }
 
     /// With memops, once stopped: every slot's `gpu` word to [`RELEASED`], which lets every
@@ -179,10 +179,15 @@ impl Shared {
     }
 
     /// Sleep until `ready` has an answer, the ring stops, or a peer dies.
-    fn block_until<T>(&self, mut ready: impl FnMut() -> Option<Result<T>>) -> Result<T> {
+    fn block_until<T>(
+        &self,
+        c: Channel,
+        mut ready: impl FnMut() -> Option<Result<T>>,
+    ) -> Result<T> {
         let h = self.seg.header();
         wake::sleep_until(
             h,
+            c,
             None,
             || ready().or_else(|| self.stopped().map(Err)),
             || {
@@ -210,16 +215,20 @@ impl Shared {
         }
         let slot = self.seg.slot(idx);
         let prev = seq - self.max();
-        self.block_until(|| (slot.done.load(Ordering::Acquire) >= prev).then_some(Ok(())))?;
+        self.block_until(Channel::Done, || {
+            (slot.done.load(Ordering::Acquire) >= prev).then_some(Ok(()))
+        })?;
         slot.done.fetch_max(seq, Ordering::AcqRel);
-        self.wake(false);
+        wake::wake(self.seg.header(), Channel::Done, false);
         Ok(())
     }
 
     /// Sleep until `seq` (taken from slot `idx`) completed.
     fn await_done(&self, idx: usize, seq: i64) -> Result<()> {
         let slot = self.seg.slot(idx);
-        self.block_until(|| (slot.done.load(Ordering::Acquire) >= seq).then_some(Ok(())))
+        self.block_until(Channel::Done, || {
+            (slot.done.load(Ordering::Acquire) >= seq).then_some(Ok(()))
+        })
     }
 
     fn release(&self, idx: usize) {
@@ -603,7 +612,7 @@ impl<B: Backend> SharedRing<B> {
                     nconsumers: s.seg.sizes.nconsumers,
                 });
             }
-            w = s.block_until(|| {
+            w = s.block_until(Channel::State, || {
                 let w = slot.word.load(Ordering::Acquire);
                 room(w).then_some(Ok(w))
             })?;
@@ -728,7 +737,7 @@ impl<B: Backend> SharedRing<B> {
                         next: h.next_seq.load(Ordering::Acquire),
                     });
                 }
-                s.block_until(|| {
+                s.block_until(Channel::State, || {
                     let published = tag(slot.word.load(Ordering::Acquire)) >= want;
                     if published {
                         Some(Ok(()))
@@ -890,7 +899,7 @@ impl<B: Backend> SharedRing<B> {
         let s = &*self.shared;
         s.check_stopped()?;
         let h = s.seg.header();
-        s.block_until(|| {
+        s.block_until(Channel::State, || {
             if h.next_seq.load(Ordering::Acquire) > seq {
                 Some(Ok(()))
             } else if h.producer_closed.load(Ordering::Acquire) != 0 {

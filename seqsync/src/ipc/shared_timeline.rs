@@ -17,7 +17,7 @@ use super::peers::{self, Role};
 use super::rendezvous::{self, Server};
 use super::segment::{Kind, Segment, Sizes};
 use super::shared_ring::check_name;
-use super::wake;
+use super::wake::{self, Channel};
 use crate::backend::Backend;
 use crate::error::{BackendError, Error, Result};
 use crate::timeline::MAX_VALUE;
@@ -43,7 +43,7 @@ impl Drop for Shared {
 
 impl Shared {
     fn wake(&self, always: bool) {
-        wake::wake(self.seg.header(), always);
+        wake::wake(self.seg.header(), Channel::State, always);
     }
 
     fn value(&self) -> u64 {
@@ -164,6 +164,7 @@ impl Shared {
         let deadline = timeout.and_then(wake::deadline);
         let r = wake::sleep_until(
             self.seg.header(),
+            Channel::State,
             deadline,
             || {
                 if self.value() >= v {
