@@ -76,8 +76,8 @@ struct Shared {
 struct MemOpsState {
     map: MappedHost,
     /// Whether this process enqueued a stream operation on the segment: then a stream may
-    /// read or write it at any later time (a wait queued behind other work), and nothing
-    /// here can tell when none will any more, so the mapping stays until the process ends.
+    /// wait on it at any later time (behind other work), and the watchdog keeps letting waits
+    /// go while the ring is stopped until the process ends.
     used: AtomicBool,
 }
 
@@ -261,10 +261,11 @@ impl Shared {
 /// process (the work after them then runs unordered, and every call on the ring returns the
 /// error): nothing waits forever. With IPC events a stop or a dead peer cuts host waits short,
 /// but a stream already waiting on a dead producer's event waits for good (the driver never
-/// completes it; seen on the H200): use memops where a peer may die. A process whose streams
-/// used a memops ring keeps its segment mapped (and one sleeping watchdog thread) until the
-/// process ends: a stream operation queued behind other work may touch it at any later time,
-/// and unmapping under it would fault the device.
+/// completes it; seen on the H200), and from then on every call that waits for the device to
+/// drain (`cuMemFree`, `cuCtxSynchronize`, …) hangs in that process: use memops where a peer
+/// may die. A memops ring's segment stays mapped in every process that created or opened it
+/// until the process ends (unmapping waits for the device to drain, which a stuck stream
+/// would make a hang), and a process whose streams used it keeps its watchdog thread too.
 ///
 /// ```
 /// use seqsync::ipc::SharedRing;
@@ -447,9 +448,8 @@ impl<B: Backend + Clone> SharedRing<B> {
         let mapped = if seg.sizes.mechanism == Mechanism::MemOps {
             let (ptr, len) = seg.mapping();
             // SAFETY: the segment's mapping is page-aligned (mmap) and stays mapped while the
-            // `Shared` that owns both lives; `mapped` drops before `seg` (field order), and a
-            // `Shared` whose segment this process's streams used is never dropped: its
-            // watchdog keeps it until the process ends (see `MemOpsState::used`).
+            // `Shared` that owns both lives, and a memops `Shared` is never dropped (below):
+            // the mapping outlives every stream operation enqueued through it.
             Some(unsafe { backend.map_host(ptr, len) }?)
         } else {
             None
@@ -465,6 +465,13 @@ impl<B: Backend + Clone> SharedRing<B> {
             seg,
             peer: AtomicUsize::new(peer),
         });
+        if shared.memops.is_some() {
+            // Never unmapped while the process lives: `cuMemHostUnregister` waits for the
+            // whole device to drain, holding a driver lock, and a stream of the process may
+            // wait for good (on a dead process's IPC event, say): unmapping could hang the
+            // process. A segment per memops ring created or opened stays.
+            std::mem::forget(shared.clone());
+        }
         let closed = Arc::new(AtomicBool::new(false));
         if shared.memops.is_some() {
             let (s, c) = (shared.clone(), closed.clone());
@@ -914,9 +921,9 @@ impl<B: Backend> SharedRing<B> {
 impl<B: Backend> Drop for SharedRing<B> {
     fn drop(&mut self) {
         self.closed.store(true, Ordering::Release);
-        if self.shared.used() {
-            // The watchdog keeps the segment mapped for this process's streams; the process
-            // itself leaves the ring now (its entry may serve another).
+        if self.shared.memops.is_some() {
+            // The segment stays mapped for this process's streams; the process itself leaves
+            // the ring now (its entry may serve another).
             self.shared.leave();
         }
         if self.role == Role::Producer {
