@@ -125,6 +125,24 @@ create_exception!(
 create_exception!(seqsync, NoDevice, Error, "No CUDA driver or device.");
 create_exception!(
     seqsync,
+    PeerLost,
+    Error,
+    "A process that shared a ring or timeline died with it open; `pid` and `role` name it."
+);
+create_exception!(
+    seqsync,
+    FailedElsewhere,
+    Error,
+    "Another process failed a shared timeline; `pid` and `message` say which and why."
+);
+create_exception!(
+    seqsync,
+    BadSegment,
+    Error,
+    "A shared segment that cannot be trusted (malformed, truncated, another user's)."
+);
+create_exception!(
+    seqsync,
     BackendError,
     Error,
     "A backend (driver) call failed."
@@ -165,6 +183,9 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         WaitBeforeSignalUnsupported,
         Stalled,
         NoDevice,
+        PeerLost,
+        FailedElsewhere,
+        BadSegment,
         BackendError,
         PlanError
     );
@@ -292,6 +313,15 @@ pub(crate) fn to_py(e: &E) -> PyErr {
                 with_attrs!(py, Stalled::new_err(m); "timeout_ms" => timeout_ms, "threads" => threads.clone())
             }
             E::NoDevice(_) => NoDevice::new_err(m),
+            E::PeerLost { ring, pid, role } => {
+                with_attrs!(py, PeerLost::new_err(m); "ring" => ring, "pid" => pid, "role" => *role)
+            }
+            E::FailedElsewhere { pid, message } => {
+                with_attrs!(py, FailedElsewhere::new_err(m); "pid" => pid, "message" => message)
+            }
+            E::BadSegment { ring, message } => {
+                with_attrs!(py, BadSegment::new_err(m); "ring" => ring, "message" => message)
+            }
             E::Backend(b) => with_attrs!(py, BackendError::new_err(m);
                 "backend" => b.backend, "op" => b.op, "code" => b.code),
             E::Plan(p) => with_attrs!(py, PlanError::new_err(m); "line" => p.line()),

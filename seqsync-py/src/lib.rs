@@ -2,7 +2,8 @@
 //! borrowed from frameworks (`borrowed.rs`), rings
 //! (`ring.rs`), timelines (`timeline.rs`), declared pipelines (`pipeline.rs`), the exception
 //! classes (`errors.rs`), blocking without the GIL, interruptible (`block.rs`), and the Python
-//! thread state a run's thread keeps between stage calls (`thread_state.rs`).
+//! thread state a run's thread keeps between stage calls (`thread_state.rs`); across processes
+//! (Linux), shared rings and timelines (`shared.rs`).
 //!
 //! Every call that can block releases the GIL; a host wait checks for Ctrl-C every 20 ms.
 
@@ -11,6 +12,8 @@ mod borrowed;
 mod errors;
 mod pipeline;
 mod ring;
+#[cfg(target_os = "linux")]
+mod shared;
 mod stream;
 mod thread_state;
 mod timeline;
@@ -31,6 +34,11 @@ fn _seqsync(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pipeline::PipelineBuilder>()?;
     m.add_class::<pipeline::Check>()?;
     m.add_class::<pipeline::StageStream>()?;
+    #[cfg(target_os = "linux")]
+    {
+        m.add_class::<shared::SharedRing>()?;
+        m.add_class::<shared::SharedTimeline>()?;
+    }
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

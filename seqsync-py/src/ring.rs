@@ -30,7 +30,7 @@ pub(crate) struct EventRingbuf {
     inner: seqsync::EventRingbuf<AnyBackend>,
 }
 
-fn blocking(b: bool) -> Blocking {
+pub(crate) fn blocking(b: bool) -> Blocking {
     if b {
         Blocking::Yes
     } else {
