@@ -73,3 +73,19 @@ pub(crate) fn interruptible<T: Send>(
         }
     })
 }
+
+/// A ring call `f` without the GIL: on this thread when it cannot block, else interruptibly,
+/// `stop` (the ring's) on Ctrl-C.
+pub(crate) fn ring_call(
+    py: Python<'_>,
+    may_block: bool,
+    f: impl FnOnce() -> seqsync::Result<()> + Send,
+    stop: impl Fn() + Sync,
+) -> PyResult<()> {
+    use crate::errors::IntoPyResult;
+    if may_block {
+        interruptible(py, f, stop)?.py_err()
+    } else {
+        py.detach(f).py_err()
+    }
+}

@@ -5,7 +5,7 @@ use pyo3::prelude::*;
 use seqsync::{AnyBackend, Blocking};
 use std::sync::Arc;
 
-use crate::block::interruptible;
+use crate::block::ring_call;
 use crate::borrowed::{with_stream, Borrowing};
 use crate::errors::IntoPyResult;
 use crate::stream::Backend;
@@ -262,10 +262,8 @@ impl EventRingbuf {
         may_block: bool,
         f: impl FnOnce() -> seqsync::Result<()> + Send,
     ) -> PyResult<()> {
-        if may_block {
-            interruptible(py, f, || self.inner.stop("interrupted (KeyboardInterrupt)"))?.py_err()
-        } else {
-            py.detach(f).py_err()
-        }
+        ring_call(py, may_block, f, || {
+            self.inner.stop("interrupted (KeyboardInterrupt)")
+        })
     }
 }

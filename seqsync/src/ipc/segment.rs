@@ -597,6 +597,19 @@ mod tests {
     }
 
     #[test]
+    fn open_refuses_an_unknown_mechanism_and_a_timeline_claiming_a_device_one() {
+        let seg = Segment::create("r", Kind::Ring, sizes()).unwrap();
+        seg.header().mechanism.store(9, Ordering::Relaxed);
+        let e = reopen(&seg, "r").unwrap_err();
+        assert!(e.to_string().contains("mechanism code 9"), "{e}");
+        let t = Segment::create("t", Kind::Timeline, Sizes::default()).unwrap();
+        t.header().mechanism.store(2, Ordering::Relaxed);
+        let e =
+            Segment::open("t", Kind::Timeline, t.fd().try_clone_to_owned().unwrap()).unwrap_err();
+        assert!(e.to_string().contains("mechanism code 2"), "{e}");
+    }
+
+    #[test]
     fn open_refuses_a_truncated_file_and_an_open_mode() {
         let fd = rustix::fs::memfd_create("x", MemfdFlags::ALLOW_SEALING).unwrap();
         rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o600)).unwrap();

@@ -939,11 +939,12 @@ mod tests {
     //! What only a changed segment can cause (another process writing what the protocol never
     //! writes): refused with a named error that stops the ring, never a wrong slot.
     use super::*;
-    use crate::HostBackend;
+    use crate::{AnyBackend, BackendKind};
 
-    fn ring(what: &str) -> SharedRing<HostBackend> {
+    fn ring(what: &str) -> SharedRing<AnyBackend> {
         let name = format!("u-{what}-{}", std::process::id());
-        SharedRing::create(&HostBackend::new(), &name, 1, 2).unwrap()
+        let host = AnyBackend::new(BackendKind::Host).unwrap();
+        SharedRing::create(&host, &name, 1, 2).unwrap()
     }
 
     #[test]
