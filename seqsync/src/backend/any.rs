@@ -263,6 +263,30 @@ impl Backend for AnyBackend {
         }
     }
 
+    fn addresses_host_memory(&self) -> bool {
+        match self {
+            AnyBackend::Host(b) => b.addresses_host_memory(),
+            #[cfg(feature = "cuda")]
+            AnyBackend::Cuda(b) => b.addresses_host_memory(),
+        }
+    }
+
+    fn ipc_memory_export(&self, bytes: usize) -> Result<super::IpcExport> {
+        match self {
+            AnyBackend::Host(b) => b.ipc_memory_export(bytes),
+            #[cfg(feature = "cuda")]
+            AnyBackend::Cuda(b) => b.ipc_memory_export(bytes),
+        }
+    }
+
+    fn ipc_memory_open(&self, handle: &super::IpcMemoryHandle) -> Result<super::IpcMemory> {
+        match self {
+            AnyBackend::Host(b) => b.ipc_memory_open(handle),
+            #[cfg(feature = "cuda")]
+            AnyBackend::Cuda(b) => b.ipc_memory_open(handle),
+        }
+    }
+
     unsafe fn map_host(&self, ptr: *mut u8, len: usize) -> Result<super::MappedHost> {
         match self {
             // SAFETY: forwarded with the caller's promise.

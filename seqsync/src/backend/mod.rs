@@ -97,6 +97,38 @@ impl MappedHost {
 /// The bytes that let another process open an event ([`Backend::ipc_event_open`]).
 pub type IpcEventHandle = [u8; 64];
 
+/// The bytes that let another process map device memory ([`Backend::ipc_memory_open`]).
+pub type IpcMemoryHandle = [u8; 64];
+
+/// Memory shared with other processes, as this process maps it: its address for this
+/// backend's copies and kernels. Dropping it frees it (the exporter) or unmaps it (an
+/// importer), as the backend requires.
+pub struct IpcMemory {
+    /// The backend's own allocation or mapping, held for its drop (which frees or unmaps).
+    pub(crate) _owner: Box<dyn std::any::Any + Send + Sync>,
+    /// The address this process's streams use.
+    pub(crate) ptr: u64,
+}
+
+impl std::fmt::Debug for IpcMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IpcMemory")
+            .field("ptr", &format_args!("{:#x}", self.ptr))
+            .finish()
+    }
+}
+
+/// Where a backend puts memory it shares with other processes
+/// ([`Backend::ipc_memory_export`]).
+#[derive(Debug)]
+pub enum IpcExport {
+    /// In the shared segment itself: the backend's streams address host memory (the host
+    /// backend).
+    InSegment,
+    /// Device memory of this process, and the handle other processes open it by.
+    Device(IpcMemory, IpcMemoryHandle),
+}
+
 /// How an event is created.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EventOptions {
@@ -248,6 +280,41 @@ pub trait Backend: Clone + Send + Sync + 'static {
         Err(crate::error::Error::invalid(
             self.name(),
             "no host memory mapped for streams on this backend",
+        ))
+    }
+
+    /// Whether this backend's copies and kernels take host addresses (the host backend's
+    /// streams are host threads): then memory shared in a segment is usable as is.
+    fn addresses_host_memory(&self) -> bool {
+        false
+    }
+
+    /// Allocate `bytes` of memory other processes of the user can map (CUDA: `cuMemAlloc`,
+    /// complete when this returns, and `cuIpcGetMemHandle`), or say that the shared segment
+    /// is such memory ([`IpcExport::InSegment`]). The default refuses.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) where there is no such
+    /// memory; [`Error::Backend`](crate::Error::Backend) from the driver.
+    fn ipc_memory_export(&self, bytes: usize) -> Result<IpcExport> {
+        let _ = bytes;
+        Err(crate::error::Error::invalid(
+            self.name(),
+            "no memory other processes can map on this backend",
+        ))
+    }
+
+    /// Map the memory another process exported by `handle` (CUDA: `cuIpcOpenMemHandle`).
+    /// Dropping the result waits for this process's work on the device, then unmaps it.
+    ///
+    /// # Errors
+    /// As [`ipc_memory_export`](Self::ipc_memory_export); a handle that names no live
+    /// allocation is the driver's error.
+    fn ipc_memory_open(&self, handle: &IpcMemoryHandle) -> Result<IpcMemory> {
+        let _ = handle;
+        Err(crate::error::Error::invalid(
+            self.name(),
+            "no memory other processes can map on this backend",
         ))
     }
 

@@ -327,6 +327,17 @@ pub enum Error {
         message: String,
     },
 
+    /// A [`SharedBuffer`](crate::ipc::SharedBuffer)'s exporter may not free it yet: other
+    /// processes still map it (the driver's rule: every importer unmaps before the exporter
+    /// frees). Nothing was freed.
+    #[error("buffer '{buffer}': still mapped by {importers} other process(es)")]
+    StillImported {
+        /// The buffer.
+        buffer: String,
+        /// Living processes that map it.
+        importers: usize,
+    },
+
     /// No CUDA driver or no GPU: the CUDA backend cannot be used here.
     #[error("no CUDA device: {0}")]
     NoDevice(String),

@@ -1,7 +1,7 @@
 //! Across processes: [`SharedRing`], the [`EventRingbuf`](crate::EventRingbuf) contract for
 //! one producer process and consumers in other processes of the same user on one host, and
 //! [`SharedTimeline`], a [`Timeline`](crate::timeline::Timeline) every such process signals
-//! and waits on.
+//! and waits on, and [`SharedBuffer`], memory they all map.
 //!
 //! It may use: `backend`, through the [`Backend`](crate::backend::Backend) trait only (host
 //! work on a stream, whether such work may block, events other processes can open, and the
@@ -16,7 +16,8 @@
 //! | `wake` | sleeping on a segment (a process-shared futex) until something changes, checking the peers meanwhile |
 //! | `shared_ring` | the ring's contract |
 //! | `ring_events` | the ring's IPC-event mechanism (CUDA): an event per slot, opened by handle |
-//! | `shared_timeline` | the timeline's contract |
+//! | `shared_timeline` | the timeline's contract, on host jobs and on device streams (memops) |
+//! | `shared_buffer` | memory other processes map: device memory by IPC handle, or the segment itself; who frees and unmaps when |
 //!
 //! Linux only (memory files, futexes, abstract sockets, `/proc`).
 
@@ -24,9 +25,11 @@ mod peers;
 mod rendezvous;
 mod ring_events;
 mod segment;
+mod shared_buffer;
 mod shared_ring;
 mod shared_timeline;
 mod wake;
 
+pub use shared_buffer::SharedBuffer;
 pub use shared_ring::{Mechanism, SharedRing};
 pub use shared_timeline::SharedTimeline;

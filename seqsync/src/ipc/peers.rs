@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::segment::{Header, MAX_PEERS};
+use super::segment::{Header, Peer, MAX_PEERS};
 use crate::error::{Error, Result};
 
 /// How often a blocked call checks that its peers live: a dead peer is reported within this
@@ -80,6 +80,8 @@ pub(crate) fn register(h: &Header, ring: &str, role: Role) -> Result<usize> {
         {
             p.pid.store(pid, Ordering::Relaxed);
             p.role.store(role as u32, Ordering::Relaxed);
+            // A timeline raises it from the value once registered (`shared_timeline`).
+            p.gpu.store(0, Ordering::SeqCst);
             p.start.store(start, Ordering::Relaxed);
             p.state.store(2, Ordering::Release);
             return Ok(i);
@@ -89,6 +91,18 @@ pub(crate) fn register(h: &Header, ring: &str, role: Role) -> Result<usize> {
         ring,
         format!("{MAX_PEERS} processes share it already (the most a segment takes)"),
     ))
+}
+
+/// Whether the process of entry `p` still runs (the same process: its start time matches).
+pub(crate) fn alive(p: &Peer) -> bool {
+    let pid = p.pid.load(Ordering::Relaxed);
+    match start_time(pid) {
+        None => false,
+        Some(t) => {
+            let registered = p.start.load(Ordering::Relaxed);
+            registered == 0 || t == registered
+        }
+    }
 }
 
 /// Give entry `i` back (this process closes the ring).
@@ -110,13 +124,7 @@ pub(crate) fn check(h: &Header, ring: &str) -> Result<()> {
         if pid == mine || pid == 0 {
             continue;
         }
-        let alive = match start_time(pid) {
-            None => false,
-            Some(t) => {
-                let registered = p.start.load(Ordering::Relaxed);
-                registered == 0 || t == registered
-            }
-        };
+        let alive = alive(p);
         // Still registered? (It may have closed the ring while we looked.)
         if !alive && p.state.load(Ordering::Acquire) == 2 && p.pid.load(Ordering::Relaxed) == pid {
             return Err(Error::PeerLost {

@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 /// The first eight bytes of every segment.
 const MAGIC: u64 = u64::from_le_bytes(*b"SEQSYNC\x01");
 /// The layout's version: a segment of another version is refused.
-pub(crate) const LAYOUT_VERSION: u32 = 2;
+pub(crate) const LAYOUT_VERSION: u32 = 3;
 /// Processes a segment has room for (a ring's: one producer, the rest consumers).
 pub(crate) const MAX_PEERS: usize = 16;
 /// Bytes of a ring's or timeline's name.
@@ -79,6 +79,14 @@ pub(crate) struct Header {
     pub(crate) enqueued: AtomicU64,
     /// A timeline failed by a dead peer: `1 << 63 | role << 32 | pid` (0: not so).
     lost_peer: AtomicU64,
+    /// A buffer's size in bytes (a ring's or timeline's is 0).
+    pub(crate) buffer_bytes: AtomicU64,
+    /// 1: a buffer's bytes are in this segment, after the header (host memory); 0: in the
+    /// creator's device memory, opened by `mem_handle`.
+    buffer_in_segment: AtomicU32,
+    _pad2: AtomicU32,
+    /// A device buffer's IPC memory handle.
+    mem_handle: [AtomicU8; HANDLE_BYTES],
     pub(crate) peers: [Peer; MAX_PEERS],
 }
 
@@ -161,6 +169,11 @@ pub(crate) struct Peer {
     /// The process's start time (clock ticks after boot), so a reused pid is not mistaken
     /// for the process that registered.
     pub(crate) start: AtomicU64,
+    /// A timeline's word for this process's streams (the device waits on it): the value, or
+    /// `2^63` once this process has marked the timeline failed. Every process raises every
+    /// entry's word when a signal lands; only the owner releases its own, after spreading the
+    /// failure to its own streams (see `shared_timeline`).
+    pub(crate) gpu: AtomicU64,
 }
 
 /// One seq's place in the ring.
@@ -185,6 +198,7 @@ pub(crate) const RELEASED: u64 = i64::MAX as u64;
 pub(crate) enum Kind {
     Ring = 1,
     Timeline = 2,
+    Buffer = 3,
 }
 
 impl Kind {
@@ -193,6 +207,7 @@ impl Kind {
         match self {
             Kind::Ring => "ring",
             Kind::Timeline => "timeline",
+            Kind::Buffer => "buffer",
         }
     }
 }
@@ -204,6 +219,9 @@ pub(crate) struct Sizes {
     pub(crate) max_size: usize,
     /// How the ring orders streams (a timeline's: host words).
     pub(crate) mechanism: Mechanism,
+    /// A buffer's bytes kept in the segment (page-aligned, after the header; 0 for a device
+    /// buffer, a ring, a timeline).
+    pub(crate) data: usize,
 }
 
 impl Default for Sizes {
@@ -212,9 +230,21 @@ impl Default for Sizes {
             nconsumers: 0,
             max_size: 0,
             mechanism: Mechanism::HostWord,
+            data: 0,
         }
     }
 }
+
+/// The largest shared buffer: 1 TiB (a bound on what a segment's header may claim).
+pub(crate) const MAX_BUFFER_BYTES: u64 = 1 << 40;
+
+/// Where a buffer's bytes start in its segment: the first page after the header.
+fn data_offset() -> usize {
+    std::mem::size_of::<Header>().next_multiple_of(PAGE)
+}
+
+/// The page size segments are laid out for (the data of a buffer starts on a page).
+const PAGE: usize = 4096;
 
 fn mechanism_code(m: Mechanism) -> u32 {
     match m {
@@ -237,6 +267,9 @@ fn total_size(sizes: Sizes) -> usize {
     } else {
         0
     };
+    if sizes.data > 0 {
+        return data_offset() + sizes.data;
+    }
     slots_end(sizes.max_size) + handles
 }
 
@@ -296,6 +329,9 @@ impl Segment {
         h.total_size.store(total as u64, Ordering::Relaxed);
         h.nconsumers.store(sizes.nconsumers, Ordering::Relaxed);
         h.max_size.store(sizes.max_size as u32, Ordering::Relaxed);
+        h.buffer_in_segment
+            .store((sizes.data > 0) as u32, Ordering::Relaxed);
+        h.buffer_bytes.store(sizes.data as u64, Ordering::Relaxed);
         h.creator_pid.store(
             rustix::process::getpid().as_raw_nonzero().get() as u32,
             Ordering::Relaxed,
@@ -388,6 +424,29 @@ impl Segment {
                 format!("max_size {max_size} outside 1..={MAX_SLOTS}"),
             ));
         }
+        let buffer_bytes = h.buffer_bytes.load(Ordering::Relaxed);
+        let in_segment = h.buffer_in_segment.load(Ordering::Relaxed);
+        if kind == Kind::Buffer {
+            if max_size != 0 || nconsumers != 0 {
+                return Err(bad(name, "a buffer's segment with slots"));
+            }
+            if buffer_bytes > MAX_BUFFER_BYTES || in_segment > 1 {
+                return Err(bad(
+                    name,
+                    format!("a buffer of {buffer_bytes} bytes (in segment: {in_segment})"),
+                ));
+            }
+        } else if buffer_bytes != 0 || in_segment != 0 {
+            return Err(bad(
+                name,
+                "a ring's or timeline's segment claims buffer bytes",
+            ));
+        }
+        let data = if in_segment == 1 {
+            buffer_bytes as usize
+        } else {
+            0
+        };
         if nconsumers > super::shared_ring::MAX_CONSUMERS {
             return Err(bad(
                 name,
@@ -407,6 +466,7 @@ impl Segment {
             nconsumers,
             max_size,
             mechanism,
+            data,
         };
         let total = total_size(sizes);
         if h.total_size.load(Ordering::Relaxed) != total as u64 || size != total {
@@ -461,6 +521,40 @@ impl Segment {
         std::mem::size_of::<Header>()
             + i * std::mem::size_of::<Slot>()
             + std::mem::offset_of!(Slot, gpu)
+    }
+
+    /// A buffer's bytes in the segment (host memory): their address and length.
+    pub(crate) fn data(&self) -> Option<(*mut u8, usize)> {
+        if self.sizes.data == 0 {
+            return None;
+        }
+        // SAFETY: `data > 0` only for a mapping of `total_size(sizes) = data_offset() + data`
+        // bytes, so the offset stays inside it.
+        let at = unsafe { self.map.as_mut_ptr().add(data_offset()) };
+        Some((at, self.sizes.data))
+    }
+
+    /// Write a device buffer's handle (the creator, before it hands the segment to anyone).
+    pub(crate) fn set_mem_handle(&self, bytes: u64, handle: &[u8; HANDLE_BYTES]) {
+        let h = self.header();
+        h.buffer_bytes.store(bytes, Ordering::Relaxed);
+        for (b, v) in h.mem_handle.iter().zip(handle) {
+            b.store(*v, Ordering::Relaxed);
+        }
+    }
+
+    /// A device buffer's handle, as the creator wrote it.
+    pub(crate) fn mem_handle(&self) -> [u8; HANDLE_BYTES] {
+        let h = self.header();
+        std::array::from_fn(|k| h.mem_handle[k].load(Ordering::Relaxed))
+    }
+
+    /// Byte offset of peer entry `i`'s `gpu` word in the mapping.
+    pub(crate) fn peer_gpu_offset(&self, i: usize) -> usize {
+        assert!(i < MAX_PEERS, "peer index out of range");
+        std::mem::offset_of!(Header, peers)
+            + i * std::mem::size_of::<Peer>()
+            + std::mem::offset_of!(Peer, gpu)
     }
 
     pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
@@ -539,6 +633,7 @@ mod tests {
             nconsumers: 2,
             max_size: 4,
             mechanism: Mechanism::HostWord,
+            data: 0,
         }
     }
 

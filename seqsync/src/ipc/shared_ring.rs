@@ -405,6 +405,7 @@ impl<B: Backend + Clone> SharedRing<B> {
                 nconsumers,
                 max_size,
                 mechanism,
+                data: 0,
             },
         )?;
         for (i, h) in handles.iter().enumerate() {

@@ -8,40 +8,79 @@
 //! failed it, and, for a dead peer, which one (`lost_peer`), so that every process rebuilds the
 //! same cause. Blocked calls sleep on the segment's `changes` futex and check the peers every
 //! 100 ms.
+//!
+//! Streams whose host work may block (the host backend) signal and wait with host jobs. Device
+//! streams (CUDA) use stream memory operations on the segment, mapped for the device:
+//!
+//! - every process has its own word, in its peer entry (`Peer::gpu`), which its streams wait
+//!   on with `GEQ` (`wait_mapped_on`);
+//! - a signal is a host function on the stream (`launch_host_always`) that lands the value as
+//!   a host signal does and raises every process's word with a `fetch_max`: a plain device
+//!   store could lower a word that another process's signal raised;
+//! - a failure is spread by each process to its own streams before it releases its own word
+//!   (`2^63`, which the cyclic `GEQ` reads as reached): the in-process failure rule
+//!   ([`propagate`](crate::timeline)) first poisons every stream of the process whose wait the
+//!   failure releases, so a timeline those streams signal afterwards fails before the device
+//!   lets them go. A process learns of a failure in another process from its watchdog (every
+//!   100 ms), which also notices dead peers and waits nobody can release any more.
+//!
+//! A process whose streams used the segment keeps it mapped until it ends
+//! (`cuMemHostUnregister` waits for the whole device, and a stream may wait for good), and
+//! keeps its peer entry until its handles are gone and no device wait of it can be pending.
+//!
+//! It may use: `backend` (host work, mapped host words) and `timeline` (the failure rule).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use super::peers::{self, Role};
+use super::peers::{self, Role, CHECK_EVERY};
 use super::rendezvous::{self, Server};
 use super::segment::{Kind, Segment, Sizes};
 use super::shared_ring::check_name;
 use super::wake::{self, Channel};
-use crate::backend::Backend;
+use crate::backend::semaphore::FAILED_BIT;
+use crate::backend::{Backend, MappedHost};
 use crate::error::{BackendError, Error, Result};
+use crate::timeline::propagate::{self, FailTarget, Propagation, Refused, Retired};
 use crate::timeline::MAX_VALUE;
 
 /// The part every handle and stream job holds: the segment and this process's entry in it.
 struct Shared {
     name: String,
     seg: Segment,
-    peer: usize,
+    /// This process's entry in the peer table (`usize::MAX` once it left).
+    peer: AtomicUsize,
     /// The error this process failed the timeline with (kept whole, for `root_cause`).
     local_failure: OnceLock<Arc<Error>>,
     /// The user's handles in this process (clones count).
     handles: AtomicUsize,
     /// Signals this process enqueued on streams that have not landed.
     pending: AtomicUsize,
+    /// Device streams: the segment mapped for them (made once, never dropped).
+    device: OnceLock<MappedHost>,
+    device_init: Mutex<()>,
+    /// The highest value a device wait of this process was enqueued for.
+    max_waited: AtomicU64,
+    /// This process has spread the timeline's failure to its streams (and released its word).
+    marked: AtomicBool,
 }
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        peers::unregister(self.seg.header(), self.peer);
+        self.leave();
     }
 }
 
 impl Shared {
+    /// Give this process's peer entry back (once).
+    fn leave(&self) {
+        let peer = self.peer.swap(usize::MAX, Ordering::AcqRel);
+        if peer != usize::MAX {
+            peers::unregister(self.seg.header(), peer);
+        }
+    }
+
     fn wake(&self, always: bool) {
         wake::wake(self.seg.header(), Channel::State, always);
     }
@@ -50,8 +89,20 @@ impl Shared {
         self.seg.header().value.load(Ordering::Acquire)
     }
 
-    /// Fail the timeline (the first failure wins, in every process).
+    /// This timeline's identity in the ledgers (the address their `Weak`s point to).
+    fn id(&self) -> *const () {
+        self as *const Self as *const ()
+    }
+
+    /// Fail the timeline (the first failure wins, in every process), then spread it to this
+    /// process's streams.
     fn fail(&self, error: Error) {
+        self.fail_segment(error);
+        self.notice_failure();
+    }
+
+    /// Write the failure into the segment (if it is the first) and wake every blocked call.
+    fn fail_segment(&self, error: Error) {
         let h = self.seg.header();
         if h.begin_stop() {
             if let Error::PeerLost { pid, role, .. } = &error {
@@ -61,6 +112,51 @@ impl Shared {
             h.finish_stop(&error.to_string(), peers::me());
         }
         self.wake(true);
+    }
+
+    /// Once the timeline has failed (in any process, its reason written): spread the failure
+    /// to the streams of this process whose waits it releases, then release this process's
+    /// word. Once per process.
+    fn notice_failure(&self) {
+        if let Some(more) = self.mark() {
+            propagate::apply(more);
+            self.release_word();
+        }
+    }
+
+    /// The first time this process sees the failure: the failures it causes downstream.
+    fn mark(&self) -> Option<Vec<Propagation>> {
+        if self.seg.header().stop_state() != 2 {
+            return None;
+        }
+        // Marked before the ledgers are searched: a device `wait_on` adds its entry, then
+        // looks at this flag, so either the search finds the entry or the wait sees the flag.
+        if self.marked.swap(true, Ordering::SeqCst) {
+            return None;
+        }
+        let err = Arc::new(self.failed()?);
+        let value = self.value();
+        Some(
+            propagate::waits_on(self.id(), value)
+                .into_iter()
+                .flat_map(|(ledger, seq)| ledger.poison_from(seq, err.clone()))
+                .collect(),
+        )
+    }
+
+    /// Let this process's device waits go (the failed word) and wake its host waiters.
+    fn release_word(&self) {
+        if let Some(p) = self.my_entry() {
+            p.gpu.store(FAILED_BIT, Ordering::SeqCst);
+        }
+        self.wake(true);
+    }
+
+    fn my_entry(&self) -> Option<&super::segment::Peer> {
+        self.seg
+            .header()
+            .peers
+            .get(self.peer.load(Ordering::Acquire))
     }
 
     /// The failure, as [`Error::TimelineFailed`], if the timeline failed.
@@ -133,8 +229,15 @@ impl Shared {
         }
     }
 
+    /// `v` landed: the value, and every process's device word (a failed word, `2^63`, stays).
     fn land(&self, v: u64) {
-        self.seg.header().value.fetch_max(v, Ordering::AcqRel);
+        let h = self.seg.header();
+        h.value.fetch_max(v, Ordering::SeqCst);
+        // SeqCst with `joined`'s: an entry claimed meanwhile either gets this raise or reads
+        // the value after it.
+        for p in &h.peers {
+            p.gpu.fetch_max(v, Ordering::SeqCst);
+        }
         self.wake(false);
     }
 
@@ -188,23 +291,74 @@ impl Shared {
     }
 }
 
+impl FailTarget for Shared {
+    fn reached_value(&self) -> u64 {
+        self.value()
+    }
+
+    /// A stream of this process that signals it waited on a timeline that failed first.
+    fn mark_failed(&self, cause: Arc<Error>) -> Option<Vec<Propagation>> {
+        self.fail_segment(Error::clone(&cause));
+        self.mark()
+    }
+
+    fn release(&self) {
+        self.release_word();
+    }
+}
+
+/// The watchdog of a timeline whose segment this process's device streams use: it spreads a
+/// failure made in another process to this process's streams, fails the timeline for a dead
+/// peer or a device wait nobody can release any more, and ends (giving the peer entry back)
+/// once no handle is left here and no device wait of this process can be pending.
+fn watch(shared: &Shared) {
+    let h = shared.seg.header();
+    let mut writing_seen = false;
+    loop {
+        std::thread::sleep(CHECK_EVERY);
+        match h.stop_state() {
+            0 => {
+                let waiting = shared.value() < shared.max_waited.load(Ordering::Acquire);
+                shared.check_peers(waiting);
+            }
+            1 if writing_seen => {
+                // Its failing process died between claiming the failure and writing why.
+                h.finish_stop("failed by a process that died before writing why", 0);
+                shared.notice_failure();
+            }
+            _ => shared.notice_failure(),
+        }
+        writing_seen = h.stop_state() == 1;
+        let idle = shared.handles.load(Ordering::Acquire) == 0
+            && shared.pending.load(Ordering::Acquire) == 0;
+        let settled = shared.marked.load(Ordering::Acquire)
+            || shared.value() >= shared.max_waited.load(Ordering::Acquire);
+        if idle && settled {
+            shared.leave();
+            return;
+        }
+    }
+}
+
 /// A timeline that every process of the user on this host can signal and wait on, with the
-/// contract of [`Timeline`](crate::timeline::Timeline) for host signals and waits, and for
-/// streams of the host backend: values only grow, a value no larger than the highest one
-/// signalled or enqueued (in any process) is [`Error::NonMonotonic`], a failure in any
-/// process reaches every process, and a stream that waited on a failed timeline fails the
-/// timelines it signals afterwards (its work is a panicking host job, as on one process).
+/// contract of [`Timeline`](crate::timeline::Timeline): values only grow, a value no larger
+/// than the highest one signalled or enqueued (in any process) is [`Error::NonMonotonic`], a
+/// wait may come before its signal, a failure in any process reaches every process, and a
+/// stream that waited on a timeline which then failed fails the timelines it signals
+/// afterwards.
 ///
 /// `create` makes it (it lives while its creator does); `open` finds it by name. A process
 /// that dies with it open fails it, within a second, with [`Error::PeerLost`] as the cause
-/// (every blocked call in every process returns the [`Error::TimelineFailed`]); once the
-/// creator is gone the name can be created again. A stream wait that nobody can release any
-/// more (no handle or pending signal left in its process, no other process) fails it with
-/// [`Error::TimelineDropped`].
+/// (every blocked call in every process returns the [`Error::TimelineFailed`], and every
+/// stream wait on it goes on, poisoning its stream); once the creator is gone the name can be
+/// created again. A stream wait that nobody can release any more (no handle or pending signal
+/// left in its process, no other process) fails it with [`Error::TimelineDropped`].
 ///
-/// Host `signal`, `wait` and `query` work with every backend; `signal_on` and `wait_on` need
-/// streams whose host work may block (the host backend): on CUDA they are refused, before
-/// anything is enqueued (the device mechanisms are not built yet).
+/// Streams: on the host backend a signal or wait is a host job; on CUDA a wait is
+/// `cuStreamWaitValue64` on a word of the segment and a signal a host function
+/// ([`mechanism`](Self::mechanism) says which). A stream whose timeline operations are held on
+/// the host (the in-process `events` mechanism, behind a wait whose signal is not enqueued) is
+/// refused, before anything is enqueued.
 ///
 /// ```
 /// use seqsync::ipc::SharedTimeline;
@@ -225,6 +379,8 @@ impl Shared {
 /// ```
 pub struct SharedTimeline<B: Backend> {
     shared: Arc<Shared>,
+    /// `shared` as the ledgers name it.
+    target: Weak<dyn FailTarget>,
     backend: B,
     /// The creator's listener: it serves the segment while any clone lives.
     _server: Option<Arc<Server>>,
@@ -244,6 +400,7 @@ impl<B: Backend> Clone for SharedTimeline<B> {
         self.shared.handles.fetch_add(1, Ordering::AcqRel);
         SharedTimeline {
             shared: self.shared.clone(),
+            target: self.target.clone(),
             backend: self.backend.clone(),
             _server: self._server.clone(),
         }
@@ -305,15 +462,28 @@ impl<B: Backend> SharedTimeline<B> {
         server: Option<Arc<Server>>,
     ) -> Result<Self> {
         let peer = peers::register(seg.header(), name, role)?;
+        // SeqCst with `land`'s: either its raise of this entry comes after `register`'s reset,
+        // or this load sees the value it landed.
+        let h = seg.header();
+        h.peers[peer]
+            .gpu
+            .fetch_max(h.value.load(Ordering::SeqCst), Ordering::SeqCst);
+        let shared = Arc::new(Shared {
+            name: name.to_owned(),
+            seg,
+            peer: AtomicUsize::new(peer),
+            local_failure: OnceLock::new(),
+            handles: AtomicUsize::new(1),
+            pending: AtomicUsize::new(0),
+            device: OnceLock::new(),
+            device_init: Mutex::new(()),
+            max_waited: AtomicU64::new(0),
+            marked: AtomicBool::new(false),
+        });
+        let target: Weak<dyn FailTarget> = Arc::downgrade(&shared) as Weak<dyn FailTarget>;
         Ok(SharedTimeline {
-            shared: Arc::new(Shared {
-                name: name.to_owned(),
-                seg,
-                peer,
-                local_failure: OnceLock::new(),
-                handles: AtomicUsize::new(1),
-                pending: AtomicUsize::new(0),
-            }),
+            shared,
+            target,
             backend: backend.clone(),
             _server: server,
         })
@@ -324,9 +494,15 @@ impl<B: Backend> SharedTimeline<B> {
         &self.shared.name
     }
 
-    /// How it orders work across processes: words in the shared segment.
+    /// How it orders streams across processes: [`HostWord`](super::Mechanism::HostWord)
+    /// (host jobs on words of the segment) on the host backend,
+    /// [`MemOps`](super::Mechanism::MemOps) (stream memory operations on them) on CUDA.
     pub fn mechanism(&self) -> super::Mechanism {
-        super::Mechanism::HostWord
+        if self.backend.host_work_may_block() {
+            super::Mechanism::HostWord
+        } else {
+            super::Mechanism::MemOps
+        }
     }
 
     /// The value now, as every process sees it.
@@ -356,15 +532,32 @@ impl<B: Backend> SharedTimeline<B> {
         Ok(())
     }
 
-    /// Set the value to `v` when `stream` gets to this point. A stream that failed before
-    /// (a panicking job, a wait on a failed timeline) fails the timeline instead.
+    /// Set the value to `v` when `stream` gets to this point. A stream that waited on a
+    /// timeline which failed first (or, on the host backend, ran a panicking job) fails this
+    /// timeline instead; `Ok` is returned then.
     ///
     /// # Errors
-    /// As [`signal`](Self::signal), checked when enqueued; [`Error::InvalidArgument`] on a
-    /// backend whose stream work may not block (CUDA), before anything is enqueued.
+    /// As [`signal`](Self::signal), checked when enqueued; [`Error::InvalidArgument`] for a
+    /// stream whose timeline operations are held on the host, before anything is enqueued.
     pub fn signal_on(&self, stream: &B::Stream, v: u64) -> Result<()> {
-        self.check_streams()?;
+        self.check_stream(stream)?;
         self.shared.claim(v)?;
+        if !self.backend.host_work_may_block() {
+            // The in-process failure rule: a stream poisoned by a failed wait fails it.
+            let id = self.backend.stream_id(stream);
+            let poisoned = propagate::with_ledger(id, false, |l| match l {
+                None => Ok(None),
+                Some(l) => match l.add_signal(&self.target, v) {
+                    Ok(()) => Ok(None),
+                    Err(Refused::Poisoned(cause)) => Ok(Some(cause)),
+                    Err(Refused::Retired) => Err(Retired),
+                },
+            });
+            if let Some(cause) = poisoned {
+                self.shared.fail(Error::clone(&cause));
+                return Ok(());
+            }
+        }
         let shared = self.shared.clone();
         let backend = self.backend.name();
         shared.pending.fetch_add(1, Ordering::AcqRel);
@@ -392,26 +585,53 @@ impl<B: Backend> SharedTimeline<B> {
     }
 
     /// Work enqueued on `stream` afterwards runs once the value is at least `v`, even when
-    /// no process has signalled or enqueued `v` yet. If the timeline fails first, the stream
-    /// fails (what it runs next must not run unordered), and so do the timelines it signals
-    /// afterwards.
+    /// no process has signalled or enqueued `v` yet. If the timeline fails first, the wait
+    /// goes on and the stream is poisoned: what it signals afterwards fails (on the host
+    /// backend the stream itself fails). Nothing is enqueued when `v` is reached already.
     ///
     /// # Errors
-    /// [`Error::ValueOutOfRange`]; [`Error::TimelineFailed`]; [`Error::InvalidArgument`] on
-    /// a backend whose stream work may not block (CUDA), before anything is enqueued.
+    /// [`Error::ValueOutOfRange`]; [`Error::TimelineFailed`] when it has failed already;
+    /// [`Error::InvalidArgument`] for a stream whose timeline operations are held on the host,
+    /// or a backend with no stream mechanism for it, before anything is enqueued.
     pub fn wait_on(&self, stream: &B::Stream, v: u64) -> Result<()> {
-        self.check_streams()?;
+        self.check_stream(stream)?;
         self.shared.check_value(v)?;
         self.shared.check_failed()?;
-        let shared = self.shared.clone();
-        self.backend.launch_host(
-            stream,
-            Box::new(move || {
-                if let Err(e) = shared.wait(v, None, true) {
-                    panic!("{e}");
+        if self.backend.host_work_may_block() {
+            let shared = self.shared.clone();
+            return self.backend.launch_host(
+                stream,
+                Box::new(move || {
+                    if let Err(e) = shared.wait(v, None, true) {
+                        panic!("{e}");
+                    }
+                }),
+            );
+        }
+        if self.shared.value() >= v {
+            return Ok(());
+        }
+        let map = self.device_map()?;
+        let s = &self.shared;
+        s.max_waited.fetch_max(v, Ordering::SeqCst);
+        let id = self.backend.stream_id(stream);
+        let (ledger, seq) = propagate::with_ledger(id, true, |l| {
+            let l = l.expect("made when asked");
+            Ok((l.clone(), l.add_wait(&self.target, v)?))
+        });
+        if s.marked.load(Ordering::SeqCst) {
+            // It failed meanwhile and this process spread the failure already (its word is
+            // released): a wait the failure released poisons the stream from here.
+            if s.value() < v {
+                if let Some(err) = s.failed() {
+                    propagate::apply(ledger.poison_from(seq, Arc::new(err)));
                 }
-            }),
-        )
+            }
+            return Ok(());
+        }
+        let peer = s.peer.load(Ordering::Acquire);
+        self.backend
+            .wait_mapped_on(stream, map, s.seg.peer_gpu_offset(peer), v)
     }
 
     /// Block this thread until the value is at least `v`, up to `timeout`.
@@ -422,29 +642,58 @@ impl<B: Backend> SharedTimeline<B> {
     /// [`Error::ValueOutOfRange`].
     pub fn wait(&self, v: u64, timeout: Duration) -> Result<()> {
         self.shared.check_value(v)?;
-        self.shared.wait(v, Some(timeout), false)
+        let r = self.shared.wait(v, Some(timeout), false);
+        if r.is_err() {
+            self.shared.notice_failure();
+        }
+        r
     }
 
     /// Fail it in every process: blocked calls wake with [`Error::TimelineFailed`] carrying
     /// `error` (other processes get its message, as [`Error::FailedElsewhere`]), stream waits
-    /// fail their streams, later calls return it. A second failure is ignored.
+    /// go on and poison their streams, later calls return it. A second failure is ignored.
     pub fn fail(&self, error: Error) {
         self.shared.fail(error);
     }
 
-    fn check_streams(&self) -> Result<()> {
-        if self.backend.host_work_may_block() {
-            Ok(())
-        } else {
-            Err(Error::invalid(
+    /// Refuse a stream whose timeline operations are held on the host: a device operation
+    /// enqueued now would run ahead of them.
+    fn check_stream(&self, stream: &B::Stream) -> Result<()> {
+        if self.backend.defers_timeline_ops(stream) {
+            return Err(Error::invalid(
                 &self.shared.name,
-                format!(
-                    "backend '{}' has no cross-process stream mechanism yet (stream signals and \
-                     waits of a shared timeline run on the host backend; host signals and waits \
-                     work everywhere)",
-                    self.backend.name()
-                ),
-            ))
+                "the stream's timeline operations are held on the host (behind a wait whose \
+                 signal is not enqueued yet): a shared timeline's operation would run ahead of \
+                 them; enqueue it once that signal is, or use another stream",
+            ));
         }
+        Ok(())
+    }
+
+    /// The segment mapped for device streams (the first time: mapped for good, and the
+    /// watchdog started).
+    fn device_map(&self) -> Result<&MappedHost> {
+        let s = &self.shared;
+        if let Some(m) = s.device.get() {
+            return Ok(m);
+        }
+        let _g = s.device_init.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = s.device.get() {
+            return Ok(m);
+        }
+        let (ptr, len) = s.seg.mapping();
+        // SAFETY: the segment's mapping is page-aligned (mmap) and stays mapped while `Shared`
+        // lives, and a `Shared` mapped here is never dropped (below): the mapping outlives
+        // every stream operation enqueued through it.
+        let map = unsafe { self.backend.map_host(ptr, len) }?;
+        let watched = s.clone();
+        std::thread::Builder::new()
+            .name("seqsync-timeline-watch".into())
+            .spawn(move || watch(&watched))
+            .map_err(|e| Error::invalid(&s.name, format!("cannot spawn its watchdog: {e}")))?;
+        // Never unmapped while the process lives (see the module's header).
+        std::mem::forget(s.clone());
+        let _ = s.device.set(map);
+        Ok(s.device.get().expect("set above"))
     }
 }

@@ -112,7 +112,7 @@
 //! spinning wait's latency for a few percent of a core at most.
 
 mod drain;
-mod propagate;
+pub(crate) mod propagate;
 mod shared;
 mod wait;
 

@@ -1,5 +1,5 @@
 //! The ipc layer across processes: `SharedRing` and `SharedTimeline` on the host backend, and
-//! `SharedRing` on CUDA (IPC events). The multi-process cases re-execute this test binary as
+//! `SharedRing` (memops, IPC events) and `SharedTimeline` (memops) on CUDA. The multi-process cases re-execute this test binary as
 //! the other process (`harness`).
 #![cfg(target_os = "linux")]
 
@@ -8,6 +8,8 @@
 mod common;
 
 mod cuda_ring;
+mod cuda_timeline;
 mod harness;
+mod shared_buffer;
 mod shared_ring;
 mod shared_timeline;

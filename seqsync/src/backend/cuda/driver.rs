@@ -144,6 +144,12 @@ driver_calls! {
         (out: *mut sys::CUipcEventHandle, event: sys::CUevent);
     ipc_open_event_handle => cuIpcOpenEventHandle as "cuIpcOpenEventHandle"
         (out: *mut sys::CUevent, handle: sys::CUipcEventHandle);
+    ipc_get_mem_handle => cuIpcGetMemHandle as "cuIpcGetMemHandle"
+        (out: *mut sys::CUipcMemHandle, ptr: sys::CUdeviceptr);
+    ipc_open_mem_handle => cuIpcOpenMemHandle_v2 as "cuIpcOpenMemHandle"
+        (out: *mut sys::CUdeviceptr, handle: sys::CUipcMemHandle, flags: c_uint);
+    ipc_close_mem_handle => cuIpcCloseMemHandle as "cuIpcCloseMemHandle" (ptr: sys::CUdeviceptr);
+    ctx_synchronize => cuCtxSynchronize as "cuCtxSynchronize" ();
 
     // Streams.
     stream_wait_event => cuStreamWaitEvent as "cuStreamWaitEvent"

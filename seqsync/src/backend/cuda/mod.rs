@@ -54,6 +54,7 @@ pub(crate) mod driver;
 pub(crate) mod event;
 pub(crate) mod graph_exec;
 mod host_fn;
+mod ipc_memory;
 mod mapped_host;
 mod memory;
 pub(crate) mod mempool;
@@ -326,6 +327,17 @@ impl Backend for CudaBackend {
 
     fn ipc_event_open(&self, handle: &crate::backend::IpcEventHandle) -> Result<CudaEvent> {
         CudaEvent::open_ipc(&self.ctx, &self.deferred, handle)
+    }
+
+    fn ipc_memory_export(&self, bytes: usize) -> Result<crate::backend::IpcExport> {
+        ipc_memory::export(&self.ctx, &self.deferred, bytes)
+    }
+
+    fn ipc_memory_open(
+        &self,
+        handle: &crate::backend::IpcMemoryHandle,
+    ) -> Result<crate::backend::IpcMemory> {
+        ipc_memory::open(&self.ctx, &self.deferred, handle)
     }
 
     unsafe fn map_host(&self, ptr: *mut u8, len: usize) -> Result<crate::backend::MappedHost> {

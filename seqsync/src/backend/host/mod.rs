@@ -184,6 +184,16 @@ impl Backend for HostBackend {
         true
     }
 
+    fn addresses_host_memory(&self) -> bool {
+        true
+    }
+
+    /// Host streams address host memory: memory shared with other processes is the shared
+    /// segment itself.
+    fn ipc_memory_export(&self, _bytes: usize) -> Result<crate::backend::IpcExport> {
+        Ok(crate::backend::IpcExport::InSegment)
+    }
+
     fn synchronize_stream(&self, stream: &HostStream) -> Result<()> {
         stream.synchronize()
     }
