@@ -14,6 +14,7 @@ mod bench;
 mod check;
 mod graph;
 mod output;
+mod processes;
 mod throughput;
 
 /// seqsync: order GPU work across CUDA streams and host threads by sequence id.
@@ -45,7 +46,7 @@ enum Command {
 }
 
 #[derive(Args, Clone)]
-struct DemoArgs {
+pub(crate) struct DemoArgs {
     /// Batches to push through the pipeline.
     #[arg(long, default_value_t = 400)]
     batches: i64,
@@ -116,6 +117,14 @@ struct DemoArgs {
     /// --sweep: only these batch sizes in bytes (comma-separated).
     #[arg(long, value_delimiter = ',', hide = true)]
     sweep_sizes: Vec<usize>,
+    /// Run the pipeline across this many processes: 1, or 2 (copy in and kernels here; copy
+    /// out and process_data in a second process started from this binary, the `out` ring
+    /// buffer in memory both map), then the one-process pipeline for comparison.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=2))]
+    processes: u32,
+    /// Internal: run as the consumer process of a --processes 2 run named NAME.
+    #[arg(long, hide = true, value_name = "NAME")]
+    ipc_consumer: Option<String>,
     /// Test only, --engine graph on host: leave one edge out of every batch's graph body.
     #[arg(long, hide = true, value_parser = crate::parse::<GraphEdge>)]
     drop_edge: Option<GraphEdge>,
@@ -173,6 +182,9 @@ fn run_demo(a: DemoArgs) -> Result<(), Failure> {
     if a.sweep {
         return run_sweep(a);
     }
+    if a.ipc_consumer.is_some() || a.processes == 2 {
+        return processes::run(a);
+    }
     // Fail on an unwritable trace path before running anything.
     let trace_file = match &a.trace {
         Some(p) => Some(output::PendingFile::create(p).map_err(|e| Failure {
@@ -199,29 +211,7 @@ fn run_demo(a: DemoArgs) -> Result<(), Failure> {
             }
         }) as Arc<dyn Fn(i64, i64) + Send + Sync>
     });
-    let config = DemoConfig {
-        backend: a.backend,
-        batches: a.batches,
-        batch_bytes: a.batch_bytes,
-        nin: a.nin,
-        nx: a.nx,
-        ny: a.ny,
-        nout: a.nout,
-        intensity: a.intensity,
-        chaos: a.chaos,
-        variant: a.variant,
-        engine: a.engine,
-        spec: None,
-        host_slots: a.host_slots,
-        verify_samples: a.verify_samples,
-        baselines: !a.no_baselines,
-        repeat: a.repeat,
-        trace: trace_file.is_some(),
-        drop_wait: a.drop_wait,
-        graph_batches: a.graph_batches,
-        drop_edge: a.drop_edge,
-        progress,
-    };
+    let config = config_of(&a, progress, trace_file.is_some());
     // A run that fails leaves no trace file (the pending one goes when dropped).
     let report = demo::run(&config)?;
     if let (Some(f), Some(t)) = (trace_file, &report.trace) {
@@ -240,6 +230,37 @@ fn run_demo(a: DemoArgs) -> Result<(), Failure> {
         print_summary(&report, a.trace.as_deref());
     }
     verified(&report)
+}
+
+/// The demo's config from its arguments.
+pub(crate) fn config_of(
+    a: &DemoArgs,
+    progress: Option<Arc<dyn Fn(i64, i64) + Send + Sync>>,
+    trace: bool,
+) -> DemoConfig {
+    DemoConfig {
+        backend: a.backend,
+        batches: a.batches,
+        batch_bytes: a.batch_bytes,
+        nin: a.nin,
+        nx: a.nx,
+        ny: a.ny,
+        nout: a.nout,
+        intensity: a.intensity,
+        chaos: a.chaos,
+        variant: a.variant,
+        engine: a.engine,
+        spec: None,
+        host_slots: a.host_slots,
+        verify_samples: a.verify_samples,
+        baselines: !a.no_baselines,
+        repeat: a.repeat,
+        trace,
+        drop_wait: a.drop_wait,
+        graph_batches: a.graph_batches,
+        drop_edge: a.drop_edge,
+        progress,
+    }
 }
 
 /// `seqsync demo --sweep`.

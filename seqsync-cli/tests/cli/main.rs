@@ -10,4 +10,5 @@ mod check;
 mod cli;
 mod cli_graph;
 mod flag_fuzz;
+mod processes;
 mod throughput;

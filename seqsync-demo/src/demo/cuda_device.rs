@@ -183,6 +183,16 @@ impl Device for CudaDevice {
         let out = self.out[slot_out].device_ptr();
         self.launch_h_at(s, x, y, out)
     }
+    fn launch_h_to(
+        &self,
+        s: &Arc<CudaStream>,
+        slot_x: usize,
+        slot_y: usize,
+        out: u64,
+    ) -> Result<()> {
+        let (x, y) = (self.x[slot_x].device_ptr(), self.y[slot_y].device_ptr());
+        self.launch_h_at(s, x, y, out)
+    }
     fn launch_h_at(&self, s: &Arc<CudaStream>, x: u64, y: u64, out: u64) -> Result<()> {
         let (n, k) = (self.layout.n as u64, self.layout.intensity);
         let mut b = s.launch_builder(&self.h);

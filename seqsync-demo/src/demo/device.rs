@@ -124,6 +124,9 @@ pub(crate) trait Device: Send + Sync + 'static {
     ) -> Result<()>;
     /// Copy `out[slot]` into host output buffer `hout`.
     fn copy_out(&self, s: &Stream<Self>, slot: usize, hout: usize) -> Result<()>;
+    /// h into memory outside the device's buffers (a buffer shared with another process):
+    /// `x[slot_x]`, `y[slot_y]` → the `layout().n` u32s at `out`.
+    fn launch_h_to(&self, s: &Stream<Self>, slot_x: usize, slot_y: usize, out: u64) -> Result<()>;
     /// process_data: does host output buffer `hout` hold seq's result? The caller guarantees
     /// the copy into it has completed.
     fn check_output(&self, hout: usize, seq: i64) -> bool;
@@ -332,6 +335,19 @@ impl Device for HostDevice {
         slot_out: usize,
     ) -> Result<()> {
         s.launch(self.h_fn(slot_x, slot_y, slot_out));
+        Ok(())
+    }
+    fn launch_h_to(&self, s: &HostStream, slot_x: usize, slot_y: usize, out: u64) -> Result<()> {
+        let (b, n, k) = (self.bufs.clone(), self.layout.n, self.layout.intensity);
+        s.launch(move || {
+            // SAFETY: `out` is n u32s of a live shared buffer that the two-process pipeline's
+            // rings give to this kernel alone until it completes.
+            let out = unsafe { at_mut(out, n) };
+            let (x, y) = (lock(&b.x[slot_x]), lock(&b.y[slot_y]));
+            for ((d, &xv), &yv) in out.iter_mut().zip(x.iter()).zip(y.iter()) {
+                *d = workload::h_elem(xv, yv, k);
+            }
+        });
         Ok(())
     }
     fn copy_out(&self, s: &HostStream, slot: usize, hout: usize) -> Result<()> {

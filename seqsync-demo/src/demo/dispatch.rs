@@ -11,13 +11,9 @@ use super::validate::invalid;
 use super::{auto_graph_batches, graph_engine, seed_shape, workload};
 use super::{DemoConfig, DemoReport, Engine, Variant};
 
-/// Run the demo: the pipeline, then (if asked) the baselines, on the backend the config picks.
-///
-/// # Errors
-/// [`Error::InvalidArgument`](seqsync::Error::InvalidArgument) for a bad config,
-/// [`Error::NoDevice`](seqsync::Error::NoDevice) for `--backend cuda` without a GPU, and any
-/// error of the pipeline's rings or backend.
-pub fn run(config: &DemoConfig) -> Result<DemoReport> {
+/// A config resolved for a run: the slot counts of its spec or engine, the backend kind, the
+/// layout of its buffers and the batch size; checked.
+pub(crate) fn resolve(config: &DemoConfig) -> Result<(DemoConfig, BackendKind, Layout, usize)> {
     let shaped;
     let config = match (&config.spec, config.engine) {
         (Some(spec), Engine::Pipeline | Engine::Graph) => {
@@ -96,6 +92,18 @@ pub fn run(config: &DemoConfig) -> Result<DemoReport> {
         intensity: config.intensity,
         verify_samples: config.verify_samples,
     };
+    Ok((config.clone(), kind, layout, batch_bytes))
+}
+
+/// Run the demo: the pipeline, then (if asked) the baselines, on the backend the config picks.
+///
+/// # Errors
+/// [`Error::InvalidArgument`](seqsync::Error::InvalidArgument) for a bad config,
+/// [`Error::NoDevice`](seqsync::Error::NoDevice) for `--backend cuda` without a GPU, and any
+/// error of the pipeline's rings or backend.
+pub fn run(config: &DemoConfig) -> Result<DemoReport> {
+    let (config, kind, layout, batch_bytes) = resolve(config)?;
+    let config = &config;
     match kind {
         BackendKind::Cuda => run_cuda(config, layout, batch_bytes),
         _ => {

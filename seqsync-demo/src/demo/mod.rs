@@ -18,7 +18,8 @@
 //! resolve the config and pick the backend), `measure.rs` (timed runs, baselines, bounds),
 //! `report.rs` ([`DemoReport`]); the pipeline itself in `pipeline/` (hand-written),
 //! `engine.rs` (pipeline runtime), `graph_engine.rs` (command graphs), `pool_pipeline.rs`
-//! ([`Variant::Pool`]); `baseline.rs`, `sweep.rs`, `trace.rs`, `workload.rs` (inputs and the CPU
+//! ([`Variant::Pool`]), `processes.rs` (the pipeline across two processes: [`run_producer`],
+//! [`run_consumer`]); `baseline.rs`, `sweep.rs`, `trace.rs`, `workload.rs` (inputs and the CPU
 //! reference), `device.rs` / `cuda_device.rs` (the backends' buffers and kernels).
 //!
 //! ```
@@ -47,6 +48,7 @@ mod graph_engine;
 mod measure;
 mod pipeline;
 mod pool_pipeline;
+mod processes;
 mod report;
 mod sweep;
 mod trace;
@@ -60,5 +62,8 @@ pub use dispatch::run;
 pub use engine::{seed_shape, seed_spec, Engine};
 pub use graph_engine::{auto_graph_batches, GraphEdge, DEPTH as GRAPH_DEPTH};
 pub use pipeline::{DroppedWait, Variant};
+pub use processes::{
+    run_consumer, run_producer, ConsumerReport, TwoProcessReport, READY as CONSUMER_READY,
+};
 pub use report::DemoReport;
 pub use sweep::{svg as sweep_svg, sweep, SweepReport, SweepRow, SWEEP_SIZES};
