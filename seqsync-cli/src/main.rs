@@ -122,6 +122,10 @@ pub(crate) struct DemoArgs {
     /// buffer in memory both map), then the one-process pipeline for comparison.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=2))]
     processes: u32,
+    /// --processes 2: how the shared rings order the streams (host-word, memops, ipc-event;
+    /// default: the backend's).
+    #[arg(long, value_parser = crate::parse::<seqsync::ipc::Mechanism>)]
+    ipc_mechanism: Option<seqsync::ipc::Mechanism>,
     /// Internal: run as the consumer process of a --processes 2 run named NAME.
     #[arg(long, hide = true, value_name = "NAME")]
     ipc_consumer: Option<String>,
@@ -259,6 +263,7 @@ pub(crate) fn config_of(
         drop_wait: a.drop_wait,
         graph_batches: a.graph_batches,
         drop_edge: a.drop_edge,
+        ipc_mechanism: a.ipc_mechanism,
         progress,
     }
 }

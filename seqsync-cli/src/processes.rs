@@ -74,10 +74,11 @@ fn print_summary(r: &TwoProcessReport, one_gbps: f64, ratio: f64) {
         r.backend, r.device
     );
     println!(
-        "  producer pid {} (copy in, f, g, h), consumer pid {} (copy out, process_data); `out` ({} slots) shared",
+        "  producer pid {} (copy in, f, g, h), consumer pid {} (copy out, process_data); `out` ({} slots) shared; rings by {}",
         std::process::id(),
         r.consumer_pid,
-        r.nout
+        r.nout,
+        r.mechanism
     );
     println!(
         "  {} batches of {} bytes: {} verified, {} wrong, {} missing",

@@ -17,23 +17,15 @@ use crate::stream::Backend;
 use crate::timeline::wait_sliced;
 
 fn mechanism(name: &str) -> PyResult<Mechanism> {
-    match name {
-        "host-word" => Ok(Mechanism::HostWord),
-        "memops" => Ok(Mechanism::MemOps),
-        "ipc-event" => Ok(Mechanism::IpcEvent),
-        other => Err(PyValueError::new_err(format!(
-            "mechanism {other:?}: expected 'host-word', 'memops' or 'ipc-event'"
-        ))),
-    }
+    name.parse().map_err(|_| {
+        PyValueError::new_err(format!(
+            "mechanism {name:?}: expected 'host-word', 'memops' or 'ipc-event'"
+        ))
+    })
 }
 
 fn mechanism_name(m: Mechanism) -> &'static str {
-    match m {
-        Mechanism::HostWord => "host-word",
-        Mechanism::MemOps => "memops",
-        Mechanism::IpcEvent => "ipc-event",
-        _ => "other",
-    }
+    m.name()
 }
 
 /// A ring shared by processes: the contract of `EventRingbuf`, one producer process

@@ -6,6 +6,10 @@
 //! they touch are those of two processes; what a second process adds is where the consumer
 //! runs, not what a call costs). Every figure is a median over rounds of [`PER_ROUND`] pairs,
 //! the contenders' rounds alternating, the streams drained between rounds (not timed).
+//!
+//! The host wake-up row is a ping-pong between two threads over two rings (a `record_host`
+//! that wakes a `synchronize` blocked in the other thread, and back): half a round trip, for
+//! shared rings (a futex in the segment) against in-process rings.
 
 use std::time::Instant;
 
@@ -102,6 +106,73 @@ fn pairs<B: Backend>(b: &B, mechanism: Mechanism, cfg: &IpcBenchConfig) -> Resul
     })
 }
 
+/// Ping-pongs per timed wake-up round.
+const PINGS: i64 = 64;
+
+/// Half a round trip of a host `record_host` → blocked `synchronize` across two threads, over
+/// two shared rings against two in-process rings (alternating rounds).
+fn wakeups<B: Backend>(b: &B, cfg: &IpcBenchConfig) -> Result<IpcRow> {
+    let tag = std::process::id();
+    let shared = |n: &str| -> Result<(SharedRing<B>, SharedRing<B>)> {
+        let name = format!("bench-wake-{tag}-{n}");
+        let r = SharedRing::create(b, &name, 1, SLOTS)?;
+        let c = SharedRing::open(b, &name)?;
+        Ok((r, c))
+    };
+    let (ping_p, ping_c) = shared("ping")?;
+    let (pong_p, pong_c) = shared("pong")?;
+    let ping_l = EventRingbuf::new(b, "bench-wake-ping", 1, SLOTS)?;
+    let pong_l = EventRingbuf::new(b, "bench-wake-pong", 1, SLOTS)?;
+    let rounds = (WARM_UP + cfg.rounds.max(1)) as i64;
+    let (mut shared_ns, mut ring_ns) = (Vec::new(), Vec::new());
+    std::thread::scope(|s| -> Result<()> {
+        // The other side: answers every ping with a pong, shared rounds then local, per round.
+        let echo = s.spawn(|| -> Result<()> {
+            for round in 0..rounds {
+                for k in 0..PINGS {
+                    let seq = round * PINGS + k;
+                    ping_c.synchronize(seq, Blocking::Yes)?;
+                    pong_p.record_host(seq, Blocking::Yes)?;
+                }
+                for k in 0..PINGS {
+                    let seq = round * PINGS + k;
+                    ping_l.synchronize(seq, Blocking::Yes)?;
+                    pong_l.record_host(seq, Blocking::Yes)?;
+                }
+            }
+            Ok(())
+        });
+        for round in 0..rounds {
+            let t = Instant::now();
+            for k in 0..PINGS {
+                let seq = round * PINGS + k;
+                ping_p.record_host(seq, Blocking::Yes)?;
+                pong_c.synchronize(seq, Blocking::Yes)?;
+            }
+            let sh = t.elapsed();
+            let t = Instant::now();
+            for k in 0..PINGS {
+                let seq = round * PINGS + k;
+                ping_l.record_host(seq, Blocking::Yes)?;
+                pong_l.synchronize(seq, Blocking::Yes)?;
+            }
+            let lo = t.elapsed();
+            if round >= WARM_UP as i64 {
+                shared_ns.push(sh.as_nanos() as f64 / (2 * PINGS) as f64);
+                ring_ns.push(lo.as_nanos() as f64 / (2 * PINGS) as f64);
+            }
+        }
+        echo.join().expect("the echo thread does not panic")
+    })?;
+    let (shared_ns, ring_ns) = (median(shared_ns), median(ring_ns));
+    Ok(IpcRow {
+        mechanism: "host wake-up".into(),
+        shared_ns,
+        ring_ns,
+        ratio: shared_ns / ring_ns,
+    })
+}
+
 /// Every measurement on `kind` (auto: CUDA if a GPU is present).
 ///
 /// # Errors
@@ -111,7 +182,7 @@ pub fn run(kind: seqsync::BackendKind, cfg: &IpcBenchConfig) -> Result<IpcBenchR
         seqsync::AnyBackend::Host(h) => Ok(IpcBenchReport {
             backend: "host".into(),
             device: super::host_device(&h),
-            rows: vec![pairs(&h, Mechanism::HostWord, cfg)?],
+            rows: vec![pairs(&h, Mechanism::HostWord, cfg)?, wakeups(&h, cfg)?],
         }),
         #[cfg(feature = "cuda")]
         seqsync::AnyBackend::Cuda(g) => Ok(IpcBenchReport {
@@ -120,6 +191,7 @@ pub fn run(kind: seqsync::BackendKind, cfg: &IpcBenchConfig) -> Result<IpcBenchR
             rows: vec![
                 pairs(&g, Mechanism::MemOps, cfg)?,
                 pairs(&g, Mechanism::IpcEvent, cfg)?,
+                wakeups(&g, cfg)?,
             ],
         }),
         other => Err(super::unsupported("ipc", &other)),

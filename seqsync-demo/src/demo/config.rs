@@ -55,6 +55,8 @@ pub struct DemoConfig {
     /// Test only, [`Engine::Graph`] on the host backend: leave one edge out of every batch's
     /// body (verification must then fail).
     pub drop_edge: Option<GraphEdge>,
+    /// `--processes 2`: the shared rings' mechanism (`None`: the backend's default).
+    pub ipc_mechanism: Option<seqsync::ipc::Mechanism>,
     /// Called with the number of batches processed so far.
     pub progress: Option<Arc<dyn Fn(i64, i64) + Send + Sync>>,
 }
@@ -82,6 +84,7 @@ impl Default for DemoConfig {
             drop_wait: None,
             graph_batches: None,
             drop_edge: None,
+            ipc_mechanism: None,
             progress: None,
         }
     }

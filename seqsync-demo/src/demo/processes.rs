@@ -31,7 +31,7 @@ use super::pipeline::{Checker, InputPool};
 use super::{DemoConfig, DroppedWait, Engine, Variant};
 use seqsync::backend::host::{Chaos, HostBackend};
 use seqsync::backend::{Backend, BackendKind};
-use seqsync::ipc::{SharedBuffer, SharedRing};
+use seqsync::ipc::{Mechanism, SharedBuffer, SharedRing};
 use seqsync::{Blocking, EventRingbuf, Result};
 
 /// What the consumer process prints on its last line (JSON), for the producer.
@@ -70,6 +70,8 @@ pub struct TwoProcessReport {
     pub gbps: f64,
     /// The wait the consumer left out (test only).
     pub drop_wait: Option<DroppedWait>,
+    /// How the shared rings order the streams.
+    pub mechanism: String,
 }
 
 impl TwoProcessReport {
@@ -115,7 +117,7 @@ pub fn run_producer(
     spawn: &mut dyn FnMut() -> std::io::Result<Child>,
 ) -> Result<TwoProcessReport> {
     check_config(config)?;
-    let (config, kind, layout, batch_bytes) = resolve(config)?;
+    let (config, kind, layout, batch_bytes) = resolved(config)?;
     match kind {
         BackendKind::Cuda => cuda::producer(&config, layout, batch_bytes, run, spawn),
         _ => {
@@ -144,11 +146,24 @@ pub fn run_consumer(
     ready: &mut dyn FnMut(),
 ) -> Result<ConsumerReport> {
     check_config(config)?;
-    let (config, kind, layout, _) = resolve(config)?;
+    let (config, kind, layout, _) = resolved(config)?;
     match kind {
         BackendKind::Cuda => cuda::consumer(&config, layout, run, ready),
         _ => consumer(&HostDevice::new(host(&config), layout), &config, run, ready),
     }
+}
+
+/// [`resolve`] with the dropped wait put back after: `validate` keeps `--drop-wait` to the
+/// host backend because the one-process pipeline's dropped waits let the host read a batch
+/// while its copy writes it; the consumer's dropped wait here is a device wait (its host reads
+/// still come after its own synchronize), so it runs on CUDA too.
+fn resolved(config: &DemoConfig) -> Result<(DemoConfig, BackendKind, Layout, usize)> {
+    let (mut c, kind, layout, bytes) = resolve(&DemoConfig {
+        drop_wait: None,
+        ..config.clone()
+    })?;
+    c.drop_wait = config.drop_wait;
+    Ok((c, kind, layout, bytes))
 }
 
 fn host(config: &DemoConfig) -> HostBackend {
@@ -216,6 +231,15 @@ mod cuda {
     }
 }
 
+/// The shared rings' mechanism: the config's, else the backend's default.
+fn mechanism<B: Backend>(config: &DemoConfig, b: &B) -> Mechanism {
+    config.ipc_mechanism.unwrap_or(if b.host_work_may_block() {
+        Mechanism::HostWord
+    } else {
+        Mechanism::MemOps
+    })
+}
+
 /// Bytes of one batch of `out`, as an offset into the shared buffer.
 fn slot_bytes(l: &Layout) -> usize {
     l.n * 4
@@ -235,7 +259,13 @@ fn producer<D: Device>(
     let (out_name, copied_name) = names(run);
     let out = SharedBuffer::create(b, &out_name, l.nout * slot_bytes(&l))?;
     let skips = config.drop_wait == Some(DroppedWait::CopyOutWaitsH);
-    let out_ring = SharedRing::create(b, &out_name, u32::from(!skips), l.nout)?;
+    let out_ring = SharedRing::create_with(
+        b,
+        &out_name,
+        u32::from(!skips),
+        l.nout,
+        mechanism(config, b),
+    )?;
     let mut child =
         spawn().map_err(|e| crate::invalid("demo", format!("cannot start the consumer: {e}")))?;
     let pid = child.id();
@@ -341,6 +371,7 @@ fn producer<D: Device>(
         wall_s: wall.as_secs_f64(),
         gbps: config.batches as f64 * batch_bytes as f64 / wall.as_secs_f64().max(1e-9) / 1e9,
         drop_wait: config.drop_wait,
+        mechanism: mechanism(config, b).name().into(),
     })
 }
 
@@ -368,7 +399,7 @@ fn consumer<D: Device>(
     }
     let out_ring = SharedRing::open(b, &out_name)?;
     // Consumed by the producer's h (lag nout) and by process_data here (lag 0).
-    let copied = SharedRing::create(b, &copied_name, 2, l.nout)?;
+    let copied = SharedRing::create_with(b, &copied_name, 2, l.nout, mechanism(config, b))?;
     let copied_here = SharedRing::open(b, &copied_name)?;
     let s_g2h = b.new_stream("s_g2h")?;
     let checker = Checker::new(config.batches);

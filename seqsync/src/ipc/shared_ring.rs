@@ -62,6 +62,39 @@ pub enum Mechanism {
     MemOps,
 }
 
+impl Mechanism {
+    /// Its name on command lines and in Python: `host-word`, `memops`, `ipc-event`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mechanism::HostWord => "host-word",
+            Mechanism::MemOps => "memops",
+            Mechanism::IpcEvent => "ipc-event",
+        }
+    }
+}
+
+impl std::str::FromStr for Mechanism {
+    type Err = Error;
+
+    /// ```
+    /// use seqsync::ipc::Mechanism;
+    /// assert_eq!("memops".parse::<Mechanism>()?, Mechanism::MemOps);
+    /// assert!(matches!("gpu".parse::<Mechanism>(), Err(seqsync::Error::InvalidArgument { .. })));
+    /// # Ok::<(), seqsync::Error>(())
+    /// ```
+    fn from_str(s: &str) -> Result<Self> {
+        [Mechanism::HostWord, Mechanism::MemOps, Mechanism::IpcEvent]
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| {
+                Error::invalid(
+                    "mechanism",
+                    format!("{s:?}: expected host-word, memops or ipc-event"),
+                )
+            })
+    }
+}
+
 /// The part every stream job of the ring holds: the segment and this process's entry in it.
 struct Shared {
     name: String,

@@ -189,7 +189,8 @@ fn poisoned_stream_case(
     expect_cause: impl Fn(&Error) -> bool,
 ) {
     let b = &g.backend;
-    let after = SharedTimeline::create(b, &unique(&format!("{what}-after")), 0).unwrap();
+    let tag = what.replace(' ', "-");
+    let after = SharedTimeline::create(b, &unique(&format!("{tag}-after")), 0).unwrap();
     let local = Timeline::new(b, "local", 0).unwrap();
     let s = b.new_stream("waits").unwrap();
     t.wait_on(&s, 5).unwrap();
