@@ -269,13 +269,12 @@ fn producer<D: Device>(
     let mut child =
         spawn().map_err(|e| crate::invalid("demo", format!("cannot start the consumer: {e}")))?;
     let pid = child.id();
-    let mut lines = BufReader::new(
-        child
-            .stdout
-            .take()
-            .ok_or_else(|| crate::invalid("demo", "the consumer's stdout is not piped"))?,
-    )
-    .lines();
+    let Some(stdout) = child.stdout.take() else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(crate::invalid("demo", "the consumer's stdout is not piped"));
+    };
+    let mut lines = BufReader::new(stdout).lines();
     let ready = loop {
         match lines.next() {
             Some(Ok(line)) if line.trim_end().ends_with(READY) => break true,
@@ -290,27 +289,28 @@ fn producer<D: Device>(
             "the consumer ended before it was ready",
         ));
     }
-    let copied = SharedRing::open(b, &copied_name)?;
-    let streams = ["s_h2g", "s_f", "s_g", "s_h"].map(|n| b.new_stream(n));
-    let [s_h2g, s_f, s_g, s_h] = streams;
-    let (s_h2g, s_f, s_g, s_h) = (s_h2g?, s_f?, s_g?, s_h?);
-    // The in-process rings, sized as in the one-process pipeline (`pipeline/mod.rs`); `h`
-    // loses its third consumer (the copy out), which waits on the shared `out` ring instead.
-    let r_h2g = EventRingbuf::new(b, "h2g", 2, 1)?;
-    let r_f = EventRingbuf::new(b, "f", 2, l.nin)?;
-    let r_g = EventRingbuf::new(b, "g", 2, l.nin)?;
-    let r_h = EventRingbuf::new(b, "h", 2, l.nx.max(l.ny))?;
-    let pool = InputPool::new(dev)?;
-    let (nin, nx, ny, nout, np) = (
-        l.nin as i64,
-        l.nx as i64,
-        l.ny as i64,
-        l.nout as i64,
-        l.npatterns as i64,
-    );
-    let slot = |s: i64, n: i64| (s % n) as usize;
     let start = Instant::now();
+    // Everything after the consumer started: an error stops the ring and ends the consumer.
     let body = || -> Result<()> {
+        let copied = SharedRing::open(b, &copied_name)?;
+        let streams = ["s_h2g", "s_f", "s_g", "s_h"].map(|n| b.new_stream(n));
+        let [s_h2g, s_f, s_g, s_h] = streams;
+        let (s_h2g, s_f, s_g, s_h) = (s_h2g?, s_f?, s_g?, s_h?);
+        // The in-process rings, sized as in the one-process pipeline (`pipeline/mod.rs`); `h`
+        // loses its third consumer (the copy out), which waits on the shared `out` ring instead.
+        let r_h2g = EventRingbuf::new(b, "h2g", 2, 1)?;
+        let r_f = EventRingbuf::new(b, "f", 2, l.nin)?;
+        let r_g = EventRingbuf::new(b, "g", 2, l.nin)?;
+        let r_h = EventRingbuf::new(b, "h", 2, l.nx.max(l.ny))?;
+        let pool = InputPool::new(dev)?;
+        let (nin, nx, ny, nout, np) = (
+            l.nin as i64,
+            l.nx as i64,
+            l.ny as i64,
+            l.nout as i64,
+            l.npatterns as i64,
+        );
+        let slot = |s: i64, n: i64| (s % n) as usize;
         for s in 0..config.batches {
             dev.chaos_pause();
             pool.wait_free(dev, s)?;

@@ -61,14 +61,6 @@ pub(crate) fn me() -> u32 {
     rustix::process::getpid().as_raw_nonzero().get() as u32
 }
 
-/// How many entries of the table are in use (by living or dead processes).
-pub(crate) fn registered(h: &Header) -> usize {
-    h.peers
-        .iter()
-        .filter(|p| p.state.load(Ordering::Acquire) != 0)
-        .count()
-}
-
 /// Claim an entry of the table for this process; its index.
 pub(crate) fn register(h: &Header, ring: &str, role: Role) -> Result<usize> {
     let pid = me();
@@ -82,8 +74,11 @@ pub(crate) fn register(h: &Header, ring: &str, role: Role) -> Result<usize> {
             p.role.store(role as u32, Ordering::Relaxed);
             // A timeline raises it from the value once registered (`shared_timeline`).
             p.gpu.store(0, Ordering::SeqCst);
+            p.may_signal.store(1, Ordering::SeqCst);
             p.start.store(start, Ordering::Relaxed);
-            p.state.store(2, Ordering::Release);
+            // SeqCst: against a stop (a buffer being freed counts this entry, or its opener
+            // sees the stop).
+            p.state.store(2, Ordering::SeqCst);
             return Ok(i);
         }
     }
@@ -103,6 +98,17 @@ pub(crate) fn alive(p: &Peer) -> bool {
             registered == 0 || t == registered
         }
     }
+}
+
+/// Living processes other than this one whose entry says they can still signal a timeline.
+pub(crate) fn signallers_elsewhere(h: &Header) -> usize {
+    let mine = me();
+    h.peers
+        .iter()
+        .filter(|p| p.state.load(Ordering::SeqCst) == 2)
+        .filter(|p| p.pid.load(Ordering::Relaxed) != mine)
+        .filter(|p| p.may_signal.load(Ordering::SeqCst) != 0 && alive(p))
+        .count()
 }
 
 /// Give entry `i` back (this process closes the ring).

@@ -94,8 +94,9 @@ impl Header {
     /// Claim the stop (or failure): `true` for the one caller, in any process, that gets to
     /// write its reason with [`finish_stop`](Self::finish_stop).
     pub(crate) fn begin_stop(&self) -> bool {
+        // SeqCst: against a peer's registration (a buffer's opener registers, then looks).
         self.stop_state
-            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
     }
 
@@ -117,7 +118,7 @@ impl Header {
     /// 0 running, 2 stopped, 1 stopped by a process that died writing why (a reason being
     /// written takes nanoseconds: this waits that out first).
     pub(crate) fn stop_state(&self) -> u32 {
-        let mut state = self.stop_state.load(Ordering::Acquire);
+        let mut state = self.stop_state.load(Ordering::SeqCst);
         for _ in 0..1000 {
             if state != 1 {
                 break;
@@ -165,7 +166,9 @@ pub(crate) struct Peer {
     pub(crate) pid: AtomicU32,
     /// 0 producer, 1 consumer.
     pub(crate) role: AtomicU32,
-    _pad: AtomicU32,
+    /// A timeline's: 1 while this process can still signal it (a handle or a pending stream
+    /// signal), so that a wait nobody can release is found even when other processes wait.
+    pub(crate) may_signal: AtomicU32,
     /// The process's start time (clock ticks after boot), so a reused pid is not mistaken
     /// for the process that registered.
     pub(crate) start: AtomicU64,
@@ -222,6 +225,8 @@ pub(crate) struct Sizes {
     /// A buffer's bytes kept in the segment (page-aligned, after the header; 0 for a device
     /// buffer, a ring, a timeline).
     pub(crate) data: usize,
+    /// A buffer's size, checked at open (`data`, or the device allocation's).
+    pub(crate) buffer_len: usize,
 }
 
 impl Default for Sizes {
@@ -231,6 +236,7 @@ impl Default for Sizes {
             max_size: 0,
             mechanism: Mechanism::HostWord,
             data: 0,
+            buffer_len: 0,
         }
     }
 }
@@ -467,6 +473,7 @@ impl Segment {
             max_size,
             mechanism,
             data,
+            buffer_len: buffer_bytes as usize,
         };
         let total = total_size(sizes);
         if h.total_size.load(Ordering::Relaxed) != total as u64 || size != total {
@@ -634,6 +641,7 @@ mod tests {
             max_size: 4,
             mechanism: Mechanism::HostWord,
             data: 0,
+            buffer_len: 0,
         }
     }
 

@@ -47,6 +47,11 @@ const DROP_WAIT: Duration = Duration::from_secs(5);
 /// [`SharedTimeline`](super::SharedTimeline) between the processes. The buffer keeps the
 /// driver's rules of who may free and unmap when (see [`free`](SharedBuffer::free)).
 ///
+/// Dropping a handle blocks: on CUDA it waits for this process's work on the device before it
+/// unmaps or frees (a stream held for good by a wait nobody releases would hold the drop too),
+/// and the creator's waits up to 5 s for importers to unmap (then leaves the memory allocated
+/// rather than free it under them).
+///
 /// ```
 /// use seqsync::ipc::SharedBuffer;
 /// use seqsync::HostBackend;
@@ -107,12 +112,17 @@ impl<B: Backend> SharedBuffer<B> {
             IpcExport::InSegment => {
                 let sizes = Sizes {
                     data: bytes,
+                    buffer_len: bytes,
                     ..Sizes::default()
                 };
                 (Segment::create(name, Kind::Buffer, sizes)?, None)
             }
             IpcExport::Device(memory, handle) => {
-                let seg = Segment::create(name, Kind::Buffer, Sizes::default())?;
+                let sizes = Sizes {
+                    buffer_len: bytes,
+                    ..Sizes::default()
+                };
+                let seg = Segment::create(name, Kind::Buffer, sizes)?;
                 seg.set_mem_handle(bytes as u64, &handle);
                 (seg, Some(memory))
             }
@@ -182,12 +192,11 @@ impl<B: Backend> SharedBuffer<B> {
         peer: usize,
         server: Option<Server>,
     ) -> Self {
-        let (ptr, len) = match (&memory, seg.data()) {
-            (Some(m), _) => (
-                m.ptr,
-                seg.header().buffer_bytes.load(Ordering::Relaxed) as usize,
-            ),
-            (None, Some((p, len))) => (p as u64, len),
+        // The length checked at open (or made here), never read from the segment again.
+        let len = seg.sizes.buffer_len;
+        let ptr = match (&memory, seg.data()) {
+            (Some(m), _) => m.ptr,
+            (None, Some((p, _))) => p as u64,
             (None, None) => unreachable!("a buffer is in its segment or in device memory"),
         };
         SharedBuffer {
@@ -234,7 +243,7 @@ impl<B: Backend> SharedBuffer<B> {
     /// [`Error::InvalidArgument`] when they do not lie inside the buffer.
     pub fn at(&self, offset: usize, len: usize) -> Result<u64> {
         match offset.checked_add(len) {
-            Some(end) if end <= self.len => Ok(self.ptr + offset as u64),
+            Some(end) if end <= self.len => Ok(self.ptr.wrapping_add(offset as u64)),
             _ => Err(Error::invalid(
                 &self.name,
                 format!(

@@ -439,6 +439,7 @@ impl<B: Backend + Clone> SharedRing<B> {
                 max_size,
                 mechanism,
                 data: 0,
+                buffer_len: 0,
             },
         )?;
         for (i, h) in handles.iter().enumerate() {

@@ -85,8 +85,9 @@ impl Shared {
         wake::wake(self.seg.header(), Channel::State, always);
     }
 
+    /// The value (frozen at a failure: the word then carries [`FAILED_BIT`] too).
     fn value(&self) -> u64 {
-        self.seg.header().value.load(Ordering::Acquire)
+        self.seg.header().value.load(Ordering::SeqCst) & !FAILED_BIT
     }
 
     /// This timeline's identity in the ledgers (the address their `Weak`s point to).
@@ -105,6 +106,8 @@ impl Shared {
     fn fail_segment(&self, error: Error) {
         let h = self.seg.header();
         if h.begin_stop() {
+            // The value is frozen: a signal landing later raises nothing (`land`).
+            h.value.fetch_or(FAILED_BIT, Ordering::SeqCst);
             if let Error::PeerLost { pid, role, .. } = &error {
                 h.set_lost_peer(*pid, Role::code_of(role));
             }
@@ -229,30 +232,67 @@ impl Shared {
         }
     }
 
-    /// `v` landed: the value, and every process's device word (a failed word, `2^63`, stays).
+    /// `v` landed: the value, and then every process's device word. Once the timeline has
+    /// failed nothing is raised (the value is frozen there, so that a process that has not
+    /// seen the failure yet does not let a wait above it go unpoisoned).
     fn land(&self, v: u64) {
         let h = self.seg.header();
-        h.value.fetch_max(v, Ordering::SeqCst);
+        let mut current = h.value.load(Ordering::SeqCst);
+        loop {
+            if current & FAILED_BIT != 0 || current >= v {
+                self.wake(false);
+                return;
+            }
+            match h
+                .value
+                .compare_exchange(current, v, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => break,
+                Err(now) => current = now,
+            }
+        }
         // SeqCst with `joined`'s: an entry claimed meanwhile either gets this raise or reads
-        // the value after it.
+        // the value after it. (A word raised here after a failure froze the value holds a
+        // value reached before it: waits up to it were satisfied.)
         for p in &h.peers {
             p.gpu.fetch_max(v, Ordering::SeqCst);
         }
         self.wake(false);
     }
 
+    /// This process can no longer signal it once it has no handle and no pending signal:
+    /// say so in its entry (for the other processes' check of waits nobody can release).
+    fn maybe_done_signalling(&self) {
+        if self.handles.load(Ordering::SeqCst) == 0 && self.pending.load(Ordering::SeqCst) == 0 {
+            if let Some(p) = self.my_entry() {
+                p.may_signal.store(0, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// Whether no device wait of this process can be pending any more (each is at or below
+    /// the value, or released by a failure this process has spread).
+    fn settled(&self) -> bool {
+        self.marked.load(Ordering::Acquire)
+            || self.value() >= self.max_waited.load(Ordering::Acquire)
+    }
+
     /// The liveness check of a blocked call: a dead peer fails the timeline. For a stream
     /// wait (`stream_wait`), also a timeline nobody can signal any more: no handle and no
     /// pending signal in this process, no other process registered.
-    fn check_peers(&self, stream_wait: bool) -> Option<Error> {
+    fn check_peers(&self, stream_wait: Option<u64>) -> Option<Error> {
         let h = self.seg.header();
         if let Err(e) = peers::check(h, &self.name) {
             self.fail(e);
-        } else if stream_wait
-            && self.handles.load(Ordering::Acquire) == 0
-            && self.pending.load(Ordering::Acquire) == 0
-            && peers::registered(h) <= 1
-        {
+        } else if let Some(v) = stream_wait.filter(|_| {
+            self.handles.load(Ordering::SeqCst) == 0
+                && self.pending.load(Ordering::SeqCst) == 0
+                && peers::signallers_elsewhere(h) == 0
+        }) {
+            // Read after `pending`: a signal that landed just before its count went is seen.
+            if self.value() >= v {
+                return self.failed();
+            }
             self.fail(Error::TimelineDropped {
                 timeline: self.name.clone(),
                 value: self.value(),
@@ -276,7 +316,7 @@ impl Shared {
                     self.failed().map(Err)
                 }
             },
-            || self.check_peers(stream_wait).map(Err),
+            || self.check_peers(stream_wait.then_some(v)).map(Err),
         );
         r.unwrap_or_else(|| {
             Err(Error::Timeout {
@@ -318,11 +358,12 @@ fn watch(shared: &Shared) {
         std::thread::sleep(CHECK_EVERY);
         match h.stop_state() {
             0 => {
-                let waiting = shared.value() < shared.max_waited.load(Ordering::Acquire);
-                shared.check_peers(waiting);
+                let top = shared.max_waited.load(Ordering::Acquire);
+                shared.check_peers((shared.value() < top).then_some(top));
             }
             1 if writing_seen => {
                 // Its failing process died between claiming the failure and writing why.
+                h.value.fetch_or(FAILED_BIT, Ordering::SeqCst);
                 h.finish_stop("failed by a process that died before writing why", 0);
                 shared.notice_failure();
             }
@@ -331,9 +372,7 @@ fn watch(shared: &Shared) {
         writing_seen = h.stop_state() == 1;
         let idle = shared.handles.load(Ordering::Acquire) == 0
             && shared.pending.load(Ordering::Acquire) == 0;
-        let settled = shared.marked.load(Ordering::Acquire)
-            || shared.value() >= shared.max_waited.load(Ordering::Acquire);
-        if idle && settled {
+        if idle && shared.settled() {
             shared.leave();
             return;
         }
@@ -409,7 +448,16 @@ impl<B: Backend> Clone for SharedTimeline<B> {
 
 impl<B: Backend> Drop for SharedTimeline<B> {
     fn drop(&mut self) {
-        self.shared.handles.fetch_sub(1, Ordering::AcqRel);
+        let s = &self.shared;
+        if s.handles.fetch_sub(1, Ordering::SeqCst) == 1 {
+            s.maybe_done_signalling();
+            // A segment mapped for the device is never dropped: give the entry back now if no
+            // device wait can be pending (else the watchdog does, once none can), so that
+            // the other processes do not take this one for dead once it exits.
+            if s.device.get().is_some() && s.pending.load(Ordering::SeqCst) == 0 && s.settled() {
+                s.leave();
+            }
+        }
         // A stream wait of this process may now be one nobody can release: let it look.
         self.shared.wake(false);
     }
@@ -465,9 +513,14 @@ impl<B: Backend> SharedTimeline<B> {
         // SeqCst with `land`'s: either its raise of this entry comes after `register`'s reset,
         // or this load sees the value it landed.
         let h = seg.header();
-        h.peers[peer]
-            .gpu
-            .fetch_max(h.value.load(Ordering::SeqCst), Ordering::SeqCst);
+        let value = h.value.load(Ordering::SeqCst);
+        if value & FAILED_BIT != 0 {
+            // Failed already: released (a wait another process left queued on this entry
+            // before giving it back goes on).
+            h.peers[peer].gpu.store(FAILED_BIT, Ordering::SeqCst);
+        } else {
+            h.peers[peer].gpu.fetch_max(value, Ordering::SeqCst);
+        }
         let shared = Arc::new(Shared {
             name: name.to_owned(),
             seg,
@@ -560,7 +613,7 @@ impl<B: Backend> SharedTimeline<B> {
         }
         let shared = self.shared.clone();
         let backend = self.backend.name();
-        shared.pending.fetch_add(1, Ordering::AcqRel);
+        shared.pending.fetch_add(1, Ordering::SeqCst);
         let r = self.backend.launch_host_always(
             stream,
             Box::new(move |failure| {
@@ -572,13 +625,14 @@ impl<B: Backend> SharedTimeline<B> {
                         format!("timeline '{}', value {v}: {m}", shared.name),
                     ))),
                 }
-                shared.pending.fetch_sub(1, Ordering::AcqRel);
+                shared.pending.fetch_sub(1, Ordering::SeqCst);
+                shared.maybe_done_signalling();
                 shared.wake(false);
             }),
         );
         if let Err(e) = &r {
             // Nothing was enqueued, but `v` was claimed: nothing may wait for it in vain.
-            self.shared.pending.fetch_sub(1, Ordering::AcqRel);
+            self.shared.pending.fetch_sub(1, Ordering::SeqCst);
             self.shared.fail(e.clone());
         }
         r
@@ -630,8 +684,14 @@ impl<B: Backend> SharedTimeline<B> {
             return Ok(());
         }
         let peer = s.peer.load(Ordering::Acquire);
-        self.backend
-            .wait_mapped_on(stream, map, s.seg.peer_gpu_offset(peer), v)
+        let r = self
+            .backend
+            .wait_mapped_on(stream, map, s.seg.peer_gpu_offset(peer), v);
+        if let Err(e) = &r {
+            // Its ledger entry and `max_waited` are in: nothing may rely on a wait that is not.
+            s.fail(e.clone());
+        }
+        r
     }
 
     /// Block this thread until the value is at least `v`, up to `timeout`.

@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use seqsync::backend::Backend;
 use seqsync::ipc::{Mechanism, SharedTimeline};
 use seqsync::{Error, HostBackend};
 
@@ -363,4 +364,44 @@ fn child_opens_and_hangs() {
     let _t = SharedTimeline::open(&HostBackend::new(), &name).unwrap();
     println!("{}", harness::READY);
     std::thread::sleep(Duration::from_secs(60));
+}
+
+#[test]
+fn stream_waits_in_two_processes_that_nobody_can_release_fail_it_as_dropped() {
+    let host = HostBackend::new();
+    let name = unique("dropped-two");
+    let t = SharedTimeline::create(&host, &name, 0).unwrap();
+    let after = SharedTimeline::create(&host, &unique("dropped-two-after"), 0).unwrap();
+    let mut c = child("child_waits_then_drops_its_handle", &name, None);
+    await_ready(&mut c);
+    let s = host.new_stream("s").unwrap();
+    t.wait_on(&s, 5).unwrap();
+    after.signal_on(&s, 1).unwrap();
+    // Neither process can signal 5 any more: the other process only waits.
+    drop(t);
+    let start = Instant::now();
+    let e = after.wait(1, LONG).unwrap_err();
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(e.to_string().contains("dropped"), "{e}");
+    assert_eq!(exit_code(c, Duration::from_secs(10)), 0);
+}
+
+#[test]
+#[ignore = "run as the child process of stream_waits_in_two_processes_that_nobody_can_release_fail_it_as_dropped"]
+fn child_waits_then_drops_its_handle() {
+    let Ok(name) = std::env::var(RING) else {
+        return;
+    };
+    let host = HostBackend::new();
+    let t = SharedTimeline::open(&host, &name).unwrap();
+    let s = host.new_stream("s").unwrap();
+    t.wait_on(&s, 5).unwrap();
+    drop(t);
+    println!("{}", harness::READY);
+    // Its stream fails once the timeline does (dropped: nobody can signal 5).
+    assert!(host.synchronize_stream(&s).is_err());
 }
