@@ -122,6 +122,10 @@ pub(crate) struct DemoArgs {
     /// buffer in memory both map), then the one-process pipeline for comparison.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=2))]
     processes: u32,
+    /// Open loop: batches arrive at this many per second (get_data releases batch s at
+    /// s / RATE seconds), and batch latency counts from arrival (default: as fast as possible).
+    #[arg(long, value_name = "RATE")]
+    rate: Option<f64>,
     /// --processes 2: how the shared rings order the streams (host-word, memops, ipc-event;
     /// default: the backend's).
     #[arg(long, value_parser = crate::parse::<seqsync::ipc::Mechanism>)]
@@ -264,6 +268,7 @@ pub(crate) fn config_of(
         graph_batches: a.graph_batches,
         drop_edge: a.drop_edge,
         ipc_mechanism: a.ipc_mechanism,
+        rate: a.rate,
         progress,
     }
 }
@@ -390,12 +395,20 @@ pub(crate) fn print_summary(r: &DemoReport, trace: Option<&std::path::Path>) {
         "  pipeline      {:>9.3} GB/s   (wall {:.3} s{runs})",
         r.gbps, r.wall_s
     );
-    if let (Some(p50), Some(p99)) = (r.latency_p50_us, r.latency_p99_us) {
+    if let (Some(p50), Some(p99), Some(max)) =
+        (r.latency_p50_us, r.latency_p99_us, r.latency_max_us)
+    {
         let k = r
             .graph_batches
             .map(|k| format!(" ({k} batches per graph)"))
             .unwrap_or_default();
-        println!("  batch latency p50 {p50:.1} us, p99 {p99:.1} us (copy-in issued -> process_data returned){k}");
+        let from = match r.rate {
+            Some(rate) => format!("arrival at {rate} batches/s"),
+            None => "copy-in issued".into(),
+        };
+        println!(
+            "  batch latency p50 {p50:.1} us, p99 {p99:.1} us, max {max:.1} us ({from} -> process_data returned){k}"
+        );
     }
     if !r.stages.is_empty() {
         let gbps =

@@ -368,3 +368,52 @@ fn a_thread_the_os_refuses_stops_the_run_at_once_naming_it() {
     assert!(!err.contains("stalled"), "{err}");
     assert!(took < std::time::Duration::from_secs(5), "took {took:?}");
 }
+
+#[test]
+fn demo_rate_releases_batches_on_a_clock_and_reports_latency_from_arrival() {
+    // 40 batches at 200 a second arrive over 0.195 s: an open loop cannot end sooner.
+    for engine in ["handwritten", "pipeline", "graph"] {
+        let (code, out, err) = seqsync(&[
+            "--engine",
+            engine,
+            "--backend",
+            "host",
+            "--batch-bytes",
+            "16384",
+            "--batches",
+            "40",
+            "--rate",
+            "200",
+            "--no-baselines",
+            "--json",
+        ]);
+        assert_eq!(code, 0, "{engine}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["verified"], 40, "{engine}: {v}");
+        assert_eq!(v["rate"], 200.0, "{engine}: {v}");
+        assert!(v["wall_s"].as_f64().unwrap() >= 0.19, "{engine}: {v}");
+        let (p50, p99, max) = (
+            v["latency_p50_us"].as_f64().unwrap(),
+            v["latency_p99_us"].as_f64().unwrap(),
+            v["latency_max_us"].as_f64().unwrap(),
+        );
+        assert!(
+            0.0 < p50 && p50 <= p99 && p99 <= max * 1.001,
+            "{engine}: {v}"
+        );
+        let counted: u64 = v["latency_histogram_us"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b[1].as_u64().unwrap())
+            .sum();
+        assert_eq!(counted, 40, "{engine}: {v}");
+    }
+}
+
+#[test]
+fn demo_rate_must_be_positive() {
+    for bad in ["0", "nan", "inf"] {
+        one_line_error(&["--backend", "host", "--rate", bad], "--rate");
+    }
+}

@@ -55,6 +55,9 @@ pub struct DemoConfig {
     /// Test only, [`Engine::Graph`] on the host backend: leave one edge out of every batch's
     /// body (verification must then fail).
     pub drop_edge: Option<GraphEdge>,
+    /// Open loop: batches arrive at this many per second (`get_data` releases batch `s` at
+    /// `s / rate` seconds) and latency counts from arrival. `None`: as fast as possible.
+    pub rate: Option<f64>,
     /// `--processes 2`: the shared rings' mechanism (`None`: the backend's default).
     pub ipc_mechanism: Option<seqsync::ipc::Mechanism>,
     /// Called with the number of batches processed so far.
@@ -85,6 +88,7 @@ impl Default for DemoConfig {
             graph_batches: None,
             drop_edge: None,
             ipc_mechanism: None,
+            rate: None,
             progress: None,
         }
     }

@@ -170,7 +170,7 @@ pub(crate) fn run<D: Device>(
     let streams: HashMap<String, Stream<D>> = seqsync::pipeline::new_streams(dev.backend(), plan)?;
     let b = dev.backend();
     let pool = InputPool::new(dev)?;
-    let checker = Checker::new(opt.batches);
+    let checker = Checker::paced(opt.batches, opt.rate);
     let tracing = opt.spans.is_some();
     let slot = |s: i64, n: i64| (s % n) as usize;
     let stats = {

@@ -189,7 +189,7 @@ pub(crate) fn run<D: Device>(
     let waits = drop != Some(GraphEdge::GroupWaits);
     let ring = EventRingbuf::new(b, "graph", 1 + waits as u32, DEPTH)?;
     let processed = EventRingbuf::new(b, "processed", 0, 1)?;
-    let checker = Checker::new(batches);
+    let checker = Checker::paced(batches, opt.rate);
     let depth = DEPTH as i64;
     let start = Instant::now();
     // The h2g thread owns the graphs (they are `Send`, not `Sync`) and hands them back.

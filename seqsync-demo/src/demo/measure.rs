@@ -65,6 +65,7 @@ pub(super) fn run_on<D: Device>(
         drop: None,
         spans: None,
         progress: None,
+        rate: None,
     };
     run_once(&warm)?;
     let opt = RunOptions {
@@ -74,6 +75,7 @@ pub(super) fn run_on<D: Device>(
         drop: config.drop_wait,
         spans: spans.as_ref(),
         progress: Some(&report_progress),
+        rate: config.rate,
     };
     let repeat = config.repeat.max(1);
     let (mut walls, mut hand_walls, mut written_walls) = (Vec::new(), Vec::new(), Vec::new());
@@ -103,6 +105,7 @@ pub(super) fn run_on<D: Device>(
                     spans: None,
                     progress: None,
                     drop: None,
+                    rate: None,
                     variant: if config.variant == Variant::Pool {
                         Variant::Seed
                     } else {
@@ -165,6 +168,9 @@ pub(super) fn run_on<D: Device>(
         graph_batches,
         latency_p50_us: v.latency_us(0.5),
         latency_p99_us: v.latency_us(0.99),
+        latency_max_us: v.latency_max_us(),
+        latency_histogram_us: v.latency_histogram_us(),
+        rate: config.rate,
         trace,
     };
     if config.baselines {

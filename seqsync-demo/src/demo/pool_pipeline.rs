@@ -55,7 +55,7 @@ pub(crate) fn run<D: Device>(
     streams: &Streams<D>,
     opt: &RunOptions<'_>,
 ) -> Result<(Duration, Verification, PoolStats)> {
-    let checker = Checker::new(opt.batches);
+    let checker = Checker::paced(opt.batches, opt.rate);
     let before = pool.stats();
     let start = Instant::now();
     let (to_g2h, from_h2g) = mpsc::channel::<ToCopyOut<D::B>>();

@@ -96,8 +96,8 @@ fn check_config(config: &DemoConfig) -> Result<()> {
     if config.engine != Engine::HandWritten || config.variant != Variant::Seed {
         return bad("--processes 2 runs the hand-written engine, variant seed");
     }
-    if config.trace || config.spec.is_some() {
-        return bad("--processes 2 takes no --trace and no spec");
+    if config.trace || config.spec.is_some() || config.rate.is_some() {
+        return bad("--processes 2 takes no --trace, no --rate and no spec");
     }
     match config.drop_wait {
         None | Some(DroppedWait::CopyOutWaitsH) => Ok(()),

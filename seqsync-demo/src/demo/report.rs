@@ -79,10 +79,17 @@ pub struct DemoReport {
     pub pool: Option<seqsync::memory::PoolStats>,
     /// [`Engine::Graph`]: batches per graph (K).
     pub graph_batches: Option<usize>,
-    /// Median batch latency, from its copy-in being issued to its `process_data` returning.
+    /// Median batch latency, from its copy-in being issued (with a rate: from its arrival)
+    /// to its `process_data` returning.
     pub latency_p50_us: Option<f64>,
     /// 99th percentile of the same.
     pub latency_p99_us: Option<f64>,
+    /// The largest of the same.
+    pub latency_max_us: Option<f64>,
+    /// The same as a histogram: `(upper bound in us, batches)` per power-of-two bucket.
+    pub latency_histogram_us: Vec<(f64, u64)>,
+    /// Open-loop arrivals, batches per second (`None`: as fast as possible).
+    pub rate: Option<f64>,
     /// The Chrome trace, when asked for.
     #[serde(skip)]
     pub trace: Option<serde_json::Value>,

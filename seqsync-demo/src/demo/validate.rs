@@ -12,6 +12,13 @@ pub(super) fn invalid(msg: String) -> Error {
 
 impl DemoConfig {
     pub(super) fn validate(&self, batch_bytes: usize, kind: BackendKind) -> Result<()> {
+        if let Some(r) = self.rate {
+            if !(r.is_finite() && r > 0.0 && r <= 1e7) {
+                return Err(invalid(format!(
+                    "--rate {r}: batches per second, above 0 and at most 10000000"
+                )));
+            }
+        }
         for (name, v) in [
             ("nin", self.nin),
             ("nx", self.nx),

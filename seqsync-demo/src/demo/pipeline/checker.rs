@@ -60,6 +60,29 @@ impl Verification {
     pub fn latency_us(&self, q: f64) -> Option<f64> {
         (!self.latency_ns.is_empty()).then(|| self.latency_ns.value_at_quantile(q) as f64 / 1e3)
     }
+
+    /// The largest batch latency in microseconds, if any was measured.
+    pub fn latency_max_us(&self) -> Option<f64> {
+        (!self.latency_ns.is_empty()).then(|| self.latency_ns.max() as f64 / 1e3)
+    }
+
+    /// The latencies as a histogram: `(upper bound in us, count)` per power-of-two bucket
+    /// from 1 us, empty buckets left out.
+    pub fn latency_histogram_us(&self) -> Vec<(f64, u64)> {
+        if self.latency_ns.is_empty() {
+            return Vec::new();
+        }
+        self.latency_ns
+            .iter_log(1_000, 2.0)
+            .filter(|v| v.count_since_last_iteration() > 0)
+            .map(|v| {
+                (
+                    v.value_iterated_to() as f64 / 1e3,
+                    v.count_since_last_iteration(),
+                )
+            })
+            .collect()
+    }
 }
 
 /// Arrivals: counts of the seqs in `[base, base + WINDOW)`, at `seq % WINDOW`.
@@ -118,11 +141,21 @@ pub(crate) struct Checker {
     /// (nanoseconds since `t0`).
     issued: Vec<(AtomicI64, AtomicU64)>,
     t0: Instant,
+    /// Open-loop arrivals (`--rate`): seq `s` arrives `s / rate` seconds after `t0`; latency
+    /// counts from its arrival. `None`: as fast as possible, latency from the copy-in.
+    rate: Option<f64>,
 }
 
 impl Checker {
     pub(crate) fn new(batches: i64) -> Self {
+        Self::paced(batches, None)
+    }
+
+    /// A checker whose batches arrive at `rate` per second ([`issued`](Self::issued) holds a
+    /// batch until its arrival).
+    pub(crate) fn paced(batches: i64, rate: Option<f64>) -> Self {
         Checker {
+            rate,
             batches,
             seen: Mutex::new(Seen {
                 base: 0,
@@ -149,11 +182,24 @@ impl Checker {
         (seq >= 0).then(|| &self.issued[seq as usize % WINDOW])
     }
 
-    /// The engine is about to issue seq's copy-in (latency starts here).
+    /// The engine is about to issue seq's copy-in: latency starts here, or, with a rate, at
+    /// seq's arrival, which this waits for (a batch late already is issued at once, and its
+    /// lateness counts).
     pub(crate) fn issued(&self, seq: i64) {
+        let at_ns = match self.rate {
+            Some(rate) => {
+                let arrival = (seq.max(0) as f64 / rate * 1e9) as u64;
+                let now = self.now_ns();
+                if arrival > now {
+                    std::thread::sleep(std::time::Duration::from_nanos(arrival - now));
+                }
+                arrival
+            }
+            None => self.now_ns(),
+        };
         if let Some((tag, at)) = self.slot(seq) {
             // The time first, then the tag that makes it valid.
-            at.store(self.now_ns(), Ordering::Relaxed);
+            at.store(at_ns, Ordering::Relaxed);
             tag.store(seq, Ordering::Release);
         }
     }

@@ -236,7 +236,7 @@ pub(crate) fn run<D: Device>(dev: &D, opt: &RunOptions<'_>) -> Result<(Duration,
     }
     let streams = Streams::new(dev)?;
     let rings = Rings::<D>::new(dev, opt)?;
-    let checker = Checker::new(opt.batches);
+    let checker = Checker::paced(opt.batches, opt.rate);
     let start = Instant::now();
     let (streams_ref, checker_ref) = (&streams, &checker);
     let results: Vec<(&str, Result<()>)> =

@@ -146,4 +146,6 @@ pub(crate) struct RunOptions<'a> {
     pub drop: Option<DroppedWait>,
     pub spans: Option<&'a HostSpans>,
     pub progress: Option<&'a (dyn Fn(i64) + Sync)>,
+    /// Open-loop arrivals, batches per second (`None`: as fast as possible).
+    pub rate: Option<f64>,
 }
