@@ -26,13 +26,7 @@ pub struct StageTiming {
 pub(crate) fn stages<D: Device>(dev: &D, batches: i64) -> Result<Vec<StageTiming>> {
     let l = *dev.layout();
     let s = dev.backend().new_stream("stage")?;
-    let (nin, nx, ny, nout, np) = (
-        l.nin as i64,
-        l.nx as i64,
-        l.ny as i64,
-        l.nout as i64,
-        l.npatterns as i64,
-    );
+    let (nin, nx, ny, nout, np) = l.lags();
     let idx = |s: i64, n: i64| (s % n) as usize;
     let mut out = Vec::new();
     type Launch<'a, D> = Box<dyn Fn(&super::device::Stream<D>, i64) -> Result<()> + 'a>;
@@ -183,13 +177,7 @@ fn abort_on_failure(progress: &[&Progress], body: impl FnOnce() -> Result<()>) -
 pub(crate) fn handrolled<D: Device>(dev: &D, batches: i64) -> Result<(Duration, Verification)> {
     let l = *dev.layout();
     let b = dev.backend();
-    let (nin, nx, ny, nout, np) = (
-        l.nin as i64,
-        l.nx as i64,
-        l.ny as i64,
-        l.nout as i64,
-        l.npatterns as i64,
-    );
+    let (nin, nx, ny, nout, np) = l.lags();
     let nh = nx.max(ny).max(nout);
     let events = |n: i64| {
         (0..n)

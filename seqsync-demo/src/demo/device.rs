@@ -33,6 +33,20 @@ pub(crate) struct Layout {
     pub verify_samples: usize,
 }
 
+impl Layout {
+    /// `(nin, nx, ny, nout, npatterns)` as seq lags: how far behind a slot's previous user is.
+    pub(crate) fn lags(&self) -> (i64, i64, i64, i64, i64) {
+        let lag = |n: usize| n as i64;
+        (
+            lag(self.nin),
+            lag(self.nx),
+            lag(self.ny),
+            lag(self.nout),
+            lag(self.npatterns),
+        )
+    }
+}
+
 /// Reference values at the checked positions, per body pattern.
 pub(crate) struct Reference {
     /// `(position, expected output)` per pattern.

@@ -160,13 +160,7 @@ pub(crate) fn run<D: Device>(
     // `DemoConfig::validate` refuses the other variants and `--drop-wait` with this engine.
     debug_assert!(opt.variant == Variant::Seed && opt.drop.is_none());
     let l = *dev.layout();
-    let (nin, nx, ny, nout, np) = (
-        l.nin as i64,
-        l.nx as i64,
-        l.ny as i64,
-        l.nout as i64,
-        l.npatterns as i64,
-    );
+    let (nin, nx, ny, nout, np) = l.lags();
     let streams: HashMap<String, Stream<D>> = seqsync::pipeline::new_streams(dev.backend(), plan)?;
     let b = dev.backend();
     let pool = InputPool::new(dev)?;

@@ -303,13 +303,7 @@ fn producer<D: Device>(
         let r_g = EventRingbuf::new(b, "g", 2, l.nin)?;
         let r_h = EventRingbuf::new(b, "h", 2, l.nx.max(l.ny))?;
         let pool = InputPool::new(dev)?;
-        let (nin, nx, ny, nout, np) = (
-            l.nin as i64,
-            l.nx as i64,
-            l.ny as i64,
-            l.nout as i64,
-            l.npatterns as i64,
-        );
+        let (nin, nx, ny, nout, np) = l.lags();
         let slot = |s: i64, n: i64| (s % n) as usize;
         for s in 0..config.batches {
             dev.chaos_pause();

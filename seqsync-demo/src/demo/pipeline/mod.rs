@@ -316,13 +316,7 @@ fn h2g_thread<D: Device>(
     opt: &RunOptions<'_>,
 ) -> Result<()> {
     let l = *dev.layout();
-    let (nin, nx, ny, nout, np) = (
-        l.nin as i64,
-        l.nx as i64,
-        l.ny as i64,
-        l.nout as i64,
-        l.npatterns as i64,
-    );
+    let (nin, nx, ny, nout, np) = l.lags();
     let t = Tracer::new(opt, st, "thread h2g");
     let launch = Kernels::new(dev, st, opt);
     // f and g are only waited on without blocking and recorded here: no host spans.
