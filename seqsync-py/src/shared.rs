@@ -24,10 +24,6 @@ fn mechanism(name: &str) -> PyResult<Mechanism> {
     })
 }
 
-fn mechanism_name(m: Mechanism) -> &'static str {
-    m.name()
-}
-
 /// A ring shared by processes: the contract of `EventRingbuf`, one producer process
 /// (`SharedRing.create`) and consumers in any process of the user (`SharedRing.open`).
 ///
@@ -121,7 +117,7 @@ impl SharedRing {
     /// How it orders across processes: `'host-word'`, `'memops'` or `'ipc-event'`.
     #[getter]
     fn mechanism(&self) -> &'static str {
-        mechanism_name(self.inner.mechanism())
+        self.inner.mechanism().name()
     }
 
     /// Record `seq` at the current end of `stream` (the producer's process only).

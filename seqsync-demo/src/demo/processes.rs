@@ -31,7 +31,7 @@ use super::pipeline::{Checker, InputPool};
 use super::{DemoConfig, DroppedWait, Engine, Variant};
 use seqsync::backend::host::{Chaos, HostBackend};
 use seqsync::backend::{Backend, BackendKind};
-use seqsync::ipc::{Mechanism, SharedBuffer, SharedRing};
+use seqsync::ipc::{SharedBuffer, SharedRing};
 use seqsync::{Blocking, EventRingbuf, Result};
 
 /// What the consumer process prints on its last line (JSON), for the producer.
@@ -231,13 +231,18 @@ mod cuda {
     }
 }
 
-/// The shared rings' mechanism: the config's, else the backend's default.
-fn mechanism<B: Backend>(config: &DemoConfig, b: &B) -> Mechanism {
-    config.ipc_mechanism.unwrap_or(if b.host_work_may_block() {
-        Mechanism::HostWord
-    } else {
-        Mechanism::MemOps
-    })
+/// A shared ring of the config's mechanism, else the one [`SharedRing::create`] picks.
+fn shared_ring<B: Backend>(
+    config: &DemoConfig,
+    b: &B,
+    name: &str,
+    nconsumers: u32,
+    size: usize,
+) -> Result<SharedRing<B>> {
+    match config.ipc_mechanism {
+        Some(m) => SharedRing::create_with(b, name, nconsumers, size, m),
+        None => SharedRing::create(b, name, nconsumers, size),
+    }
 }
 
 /// Bytes of one batch of `out`, as an offset into the shared buffer.
@@ -259,13 +264,7 @@ fn producer<D: Device>(
     let (out_name, copied_name) = names(run);
     let out = SharedBuffer::create(b, &out_name, l.nout * slot_bytes(&l))?;
     let skips = config.drop_wait == Some(DroppedWait::CopyOutWaitsH);
-    let out_ring = SharedRing::create_with(
-        b,
-        &out_name,
-        u32::from(!skips),
-        l.nout,
-        mechanism(config, b),
-    )?;
+    let out_ring = shared_ring(config, b, &out_name, u32::from(!skips), l.nout)?;
     let mut child =
         spawn().map_err(|e| crate::invalid("demo", format!("cannot start the consumer: {e}")))?;
     let pid = child.id();
@@ -365,7 +364,7 @@ fn producer<D: Device>(
         wall_s: wall.as_secs_f64(),
         gbps: config.batches as f64 * batch_bytes as f64 / wall.as_secs_f64().max(1e-9) / 1e9,
         drop_wait: config.drop_wait,
-        mechanism: mechanism(config, b).name().into(),
+        mechanism: out_ring.mechanism().name().into(),
     })
 }
 
@@ -393,7 +392,7 @@ fn consumer<D: Device>(
     }
     let out_ring = SharedRing::open(b, &out_name)?;
     // Consumed by the producer's h (lag nout) and by process_data here (lag 0).
-    let copied = SharedRing::create_with(b, &copied_name, 2, l.nout, mechanism(config, b))?;
+    let copied = shared_ring(config, b, &copied_name, 2, l.nout)?;
     let copied_here = SharedRing::open(b, &copied_name)?;
     let s_g2h = b.new_stream("s_g2h")?;
     let checker = Checker::new(config.batches);

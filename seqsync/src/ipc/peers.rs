@@ -111,6 +111,14 @@ pub(crate) fn signallers_elsewhere(h: &Header) -> usize {
         .count()
 }
 
+/// Give back the entry held in `entry` (once: it then holds `usize::MAX`).
+pub(crate) fn leave(h: &Header, entry: &std::sync::atomic::AtomicUsize) {
+    let i = entry.swap(usize::MAX, Ordering::AcqRel);
+    if i != usize::MAX {
+        unregister(h, i);
+    }
+}
+
 /// Give entry `i` back (this process closes the ring).
 pub(crate) fn unregister(h: &Header, i: usize) {
     if let Some(p) = h.peers.get(i) {

@@ -128,10 +128,7 @@ impl Drop for Shared {
 impl Shared {
     /// Give this process's peer entry back (once).
     fn leave(&self) {
-        let peer = self.peer.swap(usize::MAX, Ordering::AcqRel);
-        if peer != usize::MAX {
-            peers::unregister(self.seg.header(), peer);
-        }
+        peers::leave(self.seg.header(), &self.peer);
     }
 
     fn wake(&self, always: bool) {

@@ -75,10 +75,7 @@ impl Drop for Shared {
 impl Shared {
     /// Give this process's peer entry back (once).
     fn leave(&self) {
-        let peer = self.peer.swap(usize::MAX, Ordering::AcqRel);
-        if peer != usize::MAX {
-            peers::unregister(self.seg.header(), peer);
-        }
+        peers::leave(self.seg.header(), &self.peer);
     }
 
     fn wake(&self, always: bool) {
@@ -254,7 +251,9 @@ impl Shared {
         // SeqCst with `joined`'s: an entry claimed meanwhile either gets this raise or reads
         // the value after it. (A word raised here after a failure froze the value holds a
         // value reached before it: waits up to it were satisfied.)
-        for p in &h.peers {
+        // Entries in use only: one being claimed now is raised by its own `joined`, which
+        // reads the value after it is in use (SeqCst), so after this CAS.
+        for p in h.peers.iter().filter(|p| p.state.load(Ordering::SeqCst) == 2) {
             p.gpu.fetch_max(v, Ordering::SeqCst);
         }
         self.wake(false);
