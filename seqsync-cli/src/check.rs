@@ -7,7 +7,8 @@ use clap::Args;
 use seqsync::backend::host::Chaos;
 use seqsync::internal::pipeline::{derive_unchecked, minimum_sizes, SizeBound, DEFAULT_MAX_STATES};
 use seqsync::pipeline::{
-    check_deadlock_with, derive, CheckOptions, PipelineSpec, Plan, PlanError, StageTimes, Verdict,
+    check_deadlock_with, derive, CheckOptions, LatencySummary, PipelineSpec, Plan, PlanError,
+    RunLatency, StageTimes, Verdict,
 };
 use seqsync::{AnyBackend, BackendKind, HostBackend};
 use seqsync_demo::demo::{self, DemoConfig, Engine};
@@ -390,6 +391,42 @@ pub(crate) fn run_spec(a: RunArgs) -> Result<(), Failure> {
     crate::verified(&report)
 }
 
+/// The runtime's latencies: a line per stage and one for the batches end to end.
+fn print_latency(l: &RunLatency) {
+    let summary = |s: &LatencySummary, dropped: u64| {
+        let us = |d: std::time::Duration| d.as_secs_f64() * 1e6;
+        let dropped = match dropped {
+            0 => String::new(),
+            n => format!(", {n} dropped"),
+        };
+        format!(
+            "p50 {:.1} us, p99 {:.1} us, max {:.1} us ({} batches{dropped})",
+            us(s.p50),
+            us(s.p99),
+            us(s.max),
+            s.count
+        )
+    };
+    println!(
+        "stage latency (host stage: its closure; stream stage: launch -> seen done by a host \
+         synchronize):"
+    );
+    for s in &l.stages {
+        let what = match (&s.latency, s.observed) {
+            (Some(x), _) => summary(x, s.dropped),
+            (None, false) => "not observed (no host thread synchronizes on it at lag 0)".into(),
+            (None, true) => "no batches".into(),
+        };
+        let place = if s.host { "host" } else { "stream" };
+        println!("  stage {} (thread {}, {place}): {what}", s.stage, s.thread);
+    }
+    let what = match &l.end_to_end {
+        Some(b) => summary(b, l.end_to_end_dropped),
+        None => "none (no host-observed completion)".into(),
+    };
+    println!("  batch end to end (first op -> last host-observed completion): {what}");
+}
+
 /// A measured run against the prediction from its own stage times.
 #[derive(serde::Serialize)]
 struct Comparison {
@@ -516,6 +553,7 @@ fn run_selftest(a: &RunArgs, spec: &PipelineSpec, plan: &Plan) -> Result<(), Fai
         for w in &report.first_wrong {
             println!("  {w}");
         }
+        print_latency(&report.stage_latency);
         if let Some(m) = &measured {
             print_comparison(m);
         }

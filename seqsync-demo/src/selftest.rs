@@ -63,6 +63,8 @@ pub struct SelfTestReport {
     pub first_wrong: Vec<String>,
     /// Wall time of the run, in seconds.
     pub wall_s: f64,
+    /// The runtime's per-stage and batch end-to-end latencies (p50, p99, max).
+    pub stage_latency: seqsync::pipeline::RunLatency,
     /// With [`Options::measure`]: every stage's durations as it ran.
     #[serde(skip)]
     pub samples: Option<Samples>,
@@ -368,6 +370,7 @@ pub fn run_with<B: Backend>(
         wrong_reads: world.wrong.load(Ordering::Relaxed),
         first_wrong,
         wall_s: Duration::as_secs_f64(&stats.wall),
+        stage_latency: stats.latency,
         samples: samples.map(|s| lock(&s).clone()),
     })
 }

@@ -196,6 +196,68 @@ fn run_the_seed_spec_verifies_every_batch() {
     assert!(!v["ratio_to_handwritten"].is_null());
 }
 
+/// `p50 X us, p99 Y us, max Z us (N batches` on the line starting with `prefix`.
+fn latency_line(out: &str, prefix: &str) -> ([f64; 3], u64) {
+    let line = out
+        .lines()
+        .find(|l| l.trim_start().starts_with(prefix))
+        .unwrap_or_else(|| panic!("no line `{prefix}` in\n{out}"));
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let after = |w: &str| -> f64 {
+        let i = words
+            .iter()
+            .position(|x| *x == w)
+            .unwrap_or_else(|| panic!("{line}"));
+        words[i + 1].trim_start_matches('(').parse().unwrap()
+    };
+    let n = words[words.iter().position(|x| x.starts_with("batches")).unwrap() - 1];
+    (
+        [after("p50"), after("p99"), after("max")],
+        n.trim_start_matches('(').parse().unwrap(),
+    )
+}
+
+/// Microseconds of `p50_us`, `p99_us`, `max_us` and the count of a JSON latency summary.
+fn latency_json(v: &serde_json::Value) -> ([f64; 3], u64) {
+    let f = |k: &str| v[k].as_f64().unwrap_or_else(|| panic!("no {k} in {v}"));
+    (
+        [f("p50_us"), f("p99_us"), f("max_us")],
+        v["count"].as_u64().unwrap(),
+    )
+}
+
+fn sane(([p50, p99, max], n): ([f64; 3], u64), batches: u64) {
+    assert!(
+        0.0 < p50 && p50 <= p99 && p99 <= max && max < 60e6,
+        "{p50} {p99} {max}"
+    );
+    assert_eq!(n, batches);
+}
+
+#[test]
+fn run_of_any_shape_prints_each_stages_latency_and_the_batches_end_to_end() {
+    // The built-in stages: the same lines and fields.
+    let (code, out, err) = seqsync(&["run", fanout(), "--batches", "50"]);
+    assert_eq!(code, 0, "{out}{err}");
+    sane(
+        latency_line(&out, "stage merge (thread merge, host): p50"),
+        50,
+    );
+    sane(
+        latency_line(&out, "stage left (thread left, stream): p50"),
+        50,
+    );
+    assert!(
+        out.contains("stage load (thread load, stream): not observed"),
+        "{out}"
+    );
+    sane(latency_line(&out, "batch end to end (first op"), 50);
+    let (code, out, _) = seqsync(&["run", fanout(), "--batches", "50", "--json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    sane(latency_json(&v["stage_latency"]["end_to_end"]), 50);
+}
+
 #[test]
 fn run_any_shape_checks_every_read() {
     let out = seqsync(&[

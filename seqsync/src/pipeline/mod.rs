@@ -72,6 +72,9 @@ pub use deadlock::{
 };
 pub use derive::derive;
 pub use plan::{Consumer, ConsumerKind, Op, Plan, Ring, StagePlan, ThreadPlan};
-pub use runtime::{new_streams, run, RunConfig, RunStats, StageCtx, Stages};
+pub use runtime::{
+    new_streams, run, LatencySummary, RunConfig, RunLatency, RunStats, StageCtx, StageLatency,
+    Stages,
+};
 pub use spec::{PipelineBuilder, PipelineSpec, Place, StageSpec};
 pub use throughput::{predict, Prediction, StageTimes};

@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use super::latency::{self, Timed};
 use super::required_streams;
 use super::stages::{AfterFn, StageFn, Stages};
 use crate::backend::Backend;
@@ -23,6 +24,12 @@ pub(super) enum Action<'r, 'a, B: Backend> {
         lag: i64,
         blocking: Blocking,
         after: Option<&'r AfterFn<'a>>,
+        /// At lag 0 on a stream stage's ring: the moment it returns is that stage's
+        /// observed completion.
+        observes: bool,
+        /// The stage's own `sync` (lag 0): its return, after `after`, is one of the batch's
+        /// host-observed ends.
+        ends_batch: bool,
     },
     Launch {
         stage: &'r str,
@@ -30,6 +37,8 @@ pub(super) enum Action<'r, 'a, B: Backend> {
         index: usize,
         stream: Option<&'r B::Stream>,
         f: &'r StageFn<'a, B>,
+        /// What the launch's latency reads.
+        timed: Timed,
     },
     Record {
         ring: usize,
@@ -87,6 +96,7 @@ pub(super) fn compile<'r, 'a, B: Backend>(
             ));
         }
     }
+    let observers = latency::observers(plan);
     let mut synced = BTreeSet::new();
     let mut out = Vec::with_capacity(plan.threads.len());
     for t in &plan.threads {
@@ -128,6 +138,8 @@ pub(super) fn compile<'r, 'a, B: Backend>(
                         } else {
                             None
                         },
+                        observes: lag == 0 && plan.stages[r].stream.is_some(),
+                        ends_batch: own && lag == 0,
                     }
                 }
                 Op::Launch { stage } => {
@@ -142,6 +154,7 @@ pub(super) fn compile<'r, 'a, B: Backend>(
                         f: stages.launch.get(name).ok_or_else(|| {
                             stage_err(name, "no closure was given for this stage (Stages::stage)")
                         })?,
+                        timed: latency::timed(plan, &observers, stage),
                     }
                 }
                 Op::Record {

@@ -9,15 +9,18 @@
 //! | `stages.rs` | the user's side: [`Stages`], [`StageCtx`], [`BlockingCall`] |
 //! | `compile.rs` | every op resolved to its ring, stream and closure before anything runs |
 //! | `thread.rs` | one plan thread's loop |
+//! | `latency.rs` | per-stage and end-to-end latency from the instants the threads pass ([`RunLatency`]), in bounded memory |
 //! | `watchdog.rs` | the stall watchdog: per-thread progress, and the report when none moves |
 //!
 //! What [`run`] does, its stalls and errors, with an example: see its docs.
 
 mod compile;
+mod latency;
 mod stages;
 mod thread;
 mod watchdog;
 
+pub use latency::{LatencySummary, RunLatency, StageLatency};
 pub use stages::{BlockingCall, StageCtx, Stages};
 
 use std::collections::{BTreeSet, HashMap};
@@ -30,7 +33,7 @@ use crate::backend::Backend;
 use crate::error::{panic_message, Error, Result};
 use crate::EventRingbuf;
 use compile::{compile, stage_err};
-use thread::{run_thread, Failed};
+use thread::{run_thread, Failed, Told};
 
 /// What one thread did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -56,6 +59,9 @@ pub struct RunStats {
     pub wall: Duration,
     /// Per plan thread, in plan order.
     pub threads: Vec<ThreadStats>,
+    /// Per stage and per batch end to end: p50, p99 and max ([`RunLatency`] says what is
+    /// measured from where to where).
+    pub latency: RunLatency,
 }
 
 impl RunStats {
@@ -136,6 +142,11 @@ pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// [`check_deadlock`](crate::pipeline::check_deadlock) proves deadlock-free does not stall
 /// unless a stage's own work hangs.
 ///
+/// **Latency.** [`RunStats::latency`] has each stage's and each batch's end-to-end p50, p99
+/// and max ([`RunLatency`] defines them): the threads read the clock around the closures and
+/// after the synchronizes they make anyway, and store into memory sized before the run from
+/// the plan alone; no event is queried and no stream synchronized for it.
+///
 /// **Errors.** A stage without a closure, a stream the plan names but the map lacks, and a
 /// closure given for a stage the plan does not have are [`Error::Stage`] errors, reported
 /// before any thread starts. When a thread fails (an error from a ring, a closure, or a panic
@@ -213,6 +224,7 @@ pub fn run<B: Backend>(config: RunConfig<'_, '_, B>) -> Result<RunStats> {
         });
     }
     let programs = compile(plan, streams, stages)?;
+    let latency = latency::Collector::new(plan);
     let rings = plan
         .rings
         .iter()
@@ -231,7 +243,7 @@ pub fn run<B: Backend>(config: RunConfig<'_, '_, B>) -> Result<RunStats> {
     let start = Instant::now();
     let (results, stalled): (Vec<(ThreadStats, Option<Error>)>, Option<Error>) =
         std::thread::scope(|scope| {
-            let (rings, first) = (&rings, &first);
+            let (rings, first, latency) = (&rings, &first, &latency);
             let watcher = match stall_timeout.map(|timeout| {
                 let progress = &progress;
                 std::thread::Builder::new()
@@ -269,9 +281,12 @@ pub fn run<B: Backend>(config: RunConfig<'_, '_, B>) -> Result<RunStats> {
                                 ..ThreadStats::default()
                             };
                             let outcome = catch_unwind(AssertUnwindSafe(|| {
-                                run_thread(
-                                    name, steps, rings, batches, &mut stats, observer, progress,
-                                )
+                                let told = Told {
+                                    observer,
+                                    progress,
+                                    latency,
+                                };
+                                run_thread(name, steps, rings, batches, &mut stats, told)
                             }))
                             .unwrap_or_else(|p| {
                                 Err(Failed {
@@ -355,7 +370,11 @@ pub fn run<B: Backend>(config: RunConfig<'_, '_, B>) -> Result<RunStats> {
         return Err(e);
     }
     drained?;
-    Ok(RunStats { wall, threads })
+    Ok(RunStats {
+        wall,
+        threads,
+        latency: latency.finish(plan, batches),
+    })
 }
 
 /// Waits until everything enqueued on every stream has run.

@@ -3,6 +3,7 @@
 use std::time::Instant;
 
 use super::compile::Action;
+use super::latency::{Collector, Timed};
 use super::stages::{BlockingCall, ObserverFn, StageCtx};
 use super::watchdog::{Doing, Progress};
 use super::ThreadStats;
@@ -38,15 +39,27 @@ pub(super) fn observed<T>(
     }
 }
 
+/// Who a thread tells what it does: the user's observer of blocking calls, the watchdog, the
+/// latency collector.
+pub(super) struct Told<'t, 'o> {
+    pub(super) observer: Option<&'t ObserverFn<'o>>,
+    pub(super) progress: Option<&'t Progress>,
+    pub(super) latency: &'t Collector,
+}
+
 pub(super) fn run_thread<B: Backend>(
     name: &str,
     steps: &[Action<'_, '_, B>],
     rings: &[EventRingbuf<B>],
     batches: i64,
     stats: &mut ThreadStats,
-    observer: Option<&ObserverFn<'_>>,
-    progress: Option<&Progress>,
+    told: Told<'_, '_>,
 ) -> std::result::Result<(), Failed> {
+    let Told {
+        observer,
+        progress,
+        latency,
+    } = told;
     let enter = |doing, what, seq| {
         if let Some(p) = progress {
             p.enter(doing, what, seq);
@@ -66,8 +79,12 @@ pub(super) fn run_thread<B: Backend>(
         start: now,
         end: now,
     };
+    let times_batches = latency.times_batches();
     for seq in 0..batches {
         let fail = |error| Failed { seq, error };
+        if times_batches {
+            latency.batch_started(seq, Instant::now());
+        }
         for step in steps {
             match step {
                 Action::Wait {
@@ -90,6 +107,8 @@ pub(super) fn run_thread<B: Backend>(
                     lag,
                     blocking,
                     after,
+                    observes,
+                    ends_batch,
                 } => {
                     let s = seq - lag;
                     enter(Doing::Synchronize, *ring, s);
@@ -99,8 +118,16 @@ pub(super) fn run_thread<B: Backend>(
                     .map_err(fail)?;
                     stepped();
                     stats.synchronizes += 1;
+                    let synced = (*observes || *ends_batch).then(Instant::now);
+                    if let (true, Some(at)) = (*observes, synced) {
+                        latency.observed(*ring, s, at);
+                    }
                     if let Some(after) = after {
                         after(seq).map_err(fail)?;
+                    }
+                    if let (true, Some(at)) = (*ends_batch, synced) {
+                        let end = if after.is_some() { Instant::now() } else { at };
+                        latency.batch_ended(seq, end);
                     }
                 }
                 Action::Launch {
@@ -108,8 +135,10 @@ pub(super) fn run_thread<B: Backend>(
                     index,
                     stream,
                     f,
+                    timed,
                 } => {
                     enter(Doing::Launch, *index, seq);
+                    let start = (*timed != Timed::Not).then(Instant::now);
                     f(&StageCtx {
                         seq,
                         stage,
@@ -117,6 +146,15 @@ pub(super) fn run_thread<B: Backend>(
                         stream: *stream,
                     })
                     .map_err(fail)?;
+                    match (timed, start) {
+                        (Timed::Host, Some(start)) => {
+                            let end = Instant::now();
+                            latency.host_stage(*index, start, end);
+                            latency.batch_ended(seq, end);
+                        }
+                        (Timed::Stream, Some(start)) => latency.launched(*index, seq, start),
+                        _ => {}
+                    }
                     stepped();
                     stats.launches += 1;
                 }
