@@ -384,6 +384,9 @@ pub(crate) fn run_spec(a: RunArgs) -> Result<(), Failure> {
         println!("{v}");
     } else {
         crate::print_summary(&report, None);
+        if let Some(l) = &report.stage_latency {
+            print_latency(l);
+        }
         if let Some(m) = &measured {
             print_comparison(m);
         }
@@ -392,7 +395,7 @@ pub(crate) fn run_spec(a: RunArgs) -> Result<(), Failure> {
 }
 
 /// The runtime's latencies: a line per stage and one for the batches end to end.
-fn print_latency(l: &RunLatency) {
+pub(crate) fn print_latency(l: &RunLatency) {
     let summary = |s: &LatencySummary, dropped: u64| {
         let us = |d: std::time::Duration| d.as_secs_f64() * 1e6;
         let dropped = match dropped {

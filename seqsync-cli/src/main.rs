@@ -79,11 +79,13 @@ pub(crate) struct DemoArgs {
     #[arg(long, default_value = "seed", value_parser = crate::parse::<Variant>)]
     variant: Variant,
     /// handwritten (the seed's rings and loops written out), pipeline (the seed spec run by
-    /// the pipeline runtime) or graph (K batches' bodies per CUDA graph, replayed); the last two
-    /// run variant seed only.
+    /// the pipeline runtime), graph (K batches' bodies per CUDA graph, replayed) or adaptive
+    /// (a graph per ring slot and launch size: each batch launched as it arrives, up to K a
+    /// launch while batches wait); all but handwritten run variant seed only.
     #[arg(long, default_value = "handwritten", value_parser = crate::parse::<Engine>)]
     engine: Engine,
-    /// --engine graph: batches per graph (default: enough for 4 MiB, at most 64).
+    /// --engine graph: batches per graph; --engine adaptive: most batches per launch, rounded
+    /// down to a power of two (default: enough for 4 MiB, at most 64).
     #[arg(long, value_name = "K")]
     graph_batches: Option<usize>,
     /// Host output batches for --variant host-ring.
@@ -133,7 +135,8 @@ pub(crate) struct DemoArgs {
     /// Internal: run as the consumer process of a --processes 2 run named NAME.
     #[arg(long, hide = true, value_name = "NAME")]
     ipc_consumer: Option<String>,
-    /// Test only, --engine graph on host: leave one edge out of every batch's graph body.
+    /// Test only, --engine graph or adaptive on host: leave one edge out of every batch's graph
+    /// body (or group-waits: the host waits before slots are reused).
     #[arg(long, hide = true, value_parser = crate::parse::<GraphEdge>)]
     drop_edge: Option<GraphEdge>,
 }
@@ -236,6 +239,9 @@ fn run_demo(a: DemoArgs) -> Result<(), Failure> {
         );
     } else {
         print_summary(&report, a.trace.as_deref());
+        if let Some(l) = &report.stage_latency {
+            check::print_latency(l);
+        }
     }
     verified(&report)
 }
@@ -291,8 +297,19 @@ fn run_sweep(a: DemoArgs) -> Result<(), Failure> {
     };
     if !a.json {
         println!(
-            "{:<12} {:>10} {:>8} {:>10} {:>10} {:>8} {:>11} {:>11}  verified",
-            "engine", "batch", "batches", "GB/s", "bound", "ratio", "p50 us", "p99 us"
+            "{:<12} {:>10} {:>8} {:>9} {:>9} {:>7} {:>9} {:>7} {:>10} {:>10} {:>9} {:>8}  verified",
+            "engine",
+            "batch",
+            "batches",
+            "GB/s",
+            "resource",
+            "ratio",
+            "device",
+            "ratio",
+            "p50 us",
+            "p99 us",
+            "isol. us",
+            "p99/iso"
         );
     }
     let opt = |v: Option<f64>, p: usize| v.map_or("-".to_string(), |v| format!("{v:.p$}"));
@@ -303,15 +320,19 @@ fn run_sweep(a: DemoArgs) -> Result<(), Failure> {
                 .map(|k| format!(" (K={k})"))
                 .unwrap_or_default();
             println!(
-                "{:<12} {:>10} {:>8} {:>10.3} {:>10} {:>8} {:>11} {:>11}  {}{k}",
+                "{:<12} {:>10} {:>8} {:>9.3} {:>9} {:>7} {:>9} {:>7} {:>10} {:>10} {:>9} {:>8}  {}{k}",
                 r.engine.name(),
                 r.batch_bytes,
                 r.batches,
                 r.gbps,
                 opt(r.resource_bound_gbps, 3),
                 opt(r.ratio_to_resource_bound, 3),
+                opt(r.device_bound_gbps, 3),
+                opt(r.ratio_to_device_bound, 3),
                 opt(r.latency_p50_us, 1),
                 opt(r.latency_p99_us, 1),
+                opt(r.isolated_latency_us, 1),
+                opt(r.p99_over_isolated, 2),
                 r.verified
             );
         }
@@ -398,10 +419,13 @@ pub(crate) fn print_summary(r: &DemoReport, trace: Option<&std::path::Path>) {
     if let (Some(p50), Some(p99), Some(max)) =
         (r.latency_p50_us, r.latency_p99_us, r.latency_max_us)
     {
-        let k = r
-            .graph_batches
-            .map(|k| format!(" ({k} batches per graph)"))
-            .unwrap_or_default();
+        let k = match (r.graph_batches, r.batches_per_launch) {
+            (Some(k), Some(mean)) => {
+                format!(" (at most {k} batches a launch, {mean:.2} on average)")
+            }
+            (Some(k), None) => format!(" ({k} batches per graph)"),
+            _ => String::new(),
+        };
         let from = match r.rate {
             Some(rate) => format!("arrival at {rate} batches/s"),
             None => "copy-in issued".into(),
@@ -420,8 +444,25 @@ pub(crate) fn print_summary(r: &DemoReport, trace: Option<&std::path::Path>) {
             .collect();
         println!("  stage alone   {} GB/s", stages.join(" | "));
     }
+    if let Some(iso) = r.isolated_latency_us {
+        let over = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.2}"));
+        println!(
+            "  isolated latency {iso:.1} us (one batch alone on an idle device, median); \
+             p50 / isolated {}, p99 / isolated {}",
+            over(r.p50_over_isolated),
+            over(r.p99_over_isolated)
+        );
+    }
     let ratio = |v: Option<f64>| v.map(|v| r.gbps / v);
     let rows = [
+        (
+            format!(
+                "device bound ({} batches)",
+                r.device_bound_batches.unwrap_or(0)
+            ),
+            r.device_bound_gbps,
+            "pipeline/device bound",
+        ),
         (
             format!("bound (slowest: {})", r.bound_stage.unwrap_or("-")),
             r.bound_gbps,

@@ -235,6 +235,52 @@ fn sane(([p50, p99, max], n): ([f64; 3], u64), batches: u64) {
 }
 
 #[test]
+fn run_of_the_seed_spec_prints_each_stages_latency_and_the_batches_end_to_end() {
+    let args = [
+        "run",
+        common::seed(),
+        "--backend",
+        "host",
+        "--batches",
+        "40",
+        "--batch-bytes",
+        "16384",
+    ];
+    let (code, out, err) = seqsync(&args);
+    assert_eq!(code, 0, "{out}{err}");
+    // g2h has its sync; the others are stream stages nobody synchronizes on.
+    sane(
+        latency_line(&out, "stage g2h (thread g2h, stream): p50"),
+        40,
+    );
+    assert!(
+        out.contains("stage f (thread h2g, stream): not observed"),
+        "{out}"
+    );
+    let batch = latency_line(&out, "batch end to end (first op");
+    sane(batch, 40);
+    assert!(batch.0[0] >= latency_line(&out, "stage g2h").0[0], "{out}");
+
+    let (code, out, err) = seqsync(&[&args[..], &["--json"]].concat());
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let l = &v["stage_latency"];
+    let stage = |name: &str| {
+        l["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["stage"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {l}"))
+            .clone()
+    };
+    sane(latency_json(&stage("g2h")["latency"]), 40);
+    assert_eq!(stage("h")["observed"], false);
+    assert!(stage("h")["latency"].is_null());
+    sane(latency_json(&l["end_to_end"]), 40);
+}
+
+#[test]
 fn run_of_any_shape_prints_each_stages_latency_and_the_batches_end_to_end() {
     // The built-in stages: the same lines and fields.
     let (code, out, err) = seqsync(&["run", fanout(), "--batches", "50"]);

@@ -33,6 +33,10 @@ fn demo_json_is_one_object_with_the_fields() {
         "ratio_to_bound",
         "serialized_gbps",
         "handrolled_gbps",
+        "device_bound_gbps",
+        "ratio_to_device_bound",
+        "isolated_latency_us",
+        "p99_over_isolated",
     ] {
         assert!(!v[key].is_null(), "missing {key} in {v}");
     }
@@ -46,6 +50,38 @@ fn demo_subcommand_and_chaos() {
         seqsync(&[&["demo"], SMALL, &["--chaos", "11", "--no-baselines"]].concat());
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("verified 30/30"), "{out}");
+}
+
+#[test]
+fn demo_adaptive_engine_verifies_under_chaos_and_catches_a_dropped_edge() {
+    let args = |extra: &[&'static str]| -> Vec<&'static str> {
+        let mut a = vec![
+            "--engine",
+            "adaptive",
+            "--backend",
+            "host",
+            "--batches",
+            "96",
+            "--batch-bytes",
+            "16384",
+            "--graph-batches",
+            "4",
+            "--chaos",
+            "5",
+            "--no-baselines",
+        ];
+        a.extend_from_slice(extra);
+        a
+    };
+    let (code, out, err) = seqsync(&args(&[]));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("verified 96/96"), "{out}");
+    assert!(out.contains("at most 4 batches a launch"), "{out}");
+    for edge in ["f-h", "group-waits"] {
+        let (code, _, err) = seqsync(&args(&["--drop-edge", edge]));
+        assert_eq!(code, 1, "{edge}: {err}");
+        assert!(err.contains("verification failed"), "{edge}: {err}");
+    }
 }
 
 #[test]
@@ -372,7 +408,7 @@ fn a_thread_the_os_refuses_stops_the_run_at_once_naming_it() {
 #[test]
 fn demo_rate_releases_batches_on_a_clock_and_reports_latency_from_arrival() {
     // 40 batches at 200 a second arrive over 0.195 s: an open loop cannot end sooner.
-    for engine in ["handwritten", "pipeline", "graph"] {
+    for engine in ["handwritten", "pipeline", "graph", "adaptive"] {
         let (code, out, err) = seqsync(&[
             "--engine",
             engine,

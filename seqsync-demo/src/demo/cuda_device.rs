@@ -131,6 +131,9 @@ impl Device for CudaDevice {
     fn layout(&self) -> &Layout {
         &self.layout
     }
+    fn with_layout(&self, layout: Layout) -> Result<Self> {
+        CudaDevice::new(self.backend.clone(), layout)
+    }
     fn fill_input(&self, seq: i64) {
         let b = &self.hin[seq as usize % self.layout.npatterns];
         // SAFETY: the pipeline calls get_data only once the previous copy out of this buffer has

@@ -118,6 +118,11 @@ pub(crate) trait Device: Send + Sync + 'static {
 
     fn backend(&self) -> &Self::B;
     fn layout(&self) -> &Layout;
+    /// A new device on the same backend (a clone of it: chaos included) with buffers for
+    /// `layout`.
+    fn with_layout(&self, layout: Layout) -> Result<Self>
+    where
+        Self: Sized;
 
     /// get_data: write seq's header into host input buffer `seq % npatterns` (its body
     /// pattern is already there). The caller guarantees no copy from it is in flight.
@@ -322,6 +327,9 @@ impl Device for HostDevice {
     }
     fn layout(&self) -> &Layout {
         &self.layout
+    }
+    fn with_layout(&self, layout: Layout) -> Result<Self> {
+        Ok(HostDevice::new(self.backend.clone(), layout))
     }
     fn fill_input(&self, seq: i64) {
         let mut b = lock(&self.bufs.hin[seq as usize % self.layout.npatterns]);

@@ -8,7 +8,7 @@ use seqsync::Result;
 use super::device::{HostDevice, Layout};
 use super::measure::run_on;
 use super::validate::invalid;
-use super::{auto_graph_batches, graph_engine, seed_shape, workload};
+use super::{adaptive_engine, auto_graph_batches, graph_engine, seed_shape, workload};
 use super::{DemoConfig, DemoReport, Engine, Variant};
 
 /// A config resolved for a run: the slot counts of its spec or engine, the backend kind, the
@@ -16,7 +16,7 @@ use super::{DemoConfig, DemoReport, Engine, Variant};
 pub(crate) fn resolve(config: &DemoConfig) -> Result<(DemoConfig, BackendKind, Layout, usize)> {
     let shaped;
     let config = match (&config.spec, config.engine) {
-        (Some(spec), Engine::Pipeline | Engine::Graph) => {
+        (Some(spec), Engine::Pipeline | Engine::Graph | Engine::Adaptive) => {
             let (nin, nx, ny, nout) = seed_shape(spec)?;
             shaped = DemoConfig {
                 nin,
@@ -46,12 +46,9 @@ pub(crate) fn resolve(config: &DemoConfig) -> Result<(DemoConfig, BackendKind, L
         256 << 10
     });
     let graphed;
-    let config = if config.engine == Engine::Graph {
-        // The graph engine's own slot counts: DEPTH groups of K batches in every buffer.
-        let k = config
-            .graph_batches
-            .unwrap_or_else(|| auto_graph_batches(batch_bytes));
-        let slots = graph_engine::DEPTH * k.clamp(1, graph_engine::MAX_GRAPH_BATCHES);
+    let config = if config.engine.uses_graphs() {
+        // The graph engines' own slot counts: DEPTH groups of K batches in every buffer.
+        let slots = graph_engine::DEPTH * graph_k(config, batch_bytes);
         graphed = DemoConfig {
             nin: slots,
             nx: slots,
@@ -77,12 +74,12 @@ pub(crate) fn resolve(config: &DemoConfig) -> Result<(DemoConfig, BackendKind, L
         nx: config.nx,
         ny: config.ny,
         nout: config.nout,
-        npatterns: if config.engine == Engine::Graph {
+        npatterns: if config.engine.uses_graphs() {
             config.nin
         } else {
             workload::prime_above(lags.into_iter().max().unwrap_or(1))
         },
-        nhout: if config.engine == Engine::Graph {
+        nhout: if config.engine.uses_graphs() {
             config.nin
         } else if config.variant == Variant::HostRing {
             config.host_slots
@@ -93,6 +90,19 @@ pub(crate) fn resolve(config: &DemoConfig) -> Result<(DemoConfig, BackendKind, L
         verify_samples: config.verify_samples,
     };
     Ok((config.clone(), kind, layout, batch_bytes))
+}
+
+/// K of a graph engine: batches per graph ([`Engine::Graph`]) or most batches per launch
+/// ([`Engine::Adaptive`], rounded down to a power of two), given or automatic.
+pub(crate) fn graph_k(config: &DemoConfig, batch_bytes: usize) -> usize {
+    let k = config
+        .graph_batches
+        .unwrap_or_else(|| auto_graph_batches(batch_bytes))
+        .clamp(1, graph_engine::MAX_GRAPH_BATCHES);
+    match config.engine {
+        Engine::Adaptive => adaptive_engine::launch_batches(k),
+        _ => k,
+    }
 }
 
 /// Run the demo: the pipeline, then (if asked) the baselines, on the backend the config picks.

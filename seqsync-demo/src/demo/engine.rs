@@ -29,11 +29,19 @@ pub enum Engine {
     /// K batches' bodies lowered to a CUDA graph (host: the graph layer's host lowering),
     /// instantiated once per slot group and replayed, ordered by rings (variant seed only).
     Graph,
+    /// One graph per ring slot and launch size: each batch launched as it arrives, K batches a
+    /// launch only while batches wait (variant seed only).
+    Adaptive,
 }
 
 impl Engine {
     /// Every engine.
-    pub const ALL: [Engine; 3] = [Engine::HandWritten, Engine::Pipeline, Engine::Graph];
+    pub const ALL: [Engine; 4] = [
+        Engine::HandWritten,
+        Engine::Pipeline,
+        Engine::Graph,
+        Engine::Adaptive,
+    ];
 
     /// The name used on the command line.
     pub fn name(self) -> &'static str {
@@ -41,7 +49,14 @@ impl Engine {
             Engine::HandWritten => "handwritten",
             Engine::Pipeline => "pipeline",
             Engine::Graph => "graph",
+            Engine::Adaptive => "adaptive",
         }
+    }
+
+    /// Runs on graphs with `DEPTH * K` slots in every buffer ([`Engine::Graph`],
+    /// [`Engine::Adaptive`]).
+    pub fn uses_graphs(self) -> bool {
+        matches!(self, Engine::Graph | Engine::Adaptive)
     }
 }
 
@@ -52,9 +67,10 @@ impl std::str::FromStr for Engine {
             "handwritten" | "hand-written" => Ok(Engine::HandWritten),
             "pipeline" => Ok(Engine::Pipeline),
             "graph" => Ok(Engine::Graph),
+            "adaptive" => Ok(Engine::Adaptive),
             o => Err(crate::invalid(
                 "demo",
-                format!("unknown engine '{o}': expected handwritten, pipeline or graph"),
+                format!("unknown engine '{o}': expected handwritten, pipeline, graph or adaptive"),
             )),
         }
     }
@@ -151,7 +167,7 @@ fn stream_of<'a, B: Backend>(cx: &StageCtx<'a, B>) -> Result<&'a B::Stream> {
 }
 
 /// Run the seed's pipeline through the runtime; returns the wall time and what process_data
-/// saw.
+/// saw, with the runtime's latencies ([`Verification::stage_latency`]).
 pub(crate) fn run<D: Device>(
     dev: &D,
     plan: &Plan,
@@ -265,5 +281,7 @@ pub(crate) fn run<D: Device>(
             stall_timeout: Some(seqsync::internal::pipeline::DEFAULT_STALL_TIMEOUT),
         })?
     };
-    Ok((stats.wall, checker.finish()))
+    let mut verification = checker.finish();
+    verification.stage_latency = Some(stats.latency);
+    Ok((stats.wall, verification))
 }

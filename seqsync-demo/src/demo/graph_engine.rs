@@ -108,7 +108,7 @@ impl std::str::FromStr for GraphEdge {
 /// Record the bodies of `count` batches of slot group `group` (K slots each) into one graph.
 /// Commands are recorded consumers first, so that without an edge the host lowering's
 /// topological order (smallest index first) runs a consumer before its producer.
-fn record<D: Device>(
+pub(crate) fn record<D: Device>(
     dev: &D,
     k: usize,
     group: usize,

@@ -6,9 +6,10 @@ use std::time::Instant;
 use seqsync::Result;
 
 use super::device::Device;
+use super::dispatch::graph_k;
 use super::pipeline::{self, RunOptions, Verification};
 use super::trace::{self, HostSpans};
-use super::{auto_graph_batches, baseline, engine, graph_engine, pool_pipeline};
+use super::{adaptive_engine, baseline, bounds, engine, graph_engine, pool_pipeline};
 use super::{DemoConfig, DemoReport, Engine, Variant};
 
 pub(super) fn run_on<D: Device>(
@@ -32,18 +33,19 @@ pub(super) fn run_on<D: Device>(
             config.spec.as_ref(),
             [config.nin, config.nx, config.ny, config.nout],
         )?),
-        Engine::HandWritten | Engine::Graph => None,
+        Engine::HandWritten | Engine::Graph | Engine::Adaptive => None,
     };
-    let graph_batches = (config.engine == Engine::Graph).then(|| {
-        config
-            .graph_batches
-            .unwrap_or_else(|| auto_graph_batches(batch_bytes))
-    });
+    let graph_batches = config
+        .engine
+        .uses_graphs()
+        .then(|| graph_k(config, batch_bytes));
     let pool = match config.variant {
         Variant::Pool => Some((pool_pipeline::pool_for(dev)?, pipeline::Streams::new(dev)?)),
         _ => None,
     };
     let pool_stats = std::sync::Mutex::new(None);
+    // Engine::Adaptive: launches of the first timed run.
+    let launches = std::sync::Mutex::new(None::<u64>);
     let run_once = |o: &RunOptions<'_>| match (&plan, &pool, graph_batches) {
         (Some(p), _, _) => engine::run(dev, p, o),
         (None, Some((pool, streams)), _) => {
@@ -51,6 +53,14 @@ pub(super) fn run_on<D: Device>(
             let mut kept = pool_stats.lock().unwrap_or_else(|e| e.into_inner());
             if o.spans.is_some() || o.progress.is_some() {
                 kept.get_or_insert(stats);
+            }
+            Ok((wall, v))
+        }
+        (None, None, Some(k)) if config.engine == Engine::Adaptive => {
+            let (wall, v, n) = adaptive_engine::run(dev, o, k, config.drop_edge)?;
+            if o.progress.is_some() {
+                let mut kept = launches.lock().unwrap_or_else(|e| e.into_inner());
+                kept.get_or_insert(n);
             }
             Ok((wall, v))
         }
@@ -156,6 +166,12 @@ pub(super) fn run_on<D: Device>(
         copies_bound_gbps: None,
         resource_bound_gbps: None,
         ratio_to_resource_bound: None,
+        device_bound_gbps: None,
+        device_bound_batches: None,
+        ratio_to_device_bound: None,
+        isolated_latency_us: None,
+        p50_over_isolated: None,
+        p99_over_isolated: None,
         repeat: config.repeat.max(1),
         ratio_to_bound: None,
         serialized_gbps: None,
@@ -166,11 +182,16 @@ pub(super) fn run_on<D: Device>(
         ratio_to_handwritten: None,
         pool: pool_stats.into_inner().unwrap_or_else(|e| e.into_inner()),
         graph_batches,
+        batches_per_launch: launches
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner())
+            .map(|n| batches as f64 / n.max(1) as f64),
         latency_p50_us: v.latency_us(0.5),
         latency_p99_us: v.latency_us(0.99),
         latency_max_us: v.latency_max_us(),
         latency_histogram_us: v.latency_histogram_us(),
         rate: config.rate,
+        stage_latency: v.stage_latency.clone(),
         trace,
     };
     if config.baselines {
@@ -223,6 +244,16 @@ fn add_baselines<D: Device>(
     report.ratio_to_resource_bound = Some(report.gbps / resource);
     report.ratio_to_bound = Some(report.gbps / bound);
     report.stages = stages;
+    if let Some(d) = bounds::device_bound(dev, config.batches)? {
+        let device = gb(d.seconds, d.batches as i64);
+        report.device_bound_gbps = Some(device);
+        report.device_bound_batches = Some(d.batches);
+        report.ratio_to_device_bound = Some(report.gbps / device);
+    }
+    let isolated = bounds::isolated_latency(dev, bounds::ISOLATED_ROUNDS)?;
+    report.isolated_latency_us = Some(isolated);
+    report.p50_over_isolated = report.latency_p50_us.map(|l| l / isolated);
+    report.p99_over_isolated = report.latency_p99_us.map(|l| l / isolated);
     let (serial, sv) = baseline::serialized(dev, config.batches)?;
     check_baseline("serialized", &sv, config.batches)?;
     let serial = gb(serial.as_secs_f64(), config.batches);

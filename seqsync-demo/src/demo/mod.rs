@@ -37,7 +37,9 @@
 //! # Ok::<(), seqsync::Error>(())
 //! ```
 
+mod adaptive_engine;
 mod baseline;
+mod bounds;
 mod config;
 #[cfg(feature = "cuda")]
 mod cuda_device;

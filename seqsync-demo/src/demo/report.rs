@@ -59,6 +59,22 @@ pub struct DemoReport {
     pub resource_bound_gbps: Option<f64>,
     /// `gbps / resource_bound_gbps`.
     pub ratio_to_resource_bound: Option<f64>,
+    /// The device bound: every batch's work (up to [`device_bound_batches`](Self::device_bound_batches),
+    /// each in buffers of its own) in one graph launched once, no host in the loop, every batch
+    /// verified. On the host backend that graph runs serially on one stream: not a bound there.
+    pub device_bound_gbps: Option<f64>,
+    /// Batches the device bound's graph carried.
+    pub device_bound_batches: Option<usize>,
+    /// `gbps / device_bound_gbps`.
+    pub ratio_to_device_bound: Option<f64>,
+    /// One batch alone through the pipeline on an idle device, copy-in issued to check
+    /// returned: the median of 100 rounds (the lower of five streams with events and a
+    /// one-batch graph). The floor for the latencies below.
+    pub isolated_latency_us: Option<f64>,
+    /// `latency_p50_us / isolated_latency_us`.
+    pub p50_over_isolated: Option<f64>,
+    /// `latency_p99_us / isolated_latency_us`.
+    pub p99_over_isolated: Option<f64>,
     /// How many times the pipeline and the hand-rolled baseline ran (medians reported).
     pub repeat: usize,
     /// `gbps / bound_gbps`.
@@ -77,8 +93,11 @@ pub struct DemoReport {
     pub ratio_to_handwritten: Option<f64>,
     /// [`Variant::Pool`]: what the pool did during the (first) timed run.
     pub pool: Option<seqsync::memory::PoolStats>,
-    /// [`Engine::Graph`]: batches per graph (K).
+    /// [`Engine::Graph`]: batches per graph (K); [`Engine::Adaptive`]: most batches per launch.
     pub graph_batches: Option<usize>,
+    /// [`Engine::Adaptive`]: batches per launch in the (first) timed run, on average (K when
+    /// saturated, towards 1 when each batch is launched as it arrives).
+    pub batches_per_launch: Option<f64>,
     /// Median batch latency, from its copy-in being issued (with a rate: from its arrival)
     /// to its `process_data` returning.
     pub latency_p50_us: Option<f64>,
@@ -90,6 +109,10 @@ pub struct DemoReport {
     pub latency_histogram_us: Vec<(f64, u64)>,
     /// Open-loop arrivals, batches per second (`None`: as fast as possible).
     pub rate: Option<f64>,
+    /// [`Engine::Pipeline`]: the runtime's per-stage and batch end-to-end latencies (p50, p99,
+    /// max) of the timed run whose verification is reported (the first, unless a later one
+    /// failed); `None` for the other engines.
+    pub stage_latency: Option<seqsync::pipeline::RunLatency>,
     /// The Chrome trace, when asked for.
     #[serde(skip)]
     pub trace: Option<serde_json::Value>,

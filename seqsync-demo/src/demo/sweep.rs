@@ -1,5 +1,7 @@
 //! `seqsync demo --sweep`: every engine over batch sizes in one process, as a table (JSON) and
-//! a plot (SVG) of throughput against batch size, one line per engine plus the resource bound.
+//! a plot (SVG): throughput against batch size (a line per engine, the device bound and the
+//! resource bound) above p99 latency against batch size (a line per engine and the isolated
+//! latency, log scale).
 
 use serde::Serialize;
 
@@ -29,6 +31,15 @@ pub struct SweepRow {
     pub resource_bound_gbps: Option<f64>,
     /// `gbps / resource_bound_gbps`.
     pub ratio_to_resource_bound: Option<f64>,
+    /// The device bound at this size (every batch's work in one graph, no host in the loop;
+    /// same process, measured once per size).
+    pub device_bound_gbps: Option<f64>,
+    /// `gbps / device_bound_gbps`.
+    pub ratio_to_device_bound: Option<f64>,
+    /// One batch alone on an idle device at this size (median; measured once per size).
+    pub isolated_latency_us: Option<f64>,
+    /// `latency_p99_us / isolated_latency_us`.
+    pub p99_over_isolated: Option<f64>,
     /// Batch latency p50 (copy-in issued -> process_data returned).
     pub latency_p50_us: Option<f64>,
     /// Batch latency p99.
@@ -80,7 +91,7 @@ pub fn sweep(
     let mut rows = Vec::new();
     let mut head: Option<(&'static str, String)> = None;
     for &size in sizes {
-        let mut bound = None;
+        let (mut bound, mut device, mut isolated) = (None, None, None);
         for (i, engine) in Engine::ALL.into_iter().enumerate() {
             let r: DemoReport = run(&DemoConfig {
                 engine,
@@ -95,6 +106,8 @@ pub fn sweep(
             })?;
             if i == 0 {
                 bound = r.resource_bound_gbps;
+                device = r.device_bound_gbps;
+                isolated = r.isolated_latency_us;
             }
             head.get_or_insert((r.backend, r.device.clone()));
             let row = SweepRow {
@@ -105,6 +118,10 @@ pub fn sweep(
                 gbps: r.gbps,
                 resource_bound_gbps: bound,
                 ratio_to_resource_bound: bound.map(|b| r.gbps / b),
+                device_bound_gbps: device,
+                ratio_to_device_bound: device.map(|d| r.gbps / d),
+                isolated_latency_us: isolated,
+                p99_over_isolated: isolated.and_then(|i| r.latency_p99_us.map(|l| l / i)),
                 latency_p50_us: r.latency_p50_us,
                 latency_p99_us: r.latency_p99_us,
                 graph_batches: r.graph_batches,
@@ -121,113 +138,203 @@ pub fn sweep(
     })
 }
 
-/// The plot: GB/s against batch size (log scale), a line per engine and a dashed one for the
-/// resource bound.
+/// A plotted line: name, points (batch bytes, value), color, dash pattern (`None`: solid).
+struct Series {
+    name: String,
+    points: Vec<(usize, f64)>,
+    color: &'static str,
+    dash: Option<&'static str>,
+}
+
+/// One panel: its title and value axis, and its lines.
+struct Panel<'a> {
+    title: &'a str,
+    /// Log scale (base 10) for the values, else linear from 0.
+    log: bool,
+    series: Vec<Series>,
+}
+
+const COLORS: [&str; 5] = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"];
+
+/// The plot: GB/s against batch size (log scale) with the device and resource bounds dashed,
+/// above p99 latency against batch size (both log scale) with the isolated latency dashed.
 pub fn svg(report: &SweepReport) -> String {
-    let (w, h, left, right, top, bottom) = (720.0, 440.0, 70.0, 170.0, 40.0, 50.0);
     let mut sizes: Vec<usize> = report.rows.iter().map(|r| r.batch_bytes).collect();
     sizes.sort_unstable();
     sizes.dedup();
-    let ymax = report
-        .rows
-        .iter()
-        .flat_map(|r| [Some(r.gbps), r.resource_bound_gbps])
-        .flatten()
-        .fold(0.0f64, f64::max)
-        .max(1e-9)
-        * 1.1;
-    let lx = |b: usize| (b as f64).log2();
-    let (x0, x1) = (
-        lx(*sizes.first().unwrap_or(&1)),
-        lx(*sizes.last().unwrap_or(&2)).max(lx(*sizes.first().unwrap_or(&1)) + 1.0),
-    );
-    let px = |b: usize| left + (lx(b) - x0) / (x1 - x0) * (w - left - right);
-    let py = |v: f64| top + (1.0 - v / ymax) * (h - top - bottom);
+    // A per-size value taken from the first row at that size that has it.
+    let per_size = |f: fn(&SweepRow) -> Option<f64>| -> Vec<(usize, f64)> {
+        sizes
+            .iter()
+            .filter_map(|&b| {
+                report
+                    .rows
+                    .iter()
+                    .filter(|r| r.batch_bytes == b)
+                    .find_map(f)
+                    .map(|v| (b, v))
+            })
+            .collect()
+    };
+    let per_engine = |f: fn(&SweepRow) -> Option<f64>| -> Vec<Series> {
+        Engine::ALL
+            .into_iter()
+            .enumerate()
+            .map(|(i, e)| Series {
+                name: e.name().into(),
+                points: report
+                    .rows
+                    .iter()
+                    .filter(|r| r.engine == e)
+                    .filter_map(|r| f(r).map(|v| (r.batch_bytes, v)))
+                    .collect(),
+                color: COLORS[i % COLORS.len()],
+                dash: None,
+            })
+            .filter(|s| !s.points.is_empty())
+            .collect()
+    };
+    let mut throughput = vec![
+        Series {
+            name: "device bound".into(),
+            points: per_size(|r| r.device_bound_gbps),
+            color: "black",
+            dash: Some("6 4"),
+        },
+        Series {
+            name: "resource bound".into(),
+            points: per_size(|r| r.resource_bound_gbps),
+            color: "#888",
+            dash: Some("2 3"),
+        },
+    ];
+    throughput.extend(per_engine(|r| Some(r.gbps)));
+    let mut latency = vec![Series {
+        name: "isolated latency".into(),
+        points: per_size(|r| r.isolated_latency_us),
+        color: "black",
+        dash: Some("6 4"),
+    }];
+    latency.extend(per_engine(|r| r.latency_p99_us));
+    let panels = [
+        Panel {
+            title: "GB/s (verified batches)",
+            log: false,
+            series: throughput,
+        },
+        Panel {
+            title: "p99 latency, us",
+            log: true,
+            series: latency,
+        },
+    ];
+    let (w, ph, top) = (760.0, 330.0, 34.0);
+    let h = top + ph * panels.len() as f64;
     let mut s = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" \
          font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" \
-         fill=\"white\"/>\n<text x=\"{left}\" y=\"22\" font-size=\"14\">seqsync demo --sweep: \
+         fill=\"white\"/>\n<text x=\"70\" y=\"22\" font-size=\"14\">seqsync demo --sweep: \
          {} ({})</text>\n",
         esc(&report.device),
         report.backend
     );
-    // Axes, ticks, labels.
-    let (xa, ya) = (h - bottom, w - right);
-    s += &format!(
-        "<line x1=\"{left}\" y1=\"{xa}\" x2=\"{ya}\" y2=\"{xa}\" stroke=\"black\"/>\n<line \
-         x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{xa}\" stroke=\"black\"/>\n"
+    for (k, p) in panels.iter().enumerate() {
+        s += &panel(p, &sizes, w, top + ph * k as f64, ph);
+    }
+    s += "</svg>\n";
+    s
+}
+
+/// One panel's axes, grid, lines, points and legend, `height` tall from `y0`.
+fn panel(p: &Panel<'_>, sizes: &[usize], w: f64, y0: f64, height: f64) -> String {
+    let (left, right, top, bottom) = (70.0, 170.0, y0 + 10.0, y0 + height - 45.0);
+    let values = || {
+        p.series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|&(_, v)| v))
+    };
+    let (lo, hi) = if p.log {
+        let pos = || values().filter(|v| *v > 0.0);
+        let lo = pos().fold(f64::INFINITY, f64::min);
+        let hi = pos().fold(0.0f64, f64::max);
+        if lo.is_finite() {
+            (
+                lo.log10().floor(),
+                hi.log10().ceil().max(lo.log10().floor() + 1.0),
+            )
+        } else {
+            (0.0, 1.0)
+        }
+    } else {
+        (0.0, values().fold(0.0f64, f64::max).max(1e-9) * 1.1)
+    };
+    let scale = |v: f64| if p.log { v.max(1e-12).log10() } else { v };
+    let py = |v: f64| bottom - (scale(v) - lo) / (hi - lo) * (bottom - top);
+    let lx = |b: usize| (b.max(1) as f64).log2();
+    let x0 = lx(*sizes.first().unwrap_or(&1));
+    let x1 = lx(*sizes.last().unwrap_or(&2)).max(x0 + 1.0);
+    let xa = w - right;
+    let px = |b: usize| left + (lx(b) - x0) / (x1 - x0) * (xa - left);
+    let mut s = format!(
+        "<line x1=\"{left}\" y1=\"{bottom}\" x2=\"{xa}\" y2=\"{bottom}\" stroke=\"black\"/>\n\
+         <line x1=\"{left}\" y1=\"{top}\" x2=\"{left}\" y2=\"{bottom}\" stroke=\"black\"/>\n"
     );
-    for &b in &sizes {
+    for &b in sizes {
         let x = px(b);
         s += &format!(
-            "<line x1=\"{x:.1}\" y1=\"{xa}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"black\"/>\
+            "<line x1=\"{x:.1}\" y1=\"{bottom}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"black\"/>\
              <text x=\"{x:.1}\" y=\"{:.1}\" text-anchor=\"middle\">{}</text>\n",
-            xa + 4.0,
-            xa + 18.0,
+            bottom + 4.0,
+            bottom + 18.0,
             size_label(b)
         );
     }
-    for i in 0..=5 {
-        let v = ymax * i as f64 / 5.0;
+    let ticks: Vec<f64> = if p.log {
+        (lo as i32..=hi as i32).map(|e| 10f64.powi(e)).collect()
+    } else {
+        (0..=5).map(|i| hi * i as f64 / 5.0).collect()
+    };
+    for v in ticks {
         let y = py(v);
+        let label = if p.log && v >= 1.0 {
+            format!("{v:.0}")
+        } else if p.log {
+            format!("{v}")
+        } else {
+            format!("{v:.1}")
+        };
         s += &format!(
-            "<line x1=\"{left}\" y1=\"{y:.1}\" x2=\"{ya}\" y2=\"{y:.1}\" stroke=\"#ddd\"/>\
-             <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{v:.1}</text>\n",
+            "<line x1=\"{left}\" y1=\"{y:.1}\" x2=\"{xa}\" y2=\"{y:.1}\" stroke=\"#ddd\"/>\
+             <text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{label}</text>\n",
             left - 6.0,
             y + 4.0
         );
     }
+    let mid = (top + bottom) / 2.0;
     s += &format!(
         "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">batch size</text>\n<text \
-         x=\"16\" y=\"{:.1}\" transform=\"rotate(-90 16 {:.1})\" text-anchor=\"middle\">GB/s \
-         (verified batches)</text>\n",
-        (left + ya) / 2.0,
-        h - 12.0,
-        (top + xa) / 2.0,
-        (top + xa) / 2.0
+         x=\"16\" y=\"{mid:.1}\" transform=\"rotate(-90 16 {mid:.1})\" \
+         text-anchor=\"middle\">{}</text>\n",
+        (left + xa) / 2.0,
+        bottom + 34.0,
+        esc(p.title)
     );
-    // Lines: the bound (from the first engine's rows), then each engine.
-    let colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"];
-    let mut series: Vec<Series> = Vec::new();
-    let bound: Vec<(usize, f64)> = sizes
-        .iter()
-        .filter_map(|&b| {
-            report
-                .rows
-                .iter()
-                .find(|r| r.batch_bytes == b)
-                .and_then(|r| r.resource_bound_gbps.map(|v| (b, v)))
-        })
-        .collect();
-    if !bound.is_empty() {
-        series.push(("resource bound".into(), bound, "black", true));
-    }
-    for (i, e) in Engine::ALL.into_iter().enumerate() {
-        let pts: Vec<(usize, f64)> = report
-            .rows
-            .iter()
-            .filter(|r| r.engine == e)
-            .map(|r| (r.batch_bytes, r.gbps))
-            .collect();
-        if !pts.is_empty() {
-            series.push((e.name().into(), pts, colors[i % colors.len()], false));
-        }
-    }
-    for (i, (name, pts, color, dashed)) in series.iter().enumerate() {
-        let path: Vec<String> = pts
+    for (i, line) in p.series.iter().filter(|l| !l.points.is_empty()).enumerate() {
+        let path: Vec<String> = line
+            .points
             .iter()
             .map(|&(b, v)| format!("{:.1},{:.1}", px(b), py(v)))
             .collect();
-        let dash = if *dashed {
-            " stroke-dasharray=\"6 4\""
-        } else {
-            ""
-        };
+        let dash = line
+            .dash
+            .map(|d| format!(" stroke-dasharray=\"{d}\""))
+            .unwrap_or_default();
+        let color = line.color;
         s += &format!(
             "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\"{dash} points=\"{}\"/>\n",
             path.join(" ")
         );
-        for &(b, v) in pts {
+        for &(b, v) in &line.points {
             s += &format!(
                 "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"{color}\"/>\n",
                 px(b),
@@ -238,19 +345,15 @@ pub fn svg(report: &SweepReport) -> String {
         s += &format!(
             "<line x1=\"{:.1}\" y1=\"{ly:.1}\" x2=\"{:.1}\" y2=\"{ly:.1}\" stroke=\"{color}\" \
              stroke-width=\"2\"{dash}/><text x=\"{:.1}\" y=\"{:.1}\">{}</text>\n",
-            ya + 12.0,
-            ya + 36.0,
-            ya + 42.0,
+            xa + 12.0,
+            xa + 36.0,
+            xa + 42.0,
             ly + 4.0,
-            esc(name)
+            esc(&line.name)
         );
     }
-    s += "</svg>\n";
     s
 }
-
-/// A plotted line: name, points (batch bytes, GB/s), color, dashed?
-type Series = (String, Vec<(usize, f64)>, &'static str, bool);
 
 fn size_label(b: usize) -> String {
     if b >= 1 << 20 {

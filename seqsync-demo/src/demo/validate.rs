@@ -64,14 +64,17 @@ impl DemoConfig {
         if self.engine != Engine::HandWritten && self.drop_wait.is_some() {
             return Err(invalid("--drop-wait needs --engine handwritten".into()));
         }
-        if self.drop_edge.is_some() && (self.engine != Engine::Graph || kind != BackendKind::Host) {
+        if self.drop_edge.is_some() && (!self.engine.uses_graphs() || kind != BackendKind::Host) {
             return Err(invalid(
-                "--drop-edge is a test switch for --engine graph on the host backend".into(),
+                "--drop-edge is a test switch for --engine graph or adaptive on the host backend"
+                    .into(),
             ));
         }
         if let Some(k) = self.graph_batches {
-            if self.engine != Engine::Graph {
-                return Err(invalid("--graph-batches needs --engine graph".into()));
+            if !self.engine.uses_graphs() {
+                return Err(invalid(
+                    "--graph-batches needs --engine graph or adaptive".into(),
+                ));
             }
             if k == 0 || k > graph_engine::MAX_GRAPH_BATCHES {
                 return Err(invalid(format!(

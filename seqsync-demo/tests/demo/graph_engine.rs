@@ -89,7 +89,7 @@ fn every_engine_reports_batch_latency() {
     for engine in Engine::ALL {
         let r = run(&DemoConfig {
             engine,
-            graph_batches: (engine == Engine::Graph).then_some(2),
+            graph_batches: engine.uses_graphs().then_some(2),
             ..config(1)
         })
         .unwrap();
@@ -137,7 +137,8 @@ fn sweep_runs_every_engine_at_every_size_and_plots_them() {
     };
     let mut seen = 0;
     let r = sweep(&c, &[16 << 10, 64 << 10], |_| seen += 1).unwrap();
-    assert_eq!((r.rows.len(), seen), (6, 6));
+    let engines = Engine::ALL.len();
+    assert_eq!((r.rows.len(), seen), (2 * engines, 2 * engines));
     assert!(r.rows.iter().all(|row| row.verified), "{r:?}");
     // The bound is measured once per size and carried by every engine's row.
     for size in [16 << 10, 64 << 10] {
@@ -148,12 +149,41 @@ fn sweep_runs_every_engine_at_every_size_and_plots_them() {
             .map(|row| row.resource_bound_gbps.unwrap())
             .collect();
         assert!(bounds.windows(2).all(|w| w[0] == w[1]), "{bounds:?}");
+        // So are the device bound and the isolated latency, and each row's ratios are its own.
+        let rows: Vec<_> = r
+            .rows
+            .iter()
+            .filter(|row| row.batch_bytes == size)
+            .collect();
+        let (device, iso) = (
+            rows[0].device_bound_gbps.unwrap(),
+            rows[0].isolated_latency_us.unwrap(),
+        );
+        for row in rows {
+            assert_eq!(row.device_bound_gbps, Some(device));
+            assert_eq!(row.isolated_latency_us, Some(iso));
+            assert_eq!(row.ratio_to_device_bound, Some(row.gbps / device));
+            assert_eq!(
+                row.p99_over_isolated,
+                Some(row.latency_p99_us.unwrap() / iso)
+            );
+        }
     }
     let svg = sweep_svg(&r);
-    // One line per engine plus the bound, a point per row.
-    assert_eq!(svg.matches("<polyline").count(), 4);
-    assert_eq!(svg.matches("<circle").count(), 6 + 2);
-    for name in ["handwritten", "pipeline", "graph", "resource bound"] {
+    // Two panels: throughput (a line per engine, the device and resource bounds) and p99
+    // latency (a line per engine, the isolated latency); a point per row and bound value.
+    assert_eq!(svg.matches("<polyline").count(), engines + 2 + engines + 1);
+    assert_eq!(svg.matches("<circle").count(), 2 * (2 * engines) + 3 * 2);
+    for name in [
+        "handwritten",
+        "pipeline",
+        "graph",
+        "adaptive",
+        "resource bound",
+    ] {
+        assert!(svg.contains(name), "{name}");
+    }
+    for name in ["device bound", "isolated latency", "p99 latency"] {
         assert!(svg.contains(name), "{name}");
     }
 }

@@ -2,6 +2,7 @@
 //!
 //! One test binary (each links the whole workspace); a module per suite, named as its file.
 
+mod adaptive_engine;
 mod demo;
 mod graph_engine;
 mod pipeline_engine;

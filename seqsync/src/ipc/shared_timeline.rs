@@ -253,7 +253,11 @@ impl Shared {
         // value reached before it: waits up to it were satisfied.)
         // Entries in use only: one being claimed now is raised by its own `joined`, which
         // reads the value after it is in use (SeqCst), so after this CAS.
-        for p in h.peers.iter().filter(|p| p.state.load(Ordering::SeqCst) == 2) {
+        for p in h
+            .peers
+            .iter()
+            .filter(|p| p.state.load(Ordering::SeqCst) == 2)
+        {
             p.gpu.fetch_max(v, Ordering::SeqCst);
         }
         self.wake(false);

@@ -17,6 +17,9 @@ use crate::demo::device::Device;
 /// (every engine has far fewer batches in flight), and copy-in times kept at once.
 pub(crate) const WINDOW: usize = 4096;
 
+/// How close to an arrival [`Checker::wait_until`] stops sleeping and yields instead.
+const SPIN_NS: u64 = 100_000;
+
 /// Wrong seqs listed by number (the smallest); the others are only counted.
 pub(crate) const WRONG_LISTED: usize = 20;
 
@@ -35,6 +38,9 @@ pub(crate) struct Verification {
     /// Batch latencies (copy-in issued -> process_data returned) in nanoseconds; only of
     /// batches whose copy-in the engine reported ([`Checker::issued`]).
     pub latency_ns: Histogram<u64>,
+    /// [`Engine::Pipeline`](crate::demo::Engine::Pipeline): the runtime's per-stage and
+    /// end-to-end latencies of the same run.
+    pub stage_latency: Option<seqsync::pipeline::RunLatency>,
 }
 
 impl Default for Verification {
@@ -46,6 +52,7 @@ impl Default for Verification {
             missing: 0,
             duplicated: 0,
             latency_ns: new_histogram(),
+            stage_latency: None,
         }
     }
 }
@@ -182,17 +189,55 @@ impl Checker {
         (seq >= 0).then(|| &self.issued[seq as usize % WINDOW])
     }
 
+    /// With a rate: when seq arrives, in nanoseconds since `t0`.
+    fn arrival_ns(&self, seq: i64) -> Option<u64> {
+        self.rate
+            .map(|rate| (seq.max(0) as f64 / rate * 1e9) as u64)
+    }
+
+    /// Block until `at_ns` after `t0`: a sleep to within [`SPIN_NS`] of it, then yields (a
+    /// sleep alone overshoots by tens of microseconds, which would count as latency).
+    fn wait_until(&self, at_ns: u64) {
+        loop {
+            let now = self.now_ns();
+            if now >= at_ns {
+                return;
+            }
+            let left = at_ns - now;
+            if left > SPIN_NS {
+                std::thread::sleep(std::time::Duration::from_nanos(left - SPIN_NS));
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Block until seq has arrived (at once without a rate): get_data's wait, without the
+    /// latency stamp of [`issued`](Self::issued).
+    pub(crate) fn wait_arrival(&self, seq: i64) {
+        if let Some(at) = self.arrival_ns(seq) {
+            self.wait_until(at);
+        }
+    }
+
+    /// Seqs `0..n` have arrived by now: all of them without a rate.
+    pub(crate) fn arrived(&self) -> i64 {
+        match self.rate {
+            Some(rate) => {
+                let n = (self.now_ns() as f64 / 1e9 * rate).floor() as i64 + 1;
+                n.clamp(0, self.batches)
+            }
+            None => self.batches,
+        }
+    }
+
     /// The engine is about to issue seq's copy-in: latency starts here, or, with a rate, at
     /// seq's arrival, which this waits for (a batch late already is issued at once, and its
     /// lateness counts).
     pub(crate) fn issued(&self, seq: i64) {
-        let at_ns = match self.rate {
-            Some(rate) => {
-                let arrival = (seq.max(0) as f64 / rate * 1e9) as u64;
-                let now = self.now_ns();
-                if arrival > now {
-                    std::thread::sleep(std::time::Duration::from_nanos(arrival - now));
-                }
+        let at_ns = match self.arrival_ns(seq) {
+            Some(arrival) => {
+                self.wait_until(arrival);
                 arrival
             }
             None => self.now_ns(),
@@ -235,6 +280,7 @@ impl Checker {
             missing: self.batches - seen.distinct,
             duplicated: seen.duplicated,
             latency_ns: seen.latency,
+            stage_latency: None,
         }
     }
 }

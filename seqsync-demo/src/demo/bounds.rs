@@ -1,0 +1,199 @@
+//! The two bounds every engine is measured against, in the same run (issue 22, item 1):
+//!
+//! - [`device_bound`]: what these kernels and copies can do at this batch size with no host in
+//!   the loop. Every batch's body (h2g copy -> f, g -> h -> g2h copy) goes into one graph, each
+//!   batch in buffers of its own (so nothing orders two batches but the hardware), launched
+//!   once and timed from the launch to the stream's end; every batch is then verified. On
+//!   CUDA this is one CUDA graph; on the host backend the graph runs its nodes one after
+//!   another on one stream, so there it is the serial time, not a bound.
+//! - [`isolated_latency`]: one batch alone through the pipeline on an otherwise idle device,
+//!   from its copy-in being issued to its check returning, the median of many rounds: the
+//!   floor any engine's latency is measured against. Two ways are timed (the five streams and
+//!   their events as the hand-written engine issues one batch, and a one-batch graph) and the
+//!   lower median is the floor.
+
+use std::time::Instant;
+
+use super::device::{Device, Layout};
+use super::graph_engine;
+use super::pipeline::Streams;
+use super::validate::available_memory;
+use seqsync::backend::Backend;
+use seqsync::Result;
+
+/// Input bytes the device bound moves at most (fewer batches at large sizes): its buffers are
+/// six per batch (host input and output, `in`, `x`, `y`, `out`).
+const BOUND_BYTES: usize = 512 << 20;
+
+/// Batches in the device bound's graph: at least this many (memory permitting) ...
+const BOUND_MIN_BATCHES: usize = 4;
+
+/// ... and at most this many (five nodes each).
+const BOUND_MAX_BATCHES: usize = 512;
+
+/// Rounds of [`isolated_latency`] per way, after [`ISOLATED_WARMUP`] untimed ones.
+pub(crate) const ISOLATED_ROUNDS: usize = 100;
+const ISOLATED_WARMUP: usize = 5;
+
+/// The device bound: how many batches its graph carried and how long the launch took.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DeviceBound {
+    pub batches: usize,
+    pub seconds: f64,
+}
+
+/// Batches for the device bound at `batch_bytes`, given at most `batches` and `avail` bytes of
+/// host memory (of which it takes at most a quarter); `None` when not even one fits.
+fn bound_batches(batches: i64, batch_bytes: usize, avail: Option<u64>) -> Option<usize> {
+    let by_bytes = (BOUND_BYTES / batch_bytes.max(1)).max(BOUND_MIN_BATCHES);
+    let mut n = by_bytes.min(BOUND_MAX_BATCHES).min(batches.max(1) as usize);
+    if let Some(avail) = avail {
+        // Six buffers a batch on the host backend (two, pinned, on CUDA): count six.
+        let fits = (avail / 4) as usize / (6 * batch_bytes.max(1));
+        n = n.min(fits);
+    }
+    (n >= 1).then_some(n)
+}
+
+/// Measure the device bound on a device like `dev` (same backend and batch size, each batch in
+/// buffers of its own): one untimed launch (uploads, first touches), then one timed.
+///
+/// `Ok(None)` when host memory does not allow even one batch's buffers.
+///
+/// # Errors
+/// A failing backend call, or a batch that does not verify (the bound counts only work done
+/// right).
+pub(crate) fn device_bound<D: Device>(dev: &D, batches: i64) -> Result<Option<DeviceBound>> {
+    let l = *dev.layout();
+    let Some(nb) = bound_batches(batches, l.n * 4, available_memory()) else {
+        return Ok(None);
+    };
+    let layout = Layout {
+        nin: nb,
+        nx: nb,
+        ny: nb,
+        nout: nb,
+        npatterns: nb,
+        nhout: nb,
+        ..l
+    };
+    let bound = dev.with_layout(layout)?;
+    for seq in 0..nb as i64 {
+        bound.fill_input(seq);
+    }
+    let exe = graph_engine::record(&bound, nb, 0, nb, None)?;
+    let b = bound.backend();
+    let stream = b.new_stream("s_bound")?;
+    exe.launch(&stream)?;
+    b.synchronize_stream(&stream)?;
+    let t = Instant::now();
+    exe.launch(&stream)?;
+    b.synchronize_stream(&stream)?;
+    let seconds = t.elapsed().as_secs_f64();
+    let wrong = (0..nb)
+        .filter(|&s| !bound.check_output(s, s as i64))
+        .count();
+    if wrong > 0 {
+        return Err(crate::invalid(
+            "demo",
+            format!("the device bound's graph computed {wrong} of {nb} batches wrong"),
+        ));
+    }
+    Ok(Some(DeviceBound {
+        batches: nb,
+        seconds,
+    }))
+}
+
+/// The median of `rounds` timings of one batch alone, issued as the hand-written engine issues
+/// it (five streams, events between them) and as a one-batch graph; the lower median, in
+/// microseconds. Uses slot 0 of every buffer of `dev`: nothing else may run on it meanwhile.
+///
+/// # Errors
+/// A failing backend call, or a batch that does not verify.
+pub(crate) fn isolated_latency<D: Device>(dev: &D, rounds: usize) -> Result<f64> {
+    let b = dev.backend();
+    let np = dev.layout().npatterns as i64;
+    let st = Streams::new(dev)?;
+    let ev = || b.create_event(Default::default());
+    let (e_in, e_f, e_g, e_h, e_out) = (ev()?, ev()?, ev()?, ev()?, ev()?);
+    let graph = graph_engine::record(dev, 1, 0, 1, None)?;
+    let s_graph = b.new_stream("s_isolated")?;
+    let check = |seq: i64| -> Result<()> {
+        if dev.check_output(0, seq) {
+            Ok(())
+        } else {
+            Err(crate::invalid(
+                "demo",
+                format!("the isolated-latency batch {seq} computed wrong"),
+            ))
+        }
+    };
+    let (mut streams, mut graphed) = (Vec::new(), Vec::new());
+    for r in 0..ISOLATED_WARMUP + rounds {
+        // Through the five streams: host input `seq % np`.
+        let seq = r as i64;
+        dev.fill_input(seq);
+        let t = Instant::now();
+        let hin = (seq % np) as usize;
+        dev.copy_in(&st.h2g, hin, 0)?;
+        b.record(&e_in, &st.h2g)?;
+        b.wait(&st.f, &e_in)?;
+        dev.launch_f(&st.f, 0, 0)?;
+        b.record(&e_f, &st.f)?;
+        b.wait(&st.g, &e_in)?;
+        dev.launch_g(&st.g, 0, 0)?;
+        b.record(&e_g, &st.g)?;
+        b.wait(&st.h, &e_f)?;
+        b.wait(&st.h, &e_g)?;
+        dev.launch_h(&st.h, 0, 0, 0)?;
+        b.record(&e_h, &st.h)?;
+        b.wait(&st.g2h, &e_h)?;
+        dev.copy_out(&st.g2h, 0, 0)?;
+        b.record(&e_out, &st.g2h)?;
+        b.synchronize(&e_out)?;
+        check(seq)?;
+        let streamed = t.elapsed().as_secs_f64();
+        // As one graph: it reads host input 0, so a seq that lands there.
+        let seq = r as i64 * np;
+        dev.fill_input(seq);
+        let t = Instant::now();
+        graph.launch(&s_graph)?;
+        b.synchronize_stream(&s_graph)?;
+        check(seq)?;
+        let graph_s = t.elapsed().as_secs_f64();
+        if r >= ISOLATED_WARMUP {
+            streams.push(streamed);
+            graphed.push(graph_s);
+        }
+    }
+    st.sync_all(dev)?;
+    Ok(median(streams).min(median(graphed)) * 1e6)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_device_bound_takes_fewer_batches_at_large_sizes_and_fits_memory() {
+        assert_eq!(bound_batches(400, 64 << 10, None), Some(400));
+        assert_eq!(bound_batches(4000, 64 << 10, None), Some(BOUND_MAX_BATCHES));
+        assert_eq!(bound_batches(400, 1 << 20, None), Some(400));
+        assert_eq!(bound_batches(400, 64 << 20, None), Some(8));
+        assert_eq!(bound_batches(400, 1 << 30, None), Some(BOUND_MIN_BATCHES));
+        assert_eq!(
+            bound_batches(3, 64 << 20, None),
+            Some(3),
+            "never more than the run"
+        );
+        // A quarter of 24 MiB holds one batch of 1 MiB's six buffers.
+        assert_eq!(bound_batches(400, 1 << 20, Some(24 << 20)), Some(1));
+        assert_eq!(bound_batches(400, 1 << 20, Some(1 << 20)), None);
+    }
+}

@@ -1,0 +1,149 @@
+//! The adaptive engine (`--engine adaptive`) on the host backend: every batch verified with
+//! and without chaos; a dropped body edge or the dropped waits before slot reuse are caught;
+//! saturated it launches K batches at once, at a low rate one batch as it arrives. And the
+//! two bounds of every report (device bound, isolated latency).
+
+use seqsync::BackendKind;
+use seqsync_demo::demo::{run, DemoConfig, Engine, GraphEdge, GRAPH_DEPTH};
+
+fn config(k: usize) -> DemoConfig {
+    DemoConfig {
+        backend: BackendKind::Host,
+        engine: Engine::Adaptive,
+        graph_batches: Some(k),
+        batches: 50,
+        batch_bytes: Some(16 << 10),
+        baselines: false,
+        ..DemoConfig::default()
+    }
+}
+
+#[test]
+fn adaptive_engine_verifies_every_batch_on_host() {
+    let r = run(&config(4)).unwrap();
+    assert!(r.all_verified(), "{r:?}");
+    assert_eq!((r.verified, r.graph_batches), (50, Some(4)));
+    assert_eq!(r.nin, GRAPH_DEPTH * 4);
+    // K rounds down to a power of two.
+    let r = run(&config(6)).unwrap();
+    assert!(r.all_verified(), "{r:?}");
+    assert_eq!((r.graph_batches, r.nin), (Some(4), GRAPH_DEPTH * 4));
+}
+
+#[test]
+fn adaptive_engine_verifies_every_batch_under_chaos() {
+    for (seed, k) in [(1, 1), (2, 4), (3, 8)] {
+        let r = run(&DemoConfig {
+            chaos: Some(seed),
+            batches: 80,
+            ..config(k)
+        })
+        .unwrap();
+        assert!(r.all_verified(), "seed {seed}, k {k}: {r:?}");
+    }
+}
+
+#[test]
+fn adaptive_engine_verifies_every_batch_under_chaos_at_a_rate() {
+    // Arrivals paced: launches of every size, whatever waits.
+    let r = run(&DemoConfig {
+        chaos: Some(6),
+        batches: 80,
+        rate: Some(4000.0),
+        ..config(8)
+    })
+    .unwrap();
+    assert!(r.all_verified(), "{r:?}");
+}
+
+#[test]
+fn adaptive_engine_dropping_an_edge_from_its_graphs_fails_verification() {
+    for edge in [
+        GraphEdge::CopyInF,
+        GraphEdge::CopyInG,
+        GraphEdge::FH,
+        GraphEdge::HCopyOut,
+    ] {
+        let r = run(&DemoConfig {
+            drop_edge: Some(edge),
+            ..config(4)
+        })
+        .unwrap();
+        assert!(
+            r.wrong > 0,
+            "{edge:?} dropped, yet every batch verified: {r:?}"
+        );
+    }
+}
+
+#[test]
+fn adaptive_engine_without_the_waits_before_slot_reuse_reads_wrong() {
+    let many = |seed, drop| DemoConfig {
+        chaos: Some(seed),
+        batches: 120,
+        drop_edge: drop,
+        ..config(2)
+    };
+    let r = run(&many(4, None)).unwrap();
+    assert_eq!((r.missing, r.duplicated, r.wrong), (0, 0, 0), "{r:?}");
+    let r = run(&many(1, Some(GraphEdge::GroupWaits))).unwrap();
+    assert!(r.wrong > 0, "slot waits dropped, yet {r:?}");
+}
+
+#[test]
+fn adaptive_engine_saturated_launches_k_batches_at_once() {
+    // Every batch has arrived at the start: 64 = 8 launches of 8.
+    let r = run(&DemoConfig {
+        batches: 64,
+        ..config(8)
+    })
+    .unwrap();
+    assert!(r.all_verified(), "{r:?}");
+    assert_eq!(r.batches_per_launch, Some(8.0), "{r:?}");
+}
+
+#[test]
+fn adaptive_engine_at_a_low_rate_launches_each_batch_as_it_arrives() {
+    // 200 batches a second, K = 8: the graph engine holds each batch until its group of 8 has
+    // arrived (3.5 arrivals, 17.5 ms, on average); the adaptive engine launches it at once.
+    let paced = |engine| DemoConfig {
+        engine,
+        batches: 40,
+        rate: Some(200.0),
+        ..config(8)
+    };
+    let a = run(&paced(Engine::Adaptive)).unwrap();
+    let g = run(&paced(Engine::Graph)).unwrap();
+    assert!(a.all_verified() && g.all_verified(), "{a:?} {g:?}");
+    assert_eq!(a.batches_per_launch, Some(1.0), "{a:?}");
+    let (ap50, gp50) = (a.latency_p50_us.unwrap(), g.latency_p50_us.unwrap());
+    assert!(gp50 > 10_000.0, "graph engine p50 {gp50} us");
+    assert!(ap50 < 5_000.0, "adaptive p50 {ap50} us (graph {gp50} us)");
+}
+
+#[test]
+fn every_report_with_baselines_has_the_device_bound_and_the_isolated_latency() {
+    for engine in Engine::ALL {
+        let r = run(&DemoConfig {
+            engine,
+            graph_batches: engine.uses_graphs().then_some(4),
+            baselines: true,
+            batches: 30,
+            ..config(4)
+        })
+        .unwrap();
+        assert!(r.all_verified(), "{engine:?}: {r:?}");
+        let device = r.device_bound_gbps.unwrap();
+        assert!(device > 0.0 && device.is_finite(), "{engine:?}: {device}");
+        // Every batch of the run (30 < the cap) went into the bound's graph.
+        assert_eq!(r.device_bound_batches, Some(30));
+        assert_eq!(r.ratio_to_device_bound, Some(r.gbps / device));
+        let iso = r.isolated_latency_us.unwrap();
+        assert!(iso > 0.0, "{engine:?}: isolated {iso}");
+        assert_eq!(r.p99_over_isolated, Some(r.latency_p99_us.unwrap() / iso));
+        assert_eq!(r.p50_over_isolated, Some(r.latency_p50_us.unwrap() / iso));
+    }
+    // Without baselines, no bounds.
+    let r = run(&config(4)).unwrap();
+    assert!(r.device_bound_gbps.is_none() && r.isolated_latency_us.is_none());
+}
