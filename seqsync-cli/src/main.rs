@@ -88,6 +88,9 @@ pub(crate) struct DemoArgs {
     /// down to a power of two (default: enough for 4 MiB, at most 64).
     #[arg(long, value_name = "K")]
     graph_batches: Option<usize>,
+    /// --engine adaptive: launch groups of K in flight (2..=16; slots = depth x K; default 3).
+    #[arg(long, value_name = "D")]
+    graph_depth: Option<usize>,
     /// Host output batches for --variant host-ring.
     #[arg(long, default_value_t = 4)]
     host_slots: usize,
@@ -272,6 +275,7 @@ pub(crate) fn config_of(
         trace,
         drop_wait: a.drop_wait,
         graph_batches: a.graph_batches,
+        graph_depth: a.graph_depth,
         drop_edge: a.drop_edge,
         ipc_mechanism: a.ipc_mechanism,
         rate: a.rate,

@@ -449,7 +449,12 @@ fn demo_rate_releases_batches_on_a_clock_and_reports_latency_from_arrival() {
 
 #[test]
 fn demo_rate_must_be_positive() {
-    for bad in ["0", "nan", "inf"] {
+    for bad in ["0", "nan", "inf", "0.1", "1e8"] {
         one_line_error(&["--backend", "host", "--rate", bad], "--rate");
     }
+    // The last arrival more than a day away is refused too, before anything runs.
+    one_line_error(
+        &["--backend", "host", "--rate", "1", "--batches", "100000"],
+        "at most 86400 s",
+    );
 }

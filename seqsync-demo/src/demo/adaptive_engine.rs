@@ -2,8 +2,8 @@
 //! ([`Engine::Adaptive`](super::Engine::Adaptive)): an idle pipeline launches each batch as it
 //! arrives, a saturated one launches groups as the graph engine does.
 //!
-//! Every buffer has `S = DEPTH * K` slots (`K` a power of two; host input and output batches
-//! included) and batch `s` lives in slot `s % S`. A launch carries `m` consecutive batches
+//! Every buffer has `S = depth * K` slots (`K` a power of two, `depth` launch groups of `K`:
+//! [`DEPTH`] unless told; host input and output batches included) and batch `s` lives in slot `s % S`. A launch carries `m` consecutive batches
 //! from `s`, with `m` a power of two that divides `s` (so the slots `s % S ..` do not wrap):
 //! one graph per (first slot, `m`) pair, instantiated before the run and replayed with
 //! nothing to update. Before each launch the h2g thread waits for batch `s` to arrive, then
@@ -26,7 +26,9 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use super::device::{Device, Stream};
-use super::graph_engine::{record, GraphEdge, DEPTH};
+#[cfg(doc)]
+use super::graph_engine::DEPTH;
+use super::graph_engine::{record, GraphEdge};
 use super::pipeline::{first_error, Checker, RunOptions, Variant, Verification};
 use seqsync::backend::Backend;
 use seqsync::graph::GraphExecutable;
@@ -61,10 +63,10 @@ type Graphs<D> = HashMap<(usize, usize), GraphExecutable<<D as Device>::B>>;
 fn record_all<D: Device>(
     dev: &D,
     k: usize,
+    slots: usize,
     batches: i64,
     drop: Option<GraphEdge>,
 ) -> Result<Graphs<D>> {
-    let slots = DEPTH * k;
     let mut graphs = HashMap::new();
     let mut m = 1;
     while m <= k {
@@ -79,27 +81,30 @@ fn record_all<D: Device>(
 }
 
 /// Run the seed's pipeline on adaptive launches of at most `k` batches (a power of two);
-/// returns the wall time, what process_data saw and how many launches carried the batches. The layout must have `DEPTH * k` slots in
-/// every buffer and as many host input and output batches.
+/// returns the wall time, what process_data saw and how many launches carried the batches. The
+/// layout must have `depth * k` slots in every buffer and as many host input and output
+/// batches.
 pub(crate) fn run<D: Device>(
     dev: &D,
     opt: &RunOptions<'_>,
     k: usize,
+    depth: usize,
     drop: Option<GraphEdge>,
 ) -> Result<(Duration, Verification, u64)> {
     debug_assert!(opt.variant == Variant::Seed && opt.drop.is_none());
-    debug_assert!(k.is_power_of_two());
+    // Aligned launches need a power of two (the layout was made for this K).
+    let k = launch_batches(k);
     let l = *dev.layout();
-    let slots = DEPTH * k;
+    let slots = depth * k;
     assert!(
         [l.nin, l.nx, l.ny, l.nout, l.npatterns, l.nhout]
             .iter()
             .all(|&n| n == slots),
-        "the adaptive engine's layout has DEPTH * k slots everywhere"
+        "the adaptive engine's layout has depth * k slots everywhere"
     );
     let b = dev.backend();
     let batches = opt.batches;
-    let graphs = record_all(dev, k, batches, drop)?;
+    let graphs = record_all(dev, k, slots, batches, drop)?;
     let streams: Vec<Stream<D>> = (0..STREAMS)
         .map(|i| b.new_stream(&format!("s_adaptive{i}")))
         .collect::<Result<_>>()?;
@@ -148,8 +153,12 @@ pub(crate) fn run<D: Device>(
                 exe.launch(stream)?;
                 // Consumed on the g2h thread: blocking.
                 launched.record(stream, i, Blocking::Yes)?;
-                tx.send((i, s, m))
-                    .map_err(|_| crate::invalid("demo", "the g2h thread ended early"))?;
+                // The g2h thread ends early only when it failed (and stopped the ring).
+                tx.send((i, s, m)).map_err(|_| Error::Stopped {
+                    ring: "launched".into(),
+                    reason: "the g2h thread ended early".into(),
+                    cause: None,
+                })?;
                 s += m as i64;
                 i += 1;
                 launches_ref.store(i as u64, std::sync::atomic::Ordering::Relaxed);
@@ -212,9 +221,8 @@ pub(crate) fn run<D: Device>(
             stop("g2h", &r);
             r
         });
-        // Both bodies catch their own panics, so joining cannot fail.
-        let (ra, graphs) = a.join().unwrap_or((Ok(()), None));
-        let rc = c.join().unwrap_or(Ok(()));
+        let (ra, graphs) = a.join().unwrap_or_else(|p| (Err(panicked("h2g", p)), None));
+        let rc = c.join().unwrap_or_else(|p| Err(panicked("g2h", p)));
         (vec![("h2g", ra), ("g2h", rc)], graphs)
     });
     let mut synced = Ok(());

@@ -58,7 +58,8 @@ fn bound_batches(batches: i64, batch_bytes: usize, avail: Option<u64>) -> Option
 /// Measure the device bound on a device like `dev` (same backend and batch size, each batch in
 /// buffers of its own): one untimed launch (uploads, first touches), then one timed.
 ///
-/// `Ok(None)` when host memory does not allow even one batch's buffers.
+/// `Ok(None)` when host memory does not allow even one batch's buffers, or when the device
+/// cannot allocate them.
 ///
 /// # Errors
 /// A failing backend call, or a batch that does not verify (the bound counts only work done
@@ -77,7 +78,11 @@ pub(crate) fn device_bound<D: Device>(dev: &D, batches: i64) -> Result<Option<De
         nhout: nb,
         ..l
     };
-    let bound = dev.with_layout(layout)?;
+    // Its buffers come on top of the run's: where they cannot be had (device memory), there
+    // is no bound, and the run's own report stands.
+    let Ok(bound) = dev.with_layout(layout) else {
+        return Ok(None);
+    };
     for seq in 0..nb as i64 {
         bound.fill_input(seq);
     }

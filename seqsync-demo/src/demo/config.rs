@@ -52,6 +52,10 @@ pub struct DemoConfig {
     pub drop_wait: Option<DroppedWait>,
     /// [`Engine::Graph`]: batches per graph (`None`: [`auto_graph_batches`](super::auto_graph_batches)).
     pub graph_batches: Option<usize>,
+    /// [`Engine::Adaptive`]: launch groups of K in flight (slots `graph_depth * K` in every
+    /// buffer; `None`: [`GRAPH_DEPTH`](super::GRAPH_DEPTH), 3). Fewer: less latency when
+    /// saturated, less overlap.
+    pub graph_depth: Option<usize>,
     /// Test only, [`Engine::Graph`] on the host backend: leave one edge out of every batch's
     /// body (verification must then fail).
     pub drop_edge: Option<GraphEdge>,
@@ -86,6 +90,7 @@ impl Default for DemoConfig {
             trace: false,
             drop_wait: None,
             graph_batches: None,
+            graph_depth: None,
             drop_edge: None,
             ipc_mechanism: None,
             rate: None,

@@ -47,8 +47,8 @@ pub(crate) fn resolve(config: &DemoConfig) -> Result<(DemoConfig, BackendKind, L
     });
     let graphed;
     let config = if config.engine.uses_graphs() {
-        // The graph engines' own slot counts: DEPTH groups of K batches in every buffer.
-        let slots = graph_engine::DEPTH * graph_k(config, batch_bytes);
+        // The graph engines' own slot counts: depth groups of K batches in every buffer.
+        let slots = graph_depth(config) * graph_k(config, batch_bytes);
         graphed = DemoConfig {
             nin: slots,
             nx: slots,
@@ -102,6 +102,15 @@ pub(crate) fn graph_k(config: &DemoConfig, batch_bytes: usize) -> usize {
     match config.engine {
         Engine::Adaptive => adaptive_engine::launch_batches(k),
         _ => k,
+    }
+}
+
+/// Launch groups of K in flight: [`graph_engine::DEPTH`], or `graph_depth` for
+/// [`Engine::Adaptive`].
+pub(crate) fn graph_depth(config: &DemoConfig) -> usize {
+    match config.engine {
+        Engine::Adaptive => config.graph_depth.unwrap_or(graph_engine::DEPTH),
+        _ => graph_engine::DEPTH,
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Instant;
 use seqsync::Result;
 
 use super::device::Device;
-use super::dispatch::graph_k;
+use super::dispatch::{graph_depth, graph_k};
 use super::pipeline::{self, RunOptions, Verification};
 use super::trace::{self, HostSpans};
 use super::{adaptive_engine, baseline, bounds, engine, graph_engine, pool_pipeline};
@@ -57,7 +57,8 @@ pub(super) fn run_on<D: Device>(
             Ok((wall, v))
         }
         (None, None, Some(k)) if config.engine == Engine::Adaptive => {
-            let (wall, v, n) = adaptive_engine::run(dev, o, k, config.drop_edge)?;
+            let depth = graph_depth(config);
+            let (wall, v, n) = adaptive_engine::run(dev, o, k, depth, config.drop_edge)?;
             if o.progress.is_some() {
                 let mut kept = launches.lock().unwrap_or_else(|e| e.into_inner());
                 kept.get_or_insert(n);

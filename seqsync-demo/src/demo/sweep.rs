@@ -248,20 +248,20 @@ pub fn svg(report: &SweepReport) -> String {
 /// One panel's axes, grid, lines, points and legend, `height` tall from `y0`.
 fn panel(p: &Panel<'_>, sizes: &[usize], w: f64, y0: f64, height: f64) -> String {
     let (left, right, top, bottom) = (70.0, 170.0, y0 + 10.0, y0 + height - 45.0);
+    // Finite values only set the scale (at most 12 decades on a log panel).
     let values = || {
         p.series
             .iter()
             .flat_map(|s| s.points.iter().map(|&(_, v)| v))
+            .filter(|v| v.is_finite())
     };
     let (lo, hi) = if p.log {
         let pos = || values().filter(|v| *v > 0.0);
         let lo = pos().fold(f64::INFINITY, f64::min);
         let hi = pos().fold(0.0f64, f64::max);
         if lo.is_finite() {
-            (
-                lo.log10().floor(),
-                hi.log10().ceil().max(lo.log10().floor() + 1.0),
-            )
+            let lo = lo.log10().floor().max(-300.0);
+            (lo, hi.log10().ceil().clamp(lo + 1.0, lo + 12.0))
         } else {
             (0.0, 1.0)
         }
@@ -320,10 +320,17 @@ fn panel(p: &Panel<'_>, sizes: &[usize], w: f64, y0: f64, height: f64) -> String
         esc(p.title)
     );
     for (i, line) in p.series.iter().filter(|l| !l.points.is_empty()).enumerate() {
-        let path: Vec<String> = line
+        // A point off the scale (not finite) is left out; one beyond it is drawn at its edge.
+        let shown: Vec<(usize, f64)> = line
             .points
             .iter()
-            .map(|&(b, v)| format!("{:.1},{:.1}", px(b), py(v)))
+            .copied()
+            .filter(|(_, v)| v.is_finite())
+            .collect();
+        let y = |v: f64| py(v).clamp(top, bottom);
+        let path: Vec<String> = shown
+            .iter()
+            .map(|&(b, v)| format!("{:.1},{:.1}", px(b), y(v)))
             .collect();
         let dash = line
             .dash
@@ -334,11 +341,11 @@ fn panel(p: &Panel<'_>, sizes: &[usize], w: f64, y0: f64, height: f64) -> String
             "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\"{dash} points=\"{}\"/>\n",
             path.join(" ")
         );
-        for &(b, v) in &line.points {
+        for &(b, v) in &shown {
             s += &format!(
                 "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"{color}\"/>\n",
                 px(b),
-                py(v)
+                y(v)
             );
         }
         let ly = top + 10.0 + 20.0 * i as f64;
@@ -367,4 +374,45 @@ fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(engine: Engine, batch_bytes: usize, gbps: f64, p99: f64) -> SweepRow {
+        SweepRow {
+            engine,
+            batch_bytes,
+            batches: 1,
+            verified: true,
+            gbps,
+            resource_bound_gbps: Some(gbps),
+            ratio_to_resource_bound: Some(1.0),
+            device_bound_gbps: Some(f64::INFINITY),
+            ratio_to_device_bound: Some(0.0),
+            isolated_latency_us: Some(0.0),
+            p99_over_isolated: None,
+            latency_p50_us: Some(p99),
+            latency_p99_us: Some(p99),
+            graph_batches: None,
+        }
+    }
+
+    #[test]
+    fn values_off_the_scale_are_left_out_of_the_plot_not_drawn_or_looped_over() {
+        let report = SweepReport {
+            backend: "host",
+            device: "host".into(),
+            rows: vec![
+                row(Engine::HandWritten, 1 << 16, 1.0, f64::INFINITY),
+                row(Engine::HandWritten, 1 << 18, f64::NAN, 1e300),
+                row(Engine::Graph, 1 << 16, 2.0, 1e-300),
+            ],
+        };
+        let svg = svg(&report);
+        assert!(!svg.contains("NaN") && !svg.contains("inf"), "{svg}");
+        // Log ticks: at most 13 decades however far apart the values.
+        assert!(svg.matches("stroke=\"#ddd\"").count() <= 13 + 6, "{svg}");
+    }
 }

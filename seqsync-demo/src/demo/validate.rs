@@ -13,9 +13,18 @@ pub(super) fn invalid(msg: String) -> Error {
 impl DemoConfig {
     pub(super) fn validate(&self, batch_bytes: usize, kind: BackendKind) -> Result<()> {
         if let Some(r) = self.rate {
-            if !(r.is_finite() && r > 0.0 && r <= 1e7) {
+            if !(r.is_finite() && (MIN_RATE..=MAX_RATE).contains(&r)) {
                 return Err(invalid(format!(
-                    "--rate {r}: batches per second, above 0 and at most 10000000"
+                    "--rate {r}: batches per second, from {MIN_RATE} (a batch every 5 s, \
+                     under the runtime's stall watchdog) to {MAX_RATE}"
+                )));
+            }
+            let span = (self.batches.max(1) - 1) as f64 / r;
+            if span > MAX_ARRIVAL_SPAN_S {
+                return Err(invalid(format!(
+                    "--rate {r} with --batches {}: the last batch would arrive after {span:.0} s; \
+                     at most {MAX_ARRIVAL_SPAN_S} s (a day)",
+                    self.batches
                 )));
             }
         }
@@ -83,6 +92,16 @@ impl DemoConfig {
                 )));
             }
         }
+        if let Some(d) = self.graph_depth {
+            if self.engine != Engine::Adaptive {
+                return Err(invalid("--graph-depth needs --engine adaptive".into()));
+            }
+            if !(2..=MAX_GRAPH_DEPTH).contains(&d) {
+                return Err(invalid(format!(
+                    "--graph-depth {d} is outside 2..={MAX_GRAPH_DEPTH}"
+                )));
+            }
+        }
         if self.variant == Variant::HostRing && self.host_slots == 0 {
             return Err(invalid("--host-slots must be at least 1".into()));
         }
@@ -104,19 +123,33 @@ impl DemoConfig {
             )));
         }
         // Host memory: every buffer on the host backend; the pinned host batches on CUDA
-        // (device memory failures come back as errors, host allocation failures would abort).
+        // (device memory failures come back as errors, host allocation failures would abort);
+        // and the reference, 16 bytes per checked element per input pattern.
+        let (patterns, outputs) = if self.engine.uses_graphs() {
+            // The graph engines' layouts: a host input and output batch per slot.
+            (self.nin, self.nin)
+        } else {
+            let lags = self
+                .nin
+                .max(self.nx)
+                .max(self.ny)
+                .max(self.nout)
+                .max(self.host_slots);
+            (workload::prime_above(lags), self.host_slots.max(1))
+        };
         let host_buffers = if kind == BackendKind::Host {
             self.nin + self.nx + self.ny + self.nout
         } else {
             0
-        } + workload::prime_above(
-            self.nin
-                .max(self.nx)
-                .max(self.ny)
-                .max(self.nout)
-                .max(self.host_slots),
-        ) + self.host_slots;
-        let need = (batch_bytes as u128) * host_buffers as u128;
+        } + patterns
+            + outputs;
+        let elements = batch_bytes / 4;
+        let checked = match self.verify_samples {
+            0 => elements,
+            n => elements.min(n + workload::HEADER),
+        };
+        let need =
+            (batch_bytes as u128) * host_buffers as u128 + 16 * checked as u128 * patterns as u128;
         if let Some(avail) = available_memory() {
             if need > avail as u128 {
                 return Err(invalid(format!(
@@ -130,6 +163,17 @@ impl DemoConfig {
         Ok(())
     }
 }
+
+/// Slowest `--rate`: a batch every 5 s, so a pipeline-engine thread waiting for an arrival is
+/// never taken for stalled (its watchdog waits 10 s).
+const MIN_RATE: f64 = 0.2;
+/// Fastest `--rate`.
+const MAX_RATE: f64 = 1e7;
+/// Latest arrival a `--rate` run may have, in seconds.
+const MAX_ARRIVAL_SPAN_S: f64 = 86_400.0;
+
+/// Most launch groups in flight (`--graph-depth`).
+const MAX_GRAPH_DEPTH: usize = 16;
 
 /// Most slots a demo ring buffer may have.
 const MAX_SLOTS: usize = 1 << 16;
