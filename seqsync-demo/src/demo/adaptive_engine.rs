@@ -38,6 +38,19 @@ use seqsync::{Blocking, Error, EventRingbuf, Result};
 /// Streams the launches rotate over: enough for several small launches in flight at once.
 pub const STREAMS: usize = 8;
 
+/// Bytes a saturated launch should carry when `--graph-batches` is not given: half the graph
+/// engine's, since every batch of a launch waits for the launch (BENCHMARKS.md §13: on the
+/// H200 more per launch adds latency and no throughput from 1 MiB batches down).
+const GROUP_BYTES: usize = 2 << 20;
+
+/// K for `batch_bytes` when not given: the largest power of two of batches within
+/// [`GROUP_BYTES`] (2 MiB), 1 to 64.
+pub fn auto_launch_batches(batch_bytes: usize) -> usize {
+    launch_batches(
+        (GROUP_BYTES / batch_bytes.max(1)).clamp(1, super::graph_engine::MAX_GRAPH_BATCHES),
+    )
+}
+
 /// The largest power of two at most `k` (at least 1): the adaptive engine's K for a requested
 /// or automatic K.
 pub fn launch_batches(k: usize) -> usize {
@@ -243,6 +256,20 @@ pub(crate) fn run<D: Device>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_automatic_k_is_a_power_of_two_of_batches_within_2_mib() {
+        assert_eq!(auto_launch_batches(64 << 10), 32);
+        assert_eq!(auto_launch_batches(256 << 10), 8);
+        assert_eq!(auto_launch_batches(1 << 20), 2);
+        assert_eq!(auto_launch_batches(3 << 20), 1);
+        assert_eq!(auto_launch_batches(1 << 10), 64);
+        assert_eq!(
+            auto_launch_batches(96 << 10),
+            16,
+            "21 batches round down to 16"
+        );
+    }
 
     #[test]
     fn launches_take_what_waits_in_aligned_powers_of_two() {

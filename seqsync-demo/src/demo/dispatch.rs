@@ -95,9 +95,13 @@ pub(crate) fn resolve(config: &DemoConfig) -> Result<(DemoConfig, BackendKind, L
 /// K of a graph engine: batches per graph ([`Engine::Graph`]) or most batches per launch
 /// ([`Engine::Adaptive`], rounded down to a power of two), given or automatic.
 pub(crate) fn graph_k(config: &DemoConfig, batch_bytes: usize) -> usize {
+    let auto = match config.engine {
+        Engine::Adaptive => adaptive_engine::auto_launch_batches(batch_bytes),
+        _ => auto_graph_batches(batch_bytes),
+    };
     let k = config
         .graph_batches
-        .unwrap_or_else(|| auto_graph_batches(batch_bytes))
+        .unwrap_or(auto)
         .clamp(1, graph_engine::MAX_GRAPH_BATCHES);
     match config.engine {
         Engine::Adaptive => adaptive_engine::launch_batches(k),

@@ -60,7 +60,7 @@ pub struct DemoReport {
     /// `gbps / resource_bound_gbps`.
     pub ratio_to_resource_bound: Option<f64>,
     /// The device bound: every batch's work (up to [`device_bound_batches`](Self::device_bound_batches),
-    /// each in buffers of its own) in one graph launched once, no host in the loop, every batch
+    /// each in buffers of its own) in one graph, no host in the loop (the fastest of three launches), every batch
     /// verified. On the host backend that graph runs serially on one stream: not a bound there.
     pub device_bound_gbps: Option<f64>,
     /// Batches the device bound's graph carried.
