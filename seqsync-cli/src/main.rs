@@ -84,8 +84,8 @@ pub(crate) struct DemoArgs {
     /// launch while batches wait); all but handwritten run variant seed only.
     #[arg(long, default_value = "handwritten", value_parser = crate::parse::<Engine>)]
     engine: Engine,
-    /// --engine graph: batches per graph; --engine adaptive: most batches per launch, rounded
-    /// down to a power of two (default: enough for 4 MiB, at most 64).
+    /// --engine graph: batches per graph (default: enough for 4 MiB, at most 64); --engine
+    /// adaptive: most batches per launch, rounded down to a power of two (default: 2 MiB).
     #[arg(long, value_name = "K")]
     graph_batches: Option<usize>,
     /// --engine adaptive: launch groups of K in flight (2..=16; slots = depth x K; default 3).
