@@ -287,6 +287,49 @@ impl Backend for AnyBackend {
         }
     }
 
+    fn ipc_pool_create(&self) -> Result<super::IpcPoolExport> {
+        match self {
+            AnyBackend::Host(b) => b.ipc_pool_create(),
+            #[cfg(feature = "cuda")]
+            AnyBackend::Cuda(b) => b.ipc_pool_create(),
+        }
+    }
+
+    fn ipc_pool_import(&self, fd: std::os::fd::OwnedFd) -> Result<super::IpcPool> {
+        match self {
+            AnyBackend::Host(b) => b.ipc_pool_import(fd),
+            #[cfg(feature = "cuda")]
+            AnyBackend::Cuda(b) => b.ipc_pool_import(fd),
+        }
+    }
+
+    fn ipc_pool_alloc(
+        &self,
+        pool: &super::IpcPool,
+        stream: &AnyStream,
+        bytes: usize,
+    ) -> Result<(super::IpcMemory, super::IpcPoolPointer)> {
+        match (self, stream) {
+            (AnyBackend::Host(b), AnyStream::Host(s)) => b.ipc_pool_alloc(pool, s, bytes),
+            #[cfg(feature = "cuda")]
+            (AnyBackend::Cuda(b), AnyStream::Cuda(s)) => b.ipc_pool_alloc(pool, s, bytes),
+            #[allow(unreachable_patterns)]
+            _ => Err(mismatch("the stream")),
+        }
+    }
+
+    fn ipc_pool_import_pointer(
+        &self,
+        pool: &super::IpcPool,
+        data: &super::IpcPoolPointer,
+    ) -> Result<super::IpcMemory> {
+        match self {
+            AnyBackend::Host(b) => b.ipc_pool_import_pointer(pool, data),
+            #[cfg(feature = "cuda")]
+            AnyBackend::Cuda(b) => b.ipc_pool_import_pointer(pool, data),
+        }
+    }
+
     unsafe fn map_host(&self, ptr: *mut u8, len: usize) -> Result<super::MappedHost> {
         match self {
             // SAFETY: forwarded with the caller's promise.

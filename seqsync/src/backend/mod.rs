@@ -129,6 +129,38 @@ pub enum IpcExport {
     Device(IpcMemory, IpcMemoryHandle),
 }
 
+/// The bytes that let another process import one allocation of a shared pool
+/// ([`Backend::ipc_pool_import_pointer`]; CUDA's `CUmemPoolPtrExportData`).
+pub type IpcPoolPointer = [u8; 64];
+
+/// A stream-ordered pool shared with other processes, as this process holds it (the
+/// exporter's pool, or an importer's import of it). Dropping it destroys this process's
+/// handle; the driver keeps the memory of allocations still imported or allocated.
+pub struct IpcPool {
+    /// The backend's own pool, held for its drop.
+    pub(crate) _owner: Box<dyn std::any::Any + Send + Sync>,
+    /// The backend's handle (CUDA: the `CUmemoryPool`).
+    pub(crate) raw: u64,
+}
+
+impl std::fmt::Debug for IpcPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IpcPool")
+            .field("raw", &format_args!("{:#x}", self.raw))
+            .finish()
+    }
+}
+
+/// Where a backend keeps a pool it shares with other processes ([`Backend::ipc_pool_create`]).
+#[derive(Debug)]
+pub enum IpcPoolExport {
+    /// In the shared segment itself: the backend's streams address host memory (the host
+    /// backend).
+    InSegment,
+    /// A driver pool of this process, and the file descriptor other processes import it by.
+    Device(IpcPool, std::os::fd::OwnedFd),
+}
+
 /// How an event is created.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EventOptions {
@@ -315,6 +347,75 @@ pub trait Backend: Clone + Send + Sync + 'static {
         Err(crate::error::Error::invalid(
             self.name(),
             "no memory other processes can map on this backend",
+        ))
+    }
+
+    /// A stream-ordered pool other processes of the user can import (CUDA: `cuMemPoolCreate`
+    /// with POSIX file descriptor handles, and `cuMemPoolExportToShareableHandle`), or say
+    /// that the shared segment is such memory ([`IpcPoolExport::InSegment`]: the default for
+    /// a backend whose streams address host memory; otherwise the default refuses).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) where there is no such pool;
+    /// [`Error::Backend`](crate::Error::Backend) from the driver.
+    fn ipc_pool_create(&self) -> Result<IpcPoolExport> {
+        if self.addresses_host_memory() {
+            return Ok(IpcPoolExport::InSegment);
+        }
+        Err(crate::error::Error::invalid(
+            self.name(),
+            "no pool other processes can import on this backend",
+        ))
+    }
+
+    /// Import the pool another process exported by `fd` (CUDA:
+    /// `cuMemPoolImportFromShareableHandle`, and read-write access for this context's
+    /// device). An imported pool makes no allocations of its own.
+    ///
+    /// # Errors
+    /// As [`ipc_pool_create`](Self::ipc_pool_create); an `fd` that names no pool is the
+    /// driver's error.
+    fn ipc_pool_import(&self, fd: std::os::fd::OwnedFd) -> Result<IpcPool> {
+        let _ = fd;
+        Err(crate::error::Error::invalid(
+            self.name(),
+            "no pool other processes can import on this backend",
+        ))
+    }
+
+    /// Allocate `bytes` from `pool` (this process's, from [`ipc_pool_create`](Self::ipc_pool_create))
+    /// in `stream`'s order, wait until the allocation is complete (so that no importer can
+    /// see it before it exists), and export it (`cuMemPoolExportPointer`). Dropping the
+    /// memory waits for this process's work on the device, then frees it.
+    ///
+    /// # Errors
+    /// As [`ipc_pool_create`](Self::ipc_pool_create); the driver's (out of memory).
+    fn ipc_pool_alloc(
+        &self,
+        pool: &IpcPool,
+        stream: &Self::Stream,
+        bytes: usize,
+    ) -> Result<(IpcMemory, IpcPoolPointer)> {
+        let _ = (pool, stream, bytes);
+        Err(crate::error::Error::invalid(
+            self.name(),
+            "no pool other processes can import on this backend",
+        ))
+    }
+
+    /// Import one allocation of an imported `pool` from its export data
+    /// (`cuMemPoolImportPointer`). Dropping the memory waits for this process's work on the
+    /// device, then frees this process's import (`cuMemFree`), which the exporter's free must
+    /// follow: the ipc layer keeps that order.
+    ///
+    /// # Errors
+    /// As [`ipc_pool_import`](Self::ipc_pool_import); data that names no live allocation is
+    /// the driver's error.
+    fn ipc_pool_import_pointer(&self, pool: &IpcPool, data: &IpcPoolPointer) -> Result<IpcMemory> {
+        let _ = (pool, data);
+        Err(crate::error::Error::invalid(
+            self.name(),
+            "no pool other processes can import on this backend",
         ))
     }
 

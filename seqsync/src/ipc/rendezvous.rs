@@ -43,6 +43,13 @@ impl Server {
     /// Claim `name` (of `kind`) and serve `fd` to every process of this user that asks. A
     /// name another living process serves is [`Error::InvalidArgument`].
     pub(crate) fn start(kind: Kind, name: &str, fd: OwnedFd) -> Result<Server> {
+        Server::start_all(kind, name, vec![fd])
+    }
+
+    /// As [`start`](Self::start), serving up to [`MAX_FDS`] files at once (a pool's segment
+    /// and its driver pool), in this order.
+    pub(crate) fn start_all(kind: Kind, name: &str, fds: Vec<OwnedFd>) -> Result<Server> {
+        debug_assert!((1..=MAX_FDS).contains(&fds.len()));
         let listener = UnixListener::bind_addr(&address(kind, name)?).map_err(|e| {
             if e.kind() == std::io::ErrorKind::AddrInUse {
                 Error::invalid(
@@ -61,7 +68,7 @@ impl Server {
         let (l, d) = (listener.clone(), done.clone());
         let thread = std::thread::Builder::new()
             .name(format!("seqsync-{}-serve", kind.noun()))
-            .spawn(move || serve(&l, &d, &fd))
+            .spawn(move || serve(&l, &d, &fds))
             .map_err(|e| Error::invalid(name, format!("cannot spawn its server thread: {e}")))?;
         Ok(Server {
             listener,
@@ -71,7 +78,10 @@ impl Server {
     }
 }
 
-fn serve(listener: &UnixListener, done: &AtomicBool, fd: &OwnedFd) {
+/// Most files one server hands over.
+pub(crate) const MAX_FDS: usize = 2;
+
+fn serve(listener: &UnixListener, done: &AtomicBool, files: &[OwnedFd]) {
     loop {
         let conn = listener.accept();
         if done.load(Ordering::Acquire) {
@@ -81,8 +91,8 @@ fn serve(listener: &UnixListener, done: &AtomicBool, fd: &OwnedFd) {
         if !same_user(conn.as_fd()) {
             continue; // another user's process: dropped without an answer
         }
-        let fds = [fd.as_fd()];
-        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+        let fds: Vec<BorrowedFd<'_>> = files.iter().map(|f| f.as_fd()).collect();
+        let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
         let mut control = SendAncillaryBuffer::new(&mut space);
         control.push(SendAncillaryMessage::ScmRights(&fds));
         let _ = rustix::net::sendmsg(
@@ -107,6 +117,17 @@ impl Drop for Server {
 
 /// The memory file of `name` (of `kind`), from its creating process.
 pub(crate) fn fetch(kind: Kind, name: &str) -> Result<OwnedFd> {
+    fetch_all(kind, name)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::BadSegment {
+            ring: name.to_owned(),
+            message: "its creator sent no memory file".into(),
+        })
+}
+
+/// Every file `name`'s creator serves ([`Server::start_all`]), in its order (at least one).
+pub(crate) fn fetch_all(kind: Kind, name: &str) -> Result<Vec<OwnedFd>> {
     let conn = UnixStream::connect_addr(&address(kind, name)?).map_err(|e| {
         Error::invalid(
             name,
@@ -120,7 +141,7 @@ pub(crate) fn fetch(kind: Kind, name: &str) -> Result<OwnedFd> {
         });
     }
     let mut byte = [0u8; 1];
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = RecvAncillaryBuffer::new(&mut space);
     rustix::net::recvmsg(
         &conn,
@@ -129,12 +150,14 @@ pub(crate) fn fetch(kind: Kind, name: &str) -> Result<OwnedFd> {
         RecvFlags::CMSG_CLOEXEC,
     )
     .map_err(|e| Error::invalid(name, format!("its creator did not answer: {e}")))?;
+    let mut files = Vec::new();
     for msg in control.drain() {
-        if let RecvAncillaryMessage::ScmRights(mut fds) = msg {
-            if let Some(fd) = fds.next() {
-                return Ok(fd);
-            }
+        if let RecvAncillaryMessage::ScmRights(fds) = msg {
+            files.extend(fds);
         }
+    }
+    if !files.is_empty() {
+        return Ok(files);
     }
     Err(Error::BadSegment {
         ring: name.to_owned(),

@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 /// The first eight bytes of every segment.
 const MAGIC: u64 = u64::from_le_bytes(*b"SEQSYNC\x01");
 /// The layout's version: a segment of another version is refused.
-pub(crate) const LAYOUT_VERSION: u32 = 3;
+pub(crate) const LAYOUT_VERSION: u32 = 4;
 /// Processes a segment has room for (a ring's: one producer, the rest consumers).
 pub(crate) const MAX_PEERS: usize = 16;
 /// Bytes of a ring's or timeline's name.
@@ -202,6 +202,7 @@ pub(crate) enum Kind {
     Ring = 1,
     Timeline = 2,
     Buffer = 3,
+    Pool = 4,
 }
 
 impl Kind {
@@ -211,6 +212,7 @@ impl Kind {
             Kind::Ring => "ring",
             Kind::Timeline => "timeline",
             Kind::Buffer => "buffer",
+            Kind::Pool => "pool",
         }
     }
 }
@@ -432,14 +434,26 @@ impl Segment {
         }
         let buffer_bytes = h.buffer_bytes.load(Ordering::Relaxed);
         let in_segment = h.buffer_in_segment.load(Ordering::Relaxed);
-        if kind == Kind::Buffer {
+        if kind == Kind::Buffer || kind == Kind::Pool {
             if max_size != 0 || nconsumers != 0 {
-                return Err(bad(name, "a buffer's segment with slots"));
+                return Err(bad(name, format!("a {}'s segment with slots", kind.noun())));
             }
             if buffer_bytes > MAX_BUFFER_BYTES || in_segment > 1 {
                 return Err(bad(
                     name,
-                    format!("a buffer of {buffer_bytes} bytes (in segment: {in_segment})"),
+                    format!(
+                        "a {} of {buffer_bytes} bytes (in segment: {in_segment})",
+                        kind.noun()
+                    ),
+                ));
+            }
+            // A pool's table of exported allocations is always in its segment.
+            if kind == Kind::Pool
+                && (in_segment != 1 || (buffer_bytes as usize) < super::shared_pool::TABLE_BYTES)
+            {
+                return Err(bad(
+                    name,
+                    format!("a pool's segment of {buffer_bytes} bytes has no table of exports"),
                 ));
             }
         } else if buffer_bytes != 0 || in_segment != 0 {

@@ -216,6 +216,34 @@ driver_calls! {
     );
     mem_free_async => cuMemFreeAsync as "cuMemFreeAsync"
         (ptr: sys::CUdeviceptr, stream: sys::CUstream);
+    mem_pool_export_to_shareable_handle => cuMemPoolExportToShareableHandle
+        as "cuMemPoolExportToShareableHandle" (
+        out: *mut c_void,
+        pool: sys::CUmemoryPool,
+        kind: sys::CUmemAllocationHandleType,
+        flags: std::ffi::c_ulonglong,
+    );
+    mem_pool_import_from_shareable_handle => cuMemPoolImportFromShareableHandle
+        as "cuMemPoolImportFromShareableHandle" (
+        out: *mut sys::CUmemoryPool,
+        handle: *mut c_void,
+        kind: sys::CUmemAllocationHandleType,
+        flags: std::ffi::c_ulonglong,
+    );
+    mem_pool_export_pointer => cuMemPoolExportPointer as "cuMemPoolExportPointer"
+        (out: *mut sys::CUmemPoolPtrExportData, ptr: sys::CUdeviceptr);
+    mem_pool_import_pointer => cuMemPoolImportPointer as "cuMemPoolImportPointer" (
+        out: *mut sys::CUdeviceptr,
+        pool: sys::CUmemoryPool,
+        data: *mut sys::CUmemPoolPtrExportData,
+    );
+    mem_pool_get_access => cuMemPoolGetAccess as "cuMemPoolGetAccess" (
+        out: *mut sys::CUmemAccess_flags,
+        pool: sys::CUmemoryPool,
+        location: *mut sys::CUmemLocation,
+    );
+    mem_pool_set_access => cuMemPoolSetAccess as "cuMemPoolSetAccess"
+        (pool: sys::CUmemoryPool, map: *const sys::CUmemAccessDesc, count: usize);
 
     // Graphs.
     graph_create => cuGraphCreate as "cuGraphCreate" (out: *mut sys::CUgraph, flags: c_uint);

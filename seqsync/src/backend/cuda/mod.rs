@@ -55,6 +55,7 @@ pub(crate) mod event;
 pub(crate) mod graph_exec;
 mod host_fn;
 mod ipc_memory;
+mod ipc_pool;
 mod mapped_host;
 mod memory;
 pub(crate) mod mempool;
@@ -338,6 +339,31 @@ impl Backend for CudaBackend {
         handle: &crate::backend::IpcMemoryHandle,
     ) -> Result<crate::backend::IpcMemory> {
         ipc_memory::open(&self.ctx, &self.deferred, handle)
+    }
+
+    fn ipc_pool_create(&self) -> Result<crate::backend::IpcPoolExport> {
+        ipc_pool::create(&self.ctx, &self.deferred)
+    }
+
+    fn ipc_pool_import(&self, fd: std::os::fd::OwnedFd) -> Result<crate::backend::IpcPool> {
+        ipc_pool::import(&self.ctx, &self.deferred, fd)
+    }
+
+    fn ipc_pool_alloc(
+        &self,
+        pool: &crate::backend::IpcPool,
+        stream: &Arc<CudaStream>,
+        bytes: usize,
+    ) -> Result<(crate::backend::IpcMemory, crate::backend::IpcPoolPointer)> {
+        ipc_pool::alloc(&self.ctx, &self.deferred, pool, stream, bytes)
+    }
+
+    fn ipc_pool_import_pointer(
+        &self,
+        pool: &crate::backend::IpcPool,
+        data: &crate::backend::IpcPoolPointer,
+    ) -> Result<crate::backend::IpcMemory> {
+        ipc_pool::import_pointer(&self.ctx, &self.deferred, pool, data)
     }
 
     unsafe fn map_host(&self, ptr: *mut u8, len: usize) -> Result<crate::backend::MappedHost> {
