@@ -295,11 +295,13 @@ impl Backend for AnyBackend {
         }
     }
 
-    fn ipc_pool_import(&self, fd: std::os::fd::OwnedFd) -> Result<super::IpcPool> {
+    unsafe fn ipc_pool_import(&self, fd: std::os::fd::OwnedFd) -> Result<super::IpcPool> {
         match self {
-            AnyBackend::Host(b) => b.ipc_pool_import(fd),
+            // SAFETY: forwarded with the caller's promise.
+            AnyBackend::Host(b) => unsafe { b.ipc_pool_import(fd) },
             #[cfg(feature = "cuda")]
-            AnyBackend::Cuda(b) => b.ipc_pool_import(fd),
+            // SAFETY: forwarded with the caller's promise.
+            AnyBackend::Cuda(b) => unsafe { b.ipc_pool_import(fd) },
         }
     }
 
@@ -318,15 +320,18 @@ impl Backend for AnyBackend {
         }
     }
 
-    fn ipc_pool_import_pointer(
+    unsafe fn ipc_pool_import_pointer(
         &self,
         pool: &super::IpcPool,
         data: &super::IpcPoolPointer,
+        len: usize,
     ) -> Result<super::IpcMemory> {
         match self {
-            AnyBackend::Host(b) => b.ipc_pool_import_pointer(pool, data),
+            // SAFETY: forwarded with the caller's promise.
+            AnyBackend::Host(b) => unsafe { b.ipc_pool_import_pointer(pool, data, len) },
             #[cfg(feature = "cuda")]
-            AnyBackend::Cuda(b) => b.ipc_pool_import_pointer(pool, data),
+            // SAFETY: forwarded with the caller's promise.
+            AnyBackend::Cuda(b) => unsafe { b.ipc_pool_import_pointer(pool, data, len) },
         }
     }
 

@@ -372,10 +372,15 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// `cuMemPoolImportFromShareableHandle`, and read-write access for this context's
     /// device). An imported pool makes no allocations of its own.
     ///
+    /// # Safety
+    /// This process holds no other import of the same pool (the driver may return the same
+    /// handle twice, which two owners would destroy twice); [`SharedPool`](crate::ipc::SharedPool)
+    /// keeps one per process.
+    ///
     /// # Errors
     /// As [`ipc_pool_create`](Self::ipc_pool_create); an `fd` that names no pool is the
     /// driver's error.
-    fn ipc_pool_import(&self, fd: std::os::fd::OwnedFd) -> Result<IpcPool> {
+    unsafe fn ipc_pool_import(&self, fd: std::os::fd::OwnedFd) -> Result<IpcPool> {
         let _ = fd;
         Err(crate::error::Error::invalid(
             self.name(),
@@ -404,15 +409,27 @@ pub trait Backend: Clone + Send + Sync + 'static {
     }
 
     /// Import one allocation of an imported `pool` from its export data
-    /// (`cuMemPoolImportPointer`). Dropping the memory waits for this process's work on the
-    /// device, then frees this process's import (`cuMemFree`), which the exporter's free must
-    /// follow: the ipc layer keeps that order.
+    /// (`cuMemPoolImportPointer`), of at least `len` bytes (checked against the allocation
+    /// the driver maps). Dropping the memory waits for this process's work on the device,
+    /// then frees this process's import (`cuMemFree`), which the exporter's free must follow:
+    /// the ipc layer keeps that order.
+    ///
+    /// # Safety
+    /// `pool` came from [`ipc_pool_import`](Self::ipc_pool_import), and this process holds no
+    /// other import of the same allocation (two owners would free it twice).
     ///
     /// # Errors
     /// As [`ipc_pool_import`](Self::ipc_pool_import); data that names no live allocation is
-    /// the driver's error.
-    fn ipc_pool_import_pointer(&self, pool: &IpcPool, data: &IpcPoolPointer) -> Result<IpcMemory> {
-        let _ = (pool, data);
+    /// the driver's error; an allocation smaller than `len` is
+    /// [`Error::BadSegment`](crate::Error::BadSegment)-like
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) (nothing is kept).
+    unsafe fn ipc_pool_import_pointer(
+        &self,
+        pool: &IpcPool,
+        data: &IpcPoolPointer,
+        len: usize,
+    ) -> Result<IpcMemory> {
+        let _ = (pool, data, len);
         Err(crate::error::Error::invalid(
             self.name(),
             "no pool other processes can import on this backend",

@@ -42,19 +42,52 @@ impl Role {
     }
 }
 
-/// The start time of process `pid` (clock ticks after boot), `None` when it no longer runs
-/// (gone, or a zombie).
-fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+/// What `/proc` says of a process.
+enum Seen {
+    /// It runs, started this many clock ticks after boot.
+    Running(u64),
+    /// It no longer runs (no such process, or a zombie).
+    Gone,
+    /// `/proc` could not tell (out of file descriptors, say): taken for alive, since a
+    /// process taken for dead has its holds dropped for good.
+    Unknown,
+}
+
+fn seen(pid: u32) -> Seen {
+    let stat = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s,
+        Err(e)
+            if e.kind() == std::io::ErrorKind::NotFound
+                || e.raw_os_error() == Some(rustix::io::Errno::SRCH.raw_os_error()) =>
+        {
+            return Seen::Gone
+        }
+        Err(_) => return Seen::Unknown,
+    };
     // The command name is in parentheses and may hold spaces: fields count from the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace();
-    let state = fields.next()?;
-    if state == "Z" || state == "X" {
-        return None;
+    let Some(close) = stat.rfind(')') else {
+        return Seen::Unknown;
+    };
+    let mut fields = stat[close + 1..].split_whitespace();
+    match fields.next() {
+        Some("Z" | "X") => return Seen::Gone,
+        None => return Seen::Unknown,
+        Some(_) => {}
     }
     // After the state, field 22 of the line (starttime) is the 19th.
-    fields.nth(18)?.parse().ok()
+    match fields.nth(18).and_then(|f| f.parse().ok()) {
+        Some(t) => Seen::Running(t),
+        None => Seen::Unknown,
+    }
+}
+
+/// The start time of process `pid` (clock ticks after boot), `None` when it no longer runs
+/// (gone, or a zombie) or `/proc` cannot tell.
+fn start_time(pid: u32) -> Option<u64> {
+    match seen(pid) {
+        Seen::Running(t) => Some(t),
+        Seen::Gone | Seen::Unknown => None,
+    }
 }
 
 pub(crate) fn me() -> u32 {
@@ -91,9 +124,10 @@ pub(crate) fn register(h: &Header, ring: &str, role: Role) -> Result<usize> {
 /// Whether the process of entry `p` still runs (the same process: its start time matches).
 pub(crate) fn alive(p: &Peer) -> bool {
     let pid = p.pid.load(Ordering::Relaxed);
-    match start_time(pid) {
-        None => false,
-        Some(t) => {
+    match seen(pid) {
+        Seen::Gone => false,
+        Seen::Unknown => true,
+        Seen::Running(t) => {
             let registered = p.start.load(Ordering::Relaxed);
             registered == 0 || t == registered
         }

@@ -78,6 +78,9 @@ impl Server {
     }
 }
 
+/// How long `fetch` waits for the creator's answer.
+const ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Most files one server hands over.
 pub(crate) const MAX_FDS: usize = 2;
 
@@ -140,6 +143,9 @@ pub(crate) fn fetch_all(kind: Kind, name: &str) -> Result<Vec<OwnedFd>> {
             message: "served by another user's process".into(),
         });
     }
+    // A creator that cannot answer (stopped, or not seqsync) is an error, not a hang.
+    conn.set_read_timeout(Some(ANSWER_WITHIN))
+        .map_err(|e| Error::invalid(name, format!("cannot wait for its creator: {e}")))?;
     let mut byte = [0u8; 1];
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = RecvAncillaryBuffer::new(&mut space);

@@ -285,7 +285,8 @@ impl<B: Backend> SharedBuffer<B> {
         if h.begin_stop() {
             h.finish_stop("freed by its creator", peers::me());
         }
-        let deadline = Instant::now() + timeout;
+        // `None`: no limit (a timeout past what an Instant holds).
+        let deadline = wake::deadline(timeout);
         loop {
             let left = living_importers(&self.seg, self.peer);
             if left == 0 {
@@ -293,7 +294,7 @@ impl<B: Backend> SharedBuffer<B> {
                 return Ok(());
             }
             let now = Instant::now();
-            if now >= deadline {
+            if deadline.is_some_and(|d| now >= d) {
                 // Never freed under an importer: kept until this process ends.
                 std::mem::forget(self.memory.take());
                 return Err(Error::StillImported {
@@ -301,7 +302,8 @@ impl<B: Backend> SharedBuffer<B> {
                     importers: left,
                 });
             }
-            wake::sleep_for(h, CHECK_EVERY.min(deadline - now));
+            let wait = deadline.map_or(CHECK_EVERY, |d| CHECK_EVERY.min(d - now));
+            wake::sleep_for(h, wait);
         }
     }
 }

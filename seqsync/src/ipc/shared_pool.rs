@@ -30,7 +30,7 @@
 //! It may use: `backend` (the pool and its allocations) and the segment, rendezvous, peers and
 //! wake of this layer.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -126,6 +126,44 @@ struct Exporter {
     /// Per table entry in use: what this process published there (the segment's copy is
     /// never trusted back), and its memory (CUDA).
     live: HashMap<u32, Live>,
+    /// The next publication's generation: from a random start (an id of another pool, or
+    /// of an earlier pool of the name, names nothing here), below 2^56 (an id is 64 bits).
+    next_generation: u64,
+}
+
+/// Generations stay below this: [`ExportId::to_u64`] keeps 56 bits of one.
+const GENERATIONS: u64 = 1 << 56;
+
+/// A random first generation for a new pool.
+fn first_generation() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(peers::me());
+    h.finish() % (GENERATIONS / 2) + 1
+}
+
+/// Names of device pools open in this process (an exporter's, or an importer's): the driver
+/// may hand one process the same pool and pointers twice, which two owners would free twice.
+static DEVICE_POOLS: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+
+/// Claim `name` for this process's only handle on its device pool.
+fn claim_device_pool(name: &str) -> Result<()> {
+    let mut g = DEVICE_POOLS.lock().unwrap_or_else(|p| p.into_inner());
+    if !g.get_or_insert_with(HashSet::new).insert(name.to_owned()) {
+        return Err(Error::invalid(
+            name,
+            "this process holds a handle on this device pool already (one per process: the \
+             driver shares one import per process)",
+        ));
+    }
+    Ok(())
+}
+
+fn release_device_pool(name: &str) {
+    let mut g = DEVICE_POOLS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(set) = g.as_mut() {
+        set.remove(name);
+    }
 }
 
 /// An allocation the exporter published: its generation, size and offset (host), and its
@@ -134,6 +172,7 @@ struct Live {
     generation: u64,
     bytes: usize,
     offset: usize,
+    ptr: u64,
     memory: Option<IpcMemory>,
 }
 
@@ -207,7 +246,8 @@ impl<B: Backend> SharedPool<B> {
     /// a capacity of 0 or above 1 TiB, or a backend with no such pool; the backend's errors.
     pub fn create(backend: &B, name: &str, capacity: usize) -> Result<Self> {
         check_name(name)?;
-        if capacity == 0 || capacity as u64 > MAX_BUFFER_BYTES {
+        if capacity == 0 || (capacity as u64).saturating_add(TABLE_BYTES as u64) > MAX_BUFFER_BYTES
+        {
             return Err(Error::invalid(
                 name,
                 format!("a shared pool of {capacity} bytes: 1 byte to 1 TiB"),
@@ -215,7 +255,16 @@ impl<B: Backend> SharedPool<B> {
         }
         let (in_segment, pool, pool_fd) = match backend.ipc_pool_create()? {
             IpcPoolExport::InSegment => (capacity, None, None),
-            IpcPoolExport::Device(pool, fd) => (0, Some(pool), Some(fd)),
+            IpcPoolExport::Device(pool, fd) => {
+                claim_device_pool(name)?;
+                (0, Some(pool), Some(fd))
+            }
+        };
+        let device = pool.is_some();
+        let unclaim = || {
+            if device {
+                release_device_pool(name);
+            }
         };
         let data = TABLE_BYTES + in_segment;
         let sizes = Sizes {
@@ -223,25 +272,29 @@ impl<B: Backend> SharedPool<B> {
             buffer_len: data,
             ..Sizes::default()
         };
-        let seg = Segment::create(name, Kind::Pool, sizes)?;
-        let fd = seg
-            .fd()
-            .try_clone_to_owned()
-            .map_err(|e| Error::invalid(name, format!("dup its segment: {e}")))?;
-        let peer = peers::register(seg.header(), name, Role::Creator)?;
-        let fds = std::iter::once(fd).chain(pool_fd).collect();
-        let server = match Server::start_all(Kind::Pool, name, fds) {
-            Ok(s) => s,
-            Err(e) => {
-                peers::unregister(seg.header(), peer);
-                return Err(e);
+        let made = (|| {
+            let seg = Segment::create(name, Kind::Pool, sizes)?;
+            let fd = seg
+                .fd()
+                .try_clone_to_owned()
+                .map_err(|e| Error::invalid(name, format!("dup its segment: {e}")))?;
+            let peer = peers::register(seg.header(), name, Role::Creator)?;
+            let fds = std::iter::once(fd).chain(pool_fd).collect();
+            match Server::start_all(Kind::Pool, name, fds) {
+                Ok(s) => Ok((seg, peer, s)),
+                Err(e) => {
+                    peers::unregister(seg.header(), peer);
+                    Err(e)
+                }
             }
-        };
+        })();
+        let (seg, peer, server) = made.inspect_err(|_| unclaim())?;
         let exporter = Exporter {
             server: Some(server),
             used: BTreeMap::new(),
             bytes: 0,
             live: HashMap::new(),
+            next_generation: first_generation(),
         };
         Ok(Self::made(
             backend,
@@ -274,11 +327,28 @@ impl<B: Backend> SharedPool<B> {
         let in_segment = seg.sizes.data - TABLE_BYTES;
         let pool = match (in_segment > 0, backend.addresses_host_memory(), pool_fd) {
             (true, true, None) => None,
-            (false, false, Some(fd)) => Some(backend.ipc_pool_import(fd)?),
-            (false, false, None) => {
+            (false, false, Some(fd)) => {
+                if seg.created_here() {
+                    return Err(Error::invalid(
+                        name,
+                        "its exporter's process uses its allocations directly (import them in \
+                         other processes)",
+                    ));
+                }
+                claim_device_pool(name)?;
+                // SAFETY: the name's one import in this process (claimed just now).
+                match unsafe { backend.ipc_pool_import(fd) } {
+                    Ok(p) => Some(p),
+                    Err(e) => {
+                        release_device_pool(name);
+                        return Err(e);
+                    }
+                }
+            }
+            (false, false, None) | (true, true, Some(_)) => {
                 return Err(Error::BadSegment {
                     ring: name.to_owned(),
-                    message: "a device pool's creator sent no pool descriptor".into(),
+                    message: "its creator sent the wrong files for its kind of pool".into(),
                 })
             }
             (in_segment, _, _) => {
@@ -292,7 +362,15 @@ impl<B: Backend> SharedPool<B> {
                 ))
             }
         };
-        let peer = peers::register(seg.header(), name, Role::Opener)?;
+        let peer = match peers::register(seg.header(), name, Role::Opener) {
+            Ok(p) => p,
+            Err(e) => {
+                if pool.is_some() {
+                    release_device_pool(name);
+                }
+                return Err(e);
+            }
+        };
         Ok(Self::made(backend, name, seg, pool, peer, None, in_segment))
     }
 
@@ -410,8 +488,11 @@ impl<B: Backend> SharedPool<B> {
         for (b, v) in e.pointer.iter().zip(pointer) {
             b.store(v, Ordering::Relaxed);
         }
-        e.importers.store(0, Ordering::Relaxed);
-        let generation = e.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        // The importer bits are left alone: every holder clears its own, and a refused import
+        // its bit at once; a bit set now is an import racing this publication, which it sees.
+        let generation = ex.next_generation;
+        ex.next_generation = (generation + 1) % GENERATIONS;
+        e.generation.store(generation, Ordering::SeqCst);
         // Last, with release: an importer that sees it published sees everything above.
         e.state.store(PUBLISHED, Ordering::SeqCst);
         if self.pool.is_none() {
@@ -424,6 +505,7 @@ impl<B: Backend> SharedPool<B> {
                 generation,
                 bytes,
                 offset,
+                ptr,
                 memory,
             },
         );
@@ -450,6 +532,18 @@ impl<B: Backend> SharedPool<B> {
         timeout: Duration,
     ) -> Result<()> {
         let mut ex = self.exporter()?;
+        match ex.live.get(&alloc.id.index) {
+            Some(l) if l.ptr == alloc.ptr && l.bytes == alloc.len => {}
+            _ => {
+                return Err(Error::invalid(
+                    &self.name,
+                    format!(
+                        "allocation {} is not exported by this pool now",
+                        alloc.id.to_u64()
+                    ),
+                ))
+            }
+        }
         self.free_locked(&mut ex, alloc.id, Some(stream), timeout)
     }
 
@@ -478,36 +572,66 @@ impl<B: Backend> SharedPool<B> {
         }
         // No new import from here on (SeqCst with the importer's bit, then its check).
         e.state.store(FREEING, Ordering::SeqCst);
+        if let Err(left) = self.await_importers(&[e], wake::deadline(timeout)) {
+            e.state.store(PUBLISHED, Ordering::SeqCst);
+            return Err(Error::StillImported {
+                buffer: format!("{} allocation {}", self.name, id.to_u64()),
+                importers: left,
+            });
+        }
+        self.release_freed(ex, id.index);
+        Ok(())
+    }
+
+    /// Wait until no living process holds an import of any of `entries` (each marked
+    /// [`FREEING`]), or until `deadline` (`None`: no limit): `Err` with how many still hold
+    /// one.
+    fn await_importers(
+        &self,
+        entries: &[&Entry],
+        deadline: Option<Instant>,
+    ) -> std::result::Result<(), usize> {
         let h = self.seg.header();
-        let deadline = Instant::now() + timeout;
         loop {
-            let left = self.living_importers(e);
+            let left: usize = entries.iter().map(|e| self.clear_dead_importers(e)).sum();
             if left == 0 {
-                break;
+                return Ok(());
             }
             let now = Instant::now();
-            if now >= deadline {
-                e.state.store(PUBLISHED, Ordering::SeqCst);
-                return Err(Error::StillImported {
-                    buffer: format!("{} allocation {}", self.name, id.to_u64()),
-                    importers: left,
-                });
-            }
-            wake::sleep_for(h, CHECK_EVERY.min(deadline - now));
+            let wait = match deadline {
+                Some(d) if now >= d => return Err(left),
+                Some(d) => CHECK_EVERY.min(d - now),
+                None => CHECK_EVERY,
+            };
+            wake::sleep_for(h, wait);
         }
-        let live = ex.live.remove(&id.index).expect("checked above");
+    }
+
+    /// Free entry `index`'s memory (its importers are gone) and give the entry back.
+    fn release_freed(&self, ex: &mut Exporter, index: u32) {
+        let e = &self.entries()[index as usize];
+        let live = ex.live.remove(&index).expect("a live entry");
         drop(live.memory); // freed, after this process's device work on it
         if self.pool.is_none() {
             ex.used.remove(&live.offset);
         }
         ex.bytes -= live.bytes;
         e.state.store(FREE, Ordering::SeqCst);
-        Ok(())
     }
 
-    /// Living processes (other than this one) that hold an import of `e`; a dead one's bit
-    /// is cleared.
+    /// Processes other than this one that hold an import of `e` and may still live (an
+    /// entry in use whose process `/proc` does not show dead, or one being reused).
     fn living_importers(&self, e: &Entry) -> usize {
+        self.importers_of(e, false)
+    }
+
+    /// As [`living_importers`](Self::living_importers), clearing the bits of processes that
+    /// are gone: only while `e` is being freed (no new import can set a bit that stays).
+    fn clear_dead_importers(&self, e: &Entry) -> usize {
+        self.importers_of(e, true)
+    }
+
+    fn importers_of(&self, e: &Entry, clear_dead: bool) -> usize {
         let bits = e.importers.load(Ordering::SeqCst);
         let peers = &self.seg.header().peers;
         let mut living = 0;
@@ -515,9 +639,10 @@ impl<B: Backend> SharedPool<B> {
             if bits & (1 << i) == 0 || i == self.peer {
                 continue;
             }
-            if p.state.load(Ordering::SeqCst) == 2 && peers::alive(p) {
+            let gone = p.state.load(Ordering::SeqCst) == 0 || !peers::alive(p);
+            if !gone {
                 living += 1;
-            } else {
+            } else if clear_dead {
                 e.importers.fetch_and(!(1 << i), Ordering::SeqCst);
             }
         }
@@ -563,6 +688,7 @@ impl<B: Backend> SharedPool<B> {
             .entries()
             .get(id.index as usize)
             .ok_or_else(not_exported)?;
+        self.exporter_alive()?;
         let mut imported = self.imported.lock().unwrap_or_else(|p| p.into_inner());
         if imported.contains_key(&id.index) {
             return Err(Error::invalid(
@@ -592,7 +718,11 @@ impl<B: Backend> SharedPool<B> {
             None => {
                 let offset = e.offset.load(Ordering::Relaxed);
                 match offset.checked_add(len) {
-                    Some(end) if len > 0 && end <= self.capacity as u64 => {
+                    Some(end)
+                        if len > 0
+                            && end <= self.capacity as u64
+                            && offset.is_multiple_of(ALIGN as u64) =>
+                    {
                         (self.base + offset, None)
                     }
                     _ => {
@@ -618,7 +748,12 @@ impl<B: Backend> SharedPool<B> {
                 }
                 let data: IpcPoolPointer =
                     std::array::from_fn(|k| e.pointer[k].load(Ordering::Relaxed));
-                match self.backend.ipc_pool_import_pointer(pool, &data) {
+                // SAFETY: this process's only handle on the pool (`claim_device_pool`), and
+                // this allocation is not imported here now (`imported`, held locked).
+                match unsafe {
+                    self.backend
+                        .ipc_pool_import_pointer(pool, &data, len as usize)
+                } {
                     Ok(m) => (m.ptr, Some(m)),
                     Err(err) => {
                         release();
@@ -638,6 +773,29 @@ impl<B: Backend> SharedPool<B> {
     }
 }
 
+impl<B: Backend> SharedPool<B> {
+    /// `Ok` while the exporter's process lives: a dead exporter's allocations are gone.
+    fn exporter_alive(&self) -> Result<()> {
+        let h = self.seg.header();
+        let creator = h.peers.iter().find(|p| {
+            p.state.load(Ordering::SeqCst) == 2
+                && p.role.load(Ordering::Relaxed) == Role::Creator as u32
+        });
+        match creator {
+            Some(p) if peers::alive(p) => Ok(()),
+            Some(p) => Err(Error::PeerLost {
+                ring: self.name.clone(),
+                pid: p.pid.load(Ordering::Relaxed),
+                role: "creating",
+            }),
+            None => Err(Error::invalid(
+                &self.name,
+                "its exporter has dropped it (its allocations are freed)",
+            )),
+        }
+    }
+}
+
 /// The first offset (a multiple of [`ALIGN`]) where `bytes` fit among `used` ranges within
 /// `capacity`.
 fn first_fit(used: &BTreeMap<usize, usize>, bytes: usize, capacity: usize) -> Option<usize> {
@@ -653,27 +811,46 @@ fn first_fit(used: &BTreeMap<usize, usize>, bytes: usize, capacity: usize) -> Op
 
 impl<B: Backend> Drop for SharedPool<B> {
     fn drop(&mut self) {
+        let device = self.pool.is_some();
         if let Some(ex) = self.exporter.take() {
             let mut ex = ex.into_inner().unwrap_or_else(|p| p.into_inner());
             ex.server = None; // no new importer from here on
-            let ids: Vec<ExportId> = ex
-                .live
+                              // Every allocation at once: marked, then one wait for all their importers.
+            let indices: Vec<u32> = ex.live.keys().copied().collect();
+            let entries: Vec<&Entry> = indices
                 .iter()
-                .map(|(&index, l)| ExportId {
-                    index,
-                    generation: l.generation,
-                })
+                .map(|&i| &self.entries()[i as usize])
                 .collect();
-            for id in ids {
-                if self.free_locked(&mut ex, id, None, DROP_WAIT).is_err() {
+            for e in &entries {
+                e.state.store(FREEING, Ordering::SeqCst);
+            }
+            let _ = self.await_importers(&entries, wake::deadline(DROP_WAIT));
+            for &i in &indices {
+                let e = &self.entries()[i as usize];
+                if self.clear_dead_importers(e) == 0 {
+                    self.release_freed(&mut ex, i);
+                } else if let Some(live) = ex.live.remove(&i) {
                     // Never freed under an importer: kept until this process ends.
-                    if let Some(live) = ex.live.remove(&id.index) {
-                        std::mem::forget(live.memory);
-                    }
+                    std::mem::forget(live.memory);
                 }
             }
         }
+        let forgotten = !self
+            .imported
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty();
+        if forgotten {
+            // An import was leaked (`mem::forget`): it holds memory the exporter must not
+            // free, so this process keeps its peer entry (its bits count) and its pool until
+            // it ends.
+            std::mem::forget(self.pool.take());
+            return;
+        }
         self.pool = None;
+        if device {
+            release_device_pool(&self.name);
+        }
         peers::unregister(self.seg.header(), self.peer);
         wake::wake(self.seg.header(), Channel::State, true);
     }

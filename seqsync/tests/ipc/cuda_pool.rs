@@ -45,22 +45,25 @@ fn exported_run(child_test: &str, still_imported: bool) -> i32 {
     let pool = SharedPool::create(b, &name, 64 << 20).unwrap();
     let s = b.new_stream("s").unwrap();
     let a = pool.alloc(&s, N * 4).unwrap();
-    let ring = SharedRing::create(b, &format!("{name}-r"), 1, 1).unwrap();
-    let mut c = child(child_test, &name, a.id);
-    await_ready(&mut c);
-    assert_eq!(pool.importers(&a), 1);
-    let (n, value, ns) = (
-        N as i32,
-        VALUE,
-        Duration::from_millis(300).as_nanos() as u64,
-    );
-    let mut launch = s.launch_builder(&g.slow_fill);
-    launch.arg(&a.ptr).arg(&n).arg(&value).arg(&ns);
+    // Zeros first (the pool may hand back memory that held VALUE already).
+    let (n, zero, none) = (N as i32, 0f32, 0u64);
     let cfg = LaunchConfig {
         grid_dim: (64, 1, 1),
         block_dim: (256, 1, 1),
         shared_mem_bytes: 0,
     };
+    let mut clear = s.launch_builder(&g.slow_fill);
+    clear.arg(&a.ptr).arg(&n).arg(&zero).arg(&none);
+    // SAFETY: slow_fill(float*, int, float, u64) writes the N floats of the live allocation.
+    unsafe { clear.launch(cfg) }.unwrap();
+    s.synchronize().unwrap();
+    let ring = SharedRing::create(b, &format!("{name}-r"), 1, 1).unwrap();
+    let mut c = child(child_test, &name, a.id);
+    await_ready(&mut c);
+    assert_eq!(pool.importers(&a), 1);
+    let (value, ns) = (VALUE, Duration::from_millis(300).as_nanos() as u64);
+    let mut launch = s.launch_builder(&g.slow_fill);
+    launch.arg(&a.ptr).arg(&n).arg(&value).arg(&ns);
     // SAFETY: slow_fill(float*, int, float, u64) writes the N floats of the allocation, which
     // stays allocated until the free below (after the stream).
     unsafe { launch.launch(cfg) }.unwrap();
@@ -84,6 +87,9 @@ fn import_and_read(skip: bool) {
     let g = common::gpu::gpu().expect("gpu");
     let b = &g.backend;
     let pool = SharedPool::open(b, &name).unwrap();
+    // One handle on a device pool per process: the driver shares one import.
+    let again = SharedPool::open(b, &name).unwrap_err();
+    assert!(matches!(again, Error::InvalidArgument { .. }), "{again}");
     let got = pool.import(id).unwrap();
     assert_eq!(got.len(), N * 4);
     let ring = SharedRing::open(b, &format!("{name}-r")).unwrap();
@@ -130,7 +136,9 @@ fn cuda_pool_negative_control_an_importer_that_skips_its_wait_reads_wrong() {
     if common::gpu::gpu().is_none() {
         return;
     }
-    assert!(exported_run("child_cuda_pool_skips", false) > 0);
+    // 1..=100 wrong (capped): a child that failed otherwise exits 101 (a panic).
+    let wrong = exported_run("child_cuda_pool_skips", false);
+    assert!((1..=100).contains(&wrong), "exit code {wrong}");
 }
 
 #[test]
@@ -154,12 +162,15 @@ fn cuda_pool_a_killed_importer_does_not_hold_up_the_free() {
     let mut c = child("child_cuda_pool_imports_and_sleeps", &name, a.id);
     await_ready(&mut c);
     assert_eq!(pool.importers(&a), 1);
+    // The exporter's process uses its allocations directly: it opens no import of its pool.
+    let e = SharedPool::open(b, &name).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
     let (killed, mut c) = kill_later(c, Duration::from_millis(100)).join().unwrap();
     c.wait().unwrap();
     let start = Instant::now();
     pool.free(&a, &s, Duration::from_secs(5)).unwrap();
     assert!(
-        killed.elapsed() < Duration::from_secs(2),
+        killed.elapsed() < Duration::from_secs(3),
         "{:?} (free {:?})",
         killed.elapsed(),
         start.elapsed()

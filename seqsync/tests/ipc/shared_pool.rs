@@ -285,7 +285,7 @@ fn a_killed_importer_does_not_hold_up_the_pool_free() {
     c.wait().unwrap();
     pool.free(&a, &s, Duration::from_secs(5)).unwrap();
     assert!(
-        killed.elapsed() < Duration::from_secs(1),
+        killed.elapsed() < Duration::from_secs(3),
         "{:?}",
         killed.elapsed()
     );
@@ -298,6 +298,83 @@ fn child_imports_it_and_sleeps() {
     let host = HostBackend::new();
     let pool = SharedPool::open(&host, &name).unwrap();
     let _got = pool.import(ids[0]).unwrap();
+    println!("{}", harness::READY);
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+#[test]
+fn an_id_of_another_pool_names_nothing_and_a_free_of_its_allocation_is_refused() {
+    let host = HostBackend::new();
+    let s = host.new_stream("s").unwrap();
+    let (na, nb) = (unique("pool-a"), unique("pool-b"));
+    let (a, b) = (
+        SharedPool::create(&host, &na, 4096).unwrap(),
+        SharedPool::create(&host, &nb, 4096).unwrap(),
+    );
+    let (xa, xb) = (a.alloc(&s, 64).unwrap(), b.alloc(&s, 64).unwrap());
+    // The same table entry in both, under generations of their own.
+    assert_ne!(xa.id, xb.id);
+    let seen_b = SharedPool::open(&host, &nb).unwrap();
+    let e = seen_b.import(xa.id).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+    let e = a.free(&xb, &s, Duration::from_secs(1)).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+    // Both still exported: B's is importable, A's free works.
+    drop(seen_b.import(xb.id).unwrap());
+    a.free(&xa, &s, Duration::MAX).unwrap();
+    b.free(&xb, &s, Duration::MAX).unwrap();
+}
+
+#[test]
+fn a_leaked_import_keeps_holding_the_allocation_after_its_pool_handle_is_dropped() {
+    let host = HostBackend::new();
+    let s = host.new_stream("s").unwrap();
+    let name = unique("pool-leak");
+    let pool = SharedPool::create(&host, &name, 4096).unwrap();
+    let a = pool.alloc(&s, 64).unwrap();
+    let seen = SharedPool::open(&host, &name).unwrap();
+    std::mem::forget(seen.import(a.id).unwrap());
+    drop(seen);
+    // The leaked import still holds the memory: the exporter must not free it.
+    let e = pool.free(&a, &s, Duration::from_millis(50)).unwrap_err();
+    assert!(
+        matches!(e, Error::StillImported { importers: 1, .. }),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_import_after_the_exporter_was_killed_is_peer_lost() {
+    let host = HostBackend::new();
+    let name = unique("pool-dead");
+    let path = harness::data_path("pool-dead");
+    let data = harness::Data::create(&path);
+    let mut c = harness::child(
+        "shared_pool::child_exports_and_sleeps",
+        &format!("{name}:"),
+        Some(&path),
+    );
+    await_ready(&mut c);
+    let id = ExportId::from_u64(data.word(0).load(Ordering::SeqCst) as u64);
+    let seen = SharedPool::open(&host, &name).unwrap();
+    drop(seen.import(id).unwrap());
+    let (_, mut c) = kill_later(c, Duration::from_millis(10)).join().unwrap();
+    c.wait().unwrap();
+    let e = seen.import(id).unwrap_err();
+    assert!(matches!(e, Error::PeerLost { .. }), "{e}");
+    let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+#[ignore = "run as the child process of an_import_after_the_exporter_was_killed_is_peer_lost"]
+fn child_exports_and_sleeps() {
+    let Some((name, _)) = told() else { return };
+    let host = HostBackend::new();
+    let s = host.new_stream("s").unwrap();
+    let pool = SharedPool::create(&host, &name, 4096).unwrap();
+    let a = pool.alloc(&s, 64).unwrap();
+    let data = harness::Data::open(std::path::Path::new(&std::env::var(harness::DATA).unwrap()));
+    data.word(0).store(a.id.to_u64() as i64, Ordering::SeqCst);
     println!("{}", harness::READY);
     std::thread::sleep(Duration::from_secs(60));
 }

@@ -237,6 +237,8 @@ driver_calls! {
         pool: sys::CUmemoryPool,
         data: *mut sys::CUmemPoolPtrExportData,
     );
+    mem_get_address_range => cuMemGetAddressRange_v2 as "cuMemGetAddressRange"
+        (base: *mut sys::CUdeviceptr, size: *mut usize, ptr: sys::CUdeviceptr);
     mem_pool_get_access => cuMemPoolGetAccess as "cuMemPoolGetAccess" (
         out: *mut sys::CUmemAccess_flags,
         pool: sys::CUmemoryPool,

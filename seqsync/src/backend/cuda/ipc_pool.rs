@@ -213,6 +213,7 @@ pub(super) fn import_pointer(
     deferred: &Arc<Deferred>,
     pool: &IpcPool,
     data: &IpcPoolPointer,
+    len: usize,
 ) -> Result<IpcMemory> {
     make_current(ctx)?;
     let mut data = sys::CUmemPoolPtrExportData { reserved: *data };
@@ -221,12 +222,25 @@ pub(super) fn import_pointer(
     // checks (it refuses data naming no live allocation of the pool); `ptr` is an
     // out-pointer.
     unsafe { driver::mem_pool_import_pointer(&mut ptr, pool_of(pool), &mut data) }.check()?;
-    Ok(IpcMemory {
+    let memory = IpcMemory {
         ptr,
         _owner: Box::new(PoolMemory {
             ptr,
             ctx: ctx.clone(),
             deferred: deferred.clone(),
         }),
-    })
+    };
+    // The size the exporter claims is checked against what the driver mapped: kernels sized
+    // from it must not run past the allocation.
+    let (mut base, mut size): (sys::CUdeviceptr, usize) = (0, 0);
+    // SAFETY: `ptr` is a live import of this context; both out-pointers are valid.
+    unsafe { driver::mem_get_address_range(&mut base, &mut size, ptr) }.check()?; // freed on error
+    let end = (base as u128) + size as u128;
+    if (ptr as u128) + (len as u128) > end {
+        return Err(crate::error::Error::invalid(
+            "cuda",
+            format!("an imported pool allocation of {size} bytes is claimed to hold {len}"),
+        ));
+    }
+    Ok(memory)
 }

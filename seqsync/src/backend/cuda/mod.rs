@@ -345,7 +345,7 @@ impl Backend for CudaBackend {
         ipc_pool::create(&self.ctx, &self.deferred)
     }
 
-    fn ipc_pool_import(&self, fd: std::os::fd::OwnedFd) -> Result<crate::backend::IpcPool> {
+    unsafe fn ipc_pool_import(&self, fd: std::os::fd::OwnedFd) -> Result<crate::backend::IpcPool> {
         ipc_pool::import(&self.ctx, &self.deferred, fd)
     }
 
@@ -358,12 +358,13 @@ impl Backend for CudaBackend {
         ipc_pool::alloc(&self.ctx, &self.deferred, pool, stream, bytes)
     }
 
-    fn ipc_pool_import_pointer(
+    unsafe fn ipc_pool_import_pointer(
         &self,
         pool: &crate::backend::IpcPool,
         data: &crate::backend::IpcPoolPointer,
+        len: usize,
     ) -> Result<crate::backend::IpcMemory> {
-        ipc_pool::import_pointer(&self.ctx, &self.deferred, pool, data)
+        ipc_pool::import_pointer(&self.ctx, &self.deferred, pool, data, len)
     }
 
     unsafe fn map_host(&self, ptr: *mut u8, len: usize) -> Result<crate::backend::MappedHost> {
