@@ -180,6 +180,11 @@ struct Live {
 /// [`create`](SharedPool::create)'s process ([`alloc`](SharedPool::alloc)), imported by
 /// processes that [`open`](SharedPool::open) it ([`import`](SharedPool::import)).
 ///
+/// Dropping the exporter's handle frees every allocation still exported, waiting up to 5 s
+/// in all for their importers (memory still imported then stays allocated until this process
+/// ends); [`free`](SharedPool::free) holds the exporter's lock while it waits, so `alloc`
+/// on other threads waits too.
+///
 /// Order the work on an allocation as on any memory: with a
 /// [`SharedRing`](super::SharedRing) or a [`SharedTimeline`](super::SharedTimeline) between
 /// the processes. The pool keeps the driver's rules of when an allocation may be seen and
@@ -857,8 +862,10 @@ impl<B: Backend> Drop for SharedPool<B> {
 }
 
 /// An allocation of a [`SharedPool`] imported by this process: its address here. Dropping it
-/// frees the import (after this process's device work on it), which the exporter's free
-/// waits for.
+/// frees the import (on CUDA after this process's device work: the drop waits for the
+/// context), which the exporter's free waits for. On the host backend nothing tracks which
+/// stream jobs use the address: synchronize them before the drop, as before reusing any
+/// memory.
 pub struct ImportedAllocation<'p, B: Backend> {
     pool: &'p SharedPool<B>,
     id: ExportId,
