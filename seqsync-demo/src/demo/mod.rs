@@ -9,15 +9,19 @@
 //! `process_data` checks the output against a CPU reference. The same run measures the
 //! pipeline against each stage alone, a serialized baseline and a hand-rolled baseline.
 //!
-//! Two engines drive it: [`Engine::HandWritten`] (the rings and loops written out as in the
-//! seed) and [`Engine::Pipeline`] (the seed spec, [`seed_spec`], derived and run by
-//! [`seqsync::pipeline::runtime`]). With baselines on, the pipeline engine's report also carries
-//! the hand-written pipeline measured in the same run (`handwritten_gbps`).
+//! Four engines drive it: [`Engine::HandWritten`] (the rings and loops written out as in the
+//! seed), [`Engine::Pipeline`] (the seed spec, [`seed_spec`], derived and run by
+//! [`seqsync::pipeline::run`]), [`Engine::Graph`] (K batches' bodies per replayed graph) and
+//! [`Engine::Adaptive`] (a graph per ring slot and launch size, K a launch only while batches
+//! wait). With baselines on, the engines' reports also carry the hand-written pipeline measured
+//! in the same run (`handwritten_gbps`), the device bound and the isolated latency.
 //!
 //! Files: `config.rs` ([`DemoConfig`]), `validate.rs` (its checks), `dispatch.rs` ([`run`]:
 //! resolve the config and pick the backend), `measure.rs` (timed runs, baselines, bounds),
 //! `report.rs` ([`DemoReport`]); the pipeline itself in `pipeline/` (hand-written),
-//! `engine.rs` (pipeline runtime), `graph_engine.rs` (command graphs), `pool_pipeline.rs`
+//! `engine.rs` (pipeline runtime), `graph_engine.rs` (command graphs), `adaptive_engine.rs`
+//! (per-slot graphs, adaptive launches), `bounds.rs` (device bound, isolated latency),
+//! `pool_pipeline.rs`
 //! ([`Variant::Pool`]), `processes.rs` (the pipeline across two processes: [`run_producer`],
 //! [`run_consumer`]); `baseline.rs`, `sweep.rs`, `trace.rs`, `workload.rs` (inputs and the CPU
 //! reference), `device.rs` / `cuda_device.rs` (the backends' buffers and kernels).

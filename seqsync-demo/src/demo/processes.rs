@@ -109,8 +109,8 @@ fn check_config(config: &DemoConfig) -> Result<()> {
 /// must be piped), run copy in and the kernels, and report with what the consumer saw.
 ///
 /// # Errors
-/// A bad config ([`Error::InvalidArgument`]); the rings' and backend's errors, among them
-/// [`Error::PeerLost`] when the consumer dies.
+/// A bad config ([`Error::InvalidArgument`](seqsync::Error::InvalidArgument)); the rings' and backend's errors, among them
+/// [`Error::PeerLost`](seqsync::Error::PeerLost) when the consumer dies.
 pub fn run_producer(
     config: &DemoConfig,
     run: &str,
@@ -139,7 +139,7 @@ pub fn run_producer(
 /// the `copied` ring, call `ready`, then copy out and check every batch.
 ///
 /// # Errors
-/// As [`run_producer`]; [`Error::PeerLost`] when the producer dies.
+/// As [`run_producer`]; [`Error::PeerLost`](seqsync::Error::PeerLost) when the producer dies.
 pub fn run_consumer(
     config: &DemoConfig,
     run: &str,
