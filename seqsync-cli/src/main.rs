@@ -85,7 +85,8 @@ pub(crate) struct DemoArgs {
     #[arg(long, default_value = "handwritten", value_parser = crate::parse::<Engine>)]
     engine: Engine,
     /// --engine graph: batches per graph (default: enough for 4 MiB, at most 64); --engine
-    /// adaptive: most batches per launch, rounded down to a power of two (default: 2 MiB).
+    /// adaptive: most batches per launch, rounded down to a power of two (default: 2 MiB of
+    /// batches, at most 4).
     #[arg(long, value_name = "K")]
     graph_batches: Option<usize>,
     /// --engine adaptive: launch groups of K in flight (2..=16; slots = depth x K; default 3).

@@ -38,17 +38,19 @@ use seqsync::{Blocking, Error, EventRingbuf, Result};
 /// Streams the launches rotate over: enough for several small launches in flight at once.
 pub const STREAMS: usize = 8;
 
-/// Bytes a saturated launch should carry when `--graph-batches` is not given: half the graph
-/// engine's, since every batch of a launch waits for the launch (BENCHMARKS.md §13: on the
-/// H200 more per launch adds latency and no throughput from 1 MiB batches down).
+/// Bytes a saturated launch should carry at most when `--graph-batches` is not given: half
+/// the graph engine's, since every batch of a launch waits for the launch ...
 const GROUP_BYTES: usize = 2 << 20;
 
+/// ... and batches it should carry at most: with its graphs uploaded, 4 batches a launch and
+/// 3 launches in flight reach the device bound from 64 KiB up on the H200, and more only adds
+/// latency (BENCHMARKS.md §13, the K x depth scan).
+const AUTO_MAX_BATCHES: usize = 4;
+
 /// K for `batch_bytes` when not given: the largest power of two of batches within
-/// [`GROUP_BYTES`] (2 MiB), 1 to 64.
+/// [`GROUP_BYTES`] (2 MiB) and [`AUTO_MAX_BATCHES`] (4), at least 1.
 pub fn auto_launch_batches(batch_bytes: usize) -> usize {
-    launch_batches(
-        (GROUP_BYTES / batch_bytes.max(1)).clamp(1, super::graph_engine::MAX_GRAPH_BATCHES),
-    )
+    launch_batches((GROUP_BYTES / batch_bytes.max(1)).clamp(1, AUTO_MAX_BATCHES))
 }
 
 /// The largest power of two at most `k` (at least 1): the adaptive engine's K for a requested
@@ -121,6 +123,12 @@ pub(crate) fn run<D: Device>(
     let streams: Vec<Stream<D>> = (0..STREAMS)
         .map(|i| b.new_stream(&format!("s_adaptive{i}")))
         .collect::<Result<_>>()?;
+    // Every graph on the device before the run: a graph's first launch uploads it otherwise,
+    // which would land on the first batch of each slot and size.
+    for exe in graphs.values() {
+        exe.upload(&streams[0])?;
+    }
+    b.synchronize_stream(&streams[0])?;
     let waits = drop != Some(GraphEdge::GroupWaits);
     let launched = EventRingbuf::new(b, "launched", 1, slots)?;
     let processed = Timeline::new(b, "processed", 0)?;
@@ -258,17 +266,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_automatic_k_is_a_power_of_two_of_batches_within_2_mib() {
-        assert_eq!(auto_launch_batches(64 << 10), 32);
-        assert_eq!(auto_launch_batches(256 << 10), 8);
+    fn the_automatic_k_is_a_power_of_two_of_batches_within_2_mib_and_4_batches() {
+        assert_eq!(auto_launch_batches(64 << 10), 4);
+        assert_eq!(auto_launch_batches(256 << 10), 4);
         assert_eq!(auto_launch_batches(1 << 20), 2);
-        assert_eq!(auto_launch_batches(3 << 20), 1);
-        assert_eq!(auto_launch_batches(1 << 10), 64);
         assert_eq!(
-            auto_launch_batches(96 << 10),
-            16,
-            "21 batches round down to 16"
+            auto_launch_batches(700 << 10),
+            2,
+            "2.9 batches round down to 2"
         );
+        assert_eq!(auto_launch_batches(3 << 20), 1);
+        assert_eq!(auto_launch_batches(1 << 10), 4);
     }
 
     #[test]

@@ -186,6 +186,11 @@ pub(crate) fn run<D: Device>(
     let streams: Vec<Stream<D>> = (0..DEPTH)
         .map(|i| b.new_stream(&format!("s_graph{i}")))
         .collect::<Result<_>>()?;
+    // Every graph on the device before the run (a first launch uploads it otherwise).
+    for exe in full.iter().chain(&short) {
+        exe.upload(&streams[0])?;
+    }
+    b.synchronize_stream(&streams[0])?;
     let waits = drop != Some(GraphEdge::GroupWaits);
     let ring = EventRingbuf::new(b, "graph", 1 + waits as u32, DEPTH)?;
     let processed = EventRingbuf::new(b, "processed", 0, 1)?;

@@ -26,6 +26,14 @@ pub trait GraphBackend: CommandBackend {
     /// its later work.
     fn launch_graph(&self, exec: &Self::GraphExec, stream: &Self::Stream) -> Result<()>;
 
+    /// Prepare `exec` on the device in `stream`'s order, so that its first launch costs what
+    /// a later one does (CUDA: `cuGraphUpload`; a first launch uploads otherwise). Runs
+    /// nothing of the graph. The default does nothing.
+    fn upload_graph(&self, exec: &Self::GraphExec, stream: &Self::Stream) -> Result<()> {
+        let _ = (exec, stream);
+        Ok(())
+    }
+
     /// Replace kernel node `node`'s kernel (its parameters) for later launches; the node's
     /// function must stay the same.
     fn update_graph_kernel(

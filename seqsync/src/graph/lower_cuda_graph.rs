@@ -150,6 +150,15 @@ impl<B: GraphBackend> GraphExecutable<B> {
         self.backend.launch_graph(&self.exec, stream)
     }
 
+    /// Prepare it on the device in `stream`'s order, so that its first replay costs what a
+    /// later one does (CUDA: `cuGraphUpload`; the host backend has nothing to prepare).
+    ///
+    /// # Errors
+    /// A failing backend call.
+    pub fn upload(&self, stream: &B::Stream) -> Result<()> {
+        self.backend.upload_graph(&self.exec, stream)
+    }
+
     /// Change command `i`'s kernel (same function, new parameters) for later replays.
     ///
     /// # Errors

@@ -291,6 +291,8 @@ driver_calls! {
     graph_exec_destroy => cuGraphExecDestroy as "cuGraphExecDestroy" (exec: sys::CUgraphExec);
     graph_launch => cuGraphLaunch as "cuGraphLaunch"
         (exec: sys::CUgraphExec, stream: sys::CUstream);
+    graph_upload => cuGraphUpload as "cuGraphUpload"
+        (exec: sys::CUgraphExec, stream: sys::CUstream);
     graph_exec_kernel_node_set_params => cuGraphExecKernelNodeSetParams_v2
         as "cuGraphExecKernelNodeSetParams" (
         exec: sys::CUgraphExec,

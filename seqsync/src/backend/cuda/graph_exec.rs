@@ -334,6 +334,14 @@ impl GraphBackend for CudaBackend {
         })
     }
 
+    fn upload_graph(&self, exec: &CudaGraphExec, stream: &Self::Stream) -> Result<()> {
+        bind_for(stream)?;
+        // SAFETY: `exec.exec` is a live instantiated graph of this context; `stream` is live.
+        with_context(stream.context(), || unsafe {
+            driver::graph_upload(exec.exec, stream.cu_stream())
+        })
+    }
+
     fn update_graph_kernel(
         &self,
         exec: &mut CudaGraphExec,
