@@ -3,10 +3,10 @@
 //! arrives, a saturated one launches groups as the graph engine does.
 //!
 //! Every buffer has `S = depth * K` slots (`K` a power of two, `depth` launch groups of `K`:
-//! [`DEPTH`] unless told; host input and output batches included) and batch `s` lives in slot `s % S`. A launch carries `m` consecutive batches
-//! from `s`, with `m` a power of two that divides `s` (so the slots `s % S ..` do not wrap):
-//! one graph per (first slot, `m`) pair, instantiated before the run and replayed with
-//! nothing to update. Before each launch the h2g thread waits for batch `s` to arrive, then
+//! [`DEPTH`] unless told; host input and output batches included) and batch `s` lives in slot
+//! `s % S`. A launch carries `m` consecutive batches from `s`, with `m` a power of two that
+//! divides `s` (so the slots `s % S ..` do not wrap): one graph per (first slot, `m`) pair,
+//! instantiated and uploaded before the run and replayed with nothing to update. Before each launch the h2g thread waits for batch `s` to arrive, then
 //! takes `m` = the largest such power of two no larger than the batches already waiting, `K`
 //! and what is left; launch `i` goes on stream `i % STREAMS`.
 //!
