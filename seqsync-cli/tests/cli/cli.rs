@@ -85,6 +85,23 @@ fn demo_adaptive_engine_verifies_under_chaos_and_catches_a_dropped_edge() {
 }
 
 #[test]
+fn demo_verify_samples_at_its_largest_runs() {
+    // Counted into the host-memory check without overflowing (the flag fuzzer found it).
+    let (code, out, err) = seqsync(&[
+        "demo",
+        "--verify-samples",
+        "18446744073709551615",
+        "--backend",
+        "host",
+        "--batches",
+        "2",
+        "--no-baselines",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("verified 2/2"), "{out}");
+}
+
+#[test]
 fn dropped_wait_exits_nonzero() {
     let (code, _, err) = seqsync(&[
         "--backend",

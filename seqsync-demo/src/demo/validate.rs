@@ -146,7 +146,7 @@ impl DemoConfig {
         let elements = batch_bytes / 4;
         let checked = match self.verify_samples {
             0 => elements,
-            n => elements.min(n + workload::HEADER),
+            n => elements.min(n.saturating_add(workload::HEADER)),
         };
         let need =
             (batch_bytes as u128) * host_buffers as u128 + 16 * checked as u128 * patterns as u128;
