@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use super::device::{Device, Stream};
 #[cfg(doc)]
 use super::graph_engine::DEPTH;
-use super::graph_engine::{record, GraphEdge};
+use super::graph_engine::{record, run_threads, sync_streams, GraphEdge};
 use super::pipeline::{first_error, Checker, RunOptions, Variant, Verification};
 use seqsync::backend::Backend;
 use seqsync::graph::GraphExecutable;
@@ -209,49 +209,12 @@ pub(crate) fn run<D: Device>(
         }
         Ok(())
     };
-    let stop = |name: &str, r: &Result<()>| {
-        if let Err(e) = r {
-            let why = format!("thread {name} failed: {e}");
-            launched.stop(why.clone());
-            processed.fail(Error::Cancelled(why));
-        }
+    let stop = |why: String| {
+        launched.stop(why.clone());
+        processed.fail(Error::Cancelled(why));
     };
-    let panicked = |name: &str, p: Box<dyn std::any::Any + Send>| -> Error {
-        crate::invalid(
-            "demo",
-            format!("thread {name} panicked: {}", crate::panic_message(&*p)),
-        )
-    };
-    let (results, graphs) = std::thread::scope(|scope| {
-        let a = scope.spawn(
-            || match std::panic::catch_unwind(std::panic::AssertUnwindSafe(h2g)) {
-                Ok((r, graphs)) => {
-                    stop("h2g", &r);
-                    (r, Some(graphs))
-                }
-                Err(p) => {
-                    let r = Err(panicked("h2g", p));
-                    stop("h2g", &r);
-                    (r, None)
-                }
-            },
-        );
-        let c = scope.spawn(|| {
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(g2h))
-                .unwrap_or_else(|p| Err(panicked("g2h", p)));
-            stop("g2h", &r);
-            r
-        });
-        let (ra, graphs) = a.join().unwrap_or_else(|p| (Err(panicked("h2g", p)), None));
-        let rc = c.join().unwrap_or_else(|p| Err(panicked("g2h", p)));
-        (vec![("h2g", ra), ("g2h", rc)], graphs)
-    });
-    let mut synced = Ok(());
-    for s in streams {
-        if let Err(e) = b.synchronize_stream(s) {
-            synced = synced.and(Err(e));
-        }
-    }
+    let (results, graphs) = run_threads(h2g, g2h, &stop);
+    let synced = sync_streams(b, streams);
     let wall = start.elapsed();
     first_error(results)?;
     synced?;

@@ -148,6 +148,62 @@ pub(crate) fn record<D: Device>(
     graph.instantiate(dev.backend())
 }
 
+/// Run the h2g body (which owns the graphs, `Send` but not `Sync`, and hands them back) and
+/// the g2h body on two scoped threads. When either fails or panics, `stop` is told why, so
+/// the other one's waits end. Returns both results and the graphs (`None` after a panic).
+pub(crate) fn run_threads<G: Send>(
+    h2g: impl FnOnce() -> (Result<()>, G) + Send,
+    g2h: impl FnOnce() -> Result<()> + Send,
+    stop: &(dyn Fn(String) + Sync),
+) -> (Vec<(&'static str, Result<()>)>, Option<G>) {
+    let panicked = |name: &str, p: Box<dyn std::any::Any + Send>| -> Error {
+        crate::invalid(
+            "demo",
+            format!("thread {name} panicked: {}", crate::panic_message(&*p)),
+        )
+    };
+    let stopped = |name: &str, r: &Result<()>| {
+        if let Err(e) = r {
+            stop(format!("thread {name} failed: {e}"));
+        }
+    };
+    std::thread::scope(|scope| {
+        let a = scope.spawn(
+            || match std::panic::catch_unwind(std::panic::AssertUnwindSafe(h2g)) {
+                Ok((r, graphs)) => {
+                    stopped("h2g", &r);
+                    (r, Some(graphs))
+                }
+                Err(p) => {
+                    let r = Err(panicked("h2g", p));
+                    stopped("h2g", &r);
+                    (r, None)
+                }
+            },
+        );
+        let c = scope.spawn(|| {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(g2h))
+                .unwrap_or_else(|p| Err(panicked("g2h", p)));
+            stopped("g2h", &r);
+            r
+        });
+        let (ra, graphs) = a.join().unwrap_or_else(|p| (Err(panicked("h2g", p)), None));
+        let rc = c.join().unwrap_or_else(|p| Err(panicked("g2h", p)));
+        (vec![("h2g", ra), ("g2h", rc)], graphs)
+    })
+}
+
+/// Synchronize every stream (all of them, whatever fails); the first error.
+pub(crate) fn sync_streams<B: Backend>(b: &B, streams: &[B::Stream]) -> Result<()> {
+    let mut synced = Ok(());
+    for s in streams {
+        if let Err(e) = b.synchronize_stream(s) {
+            synced = synced.and(Err(e));
+        }
+    }
+    synced
+}
+
 fn names(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
@@ -249,50 +305,12 @@ pub(crate) fn run<D: Device>(
         }
         Ok(())
     };
-    let stop = |name: &str, r: &Result<()>| {
-        if let Err(e) = r {
-            let why = format!("thread {name} failed: {e}");
-            ring.stop(why.clone());
-            processed.stop(why);
-        }
+    let stop = |why: String| {
+        ring.stop(why.clone());
+        processed.stop(why);
     };
-    let panicked = |name: &str, p: Box<dyn std::any::Any + Send>| -> Error {
-        crate::invalid(
-            "demo",
-            format!("thread {name} panicked: {}", crate::panic_message(&*p)),
-        )
-    };
-    let (results, graphs) = std::thread::scope(|scope| {
-        let a = scope.spawn(|| {
-            let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(h2g));
-            match out {
-                Ok((r, graphs)) => {
-                    stop("h2g", &r);
-                    (r, Some(graphs))
-                }
-                Err(p) => {
-                    let r = Err(panicked("h2g", p));
-                    stop("h2g", &r);
-                    (r, None)
-                }
-            }
-        });
-        let c = scope.spawn(|| {
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(g2h))
-                .unwrap_or_else(|p| Err(panicked("g2h", p)));
-            stop("g2h", &r);
-            r
-        });
-        let (ra, graphs) = a.join().expect("graph thread panicked");
-        let rc = c.join().expect("graph thread panicked");
-        (vec![("h2g", ra), ("g2h", rc)], graphs)
-    });
-    let mut synced = Ok(());
-    for s in streams {
-        if let Err(e) = b.synchronize_stream(s) {
-            synced = synced.and(Err(e));
-        }
-    }
+    let (results, graphs) = run_threads(h2g, g2h, &stop);
+    let synced = sync_streams(b, streams);
     let wall = start.elapsed();
     first_error(results)?;
     synced?;

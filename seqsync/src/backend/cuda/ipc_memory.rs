@@ -22,11 +22,13 @@ use super::make_current;
 use crate::backend::{IpcExport, IpcMemory, IpcMemoryHandle};
 use crate::error::Result;
 
-/// The exporter's allocation: freed on drop.
-struct Allocation {
-    ptr: sys::CUdeviceptr,
-    ctx: Arc<CudaContext>,
-    deferred: Arc<Deferred>,
+/// Device memory of this process's that `cuMemFree` frees: the exporter's `cuMemAlloc`
+/// allocation here, a shared pool's allocation or import (`ipc_pool`). Freed on drop, once
+/// this process's device work is done.
+pub(super) struct Allocation {
+    pub(super) ptr: sys::CUdeviceptr,
+    pub(super) ctx: Arc<CudaContext>,
+    pub(super) deferred: Arc<Deferred>,
 }
 
 /// An importer's mapping: closed on drop, once this process's device work is done.
@@ -42,9 +44,10 @@ impl Drop for Allocation {
         // SAFETY: the context is current; waiting for it takes no pointer.
         let r = unsafe { driver::ctx_synchronize() };
         self.deferred.note(r.op(), r.result());
-        // SAFETY: `ptr` came from `cuMemAlloc` in this context and is freed once, here, after
-        // this process's device work (above); the ipc layer drops the exporter's memory only
-        // once no importer maps it.
+        // SAFETY: `ptr` came from `cuMemAlloc`, `cuMemAllocFromPoolAsync` or
+        // `cuMemPoolImportPointer` in this context and is freed once, here, after this
+        // process's device work (above); the ipc layer drops an exporter's memory only once
+        // no importer maps or holds it.
         let r = unsafe { driver::mem_free(self.ptr) };
         self.deferred.note(r.op(), r.result());
     }

@@ -20,6 +20,7 @@ use cudarc::driver::{sys, CudaContext, CudaStream};
 
 use super::deferred::Deferred;
 use super::driver;
+use super::ipc_memory::Allocation;
 use super::make_current;
 use crate::backend::{IpcMemory, IpcPool, IpcPoolExport, IpcPoolPointer};
 use crate::error::Result;
@@ -44,28 +45,6 @@ impl Drop for Pool {
         // SAFETY: `raw` came from cuMemPoolCreate or cuMemPoolImportFromShareableHandle in this
         // context and is destroyed once, here.
         let r = unsafe { driver::mem_pool_destroy(self.raw) };
-        self.deferred.note(r.op(), r.result());
-    }
-}
-
-/// Memory of a shared pool in this process (an allocation of the exporter, or an importer's
-/// import of one): freed on drop, once this process's device work is done.
-struct PoolMemory {
-    ptr: sys::CUdeviceptr,
-    ctx: Arc<CudaContext>,
-    deferred: Arc<Deferred>,
-}
-
-impl Drop for PoolMemory {
-    fn drop(&mut self) {
-        let _ = make_current(&self.ctx);
-        // SAFETY: the context is current; waiting for it takes no pointer.
-        let r = unsafe { driver::ctx_synchronize() };
-        self.deferred.note(r.op(), r.result());
-        // SAFETY: `ptr` is this process's allocation or import of a pool allocation, freed
-        // once, here, after this process's device work (above). The ipc layer drops the
-        // exporter's only once no importer holds an import.
-        let r = unsafe { driver::mem_free(self.ptr) };
         self.deferred.note(r.op(), r.result());
     }
 }
@@ -188,7 +167,7 @@ pub(super) fn alloc(
         driver::mem_alloc_from_pool_async(&mut ptr, bytes.max(1), pool_of(pool), stream.cu_stream())
     }
     .check()?;
-    let memory = PoolMemory {
+    let memory = Allocation {
         ptr,
         ctx: ctx.clone(),
         deferred: deferred.clone(),
@@ -224,7 +203,7 @@ pub(super) fn import_pointer(
     unsafe { driver::mem_pool_import_pointer(&mut ptr, pool_of(pool), &mut data) }.check()?;
     let memory = IpcMemory {
         ptr,
-        _owner: Box::new(PoolMemory {
+        _owner: Box::new(Allocation {
             ptr,
             ctx: ctx.clone(),
             deferred: deferred.clone(),
