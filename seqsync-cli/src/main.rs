@@ -8,7 +8,9 @@ use std::sync::Arc;
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use seqsync::BackendKind;
-use seqsync_demo::demo::{self, DemoConfig, DemoReport, DroppedWait, Engine, GraphEdge, Variant};
+use seqsync_demo::demo::{
+    self, DemoConfig, DemoReport, DroppedWait, Engine, GraphEdge, Release, Variant,
+};
 
 mod bench;
 mod check;
@@ -92,6 +94,11 @@ pub(crate) struct DemoArgs {
     /// --engine adaptive: launch groups of K in flight (2..=16; slots = depth x K; default 3).
     #[arg(long, value_name = "D")]
     graph_depth: Option<usize>,
+    /// --engine adaptive: where a batch's arrival releases its launch: device (the launch is
+    /// enqueued ahead, behind a stream wait that get_data's signal ends; default) or host
+    /// (the launch waits on the host for the arrival).
+    #[arg(long, value_parser = crate::parse::<Release>)]
+    release: Option<Release>,
     /// Host output batches for --variant host-ring.
     #[arg(long, default_value_t = 4)]
     host_slots: usize,
@@ -277,6 +284,7 @@ pub(crate) fn config_of(
         drop_wait: a.drop_wait,
         graph_batches: a.graph_batches,
         graph_depth: a.graph_depth,
+        release: a.release,
         drop_edge: a.drop_edge,
         ipc_mechanism: a.ipc_mechanism,
         rate: a.rate,
@@ -426,7 +434,11 @@ pub(crate) fn print_summary(r: &DemoReport, trace: Option<&std::path::Path>) {
     {
         let k = match (r.graph_batches, r.batches_per_launch) {
             (Some(k), Some(mean)) => {
-                format!(" (at most {k} batches a launch, {mean:.2} on average)")
+                let released = r
+                    .release
+                    .map(|x| format!(", released on the {}", x.name()))
+                    .unwrap_or_default();
+                format!(" (at most {k} batches a launch, {mean:.2} on average{released})")
             }
             (Some(k), None) => format!(" ({k} batches per graph)"),
             _ => String::new(),

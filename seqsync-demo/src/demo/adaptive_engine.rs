@@ -25,10 +25,12 @@ use std::collections::HashMap;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use serde::Serialize;
+
 use super::device::{Device, Stream};
 #[cfg(doc)]
 use super::graph_engine::DEPTH;
-use super::graph_engine::{record, run_threads, sync_streams, GraphEdge};
+use super::graph_engine::{record, run_threads, sync_streams, Body, GraphEdge};
 use super::pipeline::{first_error, Checker, RunOptions, Variant, Verification};
 use seqsync::backend::Backend;
 use seqsync::graph::GraphExecutable;
@@ -37,6 +39,14 @@ use seqsync::{Blocking, Error, EventRingbuf, Result};
 
 /// Streams the launches rotate over: enough for several small launches in flight at once.
 pub const STREAMS: usize = 8;
+
+/// Threads that run process_data (the check of each batch) for the g2h thread, a launch at a
+/// time in turn: one thread reads a batch's output at about the rate the copies write it.
+const CHECKERS: usize = 3;
+
+/// Batches in flight (launched, not processed) past which the device release launches no
+/// batch ahead of its arrival: enough to cover a few arrivals' worth of launch cost.
+const AHEAD: i64 = STREAMS as i64;
 
 /// Bytes a saturated launch should carry at most when `--graph-batches` is not given: half
 /// the graph engine's, since every batch of a launch waits for the launch ...
@@ -95,15 +105,78 @@ fn record_all<D: Device>(
     Ok(graphs)
 }
 
-/// Run the seed's pipeline on adaptive launches of at most `k` batches (a power of two);
-/// returns the wall time, what process_data saw and how many launches carried the batches. The
-/// layout must have `depth * k` slots in every buffer and as many host input and output
-/// batches.
+/// Where a batch's arrival releases the launch that carries it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Release {
+    /// On the device: the h2g thread enqueues each launch ahead of its batches, behind a
+    /// stream wait on the `arrived` timeline, and a third thread (get_data) signals that
+    /// timeline as each batch arrives, so arrival -> start costs one store and a launch's
+    /// host cost is off the batch's path.
+    #[default]
+    Device,
+    /// On the host: the h2g thread waits for a batch's arrival, then fills it in and
+    /// launches it.
+    Host,
+}
+
+impl Release {
+    /// Both, the default first.
+    pub const ALL: [Release; 2] = [Release::Device, Release::Host];
+
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Release::Device => "device",
+            Release::Host => "host",
+        }
+    }
+}
+
+impl std::str::FromStr for Release {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Release::ALL
+            .into_iter()
+            .find(|r| r.name() == s)
+            .ok_or_else(|| {
+                crate::invalid(
+                    "demo",
+                    format!("unknown release '{s}': expected device or host"),
+                )
+            })
+    }
+}
+
+/// A failed wait on one of the run's timelines, as the stop it is (it fails only through
+/// `stop`, after another thread's own error).
+fn stopped(name: &str, e: Error) -> Error {
+    Error::Stopped {
+        ring: name.into(),
+        reason: e.to_string().into(),
+        cause: Some(std::sync::Arc::new(e)),
+    }
+}
+
+/// An error of a call on `timeline`: a stop if the run's stop failed the timeline.
+fn failed_by_stop<B: Backend>(timeline: &Timeline<B>, e: Error) -> Error {
+    if timeline.is_failed() {
+        stopped(timeline.name(), e)
+    } else {
+        e
+    }
+}
+
+/// Run the seed's pipeline on adaptive launches of at most `k` batches (a power of two),
+/// released by arrivals on the device or the host; returns the wall time, what process_data
+/// saw and how many launches carried the batches. The layout must have `depth * k` slots in
+/// every buffer and as many host input and output batches.
 pub(crate) fn run<D: Device>(
     dev: &D,
     opt: &RunOptions<'_>,
     k: usize,
     depth: usize,
+    release: Release,
     drop: Option<GraphEdge>,
 ) -> Result<(Duration, Verification, u64)> {
     debug_assert!(opt.variant == Variant::Seed && opt.drop.is_none());
@@ -130,16 +203,45 @@ pub(crate) fn run<D: Device>(
     }
     b.synchronize_stream(&streams[0])?;
     let waits = drop != Some(GraphEdge::GroupWaits);
+    let on_device = release == Release::Device;
+    let arrival_waits = drop != Some(GraphEdge::ArrivalWait);
     let launched = EventRingbuf::new(b, "launched", 1, slots)?;
     let processed = Timeline::new(b, "processed", 0)?;
+    // Device release: the number of batches arrived and filled in (get_data's signal).
+    let arrived = Timeline::new(b, "arrived", 0)?;
     let (tx, rx) = mpsc::sync_channel::<(i64, i64, usize)>(slots);
     let checker_owned = Checker::paced(batches, opt.rate);
     let checker = &checker_owned;
     let s_total = slots as i64;
     let start = Instant::now();
-    let (launched, processed, streams) = (&launched, &processed, &streams);
+    let (launched, processed, arrived, streams) = (&launched, &processed, &arrived, &streams);
     let launches = std::sync::atomic::AtomicU64::new(0);
     let launches_ref = &launches;
+    // Slots `..until` of every buffer are free once the batches before `until + S` were
+    // processed (their graphs have run and their host outputs were read).
+    let slots_free = move |until: i64| -> Result<()> {
+        if waits && until > 0 {
+            processed
+                .wait(until as u64, Duration::MAX)
+                .map_err(|e| stopped("processed", e))?;
+        }
+        Ok(())
+    };
+    // get_data, in a thread of its own with the device release: fill batch s in as it
+    // arrives (once its host input slot is free), then signal `arrived` past it.
+    let get_data = move || -> Result<()> {
+        for s in 0..batches {
+            dev.chaos_pause();
+            slots_free(s + 1 - s_total)?;
+            checker.wait_arrival(s);
+            dev.fill_input(s);
+            checker.issued(s);
+            arrived
+                .signal(s as u64 + 1)
+                .map_err(|e| failed_by_stop(arrived, e))?;
+        }
+        Ok(())
+    };
     // The h2g thread owns the graphs (they are `Send`, not `Sync`) and hands them back, to be
     // dropped only after the streams were synchronized.
     let h2g = move || -> (Result<()>, Graphs<D>) {
@@ -147,30 +249,36 @@ pub(crate) fn run<D: Device>(
             let (mut s, mut i) = (0i64, 0i64);
             while s < batches {
                 dev.chaos_pause();
-                checker.wait_arrival(s);
+                if !on_device {
+                    checker.wait_arrival(s);
+                } else if checker.arrived() <= s {
+                    // Ahead of the arrivals: launched early only while the device keeps up
+                    // (fewer than AHEAD batches in flight), so that when it does not, batches
+                    // wait on the host and go out in groups.
+                    slots_free(s + 1 - AHEAD)?;
+                }
+                // Launched ahead of its arrival: one batch.
                 let waiting = checker.arrived() - s;
                 let m = launch_size(s, waiting, k, batches - s);
                 // Slots of batches s - S .. s + m - S are free once those batches were processed.
-                let free_from = s + m as i64 - s_total;
-                if waits && free_from > 0 {
-                    // Failed only by `stop` below, after the other thread's own error: a stop.
-                    processed
-                        .wait(free_from as u64, Duration::MAX)
-                        .map_err(|e| Error::Stopped {
-                            ring: "processed".into(),
-                            reason: e.to_string().into(),
-                            cause: Some(std::sync::Arc::new(e)),
-                        })?;
-                }
-                for seq in s..s + m as i64 {
-                    dev.fill_input(seq);
-                    checker.issued(seq);
+                slots_free(s + m as i64 - s_total)?;
+                let stream = &streams[i as usize % STREAMS];
+                if on_device {
+                    if arrival_waits {
+                        arrived
+                            .wait_on(stream, (s + m as i64) as u64)
+                            .map_err(|e| failed_by_stop(arrived, e))?;
+                    }
+                } else {
+                    for seq in s..s + m as i64 {
+                        dev.fill_input(seq);
+                        checker.issued(seq);
+                    }
                 }
                 let first = (s % s_total) as usize;
                 let exe = graphs
                     .get(&(first, m))
                     .expect("record_all made a graph for every (first slot, size)");
-                let stream = &streams[i as usize % STREAMS];
                 exe.launch(stream)?;
                 // Consumed on the g2h thread: blocking.
                 launched.record(stream, i, Blocking::Yes)?;
@@ -188,32 +296,103 @@ pub(crate) fn run<D: Device>(
         })();
         (r, graphs)
     };
-    let g2h = move || -> Result<()> {
-        let mut done = 0i64;
-        while done < batches {
-            let Ok((i, s, m)) = rx.recv() else {
-                return Err(crate::invalid("demo", "the h2g thread ended early"));
-            };
-            dev.chaos_pause();
-            // Produced on the h2g thread: blocking.
-            launched.synchronize(i, Blocking::Yes)?;
-            for seq in s..s + m as i64 {
-                // process_data: the graph's copy into host output batch seq % S is done.
-                checker.process(dev, (seq % s_total) as usize, seq);
-                if let Some(p) = opt.progress {
-                    p(seq + 1);
-                }
-            }
-            done = s + m as i64;
-            processed.signal(done as u64)?;
+    // process_data of a launch's batches, on one of CHECKERS threads; the g2h thread hands
+    // launches out in turn and takes them back in launch order.
+    let check = move |s: i64, m: usize| {
+        for seq in s..s + m as i64 {
+            // The graph's copy into host output batch seq % S is done.
+            checker.process(dev, (seq % s_total) as usize, seq);
         }
-        Ok(())
     };
+    let g2h = move || -> Result<()> {
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..CHECKERS)
+                .map(|_| {
+                    // Bounds: a worker has at most CHECKERS launches handed to it and not
+                    // taken back (the g2h thread keeps no more pending than that).
+                    let (to, from_g2h) = mpsc::sync_channel::<(i64, usize)>(CHECKERS);
+                    let (to_g2h, back) = mpsc::sync_channel::<()>(CHECKERS);
+                    scope.spawn(move || {
+                        for (s, m) in from_g2h {
+                            check(s, m);
+                            if to_g2h.send(()).is_err() {
+                                return;
+                            }
+                        }
+                    });
+                    (to, back)
+                })
+                .collect();
+            let lost = || crate::invalid("demo", "a process_data thread ended early");
+            let early = || crate::invalid("demo", "the h2g thread ended early");
+            // Launches synchronized and handed out, oldest first: (launch, first batch, size).
+            let mut pending = std::collections::VecDeque::new();
+            // A launch received and not yet handed out.
+            let mut held = None;
+            let mut received = 0i64;
+            let mut done = 0i64;
+            while done < batches {
+                if held.is_none() && received < batches && pending.len() < CHECKERS {
+                    held = if pending.is_empty() {
+                        Some(rx.recv().map_err(|_| early())?)
+                    } else {
+                        rx.try_recv().ok()
+                    };
+                    if let Some((_, s, m)) = held {
+                        received = s + m as i64;
+                    }
+                }
+                if let Some((i, s, m)) = held {
+                    // With the device release, a launch whose batches have not all been filled
+                    // in may wait for get_data, which may wait for the slots of the pending
+                    // launches: those go back first.
+                    let ready = pending.is_empty()
+                        || (pending.len() < CHECKERS
+                            && (!on_device
+                                || arrived.query().map_err(|e| failed_by_stop(arrived, e))?
+                                    >= (s + m as i64) as u64));
+                    if ready {
+                        held = None;
+                        dev.chaos_pause();
+                        // Produced on the h2g thread: blocking.
+                        launched.synchronize(i, Blocking::Yes)?;
+                        workers[i as usize % CHECKERS]
+                            .0
+                            .send((s, m))
+                            .map_err(|_| lost())?;
+                        pending.push_back((i, s, m));
+                        continue;
+                    }
+                }
+                // Nothing to hand out: the oldest back (there is one: with none pending, a held
+                // launch is handed out, and one is received whenever batches are left).
+                let Some((i, s, m)) = pending.pop_front() else {
+                    return Err(early());
+                };
+                workers[i as usize % CHECKERS]
+                    .1
+                    .recv()
+                    .map_err(|_| lost())?;
+                done = s + m as i64;
+                if let Some(p) = opt.progress {
+                    p(done);
+                }
+                processed.signal(done as u64)?;
+            }
+            Ok(())
+        })
+    };
+    // A failed `arrived` also releases the launches still waiting for it on the device.
     let stop = |why: String| {
         launched.stop(why.clone());
-        processed.fail(Error::Cancelled(why));
+        processed.fail(Error::Cancelled(why.clone()));
+        arrived.fail(Error::Cancelled(why));
     };
-    let (results, graphs) = run_threads(h2g, g2h, &stop);
+    let mut others: Vec<Body<'_>> = vec![("g2h", Box::new(g2h))];
+    if on_device {
+        others.push(("get_data", Box::new(get_data)));
+    }
+    let (results, graphs) = run_threads(h2g, others, &stop);
     let synced = sync_streams(b, streams);
     let wall = start.elapsed();
     first_error(results)?;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use seqsync::backend::BackendKind;
 use seqsync::pipeline::PipelineSpec;
 
-use super::{DroppedWait, Engine, GraphEdge, Variant};
+use super::{DroppedWait, Engine, GraphEdge, Release, Variant};
 
 /// Everything `seqsync demo` can be told.
 #[derive(Clone)]
@@ -56,6 +56,9 @@ pub struct DemoConfig {
     /// buffer; `None`: [`GRAPH_DEPTH`](super::GRAPH_DEPTH), 3). Fewer: less latency when
     /// saturated, less overlap.
     pub graph_depth: Option<usize>,
+    /// [`Engine::Adaptive`]: where a batch's arrival releases its launch (`None`: on the
+    /// device, [`Release::Device`]).
+    pub release: Option<Release>,
     /// Test only, [`Engine::Graph`] on the host backend: leave one edge out of every batch's
     /// body (verification must then fail).
     pub drop_edge: Option<GraphEdge>,
@@ -91,6 +94,7 @@ impl Default for DemoConfig {
             drop_wait: None,
             graph_batches: None,
             graph_depth: None,
+            release: None,
             drop_edge: None,
             ipc_mechanism: None,
             rate: None,

@@ -63,17 +63,21 @@ pub enum GraphEdge {
     /// Between graphs: the h2g thread's waits before reusing a slot group (the graph ring at
     /// lag [`DEPTH`], which then has one consumer, and the `processed` counter).
     GroupWaits,
+    /// [`Engine::Adaptive`](super::Engine::Adaptive) with the device release only: each
+    /// launch's wait on the device for its batches' arrival.
+    ArrivalWait,
 }
 
 impl GraphEdge {
     /// Every edge of a body.
-    pub const ALL: [GraphEdge; 6] = [
+    pub const ALL: [GraphEdge; 7] = [
         GraphEdge::CopyInF,
         GraphEdge::CopyInG,
         GraphEdge::FH,
         GraphEdge::GH,
         GraphEdge::HCopyOut,
         GraphEdge::GroupWaits,
+        GraphEdge::ArrivalWait,
     ];
 
     /// The name used on the command line.
@@ -85,6 +89,7 @@ impl GraphEdge {
             GraphEdge::GH => "g-h",
             GraphEdge::HCopyOut => "h-copy-out",
             GraphEdge::GroupWaits => "group-waits",
+            GraphEdge::ArrivalWait => "arrival-wait",
         }
     }
 }
@@ -148,12 +153,16 @@ pub(crate) fn record<D: Device>(
     graph.instantiate(dev.backend())
 }
 
+/// A thread body of [`run_threads`] besides the h2g one: its name and what it runs.
+pub(crate) type Body<'a> = (&'static str, Box<dyn FnOnce() -> Result<()> + Send + 'a>);
+
 /// Run the h2g body (which owns the graphs, `Send` but not `Sync`, and hands them back) and
-/// the g2h body on two scoped threads. When either fails or panics, `stop` is told why, so
-/// the other one's waits end. Returns both results and the graphs (`None` after a panic).
+/// the other bodies (g2h, and any more) on scoped threads of their own. When one fails or
+/// panics, `stop` is told why, so the others' waits end. Returns every result, h2g's first,
+/// and the graphs (`None` after a panic).
 pub(crate) fn run_threads<G: Send>(
     h2g: impl FnOnce() -> (Result<()>, G) + Send,
-    g2h: impl FnOnce() -> Result<()> + Send,
+    others: Vec<Body<'_>>,
     stop: &(dyn Fn(String) + Sync),
 ) -> (Vec<(&'static str, Result<()>)>, Option<G>) {
     let panicked = |name: &str, p: Box<dyn std::any::Any + Send>| -> Error {
@@ -181,15 +190,24 @@ pub(crate) fn run_threads<G: Send>(
                 }
             },
         );
-        let c = scope.spawn(|| {
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(g2h))
-                .unwrap_or_else(|p| Err(panicked("g2h", p)));
-            stopped("g2h", &r);
-            r
-        });
+        let handles: Vec<_> = others
+            .into_iter()
+            .map(|(name, body)| {
+                let h = scope.spawn(move || {
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body))
+                        .unwrap_or_else(|p| Err(panicked(name, p)));
+                    stopped(name, &r);
+                    r
+                });
+                (name, h)
+            })
+            .collect();
         let (ra, graphs) = a.join().unwrap_or_else(|p| (Err(panicked("h2g", p)), None));
-        let rc = c.join().unwrap_or_else(|p| Err(panicked("g2h", p)));
-        (vec![("h2g", ra), ("g2h", rc)], graphs)
+        let mut results = vec![("h2g", ra)];
+        for (name, h) in handles {
+            results.push((name, h.join().unwrap_or_else(|p| Err(panicked(name, p)))));
+        }
+        (results, graphs)
     })
 }
 
@@ -309,7 +327,7 @@ pub(crate) fn run<D: Device>(
         ring.stop(why.clone());
         processed.stop(why);
     };
-    let (results, graphs) = run_threads(h2g, g2h, &stop);
+    let (results, graphs) = run_threads(h2g, vec![("g2h", Box::new(g2h))], &stop);
     let synced = sync_streams(b, streams);
     let wall = start.elapsed();
     first_error(results)?;

@@ -58,7 +58,14 @@ pub(super) fn run_on<D: Device>(
         }
         (None, None, Some(k)) if config.engine == Engine::Adaptive => {
             let depth = graph_depth(config);
-            let (wall, v, n) = adaptive_engine::run(dev, o, k, depth, config.drop_edge)?;
+            let (wall, v, n) = adaptive_engine::run(
+                dev,
+                o,
+                k,
+                depth,
+                config.release.unwrap_or_default(),
+                config.drop_edge,
+            )?;
             if o.progress.is_some() {
                 let mut kept = launches.lock().unwrap_or_else(|e| e.into_inner());
                 kept.get_or_insert(n);
@@ -187,6 +194,7 @@ pub(super) fn run_on<D: Device>(
             .into_inner()
             .unwrap_or_else(|e| e.into_inner())
             .map(|n| batches as f64 / n.max(1) as f64),
+        release: (config.engine == Engine::Adaptive).then(|| config.release.unwrap_or_default()),
         latency_p50_us: v.latency_us(0.5),
         latency_p99_us: v.latency_us(0.99),
         latency_max_us: v.latency_max_us(),

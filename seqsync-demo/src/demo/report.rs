@@ -98,6 +98,8 @@ pub struct DemoReport {
     /// [`Engine::Adaptive`]: batches per launch in the (first) timed run, on average (K when
     /// saturated, towards 1 when each batch is launched as it arrives).
     pub batches_per_launch: Option<f64>,
+    /// [`Engine::Adaptive`]: where arrivals released the launches.
+    pub release: Option<super::Release>,
     /// Median batch latency, from its copy-in being issued (with a rate: from its arrival)
     /// to its `process_data` returning.
     pub latency_p50_us: Option<f64>,

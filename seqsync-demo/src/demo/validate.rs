@@ -4,7 +4,7 @@
 use seqsync::backend::BackendKind;
 use seqsync::{Error, Result};
 
-use super::{graph_engine, workload, DemoConfig, Engine, Variant};
+use super::{graph_engine, workload, DemoConfig, Engine, GraphEdge, Release, Variant};
 
 pub(super) fn invalid(msg: String) -> Error {
     crate::invalid("demo", msg)
@@ -77,6 +77,17 @@ impl DemoConfig {
             return Err(invalid(
                 "--drop-edge is a test switch for --engine graph or adaptive on the host backend"
                     .into(),
+            ));
+        }
+        if self.release.is_some() && self.engine != Engine::Adaptive {
+            return Err(invalid("--release needs --engine adaptive".into()));
+        }
+        if self.drop_edge == Some(GraphEdge::ArrivalWait)
+            && (self.engine != Engine::Adaptive
+                || self.release.unwrap_or_default() != Release::Device)
+        {
+            return Err(invalid(
+                "--drop-edge arrival-wait needs --engine adaptive with --release device".into(),
             ));
         }
         if let Some(k) = self.graph_batches {

@@ -4,7 +4,7 @@
 //! two bounds of every report (device bound, isolated latency).
 
 use seqsync::BackendKind;
-use seqsync_demo::demo::{run, DemoConfig, Engine, GraphEdge, GRAPH_DEPTH};
+use seqsync_demo::demo::{run, DemoConfig, Engine, GraphEdge, Release, GRAPH_DEPTH};
 
 fn config(k: usize) -> DemoConfig {
     DemoConfig {
@@ -54,6 +54,61 @@ fn adaptive_engine_verifies_every_batch_under_chaos_at_a_rate() {
     })
     .unwrap();
     assert!(r.all_verified(), "{r:?}");
+}
+
+#[test]
+fn adaptive_engine_verifies_every_batch_released_on_the_host_and_on_the_device() {
+    for release in Release::ALL {
+        for (seed, rate) in [(11, None), (12, Some(3000.0))] {
+            let r = run(&DemoConfig {
+                chaos: Some(seed),
+                batches: 80,
+                rate,
+                release: Some(release),
+                ..config(4)
+            })
+            .unwrap();
+            assert!(r.all_verified(), "{release:?}, rate {rate:?}: {r:?}");
+            assert_eq!(r.release, Some(release));
+        }
+    }
+    // The device release is the default.
+    assert_eq!(run(&config(4)).unwrap().release, Some(Release::Device));
+}
+
+#[test]
+fn adaptive_engine_without_the_device_wait_for_arrivals_reads_batches_not_yet_filled_in() {
+    // Paced arrivals: launches are enqueued ahead of their batches, so without the wait on
+    // `arrived` the copy-in reads a host input slot before get_data fills it in.
+    let paced = |drop| DemoConfig {
+        batches: 60,
+        rate: Some(2000.0),
+        drop_edge: drop,
+        ..config(4)
+    };
+    let r = run(&paced(None)).unwrap();
+    assert!(r.all_verified(), "{r:?}");
+    let r = run(&paced(Some(GraphEdge::ArrivalWait))).unwrap();
+    assert!(r.wrong > 0, "arrival waits dropped, yet {r:?}");
+    // The switch and the host release are refused together, and --release needs the engine.
+    let e = run(&DemoConfig {
+        release: Some(Release::Host),
+        ..paced(Some(GraphEdge::ArrivalWait))
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("arrival-wait needs --engine adaptive with --release device"),
+        "{e}"
+    );
+    let e = run(&DemoConfig {
+        engine: Engine::Graph,
+        release: Some(Release::Device),
+        ..config(4)
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("--release needs --engine adaptive"), "{e}");
 }
 
 #[test]
@@ -173,4 +228,37 @@ fn adaptive_engine_graph_depth_sets_the_slots_and_is_checked() {
         ..config(4)
     });
     assert!(e.contains("--graph-depth needs --engine adaptive"), "{e}");
+}
+
+/// On the GPU: both releases, saturated and paced, every element of every batch checked.
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn adaptive_engine_verifies_every_element_on_cuda() {
+    for release in Release::ALL {
+        for (bytes, rate) in [
+            (64 << 10, None),
+            (256 << 10, Some(20_000.0)),
+            (1 << 20, None),
+        ] {
+            let r = run(&DemoConfig {
+                backend: BackendKind::Cuda,
+                batches: 300,
+                batch_bytes: Some(bytes),
+                verify_samples: 0,
+                rate,
+                release: Some(release),
+                graph_batches: None,
+                ..config(4)
+            })
+            .unwrap();
+            assert!(
+                r.all_verified(),
+                "{release:?}, {bytes} B, rate {rate:?}: {r:?}"
+            );
+            assert_eq!((r.backend, r.release), ("cuda", Some(release)));
+        }
+    }
 }
