@@ -34,7 +34,7 @@ use super::graph_engine::{record, run_threads, sync_streams, Body, GraphEdge};
 use super::pipeline::{first_error, Checker, RunOptions, Variant, Verification};
 use seqsync::backend::Backend;
 use seqsync::graph::GraphExecutable;
-use seqsync::timeline::Timeline;
+use seqsync::timeline::{Mechanism, Timeline};
 use seqsync::{Blocking, Error, EventRingbuf, Result};
 
 /// Streams the launches rotate over: enough for several small launches in flight at once.
@@ -148,6 +148,37 @@ impl std::str::FromStr for Release {
     }
 }
 
+impl Release {
+    /// The release a run gets with `mechanism` (that of the run's timelines) when `asked` for
+    /// one (`None`: the device where the mechanism allows it, else the host).
+    ///
+    /// # Errors
+    /// [`Error::WaitBeforeSignalUnsupported`] for the device release with a mechanism whose
+    /// stream waits do not hold the commands after them ([`Mechanism::holds_commands`], false
+    /// for events): the launches enqueued ahead of their batches would read them unfilled.
+    pub fn for_mechanism(asked: Option<Release>, mechanism: &Mechanism) -> Result<Release> {
+        match asked {
+            Some(Release::Device) if !mechanism.holds_commands() => {
+                Err(Error::WaitBeforeSignalUnsupported {
+                    timeline: "arrived".into(),
+                    value: 1,
+                    enqueued: 0,
+                    mechanism: mechanism.name().into(),
+                })
+            }
+            Some(r) => Ok(r),
+            None if mechanism.holds_commands() => Ok(Release::Device),
+            None => Ok(Release::Host),
+        }
+    }
+
+    /// [`Release::for_mechanism`] with the mechanism of `backend`'s timelines.
+    pub(crate) fn on<B: Backend>(asked: Option<Release>, backend: &B) -> Result<Release> {
+        let probe = Timeline::new(backend, "arrived", 0)?;
+        Release::for_mechanism(asked, &probe.mechanism())
+    }
+}
+
 /// A failed wait on one of the run's timelines, as the stop it is (it fails only through
 /// `stop`, after another thread's own error).
 fn stopped(name: &str, e: Error) -> Error {
@@ -191,6 +222,11 @@ pub(crate) fn run<D: Device>(
         "the adaptive engine's layout has depth * k slots everywhere"
     );
     let b = dev.backend();
+    // Device release: the number of batches arrived and filled in (get_data's signal). Made
+    // first, so that a mechanism that cannot hold the launches refuses before anything is
+    // enqueued.
+    let arrived = Timeline::new(b, "arrived", 0)?;
+    let release = Release::for_mechanism(Some(release), &arrived.mechanism())?;
     let batches = opt.batches;
     let graphs = record_all(dev, k, slots, batches, drop)?;
     let streams: Vec<Stream<D>> = (0..STREAMS)
@@ -207,8 +243,6 @@ pub(crate) fn run<D: Device>(
     let arrival_waits = drop != Some(GraphEdge::ArrivalWait);
     let launched = EventRingbuf::new(b, "launched", 1, slots)?;
     let processed = Timeline::new(b, "processed", 0)?;
-    // Device release: the number of batches arrived and filled in (get_data's signal).
-    let arrived = Timeline::new(b, "arrived", 0)?;
     let (tx, rx) = mpsc::sync_channel::<(i64, i64, usize)>(slots);
     let checker_owned = Checker::paced(batches, opt.rate);
     let checker = &checker_owned;
@@ -419,6 +453,35 @@ mod tests {
         );
         assert_eq!(auto_launch_batches(3 << 20), 1);
         assert_eq!(auto_launch_batches(1 << 10), 4);
+    }
+
+    #[test]
+    fn the_device_release_needs_a_mechanism_that_holds_commands() {
+        let events = Mechanism::Events {
+            fallback_reason: None,
+        };
+        // Asked for: refused with the mechanism named; by default: the host.
+        let e = Release::for_mechanism(Some(Release::Device), &events).unwrap_err();
+        assert!(
+            matches!(&e, Error::WaitBeforeSignalUnsupported { timeline, mechanism, .. }
+                if timeline == "arrived" && mechanism == "events"),
+            "{e}"
+        );
+        assert_eq!(
+            Release::for_mechanism(None, &events).unwrap(),
+            Release::Host
+        );
+        assert_eq!(
+            Release::for_mechanism(Some(Release::Host), &events).unwrap(),
+            Release::Host
+        );
+        for m in [Mechanism::MemOps, Mechanism::Hybrid, Mechanism::HostWord] {
+            assert_eq!(Release::for_mechanism(None, &m).unwrap(), Release::Device);
+            assert_eq!(
+                Release::for_mechanism(Some(Release::Device), &m).unwrap(),
+                Release::Device
+            );
+        }
     }
 
     #[test]

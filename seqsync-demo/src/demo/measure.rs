@@ -10,7 +10,7 @@ use super::dispatch::{graph_depth, graph_k};
 use super::pipeline::{self, RunOptions, Verification};
 use super::trace::{self, HostSpans};
 use super::{adaptive_engine, baseline, bounds, engine, graph_engine, pool_pipeline};
-use super::{DemoConfig, DemoReport, Engine, Variant};
+use super::{DemoConfig, DemoReport, Engine, GraphEdge, Release, Variant};
 
 pub(super) fn run_on<D: Device>(
     dev: &D,
@@ -39,6 +39,16 @@ pub(super) fn run_on<D: Device>(
         .engine
         .uses_graphs()
         .then(|| graph_k(config, batch_bytes));
+    // Engine::Adaptive: the release asked for, or the one the backend's timelines allow.
+    let release = match config.engine {
+        Engine::Adaptive => Some(Release::on(
+            config
+                .release
+                .or((config.drop_edge == Some(GraphEdge::ArrivalWait)).then_some(Release::Device)),
+            dev.backend(),
+        )?),
+        _ => None,
+    };
     let pool = match config.variant {
         Variant::Pool => Some((pool_pipeline::pool_for(dev)?, pipeline::Streams::new(dev)?)),
         _ => None,
@@ -63,7 +73,7 @@ pub(super) fn run_on<D: Device>(
                 o,
                 k,
                 depth,
-                config.release.unwrap_or_default(),
+                release.expect("resolved for the adaptive engine"),
                 config.drop_edge,
             )?;
             if o.progress.is_some() {
@@ -194,7 +204,7 @@ pub(super) fn run_on<D: Device>(
             .into_inner()
             .unwrap_or_else(|e| e.into_inner())
             .map(|n| batches as f64 / n.max(1) as f64),
-        release: (config.engine == Engine::Adaptive).then(|| config.release.unwrap_or_default()),
+        release,
         latency_p50_us: v.latency_us(0.5),
         latency_p99_us: v.latency_us(0.99),
         latency_max_us: v.latency_max_us(),
