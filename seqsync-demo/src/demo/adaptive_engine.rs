@@ -14,12 +14,14 @@
 //!
 //! - `launched` (an [`EventRingbuf`], nconsumers 1, max_size `S`: at most `S` batches, so at
 //!   most `S` launches, are in flight; recorded blocking after each launch, consumed by the
-//!   g2h thread): the g2h thread synchronizes on launch `i` before `process_data` of its
-//!   batches. Which batches launch `i` carried travels on a channel of the same bound.
-//! - `processed` (a host [`Timeline`]: the number of batches processed, signalled by the g2h
-//!   thread after each launch's batches): the h2g thread waits for `s + m - S` before its
-//!   launch rewrites the slots (host inputs and outputs, `in`, `x`, `y`, `out`) of batches
-//!   `s - S ..`; those batches' graphs have run, since they were processed.
+//!   g2h thread): the g2h thread synchronizes on launch `i`, then hands its batches to
+//!   process_data thread `i % CHECKERS`. Which batches launch `i` carried travels on a
+//!   channel of the same bound.
+//! - `processed` (a host [`Timeline`]: the number of batches processed, signalled by the
+//!   process_data threads, each past its launch once the launch before it was processed, so
+//!   in order): the h2g thread waits for `s + m - S` before its launch rewrites the slots
+//!   (host inputs and outputs, `in`, `x`, `y`, `out`) of batches `s - S ..`; those batches'
+//!   graphs have run, since they were processed.
 
 use std::collections::HashMap;
 use std::sync::mpsc;
@@ -40,8 +42,8 @@ use seqsync::{Blocking, Error, EventRingbuf, Result};
 /// Streams the launches rotate over: enough for several small launches in flight at once.
 pub const STREAMS: usize = 8;
 
-/// Threads that run process_data (the check of each batch) for the g2h thread, a launch at a
-/// time in turn: one thread reads a batch's output at about the rate the copies write it.
+/// Threads that run process_data (the check of each batch), launch `i` on thread
+/// `i % CHECKERS`: one thread reads a batch's output at about the rate the copies write it.
 const CHECKERS: usize = 3;
 
 /// Batches in flight (launched, not processed) past which the device release launches no
@@ -198,6 +200,17 @@ fn failed_by_stop<B: Backend>(timeline: &Timeline<B>, e: Error) -> Error {
     }
 }
 
+/// Fails its timeline when dropped unless disarmed (`None`).
+struct FailOnDrop<'a, B: Backend>(Option<&'a Timeline<B>>);
+
+impl<B: Backend> Drop for FailOnDrop<'_, B> {
+    fn drop(&mut self) {
+        if let Some(t) = self.0 {
+            t.fail(Error::Cancelled("a process_data thread ended early".into()));
+        }
+    }
+}
+
 /// Run the seed's pipeline on adaptive launches of at most `k` batches (a power of two),
 /// released by arrivals on the device or the host; returns the wall time, what process_data
 /// saw and how many launches carried the batches. The layout must have `depth * k` slots in
@@ -330,90 +343,74 @@ pub(crate) fn run<D: Device>(
         })();
         (r, graphs)
     };
-    // process_data of a launch's batches, on one of CHECKERS threads; the g2h thread hands
-    // launches out in turn and takes them back in launch order.
-    let check = move |s: i64, m: usize| {
-        for seq in s..s + m as i64 {
-            // The graph's copy into host output batch seq % S is done.
-            checker.process(dev, (seq % s_total) as usize, seq);
+    // process_data of a launch's batches, on one of CHECKERS threads: the g2h thread hands
+    // launch i to thread i % CHECKERS once it has run, and each thread signals `processed`
+    // past its launch once the launch before it was processed (launches are handed out in
+    // order, so that wait ends), so batches count as processed in order.
+    let worker = move |from_g2h: mpsc::Receiver<(i64, usize)>| -> Result<()> {
+        // A thread that ends early (an error, a panic) fails `processed`, so that the threads
+        // after it in the chain do not wait for it forever.
+        let mut guard = FailOnDrop(Some(processed));
+        for (s, m) in from_g2h {
+            for seq in s..s + m as i64 {
+                // The graph's copy into host output batch seq % S is done.
+                checker.process(dev, (seq % s_total) as usize, seq);
+            }
+            if s > 0 {
+                processed
+                    .wait(s as u64, Duration::MAX)
+                    .map_err(|e| stopped("processed", e))?;
+            }
+            let done = s + m as i64;
+            if let Some(p) = opt.progress {
+                p(done);
+            }
+            processed
+                .signal(done as u64)
+                .map_err(|e| failed_by_stop(processed, e))?;
         }
+        guard.0 = None;
+        Ok(())
     };
     let g2h = move || -> Result<()> {
         std::thread::scope(|scope| {
-            let workers: Vec<_> = (0..CHECKERS)
+            let (workers, joins): (Vec<_>, Vec<_>) = (0..CHECKERS)
                 .map(|_| {
-                    // Bounds: a worker has at most CHECKERS launches handed to it and not
-                    // taken back (the g2h thread keeps no more pending than that).
-                    let (to, from_g2h) = mpsc::sync_channel::<(i64, usize)>(CHECKERS);
-                    let (to_g2h, back) = mpsc::sync_channel::<()>(CHECKERS);
-                    scope.spawn(move || {
-                        for (s, m) in from_g2h {
-                            check(s, m);
-                            if to_g2h.send(()).is_err() {
-                                return;
-                            }
-                        }
-                    });
-                    (to, back)
+                    // Bounds: at most 2 launches wait for a thread; the rest wait in `launched`
+                    // (at most S batches in flight in all).
+                    let (to, from_g2h) = mpsc::sync_channel::<(i64, usize)>(2);
+                    (to, scope.spawn(move || worker(from_g2h)))
                 })
-                .collect();
+                .unzip();
             let lost = || crate::invalid("demo", "a process_data thread ended early");
-            let early = || crate::invalid("demo", "the h2g thread ended early");
-            // Launches synchronized and handed out, oldest first: (launch, first batch, size).
-            let mut pending = std::collections::VecDeque::new();
-            // A launch received and not yet handed out.
-            let mut held = None;
-            let mut received = 0i64;
-            let mut done = 0i64;
-            while done < batches {
-                if held.is_none() && received < batches && pending.len() < CHECKERS {
-                    held = if pending.is_empty() {
-                        Some(rx.recv().map_err(|_| early())?)
-                    } else {
-                        rx.try_recv().ok()
-                    };
-                    if let Some((_, s, m)) = held {
-                        received = s + m as i64;
-                    }
+            let handed = (|| -> Result<()> {
+                let mut received = 0i64;
+                while received < batches {
+                    let (i, s, m) = rx
+                        .recv()
+                        .map_err(|_| crate::invalid("demo", "the h2g thread ended early"))?;
+                    received = s + m as i64;
+                    dev.chaos_pause();
+                    // Produced on the h2g thread: blocking.
+                    launched.synchronize(i, Blocking::Yes)?;
+                    workers[i as usize % CHECKERS]
+                        .send((s, m))
+                        .map_err(|_| lost())?;
                 }
-                if let Some((i, s, m)) = held {
-                    // With the device release, a launch whose batches have not all been filled
-                    // in may wait for get_data, which may wait for the slots of the pending
-                    // launches: those go back first.
-                    let ready = pending.is_empty()
-                        || (pending.len() < CHECKERS
-                            && (!on_device
-                                || arrived.query().map_err(|e| failed_by_stop(arrived, e))?
-                                    >= (s + m as i64) as u64));
-                    if ready {
-                        held = None;
-                        dev.chaos_pause();
-                        // Produced on the h2g thread: blocking.
-                        launched.synchronize(i, Blocking::Yes)?;
-                        workers[i as usize % CHECKERS]
-                            .0
-                            .send((s, m))
-                            .map_err(|_| lost())?;
-                        pending.push_back((i, s, m));
-                        continue;
-                    }
-                }
-                // Nothing to hand out: the oldest back (there is one: with none pending, a held
-                // launch is handed out, and one is received whenever batches are left).
-                let Some((i, s, m)) = pending.pop_front() else {
-                    return Err(early());
-                };
-                workers[i as usize % CHECKERS]
-                    .1
-                    .recv()
-                    .map_err(|_| lost())?;
-                done = s + m as i64;
-                if let Some(p) = opt.progress {
-                    p(done);
-                }
-                processed.signal(done as u64)?;
-            }
-            Ok(())
+                Ok(())
+            })();
+            // The threads end once their queues are closed and empty.
+            std::mem::drop(workers);
+            let joined = joins.into_iter().map(|j| match j.join() {
+                Ok(r) => ("process_data", r),
+                Err(_) => (
+                    "process_data",
+                    Err(crate::invalid("demo", "a process_data thread panicked")),
+                ),
+            });
+            // A thread's own error first: a lost thread is only its consequence.
+            let worked = first_error(joined.collect());
+            worked.and(handed)
         })
     };
     // A failed `arrived` also releases the launches still waiting for it on the device.
