@@ -6,7 +6,10 @@
 //! [`DEPTH`] unless told; host input and output batches included) and batch `s` lives in slot
 //! `s % S`. A launch carries `m` consecutive batches from `s`, with `m` a power of two that
 //! divides `s` (so the slots `s % S ..` do not wrap): one graph per (first slot, `m`) pair,
-//! instantiated and uploaded before the run and replayed with nothing to update. Before each launch the h2g thread waits for batch `s` to arrive, then
+//! instantiated and uploaded before the run and replayed with nothing to update. A graph has
+//! five nodes, each over its `m` consecutive slots (one copy in, f, g, h and copy out for all
+//! of them: on CUDA one copy or kernel over the span, which costs about what one batch of
+//! that size does). Before each launch the h2g thread waits for batch `s` to arrive, then
 //! takes `m` = the largest such power of two no larger than the batches already waiting, `K`
 //! and what is left; launch `i` goes on stream `i % STREAMS`.
 //!
@@ -14,12 +17,10 @@
 //!
 //! - `launched` (an [`EventRingbuf`], nconsumers 1, max_size `S`: at most `S` batches, so at
 //!   most `S` launches, are in flight; recorded blocking after each launch, consumed by the
-//!   g2h thread): the g2h thread synchronizes on launch `i`, then hands its batches to
-//!   process_data thread `i % CHECKERS`. Which batches launch `i` carried travels on a
-//!   channel of the same bound.
-//! - `processed` (a host [`Timeline`]: the number of batches processed, signalled by the
-//!   process_data threads, each past its launch once the launch before it was processed, so
-//!   in order): the h2g thread waits for `s + m - S` before its launch rewrites the slots
+//!   g2h thread): the g2h thread synchronizes on launch `i`, then runs process_data of its
+//!   batches. Which batches launch `i` carried travels on a channel of the same bound.
+//! - `processed` (a host [`Timeline`]: the number of batches processed, signalled by the g2h
+//!   thread after each launch's batches): the h2g thread waits for `s + m - S` before its launch rewrites the slots
 //!   (host inputs and outputs, `in`, `x`, `y`, `out`) of batches `s - S ..`; those batches'
 //!   graphs have run, since they were processed.
 
@@ -41,10 +42,6 @@ use seqsync::{Blocking, Error, EventRingbuf, Result};
 
 /// Streams the launches rotate over: enough for several small launches in flight at once.
 pub const STREAMS: usize = 8;
-
-/// Threads that run process_data (the check of each batch), launch `i` on thread
-/// `i % CHECKERS`: one thread reads a batch's output at about the rate the copies write it.
-const CHECKERS: usize = 3;
 
 /// Batches in flight (launched, not processed) past which the device release launches no
 /// batch ahead of its arrival: enough to cover a few arrivals' worth of launch cost.
@@ -99,7 +96,7 @@ fn record_all<D: Device>(
     while m <= k {
         for first in (0..slots).step_by(m) {
             if (first as i64) < batches {
-                graphs.insert((first, m), record(dev, m, first / m, m, drop)?);
+                graphs.insert((first, m), record(dev, m, first / m, m, m, drop)?);
             }
         }
         m *= 2;
@@ -197,17 +194,6 @@ fn failed_by_stop<B: Backend>(timeline: &Timeline<B>, e: Error) -> Error {
         stopped(timeline.name(), e)
     } else {
         e
-    }
-}
-
-/// Fails its timeline when dropped unless disarmed (`None`).
-struct FailOnDrop<'a, B: Backend>(Option<&'a Timeline<B>>);
-
-impl<B: Backend> Drop for FailOnDrop<'_, B> {
-    fn drop(&mut self) {
-        if let Some(t) = self.0 {
-            t.fail(Error::Cancelled("a process_data thread ended early".into()));
-        }
     }
 }
 
@@ -343,25 +329,22 @@ pub(crate) fn run<D: Device>(
         })();
         (r, graphs)
     };
-    // process_data of a launch's batches, on one of CHECKERS threads: the g2h thread hands
-    // launch i to thread i % CHECKERS once it has run, and each thread signals `processed`
-    // past its launch once the launch before it was processed (launches are handed out in
-    // order, so that wait ends), so batches count as processed in order.
-    let worker = move |from_g2h: mpsc::Receiver<(i64, usize)>| -> Result<()> {
-        // A thread that ends early (an error, a panic) fails `processed`, so that the threads
-        // after it in the chain do not wait for it forever.
-        let mut guard = FailOnDrop(Some(processed));
-        for (s, m) in from_g2h {
+    // process_data of each launch's batches, in launch order, on the g2h thread itself: a
+    // hand-off to other threads cost more than the check at these sizes (BENCHMARKS.md §13).
+    let g2h = move || -> Result<()> {
+        let mut done = 0i64;
+        while done < batches {
+            let (i, s, m) = rx
+                .recv()
+                .map_err(|_| crate::invalid("demo", "the h2g thread ended early"))?;
+            dev.chaos_pause();
+            // Produced on the h2g thread: blocking.
+            launched.synchronize(i, Blocking::Yes)?;
             for seq in s..s + m as i64 {
                 // The graph's copy into host output batch seq % S is done.
                 checker.process(dev, (seq % s_total) as usize, seq);
             }
-            if s > 0 {
-                processed
-                    .wait(s as u64, Duration::MAX)
-                    .map_err(|e| stopped("processed", e))?;
-            }
-            let done = s + m as i64;
+            done = s + m as i64;
             if let Some(p) = opt.progress {
                 p(done);
             }
@@ -369,49 +352,7 @@ pub(crate) fn run<D: Device>(
                 .signal(done as u64)
                 .map_err(|e| failed_by_stop(processed, e))?;
         }
-        guard.0 = None;
         Ok(())
-    };
-    let g2h = move || -> Result<()> {
-        std::thread::scope(|scope| {
-            let (workers, joins): (Vec<_>, Vec<_>) = (0..CHECKERS)
-                .map(|_| {
-                    // Bounds: at most 2 launches wait for a thread; the rest wait in `launched`
-                    // (at most S batches in flight in all).
-                    let (to, from_g2h) = mpsc::sync_channel::<(i64, usize)>(2);
-                    (to, scope.spawn(move || worker(from_g2h)))
-                })
-                .unzip();
-            let lost = || crate::invalid("demo", "a process_data thread ended early");
-            let handed = (|| -> Result<()> {
-                let mut received = 0i64;
-                while received < batches {
-                    let (i, s, m) = rx
-                        .recv()
-                        .map_err(|_| crate::invalid("demo", "the h2g thread ended early"))?;
-                    received = s + m as i64;
-                    dev.chaos_pause();
-                    // Produced on the h2g thread: blocking.
-                    launched.synchronize(i, Blocking::Yes)?;
-                    workers[i as usize % CHECKERS]
-                        .send((s, m))
-                        .map_err(|_| lost())?;
-                }
-                Ok(())
-            })();
-            // The threads end once their queues are closed and empty.
-            std::mem::drop(workers);
-            let joined = joins.into_iter().map(|j| match j.join() {
-                Ok(r) => ("process_data", r),
-                Err(_) => (
-                    "process_data",
-                    Err(crate::invalid("demo", "a process_data thread panicked")),
-                ),
-            });
-            // A thread's own error first: a lost thread is only its consequence.
-            let worked = first_error(joined.collect());
-            worked.and(handed)
-        })
     };
     // A failed `arrived` also releases the launches still waiting for it on the device.
     let stop = |why: String| {

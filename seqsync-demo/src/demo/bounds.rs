@@ -91,7 +91,7 @@ pub(crate) fn device_bound<D: Device>(dev: &D, batches: i64) -> Result<Option<De
     for seq in 0..nb as i64 {
         bound.fill_input(seq);
     }
-    let exe = graph_engine::record(&bound, nb, 0, nb, None)?;
+    let exe = graph_engine::record(&bound, nb, 0, nb, 1, None)?;
     let b = bound.backend();
     let stream = b.new_stream("s_bound")?;
     exe.launch(&stream)?;
@@ -132,7 +132,7 @@ pub(crate) fn isolated_latency<D: Device>(dev: &D, rounds: usize) -> Result<f64>
     let st = Streams::new(dev)?;
     let ev = || b.create_event(Default::default());
     let (e_in, e_f, e_g, e_h, e_out) = (ev()?, ev()?, ev()?, ev()?, ev()?);
-    let graph = graph_engine::record(dev, 1, 0, 1, None)?;
+    let graph = graph_engine::record(dev, 1, 0, 1, 1, None)?;
     let s_graph = b.new_stream("s_isolated")?;
     let check = |seq: i64| -> Result<()> {
         if dev.check_output(0, seq) {

@@ -13,15 +13,17 @@ use seqsync::internal::backend::cuda::CudaEvent;
 use seqsync::internal::backend::Command;
 use seqsync::{Error, Result};
 
+/// Every buffer is one allocation of its slots (`n` u32s each, slot `i` at `i * n`), so that
+/// consecutive slots are one span for a copy or a kernel.
 pub(crate) struct CudaDevice {
     backend: CudaBackend,
     layout: Layout,
-    hin: Vec<Arc<PinnedBuffer>>,
-    hout: Vec<Arc<PinnedBuffer>>,
-    d_in: Vec<Arc<DeviceBuffer>>,
-    x: Vec<Arc<DeviceBuffer>>,
-    y: Vec<Arc<DeviceBuffer>>,
-    out: Vec<Arc<DeviceBuffer>>,
+    hin: Arc<PinnedBuffer>,
+    hout: Arc<PinnedBuffer>,
+    d_in: Arc<DeviceBuffer>,
+    x: Arc<DeviceBuffer>,
+    y: Arc<DeviceBuffer>,
+    out: Arc<DeviceBuffer>,
     f: CudaFunction,
     g: CudaFunction,
     h: CudaFunction,
@@ -39,25 +41,17 @@ fn launch_error(e: seqsync::cudarc::driver::DriverError) -> Error {
 impl CudaDevice {
     pub(crate) fn new(backend: CudaBackend, layout: Layout) -> Result<Self> {
         let n = layout.n;
-        let alloc = |count: usize| {
-            (0..count)
-                .map(|_| backend.alloc_device(n).map(Arc::new))
-                .collect::<Result<Vec<_>>>()
-        };
-        let hin = (0..layout.npatterns)
-            .map(|p| {
-                let b = backend.alloc_pinned(n)?;
-                // SAFETY: freshly allocated; no copy can involve it yet.
-                let s = unsafe { b.as_mut_slice() };
-                for (i, v) in s.iter_mut().enumerate() {
-                    *v = workload::pattern_elem(p, i);
-                }
-                Ok(Arc::new(b))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let hout = (0..layout.nhout)
-            .map(|_| backend.alloc_pinned(n).map(Arc::new))
-            .collect::<Result<Vec<_>>>()?;
+        let alloc = |count: usize| backend.alloc_device(count.max(1) * n).map(Arc::new);
+        let hin = backend.alloc_pinned(layout.npatterns.max(1) * n)?;
+        // SAFETY: freshly allocated; no copy can involve it yet.
+        let s = unsafe { hin.as_mut_slice() };
+        for (p, pattern) in s.chunks_mut(n.max(1)).enumerate() {
+            for (i, v) in pattern.iter_mut().enumerate() {
+                *v = workload::pattern_elem(p, i);
+            }
+        }
+        let hin = Arc::new(hin);
+        let hout = Arc::new(backend.alloc_pinned(layout.nhout.max(1) * n)?);
         let k =
             backend.load_kernels(workload::CUDA_SOURCE, &["f_kernel", "g_kernel", "h_kernel"])?;
         let sms = backend
@@ -111,14 +105,58 @@ impl CudaDevice {
         })
     }
 
-    fn copy(&self, src: Arc<DeviceBuffer>, dst: Arc<DeviceBuffer>) -> Command<CudaBackend> {
+    /// A copy of `count` slots from slot `from` of `src` to slot `to` of `dst`.
+    fn copy(
+        &self,
+        (src, from): (Arc<DeviceBuffer>, usize),
+        (dst, to): (Arc<DeviceBuffer>, usize),
+        count: usize,
+    ) -> Command<CudaBackend> {
+        let n = self.layout.n;
         Command::Copy(CopyOp {
             src,
-            src_offset: 0,
+            src_offset: from * n,
             dst,
-            dst_offset: 0,
-            words: self.layout.n,
+            dst_offset: to * n,
+            words: count * n,
         })
+    }
+
+    /// The device address of slot `slot` of `buf`, checked to have room for `count` slots.
+    fn at(&self, buf: &DeviceBuffer, slot: usize, count: usize) -> u64 {
+        let n = self.layout.n;
+        assert!(
+            (slot + count) * n <= buf.len(),
+            "slots {slot}..{} of {} are out of range",
+            slot + count,
+            buf.len() / n.max(1)
+        );
+        buf.device_ptr() + (slot * n * 4) as u64
+    }
+
+    /// The host address of slot `slot` of `buf`, checked to be in range.
+    fn host_at(&self, buf: &PinnedBuffer, slot: usize) -> *mut u32 {
+        let n = self.layout.n;
+        assert!(
+            (slot + 1) * n <= buf.len(),
+            "host slot {slot} is out of range"
+        );
+        // SAFETY: in range of the allocation (checked above).
+        unsafe { buf.as_ptr().add(slot * n) }
+    }
+
+    /// f, g or h over `count` slots of its buffers, as a kernel node.
+    fn op_kernel(
+        &self,
+        function: &CudaFunction,
+        ptrs: &[u64],
+        count: usize,
+    ) -> Command<CudaBackend> {
+        let (n, k) = ((count * self.layout.n) as u64, self.layout.intensity);
+        use KernelParam::{Ptr, U32, U64};
+        let mut params: Vec<KernelParam> = ptrs.iter().map(|&p| Ptr(p)).collect();
+        params.extend([U64(n), U32(k)]);
+        self.kernel(function, params)
     }
 }
 
@@ -135,21 +173,22 @@ impl Device for CudaDevice {
         CudaDevice::new(self.backend.clone(), layout)
     }
     fn fill_input(&self, seq: i64) {
-        let b = &self.hin[seq as usize % self.layout.npatterns];
-        // SAFETY: the pipeline calls get_data only once the previous copy out of this buffer has
-        // completed (an event synchronize or a ring's synchronize), and only from one thread.
-        let s = unsafe { b.as_mut_slice() };
+        let at = self.host_at(&self.hin, seq as usize % self.layout.npatterns);
+        // SAFETY: the pipeline calls get_data only once the previous copy out of this slot has
+        // completed (an event synchronize or a ring's synchronize), and only from one thread;
+        // the slot holds n >= HEADER u32s (Layout) and nothing else touches it meanwhile.
+        let s = unsafe { std::slice::from_raw_parts_mut(at, HEADER.min(self.layout.n)) };
         for (i, v) in s.iter_mut().take(HEADER).enumerate() {
             *v = workload::header_elem(seq, i);
         }
     }
     fn copy_in(&self, s: &Arc<CudaStream>, hin: usize, slot: usize) -> Result<()> {
-        // SAFETY: the pipeline's rings order this copy after the last readers of `in[slot]`
-        // and before its next readers, and keep the host buffer unchanged until it completes.
-        unsafe { self.d_in[slot].copy_from_pinned_async(&self.hin[hin], s) }
+        // The pipeline's rings order this copy after the last readers of `in[slot]` and before
+        // its next readers, and keep the host slot unchanged until it completes.
+        self.op_copy_in(hin, slot, 1).enqueue(&self.backend, s)
     }
     fn launch_f(&self, s: &Arc<CudaStream>, slot_in: usize, slot_x: usize) -> Result<()> {
-        let (src, dst) = (self.d_in[slot_in].device_ptr(), self.x[slot_x].device_ptr());
+        let (src, dst) = (self.at(&self.d_in, slot_in, 1), self.at(&self.x, slot_x, 1));
         self.launch_f_at(s, src, dst)
     }
     fn launch_f_at(&self, s: &Arc<CudaStream>, src: u64, dst: u64) -> Result<()> {
@@ -163,7 +202,7 @@ impl Device for CudaDevice {
             .map_err(launch_error)
     }
     fn launch_g(&self, s: &Arc<CudaStream>, slot_in: usize, slot_y: usize) -> Result<()> {
-        let (src, dst) = (self.d_in[slot_in].device_ptr(), self.y[slot_y].device_ptr());
+        let (src, dst) = (self.at(&self.d_in, slot_in, 1), self.at(&self.y, slot_y, 1));
         self.launch_g_at(s, src, dst)
     }
     fn launch_g_at(&self, s: &Arc<CudaStream>, src: u64, dst: u64) -> Result<()> {
@@ -182,8 +221,8 @@ impl Device for CudaDevice {
         slot_y: usize,
         slot_out: usize,
     ) -> Result<()> {
-        let (x, y) = (self.x[slot_x].device_ptr(), self.y[slot_y].device_ptr());
-        let out = self.out[slot_out].device_ptr();
+        let (x, y) = (self.at(&self.x, slot_x, 1), self.at(&self.y, slot_y, 1));
+        let out = self.at(&self.out, slot_out, 1);
         self.launch_h_at(s, x, y, out)
     }
     fn launch_h_to(
@@ -193,7 +232,7 @@ impl Device for CudaDevice {
         slot_y: usize,
         out: u64,
     ) -> Result<()> {
-        let (x, y) = (self.x[slot_x].device_ptr(), self.y[slot_y].device_ptr());
+        let (x, y) = (self.at(&self.x, slot_x, 1), self.at(&self.y, slot_y, 1));
         self.launch_h_at(s, x, y, out)
     }
     fn launch_h_at(&self, s: &Arc<CudaStream>, x: u64, y: u64, out: u64) -> Result<()> {
@@ -207,16 +246,16 @@ impl Device for CudaDevice {
             .map_err(launch_error)
     }
     fn copy_out(&self, s: &Arc<CudaStream>, slot: usize, hout: usize) -> Result<()> {
-        // SAFETY: the rings order this copy after h wrote `out[slot]` and before h rewrites it,
-        // and the host reads `hout` only after synchronizing on the copy's event.
-        unsafe { self.out[slot].copy_to_pinned_async(&self.hout[hout], s) }
+        // The rings order this copy after h wrote `out[slot]` and before h rewrites it, and the
+        // host reads slot `hout` only after synchronizing on the copy's event.
+        self.op_copy_out(slot, hout, 1).enqueue(&self.backend, s)
     }
     fn copy_in_to(&self, s: &Arc<CudaStream>, hin: usize, dst: u64) -> Result<()> {
         let n = self.layout.n;
         self.bind()?;
-        // SAFETY: only the pointer is taken; the pipeline keeps the host input buffer unchanged
-        // until this copy completes (as for `copy_in`).
-        let src = unsafe { self.hin[hin].as_slice() }.as_ptr();
+        // The pipeline keeps the host input slot unchanged until this copy completes (as for
+        // `copy_in`).
+        let src = self.host_at(&self.hin, hin);
         // SAFETY: `dst` is a live pool block of at least n u32s that the pipeline's points give
         // to this copy alone; `src` is n pinned u32s kept alive by `self`.
         unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), n * 4, s.cu_stream()) }
@@ -226,45 +265,66 @@ impl Device for CudaDevice {
     fn copy_out_from(&self, s: &Arc<CudaStream>, src: u64, hout: usize) -> Result<()> {
         let n = self.layout.n;
         self.bind()?;
-        // SAFETY: only the pointer is taken; the host reads `hout` only after synchronizing on
-        // a point after this copy (as for `copy_out`).
-        let dst = unsafe { self.hout[hout].as_mut_slice() }.as_mut_ptr();
+        // The host reads slot `hout` only after synchronizing on a point after this copy (as
+        // for `copy_out`).
+        let dst = self.host_at(&self.hout, hout);
         // SAFETY: `src` is a live pool block of at least n u32s written by h before this copy
         // (ordered by a point); `dst` is n pinned u32s kept alive by `self`.
         unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, n * 4, s.cu_stream()) }
             .result()
             .map_err(|e| seqsync::internal::backend::cuda::driver_error("cuMemcpyDtoHAsync", e))
     }
-    fn op_copy_in(&self, hin: usize, slot: usize) -> Command<CudaBackend> {
-        self.copy(self.hin[hin].as_memory(), self.d_in[slot].clone())
+    fn op_copy_in(&self, hin: usize, slot: usize, count: usize) -> Command<CudaBackend> {
+        self.copy(
+            (self.hin.as_memory(), hin),
+            (self.d_in.clone(), slot),
+            count,
+        )
     }
-    fn op_f(&self, slot_in: usize, slot_x: usize) -> Command<CudaBackend> {
-        let (src, dst) = (self.d_in[slot_in].device_ptr(), self.x[slot_x].device_ptr());
-        let (n, k) = (self.layout.n as u64, self.layout.intensity);
-        use KernelParam::{Ptr, U32, U64};
-        self.kernel(&self.f, vec![Ptr(src), Ptr(dst), U64(n), U32(k)])
+    fn op_f(&self, slot_in: usize, slot_x: usize, count: usize) -> Command<CudaBackend> {
+        let ptrs = [
+            self.at(&self.d_in, slot_in, count),
+            self.at(&self.x, slot_x, count),
+        ];
+        self.op_kernel(&self.f, &ptrs, count)
     }
-    fn op_g(&self, slot_in: usize, slot_y: usize) -> Command<CudaBackend> {
-        let (src, dst) = (self.d_in[slot_in].device_ptr(), self.y[slot_y].device_ptr());
-        let (n, k) = (self.layout.n as u64, self.layout.intensity);
-        use KernelParam::{Ptr, U32, U64};
-        self.kernel(&self.g, vec![Ptr(src), Ptr(dst), U64(n), U32(k)])
+    fn op_g(&self, slot_in: usize, slot_y: usize, count: usize) -> Command<CudaBackend> {
+        let ptrs = [
+            self.at(&self.d_in, slot_in, count),
+            self.at(&self.y, slot_y, count),
+        ];
+        self.op_kernel(&self.g, &ptrs, count)
     }
-    fn op_h(&self, slot_x: usize, slot_y: usize, slot_out: usize) -> Command<CudaBackend> {
-        let (x, y) = (self.x[slot_x].device_ptr(), self.y[slot_y].device_ptr());
-        let out = self.out[slot_out].device_ptr();
-        let (n, k) = (self.layout.n as u64, self.layout.intensity);
-        use KernelParam::{Ptr, U32, U64};
-        self.kernel(&self.h, vec![Ptr(x), Ptr(y), Ptr(out), U64(n), U32(k)])
+    fn op_h(
+        &self,
+        slot_x: usize,
+        slot_y: usize,
+        slot_out: usize,
+        count: usize,
+    ) -> Command<CudaBackend> {
+        let ptrs = [
+            self.at(&self.x, slot_x, count),
+            self.at(&self.y, slot_y, count),
+            self.at(&self.out, slot_out, count),
+        ];
+        self.op_kernel(&self.h, &ptrs, count)
     }
-    fn op_copy_out(&self, slot: usize, hout: usize) -> Command<CudaBackend> {
-        self.copy(self.out[slot].clone(), self.hout[hout].as_memory())
+    fn op_copy_out(&self, slot: usize, hout: usize, count: usize) -> Command<CudaBackend> {
+        self.copy(
+            (self.out.clone(), slot),
+            (self.hout.as_memory(), hout),
+            count,
+        )
     }
     fn check_output(&self, hout: usize, seq: i64) -> bool {
-        // SAFETY: the caller synchronized on the event recorded after the copy into `hout`,
-        // and the next copy into it is launched only after this check returns.
-        self.reference
-            .check(unsafe { self.hout[hout].as_slice() }, seq)
+        let at = self.host_at(&self.hout, hout);
+        // SAFETY: the caller synchronized on the event recorded after the copy into slot
+        // `hout` (n u32s in range), and the next copy into it is launched only after this
+        // check returns; copies into other slots do not touch these n u32s.
+        self.reference.check(
+            unsafe { std::slice::from_raw_parts(at, self.layout.n) },
+            seq,
+        )
     }
     fn mark(
         &self,

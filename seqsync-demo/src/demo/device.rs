@@ -166,17 +166,21 @@ pub(crate) trait Device: Send + Sync + 'static {
     /// Copy the buffer at `src` into host output buffer `hout`.
     fn copy_out_from(&self, s: &Stream<Self>, src: u64, hout: usize) -> Result<()>;
 
-    /// The graph engine's commands: the same copies and kernels as [`copy_in`](Self::copy_in)
-    /// .. [`copy_out`](Self::copy_out), as command-graph ops of fixed slots.
-    fn op_copy_in(&self, hin: usize, slot: usize) -> Command<Self::B>;
+    /// The graph engines' commands: the same copies and kernels as
+    /// [`copy_in`](Self::copy_in) .. [`copy_out`](Self::copy_out), as command-graph ops of
+    /// fixed slots, each over a span of `count` consecutive slots from the ones given (one
+    /// copy or one kernel for all of them on CUDA, whose buffers hold their slots in one
+    /// allocation). The spans must be in range of their buffers.
+    fn op_copy_in(&self, hin: usize, slot: usize, count: usize) -> Command<Self::B>;
     /// f as an op.
-    fn op_f(&self, slot_in: usize, slot_x: usize) -> Command<Self::B>;
+    fn op_f(&self, slot_in: usize, slot_x: usize, count: usize) -> Command<Self::B>;
     /// g as an op.
-    fn op_g(&self, slot_in: usize, slot_y: usize) -> Command<Self::B>;
+    fn op_g(&self, slot_in: usize, slot_y: usize, count: usize) -> Command<Self::B>;
     /// h as an op.
-    fn op_h(&self, slot_x: usize, slot_y: usize, slot_out: usize) -> Command<Self::B>;
+    fn op_h(&self, slot_x: usize, slot_y: usize, slot_out: usize, count: usize)
+        -> Command<Self::B>;
     /// The g2h copy as an op.
-    fn op_copy_out(&self, slot: usize, hout: usize) -> Command<Self::B>;
+    fn op_copy_out(&self, slot: usize, hout: usize, count: usize) -> Command<Self::B>;
 
     /// With chaos on (host), sleep a random time.
     fn chaos_pause(&self) {}
@@ -269,27 +273,50 @@ impl HostDevice {
         }
     }
 
-    fn copy_in_fn(&self, hin: usize, slot: usize) -> impl Fn() + Send + Sync + 'static {
+    fn copy_in_fn(
+        &self,
+        hin: usize,
+        slot: usize,
+        count: usize,
+    ) -> impl Fn() + Send + Sync + 'static {
         let b = self.bufs.clone();
-        move || lock(&b.d_in[slot]).copy_from_slice(&lock(&b.hin[hin]))
-    }
-
-    fn f_fn(&self, slot_in: usize, slot_x: usize) -> impl Fn() + Send + Sync + 'static {
-        let (b, k) = (self.bufs.clone(), self.layout.intensity);
         move || {
-            let src = lock(&b.d_in[slot_in]);
-            for (d, &v) in lock(&b.x[slot_x]).iter_mut().zip(src.iter()) {
-                *d = workload::f_elem(v, k);
+            for j in 0..count {
+                lock(&b.d_in[slot + j]).copy_from_slice(&lock(&b.hin[hin + j]));
             }
         }
     }
 
-    fn g_fn(&self, slot_in: usize, slot_y: usize) -> impl Fn() + Send + Sync + 'static {
+    fn f_fn(
+        &self,
+        slot_in: usize,
+        slot_x: usize,
+        count: usize,
+    ) -> impl Fn() + Send + Sync + 'static {
         let (b, k) = (self.bufs.clone(), self.layout.intensity);
         move || {
-            let src = lock(&b.d_in[slot_in]);
-            for (d, &v) in lock(&b.y[slot_y]).iter_mut().zip(src.iter()) {
-                *d = workload::g_elem(v, k);
+            for j in 0..count {
+                let src = lock(&b.d_in[slot_in + j]);
+                for (d, &v) in lock(&b.x[slot_x + j]).iter_mut().zip(src.iter()) {
+                    *d = workload::f_elem(v, k);
+                }
+            }
+        }
+    }
+
+    fn g_fn(
+        &self,
+        slot_in: usize,
+        slot_y: usize,
+        count: usize,
+    ) -> impl Fn() + Send + Sync + 'static {
+        let (b, k) = (self.bufs.clone(), self.layout.intensity);
+        move || {
+            for j in 0..count {
+                let src = lock(&b.d_in[slot_in + j]);
+                for (d, &v) in lock(&b.y[slot_y + j]).iter_mut().zip(src.iter()) {
+                    *d = workload::g_elem(v, k);
+                }
             }
         }
     }
@@ -299,23 +326,35 @@ impl HostDevice {
         slot_x: usize,
         slot_y: usize,
         slot_out: usize,
+        count: usize,
     ) -> impl Fn() + Send + Sync + 'static {
         let (b, k) = (self.bufs.clone(), self.layout.intensity);
         move || {
-            let (x, y) = (lock(&b.x[slot_x]), lock(&b.y[slot_y]));
-            for ((d, &xv), &yv) in lock(&b.out[slot_out])
-                .iter_mut()
-                .zip(x.iter())
-                .zip(y.iter())
-            {
-                *d = workload::h_elem(xv, yv, k);
+            for j in 0..count {
+                let (x, y) = (lock(&b.x[slot_x + j]), lock(&b.y[slot_y + j]));
+                for ((d, &xv), &yv) in lock(&b.out[slot_out + j])
+                    .iter_mut()
+                    .zip(x.iter())
+                    .zip(y.iter())
+                {
+                    *d = workload::h_elem(xv, yv, k);
+                }
             }
         }
     }
 
-    fn copy_out_fn(&self, slot: usize, hout: usize) -> impl Fn() + Send + Sync + 'static {
+    fn copy_out_fn(
+        &self,
+        slot: usize,
+        hout: usize,
+        count: usize,
+    ) -> impl Fn() + Send + Sync + 'static {
         let b = self.bufs.clone();
-        move || lock(&b.hout[hout]).copy_from_slice(&lock(&b.out[slot]))
+        move || {
+            for j in 0..count {
+                lock(&b.hout[hout + j]).copy_from_slice(&lock(&b.out[slot + j]));
+            }
+        }
     }
 }
 
@@ -338,15 +377,15 @@ impl Device for HostDevice {
         }
     }
     fn copy_in(&self, s: &HostStream, hin: usize, slot: usize) -> Result<()> {
-        s.launch(self.copy_in_fn(hin, slot));
+        s.launch(self.copy_in_fn(hin, slot, 1));
         Ok(())
     }
     fn launch_f(&self, s: &HostStream, slot_in: usize, slot_x: usize) -> Result<()> {
-        s.launch(self.f_fn(slot_in, slot_x));
+        s.launch(self.f_fn(slot_in, slot_x, 1));
         Ok(())
     }
     fn launch_g(&self, s: &HostStream, slot_in: usize, slot_y: usize) -> Result<()> {
-        s.launch(self.g_fn(slot_in, slot_y));
+        s.launch(self.g_fn(slot_in, slot_y, 1));
         Ok(())
     }
     fn launch_h(
@@ -356,7 +395,7 @@ impl Device for HostDevice {
         slot_y: usize,
         slot_out: usize,
     ) -> Result<()> {
-        s.launch(self.h_fn(slot_x, slot_y, slot_out));
+        s.launch(self.h_fn(slot_x, slot_y, slot_out, 1));
         Ok(())
     }
     fn launch_h_to(&self, s: &HostStream, slot_x: usize, slot_y: usize, out: u64) -> Result<()> {
@@ -373,23 +412,29 @@ impl Device for HostDevice {
         Ok(())
     }
     fn copy_out(&self, s: &HostStream, slot: usize, hout: usize) -> Result<()> {
-        s.launch(self.copy_out_fn(slot, hout));
+        s.launch(self.copy_out_fn(slot, hout, 1));
         Ok(())
     }
-    fn op_copy_in(&self, hin: usize, slot: usize) -> Command<HostBackend> {
-        Command::Kernel(HostKernel::new(self.copy_in_fn(hin, slot)))
+    fn op_copy_in(&self, hin: usize, slot: usize, count: usize) -> Command<HostBackend> {
+        Command::Kernel(HostKernel::new(self.copy_in_fn(hin, slot, count)))
     }
-    fn op_f(&self, slot_in: usize, slot_x: usize) -> Command<HostBackend> {
-        Command::Kernel(HostKernel::new(self.f_fn(slot_in, slot_x)))
+    fn op_f(&self, slot_in: usize, slot_x: usize, count: usize) -> Command<HostBackend> {
+        Command::Kernel(HostKernel::new(self.f_fn(slot_in, slot_x, count)))
     }
-    fn op_g(&self, slot_in: usize, slot_y: usize) -> Command<HostBackend> {
-        Command::Kernel(HostKernel::new(self.g_fn(slot_in, slot_y)))
+    fn op_g(&self, slot_in: usize, slot_y: usize, count: usize) -> Command<HostBackend> {
+        Command::Kernel(HostKernel::new(self.g_fn(slot_in, slot_y, count)))
     }
-    fn op_h(&self, slot_x: usize, slot_y: usize, slot_out: usize) -> Command<HostBackend> {
-        Command::Kernel(HostKernel::new(self.h_fn(slot_x, slot_y, slot_out)))
+    fn op_h(
+        &self,
+        slot_x: usize,
+        slot_y: usize,
+        slot_out: usize,
+        count: usize,
+    ) -> Command<HostBackend> {
+        Command::Kernel(HostKernel::new(self.h_fn(slot_x, slot_y, slot_out, count)))
     }
-    fn op_copy_out(&self, slot: usize, hout: usize) -> Command<HostBackend> {
-        Command::Kernel(HostKernel::new(self.copy_out_fn(slot, hout)))
+    fn op_copy_out(&self, slot: usize, hout: usize, count: usize) -> Command<HostBackend> {
+        Command::Kernel(HostKernel::new(self.copy_out_fn(slot, hout, count)))
     }
     fn check_output(&self, hout: usize, seq: i64) -> bool {
         self.reference.check(&lock(&self.bufs.hout[hout]), seq)

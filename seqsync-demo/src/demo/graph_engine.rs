@@ -110,7 +110,9 @@ impl std::str::FromStr for GraphEdge {
     }
 }
 
-/// Record the bodies of `count` batches of slot group `group` (K slots each) into one graph.
+/// Record the bodies of `count` batches of slot group `group` (K slots each) into one graph,
+/// `span` consecutive batches to each set of five nodes (copy in, f, g, h, copy out; `span`
+/// divides `count`): 1 gives every batch nodes of its own, `count` one node of each for all.
 /// Commands are recorded consumers first, so that without an edge the host lowering's
 /// topological order (smallest index first) runs a consumer before its producer.
 pub(crate) fn record<D: Device>(
@@ -118,12 +120,17 @@ pub(crate) fn record<D: Device>(
     k: usize,
     group: usize,
     count: usize,
+    span: usize,
     drop: Option<GraphEdge>,
 ) -> Result<GraphExecutable<D::B>> {
+    assert!(
+        span >= 1 && count.is_multiple_of(span),
+        "spans of {span} divide {count} batches"
+    );
     let mut cb = CommandBuffer::<D::B>::new();
     let keep = |e: GraphEdge| drop != Some(e);
-    for j in 0..count {
-        let slot = group * k + j;
+    for j in 0..count / span {
+        let slot = group * k + j * span;
         let (cin, f, g, h, cout) = (
             format!("copy-in {j}"),
             format!("f {j}"),
@@ -138,14 +145,14 @@ pub(crate) fn record<D: Device>(
                 .collect()
         };
         let a = after(&[(GraphEdge::HCopyOut, &h)]);
-        cb.push(&cout, dev.op_copy_out(slot, slot), &names(&a));
+        cb.push(&cout, dev.op_copy_out(slot, slot, span), &names(&a));
         let a = after(&[(GraphEdge::FH, &f), (GraphEdge::GH, &g)]);
-        cb.push(&h, dev.op_h(slot, slot, slot), &names(&a));
+        cb.push(&h, dev.op_h(slot, slot, slot, span), &names(&a));
         let a = after(&[(GraphEdge::CopyInG, &cin)]);
-        cb.push(&g, dev.op_g(slot, slot), &names(&a));
+        cb.push(&g, dev.op_g(slot, slot, span), &names(&a));
         let a = after(&[(GraphEdge::CopyInF, &cin)]);
-        cb.push(&f, dev.op_f(slot, slot), &names(&a));
-        cb.push(&cin, dev.op_copy_in(slot, slot), &[]);
+        cb.push(&f, dev.op_f(slot, slot, span), &names(&a));
+        cb.push(&cin, dev.op_copy_in(slot, slot, span), &[]);
     }
     let graph = cb
         .finish()
@@ -250,12 +257,12 @@ pub(crate) fn run<D: Device>(
     let tail = batches as usize - (groups - 1) * k;
     let mut full = Vec::with_capacity(DEPTH);
     for g in 0..DEPTH.min(groups) {
-        full.push(record(dev, k, g, k, drop)?);
+        full.push(record(dev, k, g, k, 1, drop)?);
     }
     // The last group, when shorter, has a graph of its own.
     let last = groups - 1;
     let short = (tail < k)
-        .then(|| record(dev, k, last % DEPTH, tail, drop))
+        .then(|| record(dev, k, last % DEPTH, tail, 1, drop))
         .transpose()?;
     let streams: Vec<Stream<D>> = (0..DEPTH)
         .map(|i| b.new_stream(&format!("s_graph{i}")))

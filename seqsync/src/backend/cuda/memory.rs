@@ -204,6 +204,13 @@ impl PinnedBuffer {
         self.len == 0
     }
 
+    /// The address of the first `u32`: for reading or writing one part of the buffer while
+    /// copies use another (the caller upholds, for the part it touches, what
+    /// [`as_slice`](Self::as_slice) and [`as_mut_slice`](Self::as_mut_slice) ask of the whole).
+    pub fn as_ptr(&self) -> *mut u32 {
+        self.ptr
+    }
+
     /// The contents.
     ///
     /// # Safety
