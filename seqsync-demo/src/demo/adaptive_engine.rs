@@ -18,7 +18,7 @@
 //! - `launched` (an [`EventRingbuf`], nconsumers 1, max_size `S`: at most `S` batches, so at
 //!   most `S` launches, are in flight; recorded blocking after each launch, consumed by the
 //!   g2h thread): the g2h thread synchronizes on launch `i`, then runs process_data of its
-//!   batches, on up to [`CHECK_THREADS`] threads at once. Which batches launch `i` carried travels on a channel of the same bound.
+//!   batches. Which batches launch `i` carried travels on a channel of the same bound.
 //! - `processed` (a host [`Timeline`]: the number of batches processed, signalled by the g2h
 //!   thread after each launch's batches): the h2g thread waits for `s + m - S` before its launch rewrites the slots
 //!   (host inputs and outputs, `in`, `x`, `y`, `out`) of batches `s - S ..`; those batches'
@@ -28,7 +28,6 @@ use std::collections::HashMap;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use rayon::prelude::*;
 use serde::Serialize;
 
 use super::device::{Device, Stream};
@@ -43,11 +42,6 @@ use seqsync::{Blocking, Error, EventRingbuf, Result};
 
 /// Streams the launches rotate over: enough for several small launches in flight at once.
 pub const STREAMS: usize = 8;
-
-/// Threads that run process_data (the check of each batch) of one launch's batches at once:
-/// one thread checks a batch in about the time the copies move a few more (BENCHMARKS.md §13),
-/// and a launch's batches wait for the last one's check before their slots are free.
-const CHECK_THREADS: usize = 4;
 
 /// Batches in flight (launched, not processed) past which the device release launches no
 /// batch ahead of its arrival: enough to cover a few arrivals' worth of launch cost.
@@ -335,15 +329,9 @@ pub(crate) fn run<D: Device>(
         })();
         (r, graphs)
     };
-    // process_data of each launch's batches, in launch order, on the g2h thread with the
-    // helpers of `checkers` for a launch of several batches (it waits for them before it
-    // signals `processed`, so the count stays in order).
+    // process_data of each launch's batches, in launch order, on the g2h thread itself: a
+    // hand-off to other threads cost more than the check at these sizes (BENCHMARKS.md §13).
     let g2h = move || -> Result<()> {
-        let checkers = rayon::ThreadPoolBuilder::new()
-            .num_threads(CHECK_THREADS)
-            .thread_name(|i| format!("process_data{i}"))
-            .build()
-            .map_err(|e| crate::invalid("demo", format!("process_data threads: {e}")))?;
         let mut done = 0i64;
         while done < batches {
             let (i, s, m) = rx
@@ -352,12 +340,9 @@ pub(crate) fn run<D: Device>(
             dev.chaos_pause();
             // Produced on the h2g thread: blocking.
             launched.synchronize(i, Blocking::Yes)?;
-            // The graph's copies into host output batches s % S .. are done.
-            let process = |seq: i64| checker.process(dev, (seq % s_total) as usize, seq);
-            if m == 1 {
-                process(s);
-            } else {
-                checkers.install(|| (s..s + m as i64).into_par_iter().for_each(process));
+            for seq in s..s + m as i64 {
+                // The graph's copy into host output batch seq % S is done.
+                checker.process(dev, (seq % s_total) as usize, seq);
             }
             done = s + m as i64;
             if let Some(p) = opt.progress {
