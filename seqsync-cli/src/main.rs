@@ -95,9 +95,10 @@ pub(crate) struct DemoArgs {
     #[arg(long, value_name = "D")]
     graph_depth: Option<usize>,
     /// --engine adaptive: where a batch's arrival releases its launch: device (the launch is
-    /// enqueued ahead, behind a stream wait that get_data's signal ends; the default, and
-    /// refused under SEQSYNC_TIMELINE_MECHANISM=events, whose waits do not hold launches) or
-    /// host (the launch waits on the host for the arrival; the default under events).
+    /// enqueued ahead, behind a stream wait that get_data's signal ends; the default below
+    /// 1 MiB batches, and refused under SEQSYNC_TIMELINE_MECHANISM=events, whose waits do not
+    /// hold launches) or host (the launch waits on the host for the arrival; the default from
+    /// 1 MiB and under events).
     #[arg(long, value_parser = crate::parse::<Release>)]
     release: Option<Release>,
     /// Host output batches for --variant host-ring.

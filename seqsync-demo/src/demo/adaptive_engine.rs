@@ -104,6 +104,11 @@ fn record_all<D: Device>(
     Ok(graphs)
 }
 
+/// Batch bytes below which the release is [`Release::Device`] unless told: from 1 MiB the
+/// host release ran faster on the H200, below it the device release did as well or better
+/// (BENCHMARKS.md §13, run E).
+pub const DEVICE_RELEASE_BELOW: usize = 1 << 20;
+
 /// Where a batch's arrival releases the launch that carries it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -148,14 +153,19 @@ impl std::str::FromStr for Release {
 }
 
 impl Release {
-    /// The release a run gets with `mechanism` (that of the run's timelines) when `asked` for
-    /// one (`None`: the device where the mechanism allows it, else the host).
+    /// The release a run of `batch_bytes` batches gets with `mechanism` (that of the run's
+    /// timelines) when `asked` for one (`None`: the device for batches below
+    /// [`DEVICE_RELEASE_BELOW`] where the mechanism allows it, else the host).
     ///
     /// # Errors
     /// [`Error::WaitBeforeSignalUnsupported`] for the device release with a mechanism whose
     /// stream waits do not hold the commands after them ([`Mechanism::holds_commands`], false
     /// for events): the launches enqueued ahead of their batches would read them unfilled.
-    pub fn for_mechanism(asked: Option<Release>, mechanism: &Mechanism) -> Result<Release> {
+    pub fn for_mechanism(
+        asked: Option<Release>,
+        mechanism: &Mechanism,
+        batch_bytes: usize,
+    ) -> Result<Release> {
         match asked {
             Some(Release::Device) if !mechanism.holds_commands() => {
                 Err(Error::WaitBeforeSignalUnsupported {
@@ -166,15 +176,21 @@ impl Release {
                 })
             }
             Some(r) => Ok(r),
-            None if mechanism.holds_commands() => Ok(Release::Device),
+            None if mechanism.holds_commands() && batch_bytes < DEVICE_RELEASE_BELOW => {
+                Ok(Release::Device)
+            }
             None => Ok(Release::Host),
         }
     }
 
     /// [`Release::for_mechanism`] with the mechanism of `backend`'s timelines.
-    pub(crate) fn on<B: Backend>(asked: Option<Release>, backend: &B) -> Result<Release> {
+    pub(crate) fn on<B: Backend>(
+        asked: Option<Release>,
+        backend: &B,
+        batch_bytes: usize,
+    ) -> Result<Release> {
         let probe = Timeline::new(backend, "arrived", 0)?;
-        Release::for_mechanism(asked, &probe.mechanism())
+        Release::for_mechanism(asked, &probe.mechanism(), batch_bytes)
     }
 }
 
@@ -225,7 +241,7 @@ pub(crate) fn run<D: Device>(
     // first, so that a mechanism that cannot hold the launches refuses before anything is
     // enqueued.
     let arrived = Timeline::new(b, "arrived", 0)?;
-    let release = Release::for_mechanism(Some(release), &arrived.mechanism())?;
+    let release = Release::for_mechanism(Some(release), &arrived.mechanism(), l.n * 4)?;
     let batches = opt.batches;
     let graphs = record_all(dev, k, slots, batches, drop)?;
     let streams: Vec<Stream<D>> = (0..STREAMS)
@@ -399,24 +415,37 @@ mod tests {
             fallback_reason: None,
         };
         // Asked for: refused with the mechanism named; by default: the host.
-        let e = Release::for_mechanism(Some(Release::Device), &events).unwrap_err();
+        let small = 64 << 10;
+        let e = Release::for_mechanism(Some(Release::Device), &events, small).unwrap_err();
         assert!(
             matches!(&e, Error::WaitBeforeSignalUnsupported { timeline, mechanism, .. }
                 if timeline == "arrived" && mechanism == "events"),
             "{e}"
         );
         assert_eq!(
-            Release::for_mechanism(None, &events).unwrap(),
+            Release::for_mechanism(None, &events, small).unwrap(),
             Release::Host
         );
         assert_eq!(
-            Release::for_mechanism(Some(Release::Host), &events).unwrap(),
+            Release::for_mechanism(Some(Release::Host), &events, small).unwrap(),
             Release::Host
         );
         for m in [Mechanism::MemOps, Mechanism::Hybrid, Mechanism::HostWord] {
-            assert_eq!(Release::for_mechanism(None, &m).unwrap(), Release::Device);
             assert_eq!(
-                Release::for_mechanism(Some(Release::Device), &m).unwrap(),
+                Release::for_mechanism(None, &m, small).unwrap(),
+                Release::Device
+            );
+            // From DEVICE_RELEASE_BELOW the host unless asked; asked, the device.
+            assert_eq!(
+                Release::for_mechanism(None, &m, DEVICE_RELEASE_BELOW).unwrap(),
+                Release::Host
+            );
+            assert_eq!(
+                Release::for_mechanism(Some(Release::Device), &m, DEVICE_RELEASE_BELOW).unwrap(),
+                Release::Device
+            );
+            assert_eq!(
+                Release::for_mechanism(Some(Release::Device), &m, small).unwrap(),
                 Release::Device
             );
         }

@@ -57,8 +57,8 @@ pub struct DemoConfig {
     /// saturated, less overlap.
     pub graph_depth: Option<usize>,
     /// [`Engine::Adaptive`]: where a batch's arrival releases its launch (`None`: on the
-    /// device, [`Release::Device`], where the timelines' mechanism holds launches behind a
-    /// wait, else on the host: [`Release::for_mechanism`]).
+    /// device, [`Release::Device`], for batches below 1 MiB where the timelines' mechanism
+    /// holds launches behind a wait, else on the host: [`Release::for_mechanism`]).
     pub release: Option<Release>,
     /// Test only, [`Engine::Graph`] on the host backend: leave one edge out of every batch's
     /// body (verification must then fail).

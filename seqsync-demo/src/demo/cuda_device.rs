@@ -27,11 +27,31 @@ pub(crate) struct CudaDevice {
     f: CudaFunction,
     g: CudaFunction,
     h: CudaFunction,
+    /// The launch shape of one batch's kernels.
     launch: LaunchConfig,
+    /// Most blocks a kernel gets (8 per SM): the kernels are grid-stride loops, so more
+    /// elements than threads is correct, only slower.
+    max_blocks: u32,
     reference: Reference,
     /// `--trace`: timing events recorded on the streams, and the first one (the origin).
     marks: Mutex<Vec<(Mark, CudaEvent)>>,
     origin: Mutex<Option<(CudaEvent, Instant)>>,
+}
+
+/// Threads a block.
+const BLOCK: u32 = 256;
+
+/// The launch shape of a kernel over `elements` u32s: a thread an element, in blocks of
+/// [`BLOCK`], at most `max_blocks` blocks.
+fn launch_config(elements: usize, max_blocks: u32) -> LaunchConfig {
+    let blocks = elements
+        .div_ceil(BLOCK as usize)
+        .clamp(1, max_blocks.max(1) as usize) as u32;
+    LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (BLOCK, 1, 1),
+        shared_mem_bytes: 0,
+    }
 }
 
 fn launch_error(e: seqsync::cudarc::driver::DriverError) -> Error {
@@ -60,7 +80,7 @@ impl CudaDevice {
             .map_err(|e| {
                 seqsync::internal::backend::cuda::driver_error("cuDeviceGetAttribute", e)
             })?;
-        let blocks = n.div_ceil(256).clamp(1, sms.max(1) as usize * 8) as u32;
+        let max_blocks = (sms.max(1) as u32).saturating_mul(8);
         Ok(CudaDevice {
             d_in: alloc(layout.nin)?,
             x: alloc(layout.nx)?,
@@ -71,11 +91,8 @@ impl CudaDevice {
             f: k[0].clone(),
             g: k[1].clone(),
             h: k[2].clone(),
-            launch: LaunchConfig {
-                grid_dim: (blocks, 1, 1),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: 0,
-            },
+            launch: launch_config(n, max_blocks),
+            max_blocks,
             reference: Reference::new(layout),
             backend,
             layout,
@@ -94,13 +111,20 @@ impl CudaDevice {
             .map_err(|e| seqsync::internal::backend::cuda::driver_error("cuCtxSetCurrent", e))
     }
 
-    /// A kernel node of `function` on `params`, in the launch shape of the stream launches.
-    fn kernel(&self, function: &CudaFunction, params: Vec<KernelParam>) -> Command<CudaBackend> {
+    /// A kernel node of `function` on `params` over `elements` u32s, in the launch shape a
+    /// stream launch over that many gets (one batch's: that of the stream launches).
+    fn kernel(
+        &self,
+        function: &CudaFunction,
+        params: Vec<KernelParam>,
+        elements: usize,
+    ) -> Command<CudaBackend> {
+        let launch = launch_config(elements, self.max_blocks);
         Command::Kernel(CudaKernel {
             function: function.clone(),
-            grid: self.launch.grid_dim,
-            block: self.launch.block_dim,
-            shared_mem_bytes: self.launch.shared_mem_bytes,
+            grid: launch.grid_dim,
+            block: launch.block_dim,
+            shared_mem_bytes: launch.shared_mem_bytes,
             params,
         })
     }
@@ -145,18 +169,20 @@ impl CudaDevice {
         unsafe { buf.as_ptr().add(slot * n) }
     }
 
-    /// f, g or h over `count` slots of its buffers, as a kernel node.
+    /// f, g or h over `count` slots of its buffers, as a kernel node: its grid grows with the
+    /// span (up to `max_blocks`), so a span of `count` batches runs as
+    /// wide as one batch of `count` times the size.
     fn op_kernel(
         &self,
         function: &CudaFunction,
         ptrs: &[u64],
         count: usize,
     ) -> Command<CudaBackend> {
-        let (n, k) = ((count * self.layout.n) as u64, self.layout.intensity);
+        let (elements, k) = (count * self.layout.n, self.layout.intensity);
         use KernelParam::{Ptr, U32, U64};
         let mut params: Vec<KernelParam> = ptrs.iter().map(|&p| Ptr(p)).collect();
-        params.extend([U64(n), U32(k)]);
-        self.kernel(function, params)
+        params.extend([U64(elements as u64), U32(k)]);
+        self.kernel(function, params, elements)
     }
 }
 

@@ -46,6 +46,7 @@ pub(super) fn run_on<D: Device>(
                 .release
                 .or((config.drop_edge == Some(GraphEdge::ArrivalWait)).then_some(Release::Device)),
             dev.backend(),
+            batch_bytes,
         )?),
         _ => None,
     };

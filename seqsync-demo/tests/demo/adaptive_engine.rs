@@ -4,7 +4,9 @@
 //! two bounds of every report (device bound, isolated latency).
 
 use seqsync::BackendKind;
-use seqsync_demo::demo::{run, DemoConfig, Engine, GraphEdge, Release, GRAPH_DEPTH};
+use seqsync_demo::demo::{
+    run, DemoConfig, Engine, GraphEdge, Release, DEVICE_RELEASE_BELOW, GRAPH_DEPTH,
+};
 
 fn config(k: usize) -> DemoConfig {
     DemoConfig {
@@ -72,8 +74,14 @@ fn adaptive_engine_verifies_every_batch_released_on_the_host_and_on_the_device()
             assert_eq!(r.release, Some(release));
         }
     }
-    // The device release is the default.
+    // The device release is the default below DEVICE_RELEASE_BELOW, the host release from it.
     assert_eq!(run(&config(4)).unwrap().release, Some(Release::Device));
+    let large = DemoConfig {
+        batches: 8,
+        batch_bytes: Some(DEVICE_RELEASE_BELOW),
+        ..config(4)
+    };
+    assert_eq!(run(&large).unwrap().release, Some(Release::Host));
 }
 
 #[test]
@@ -272,7 +280,7 @@ fn adaptive_engine_verifies_every_element_on_cuda() {
             );
             let expected = match release {
                 Some(asked) => asked,
-                None if events => Release::Host,
+                None if events || bytes >= DEVICE_RELEASE_BELOW => Release::Host,
                 None => Release::Device,
             };
             assert_eq!((r.backend, r.release), ("cuda", Some(expected)));
