@@ -350,9 +350,13 @@ pub(crate) fn run<D: Device>(
     let g2h = move || -> Result<()> {
         let mut done = 0i64;
         while done < batches {
-            let (i, s, m) = rx
-                .recv()
-                .map_err(|_| crate::invalid("demo", "the h2g thread ended early"))?;
+            // The h2g thread ends early only when it failed or was stopped: a stop here, so
+            // that the error that stopped the run is the one reported (first_error).
+            let (i, s, m) = rx.recv().map_err(|_| Error::Stopped {
+                ring: "launched".into(),
+                reason: "the h2g thread ended early".into(),
+                cause: None,
+            })?;
             dev.chaos_pause();
             // Produced on the h2g thread: blocking.
             launched.synchronize(i, Blocking::Yes)?;
@@ -372,6 +376,7 @@ pub(crate) fn run<D: Device>(
     };
     // A failed `arrived` also releases the launches still waiting for it on the device.
     let stop = |why: String| {
+        checker.stop();
         launched.stop(why.clone());
         processed.fail(Error::Cancelled(why.clone()));
         arrived.fail(Error::Cancelled(why));

@@ -2,7 +2,8 @@
 //!
 //! - [`device_bound`]: what these kernels and copies can do at this batch size with no host in
 //!   the loop. Every batch's body (h2g copy -> f, g -> h -> g2h copy) goes into one graph, each
-//!   batch in buffers of its own (so nothing orders two batches but the hardware), launched
+//!   batch in slots of its own, with nodes of its own (so nothing orders two batches but the
+//!   hardware), launched
 //!   and timed from the launch to the stream's end (the fastest of three launches); every
 //!   batch is then verified. On
 //!   CUDA this is one CUDA graph; on the host backend the graph runs its nodes one after
@@ -60,7 +61,7 @@ fn bound_batches(batches: i64, batch_bytes: usize, avail: Option<u64>) -> Option
 }
 
 /// Measure the device bound on a device like `dev` (same backend and batch size, each batch in
-/// buffers of its own): one untimed launch (uploads, first touches), then the fastest of
+/// slots of its own): one untimed launch (uploads, first touches), then the fastest of
 /// [`BOUND_LAUNCHES`] timed ones.
 ///
 /// `Ok(None)` when host memory does not allow even one batch's buffers, or when the device

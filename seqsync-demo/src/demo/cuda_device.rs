@@ -20,6 +20,10 @@ pub(crate) struct CudaDevice {
     layout: Layout,
     hin: Arc<PinnedBuffer>,
     hout: Arc<PinnedBuffer>,
+    /// `hin` and `hout` as command memory (for copies by command), made once: a view per copy
+    /// would cost the hand-written engine an allocation on every copy.
+    hin_mem: Arc<DeviceBuffer>,
+    hout_mem: Arc<DeviceBuffer>,
     d_in: Arc<DeviceBuffer>,
     x: Arc<DeviceBuffer>,
     y: Arc<DeviceBuffer>,
@@ -86,6 +90,8 @@ impl CudaDevice {
             x: alloc(layout.nx)?,
             y: alloc(layout.ny)?,
             out: alloc(layout.nout)?,
+            hin_mem: hin.as_memory(),
+            hout_mem: hout.as_memory(),
             hin,
             hout,
             f: k[0].clone(),
@@ -111,8 +117,8 @@ impl CudaDevice {
             .map_err(|e| seqsync::internal::backend::cuda::driver_error("cuCtxSetCurrent", e))
     }
 
-    /// A kernel node of `function` on `params` over `elements` u32s, in the launch shape a
-    /// stream launch over that many gets (one batch's: that of the stream launches).
+    /// A kernel node of `function` on `params` over `elements` u32s, in the launch shape of
+    /// that many elements ([`launch_config`]).
     fn kernel(
         &self,
         function: &CudaFunction,
@@ -302,7 +308,7 @@ impl Device for CudaDevice {
     }
     fn op_copy_in(&self, hin: usize, slot: usize, count: usize) -> Command<CudaBackend> {
         self.copy(
-            (self.hin.as_memory(), hin),
+            (self.hin_mem.clone(), hin),
             (self.d_in.clone(), slot),
             count,
         )
@@ -338,7 +344,7 @@ impl Device for CudaDevice {
     fn op_copy_out(&self, slot: usize, hout: usize, count: usize) -> Command<CudaBackend> {
         self.copy(
             (self.out.clone(), slot),
-            (self.hout.as_memory(), hout),
+            (self.hout_mem.clone(), hout),
             count,
         )
     }
@@ -404,5 +410,26 @@ impl Device for CudaDevice {
                 Ok(m)
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kernel_gets_a_thread_an_element_up_to_its_most_blocks() {
+        let blocks = |elements, max| launch_config(elements, max).grid_dim.0;
+        // One 64 KiB batch: 16384 elements, 64 blocks of 256.
+        assert_eq!(blocks(16 << 10, 1056), 64);
+        // A span of 4 such batches runs as wide as one batch 4 times the size.
+        assert_eq!(blocks(4 * (16 << 10), 1056), 256);
+        // Not a multiple of a block: one more block; nothing: one block.
+        assert_eq!(blocks(257, 1056), 2);
+        assert_eq!(blocks(0, 1056), 1);
+        // Capped (grid-stride loops cover the rest), and never zero.
+        assert_eq!(blocks(usize::MAX, 1056), 1056);
+        assert_eq!(blocks(1 << 20, 0), 1);
+        assert_eq!(launch_config(1, 8).block_dim, (BLOCK, 1, 1));
     }
 }

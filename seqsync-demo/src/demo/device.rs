@@ -23,7 +23,9 @@ pub(crate) struct Layout {
     pub nx: usize,
     pub ny: usize,
     pub nout: usize,
-    /// Host input buffers = body patterns (a prime above every lag).
+    /// Host input buffers = body patterns (the hand-written engines: a prime above every lag,
+    /// so a stage a lag off reads another body too; the graph engines: one per slot, S, so
+    /// there a slot read a whole ring late differs from the right one in its header only).
     pub npatterns: usize,
     /// Host output buffers.
     pub nhout: usize,

@@ -47,7 +47,9 @@ pub(crate) fn resolve(config: &DemoConfig) -> Result<(DemoConfig, BackendKind, L
     });
     let graphed;
     let config = if config.engine.uses_graphs() {
-        // The graph engines' own slot counts: depth groups of K batches in every buffer.
+        // The graph engines' own slot counts: depth groups of K batches in every buffer, from
+        // options checked first (a depth off the range would overflow the product).
+        config.validate_graph_options()?;
         let slots = graph_depth(config) * graph_k(config, batch_bytes);
         graphed = DemoConfig {
             nin: slots,

@@ -331,6 +331,7 @@ pub(crate) fn run<D: Device>(
         Ok(())
     };
     let stop = |why: String| {
+        checker.stop();
         ring.stop(why.clone());
         processed.stop(why);
     };

@@ -62,17 +62,20 @@ pub(crate) fn run<D: Device>(
     let (to_h2g, from_g2h) = mpsc::channel::<Point<D::B>>();
     let results = std::thread::scope(|scope| {
         let (st, checker) = (streams, &checker);
+        // A failed thread stops the checker too: the other may be waiting for an arrival.
+        let stopping = move |r: Result<()>| {
+            if r.is_err() {
+                checker.stop();
+            }
+            r
+        };
         let h2g = scope.spawn(move || {
-            (
-                "h2g",
-                h2g_thread(dev, pool, st, checker, opt, to_g2h, from_g2h),
-            )
+            let r = h2g_thread(dev, pool, st, checker, opt, to_g2h, from_g2h);
+            ("h2g", stopping(r))
         });
         let g2h = scope.spawn(move || {
-            (
-                "g2h",
-                g2h_thread(dev, pool, st, checker, opt, from_h2g, to_h2g),
-            )
+            let r = g2h_thread(dev, pool, st, checker, opt, from_h2g, to_h2g);
+            ("g2h", stopping(r))
         });
         // A thread that fails drops its channel ends, which ends the other one's loop.
         vec![

@@ -11,6 +11,35 @@ pub(super) fn invalid(msg: String) -> Error {
 }
 
 impl DemoConfig {
+    /// The graph engines' own options (`--graph-batches`, `--graph-depth`): checked before
+    /// anything is computed from them (the slot counts are their product).
+    pub(super) fn validate_graph_options(&self) -> Result<()> {
+        if let Some(k) = self.graph_batches {
+            if !self.engine.uses_graphs() {
+                return Err(invalid(
+                    "--graph-batches needs --engine graph or adaptive".into(),
+                ));
+            }
+            if k == 0 || k > graph_engine::MAX_GRAPH_BATCHES {
+                return Err(invalid(format!(
+                    "--graph-batches {k} is outside 1..={}",
+                    graph_engine::MAX_GRAPH_BATCHES
+                )));
+            }
+        }
+        if let Some(d) = self.graph_depth {
+            if self.engine != Engine::Adaptive {
+                return Err(invalid("--graph-depth needs --engine adaptive".into()));
+            }
+            if !(2..=MAX_GRAPH_DEPTH).contains(&d) {
+                return Err(invalid(format!(
+                    "--graph-depth {d} is outside 2..={MAX_GRAPH_DEPTH}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     pub(super) fn validate(&self, batch_bytes: usize, kind: BackendKind) -> Result<()> {
         if let Some(r) = self.rate {
             if !(r.is_finite() && (MIN_RATE..=MAX_RATE).contains(&r)) {
@@ -90,29 +119,7 @@ impl DemoConfig {
                 "--drop-edge arrival-wait needs --engine adaptive with --release device".into(),
             ));
         }
-        if let Some(k) = self.graph_batches {
-            if !self.engine.uses_graphs() {
-                return Err(invalid(
-                    "--graph-batches needs --engine graph or adaptive".into(),
-                ));
-            }
-            if k == 0 || k > graph_engine::MAX_GRAPH_BATCHES {
-                return Err(invalid(format!(
-                    "--graph-batches {k} is outside 1..={}",
-                    graph_engine::MAX_GRAPH_BATCHES
-                )));
-            }
-        }
-        if let Some(d) = self.graph_depth {
-            if self.engine != Engine::Adaptive {
-                return Err(invalid("--graph-depth needs --engine adaptive".into()));
-            }
-            if !(2..=MAX_GRAPH_DEPTH).contains(&d) {
-                return Err(invalid(format!(
-                    "--graph-depth {d} is outside 2..={MAX_GRAPH_DEPTH}"
-                )));
-            }
-        }
+        self.validate_graph_options()?;
         if self.variant == Variant::HostRing && self.host_slots == 0 {
             return Err(invalid("--host-slots must be at least 1".into()));
         }

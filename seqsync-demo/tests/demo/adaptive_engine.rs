@@ -230,6 +230,15 @@ fn adaptive_engine_graph_depth_sets_the_slots_and_is_checked() {
         ..config(4)
     });
     assert!(e.contains("--graph-depth 1 is outside 2..=16"), "{e}");
+    // Checked before the slot count (depth x K) is computed from it: no overflow.
+    let e = err(DemoConfig {
+        graph_depth: Some(usize::MAX),
+        ..config(64)
+    });
+    assert!(
+        e.contains(&format!("--graph-depth {} is outside 2..=16", usize::MAX)),
+        "{e}"
+    );
     let e = err(DemoConfig {
         engine: Engine::Graph,
         graph_depth: Some(2),

@@ -5,7 +5,7 @@
 //! Seqs arrive in order, give or take the batches in flight, so arrivals are counted in a
 //! window of the last [`WINDOW`] seqs (a ring of counts), and latencies go to a histogram.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -19,6 +19,11 @@ pub(crate) const WINDOW: usize = 4096;
 
 /// How close to an arrival [`Checker::wait_until`] stops sleeping and yields instead.
 const SPIN_NS: u64 = 100_000;
+
+/// Longest sleep of [`Checker::wait_until`] between looks at [`Checker::stop`]: a run whose
+/// thread failed ends this soon after, not at the next arrival (up to 5 s away at the
+/// slowest `--rate`).
+const STOP_POLL_NS: u64 = 10_000_000;
 
 /// Wrong seqs listed by number (the smallest); the others are only counted.
 pub(crate) const WRONG_LISTED: usize = 20;
@@ -151,6 +156,8 @@ pub(crate) struct Checker {
     /// Open-loop arrivals (`--rate`): seq `s` arrives `s / rate` seconds after `t0`; latency
     /// counts from its arrival. `None`: as fast as possible, latency from the copy-in.
     rate: Option<f64>,
+    /// The run stopped ([`stop`](Self::stop)): arrival waits end at once.
+    stopped: AtomicBool,
 }
 
 impl Checker {
@@ -178,7 +185,15 @@ impl Checker {
                 .map(|_| (AtomicI64::new(-1), AtomicU64::new(0)))
                 .collect(),
             t0: Instant::now(),
+            stopped: AtomicBool::new(false),
         }
+    }
+
+    /// The run stopped (a thread failed): arrival waits, now and later, return at once, so
+    /// that the threads waiting for arrivals reach their next ring or timeline call (which
+    /// fails as stopped) without sleeping until the arrival.
+    pub(crate) fn stop(&self) {
+        self.stopped.store(true, Ordering::Relaxed);
     }
 
     fn now_ns(&self) -> u64 {
@@ -196,16 +211,18 @@ impl Checker {
     }
 
     /// Block until `at_ns` after `t0`: a sleep to within [`SPIN_NS`] of it, then yields (a
-    /// sleep alone overshoots by tens of microseconds, which would count as latency).
+    /// sleep alone overshoots by tens of microseconds, which would count as latency). Returns
+    /// early once the run [stopped](Self::stop).
     fn wait_until(&self, at_ns: u64) {
         loop {
             let now = self.now_ns();
-            if now >= at_ns {
+            if now >= at_ns || self.stopped.load(Ordering::Relaxed) {
                 return;
             }
             let left = at_ns - now;
             if left > SPIN_NS {
-                std::thread::sleep(std::time::Duration::from_nanos(left - SPIN_NS));
+                let nap = (left - SPIN_NS).min(STOP_POLL_NS);
+                std::thread::sleep(std::time::Duration::from_nanos(nap));
             } else {
                 std::thread::yield_now();
             }
@@ -291,6 +308,28 @@ mod tests {
 
     fn seen() -> Seen {
         Checker::new(1 << 40).seen.into_inner().unwrap()
+    }
+
+    #[test]
+    fn a_stop_ends_an_arrival_wait_at_once() {
+        // Batch 5 arrives 25 s after the start at the slowest rate; the stop comes after 20 ms.
+        let c = Checker::paced(10, Some(0.2));
+        let start = Instant::now();
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| {
+                c.wait_arrival(5);
+                c.issued(6);
+            });
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            c.stop();
+            waiter.join().unwrap();
+        });
+        let took = start.elapsed();
+        assert!(took < std::time::Duration::from_secs(2), "{took:?}");
+        // Waits after the stop return at once too.
+        let t = Instant::now();
+        c.wait_arrival(9);
+        assert!(t.elapsed() < std::time::Duration::from_secs(1));
     }
 
     #[test]

@@ -252,6 +252,7 @@ pub(crate) fn run<D: Device>(dev: &D, opt: &RunOptions<'_>) -> Result<(Duration,
                         ))
                     });
                 if let Err(e) = &r {
+                    checker.stop();
                     rings.stop_all(&format!("thread {name} failed: {e}"));
                 }
                 (name, r)
