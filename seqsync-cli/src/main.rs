@@ -476,8 +476,9 @@ pub(crate) fn print_summary(r: &DemoReport, trace: Option<&std::path::Path>) {
     let rows = [
         (
             format!(
-                "device bound ({} batches)",
-                r.device_bound_batches.unwrap_or(0)
+                "device bound ({} batches, {} a node)",
+                r.device_bound_batches.unwrap_or(0),
+                r.device_bound_span.unwrap_or(1)
             ),
             r.device_bound_gbps,
             "pipeline/device bound",

@@ -151,6 +151,9 @@ pub(crate) trait Device: Send + Sync + 'static {
     /// process_data: does host output buffer `hout` hold seq's result? The caller guarantees
     /// the copy into it has completed.
     fn check_output(&self, hout: usize, seq: i64) -> bool;
+    /// Zero every host output buffer (so that a check after it sees only what was copied in
+    /// since). The caller guarantees no copy into them is in flight.
+    fn clear_outputs(&self);
 
     // The same operations on device buffers given by address ([`Variant::Pool`]: per-batch
     // buffers from a stream-ordered pool, each of `layout().n` u32s).
@@ -440,6 +443,11 @@ impl Device for HostDevice {
     }
     fn check_output(&self, hout: usize, seq: i64) -> bool {
         self.reference.check(&lock(&self.bufs.hout[hout]), seq)
+    }
+    fn clear_outputs(&self) {
+        for b in &self.bufs.hout {
+            lock(b).fill(0);
+        }
     }
     fn copy_in_to(&self, s: &HostStream, hin: usize, dst: u64) -> Result<()> {
         let (b, n) = (self.bufs.clone(), self.layout.n);

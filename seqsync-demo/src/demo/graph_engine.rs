@@ -111,8 +111,9 @@ impl std::str::FromStr for GraphEdge {
 }
 
 /// Record the bodies of `count` batches of slot group `group` (K slots each) into one graph,
-/// `span` consecutive batches to each set of five nodes (copy in, f, g, h, copy out; `span`
-/// divides `count`): 1 gives every batch nodes of its own, `count` one node of each for all.
+/// `span` consecutive batches to each set of five nodes (copy in, f, g, h, copy out; the last
+/// set takes what is left): 1 gives every batch nodes of its own, `count` one node of each for
+/// all.
 /// Commands are recorded consumers first, so that without an edge the host lowering's
 /// topological order (smallest index first) runs a consumer before its producer.
 pub(crate) fn record<D: Device>(
@@ -123,14 +124,12 @@ pub(crate) fn record<D: Device>(
     span: usize,
     drop: Option<GraphEdge>,
 ) -> Result<GraphExecutable<D::B>> {
-    assert!(
-        span >= 1 && count.is_multiple_of(span),
-        "spans of {span} divide {count} batches"
-    );
+    let span = span.max(1);
     let mut cb = CommandBuffer::<D::B>::new();
     let keep = |e: GraphEdge| drop != Some(e);
-    for j in 0..count / span {
+    for j in 0..count.div_ceil(span) {
         let slot = group * k + j * span;
+        let span = span.min(count - j * span);
         let (cin, f, g, h, cout) = (
             format!("copy-in {j}"),
             format!("f {j}"),

@@ -187,6 +187,7 @@ pub(super) fn run_on<D: Device>(
         ratio_to_resource_bound: None,
         device_bound_gbps: None,
         device_bound_batches: None,
+        device_bound_span: None,
         ratio_to_device_bound: None,
         isolated_latency_us: None,
         p50_over_isolated: None,
@@ -264,10 +265,18 @@ fn add_baselines<D: Device>(
     report.ratio_to_resource_bound = Some(report.gbps / resource);
     report.ratio_to_bound = Some(report.gbps / bound);
     report.stages = stages;
-    if let Some(d) = bounds::device_bound(dev, config.batches)? {
+    // Merged as the adaptive engine merges a launch's batches: its automatic K at this size,
+    // or its own K when it runs (the same bound for every engine of a sweep).
+    let batch_bytes = dev.layout().n * 4;
+    let mut span = adaptive_engine::auto_launch_batches(batch_bytes);
+    if config.engine == Engine::Adaptive {
+        span = span.max(graph_k(config, batch_bytes));
+    }
+    if let Some(d) = bounds::device_bound(dev, config.batches, span)? {
         let device = gb(d.seconds, d.batches as i64);
         report.device_bound_gbps = Some(device);
         report.device_bound_batches = Some(d.batches);
+        report.device_bound_span = Some(d.span);
         report.ratio_to_device_bound = Some(report.gbps / device);
     }
     let isolated = bounds::isolated_latency(dev, bounds::ISOLATED_ROUNDS)?;

@@ -59,12 +59,19 @@ pub struct DemoReport {
     pub resource_bound_gbps: Option<f64>,
     /// `gbps / resource_bound_gbps`.
     pub ratio_to_resource_bound: Option<f64>,
-    /// The device bound: every batch's work (up to [`device_bound_batches`](Self::device_bound_batches),
-    /// each in buffers of its own) in one graph, no host in the loop (the fastest of three launches), every batch
-    /// verified. On the host backend that graph runs serially on one stream: not a bound there.
+    /// The device bound: every batch's work (up to
+    /// [`device_bound_batches`](Self::device_bound_batches), each in slots of its own) in one
+    /// graph, no host in the loop (the fastest of three launches), every batch verified; the
+    /// faster of nodes per batch and nodes per run of
+    /// [`device_bound_span`](Self::device_bound_span) batches (as the adaptive engine merges
+    /// a launch's batches). On the host backend that graph runs serially on one stream: not a
+    /// bound there.
     pub device_bound_gbps: Option<f64>,
     /// Batches the device bound's graph carried.
     pub device_bound_batches: Option<usize>,
+    /// Consecutive batches that shared a set of five nodes in the faster of the device bound's
+    /// graphs (1: a set each).
+    pub device_bound_span: Option<usize>,
     /// `gbps / device_bound_gbps`.
     pub ratio_to_device_bound: Option<f64>,
     /// One batch alone through the pipeline on an idle device, copy-in issued to check

@@ -202,6 +202,13 @@ fn every_report_with_baselines_has_the_device_bound_and_the_isolated_latency() {
         assert!(device > 0.0 && device.is_finite(), "{engine:?}: {device}");
         // Every batch of the run (30 < the cap) went into the bound's graph.
         assert_eq!(r.device_bound_batches, Some(30));
+        // The faster of a node set per batch and one per 4 batches (the adaptive engine's
+        // automatic K at this size).
+        assert!(
+            matches!(r.device_bound_span, Some(1 | 4)),
+            "{:?}",
+            r.device_bound_span
+        );
         assert_eq!(r.ratio_to_device_bound, Some(r.gbps / device));
         let iso = r.isolated_latency_us.unwrap();
         assert!(iso > 0.0, "{engine:?}: isolated {iso}");
