@@ -68,6 +68,14 @@ pub trait CommandBackend: Backend {
     /// [`crate::Error::InvalidArgument`] when the range is out of bounds.
     fn fill(&self, stream: &Self::Stream, op: &FillOp<Self::Memory>) -> Result<()>;
 
+    /// `Err` where [`copy`](Self::copy) would refuse `op` (a range out of bounds), without
+    /// enqueuing anything: so that a submission of many commands is refused whole, before
+    /// its first command is enqueued.
+    fn check_copy(&self, op: &CopyOp<Self::Memory>) -> Result<()>;
+
+    /// `Err` where [`fill`](Self::fill) would refuse `op`, without enqueuing anything.
+    fn check_fill(&self, op: &FillOp<Self::Memory>) -> Result<()>;
+
     /// `words` zeroed words of memory.
     fn alloc_words(&self, words: usize) -> Result<Self::Memory>;
 
@@ -113,6 +121,16 @@ impl<B: CommandBackend> Command<B> {
             Command::Copy(_) => "copy",
             Command::Fill(_) => "fill",
             Command::Host(_) => "host",
+        }
+    }
+
+    /// `Err` where [`enqueue`](Self::enqueue) would refuse it for what it is (a copy or fill
+    /// out of bounds), without enqueuing anything.
+    pub fn check(&self, backend: &B) -> crate::Result<()> {
+        match self {
+            Command::Copy(c) => backend.check_copy(c),
+            Command::Fill(f) => backend.check_fill(f),
+            Command::Kernel(_) | Command::Host(_) => Ok(()),
         }
     }
 

@@ -139,7 +139,9 @@ impl<B: GraphBackend> GraphExecutable<B> {
         &self.report
     }
 
-    /// Enqueue one replay on `stream`, with no ordering beyond the stream's own: the caller
+    /// Enqueue one replay on `stream`, after the work enqueued on `stream` before it and after
+    /// every earlier replay of this graph, on any stream (one replay runs at a time, on CUDA
+    /// as `cuGraphLaunch` does and on the host backend alike); no other ordering: the caller
     /// orders it against other work (events or a ring on `stream`, before and after). A
     /// [`Queues`](super::Queues) does that through
     /// [`submit_graph`](super::Queues::submit_graph).

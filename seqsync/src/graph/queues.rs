@@ -128,6 +128,35 @@ impl<B: Backend> Submit<'_, B> {
             .iter()
             .try_for_each(|(t, v)| t.check_holds_commands(None, *v))
     }
+
+    /// Everything the timelines would refuse part-way through the submission, refused before
+    /// anything is enqueued: a wait that cannot hold the commands behind it (above), a value
+    /// out of range, and a signal that is not above every value signalled or enqueued on its
+    /// timeline (the list's earlier signals of the same timeline included), or of a failed
+    /// timeline. Otherwise the commands before the refusal would run outside the queue's
+    /// order.
+    fn check_admission(&self) -> Result<()> {
+        self.check_waits_hold_commands()?;
+        for (t, v) in self.waits {
+            t.check_wait(*v)?;
+        }
+        for (i, (t, v)) in self.signals.iter().enumerate() {
+            t.check_signal(*v)?;
+            let earlier = self.signals[..i]
+                .iter()
+                .filter(|(u, _)| u.same(t))
+                .map(|(_, w)| *w)
+                .max();
+            if let Some(current) = earlier.filter(|&w| w >= *v) {
+                return Err(crate::Error::NonMonotonic {
+                    timeline: t.name().to_owned(),
+                    current,
+                    got: *v,
+                });
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Which submission last used a pool stream, and on which queue.
@@ -215,7 +244,9 @@ impl<B: CommandBackend> Queues<B> {
         match s.last {
             None => Ok(true),
             Some(st) if st.queue.is_some() && st.queue == queue => Ok(true),
-            Some(_) => self.backend.query(&s.end),
+            // A stream whose work failed (a host closure panicked) is not free: its end never
+            // completes. Its failure is not this submission's error: it takes another stream.
+            Some(_) => Ok(self.backend.query(&s.end).unwrap_or(false)),
         }
     }
 
@@ -286,7 +317,10 @@ impl<B: CommandBackend> Queues<B> {
         // on a queue holds the queue's later work through the end events it records (commands
         // too); and a barrier on no queue, though it holds only its signals, would leave a
         // deferred wait on its pool stream, holding timeline operations on the host.
-        how.check_waits_hold_commands()?;
+        how.check_admission()?;
+        for op in &exe.graph.ops {
+            op.check(&self.backend)?;
+        }
         if empty && how.signals.is_empty() && (how.waits.is_empty() || queue.is_none()) {
             // Nothing to hold and nothing to signal: the queue's last end stays what it was
             // (a submission after this one is still behind the one before it).
@@ -308,6 +342,10 @@ impl<B: CommandBackend> Queues<B> {
                 new_streams,
             }),
             Err(e) => {
+                // A backend call failed part-way (what can be refused was, before anything was
+                // enqueued): what was enqueued still ends the queue, so that the queue's next
+                // submission runs after it.
+                let _ = self.finish_submission(&map, queue);
                 for &p in &map {
                     self.streams[p].broken = true;
                 }
@@ -421,7 +459,7 @@ impl<B: CommandBackend> Queues<B> {
     where
         B: GraphBackend,
     {
-        how.check_waits_hold_commands()?;
+        how.check_admission()?;
         let queue = how.affinity.single();
         let (map, new_streams) = self.map_streams(1, queue)?;
         let p = map[0];
@@ -443,6 +481,8 @@ impl<B: CommandBackend> Queues<B> {
                 new_streams,
             }),
             Err(e) => {
+                // As in `submit_with`: what was enqueued ends the queue.
+                let _ = self.finish_submission(&map, queue);
                 self.streams[p].broken = true;
                 Err(e)
             }

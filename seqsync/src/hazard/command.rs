@@ -36,6 +36,14 @@ impl<B: CommandBackend> CommandBackend for ValidatingBackend<B> {
         self.inner().fill(stream.inner(), op)
     }
 
+    fn check_copy(&self, op: &CopyOp<B::Memory>) -> Result<()> {
+        self.inner().check_copy(op)
+    }
+
+    fn check_fill(&self, op: &FillOp<B::Memory>) -> Result<()> {
+        self.inner().check_fill(op)
+    }
+
     fn alloc_words(&self, words: usize) -> Result<B::Memory> {
         self.inner().alloc_words(words)
     }

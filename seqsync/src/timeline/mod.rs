@@ -216,6 +216,26 @@ impl<B: Backend> Timeline<B> {
         Ok(())
     }
 
+    /// `Err` where [`signal`](Self::signal) or [`signal_on`](Self::signal_on) of `v` would be
+    /// refused now (out of range, not above every value signalled or enqueued, failed),
+    /// without signalling anything: for a caller that enqueues other work before the signal
+    /// and must refuse the whole before enqueuing any of it.
+    pub(crate) fn check_signal(&self, v: u64) -> Result<()> {
+        self.check_value(v)?;
+        let st = self.shared.lock();
+        self.shared.admit(&st, v)
+    }
+
+    /// `Err` where [`wait_on`](Self::wait_on) of `v` would be refused for its value.
+    pub(crate) fn check_wait(&self, v: u64) -> Result<()> {
+        self.check_value(v)
+    }
+
+    /// Are both handles of one timeline?
+    pub(crate) fn same(&self, other: &Timeline<B>) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
     /// Host signal: the value becomes `v` now.
     ///
     /// # Errors

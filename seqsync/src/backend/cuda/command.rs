@@ -137,9 +137,17 @@ impl CommandBackend for CudaBackend {
         })
     }
 
-    fn copy(&self, stream: &Self::Stream, op: &CopyOp<Self::Memory>) -> Result<()> {
+    fn check_copy(&self, op: &CopyOp<Self::Memory>) -> Result<()> {
         check_range("copy source", op.src_offset, op.words, op.src.len())?;
-        check_range("copy destination", op.dst_offset, op.words, op.dst.len())?;
+        check_range("copy destination", op.dst_offset, op.words, op.dst.len())
+    }
+
+    fn check_fill(&self, op: &FillOp<Self::Memory>) -> Result<()> {
+        check_range("fill", op.offset, op.words, op.dst.len())
+    }
+
+    fn copy(&self, stream: &Self::Stream, op: &CopyOp<Self::Memory>) -> Result<()> {
+        self.check_copy(op)?;
         bind_for(stream)?;
         // SAFETY: both ranges lie inside live allocations (checked above; the Arcs keep them
         // alive for the call, and the graph that holds the op keeps them until it completes).
@@ -155,7 +163,7 @@ impl CommandBackend for CudaBackend {
     }
 
     fn fill(&self, stream: &Self::Stream, op: &FillOp<Self::Memory>) -> Result<()> {
-        check_range("fill", op.offset, op.words, op.dst.len())?;
+        self.check_fill(op)?;
         bind_for(stream)?;
         // SAFETY: the range lies inside a live allocation (checked above), 4-byte aligned.
         with_context(stream.context(), || unsafe {

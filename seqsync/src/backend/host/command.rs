@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use super::stream::{Job, StreamShared};
 use super::{HostBackend, HostStream};
 use crate::backend::command::{check_range, Command, CommandBackend, CopyOp, FillOp};
 use crate::backend::replay::GraphBackend;
@@ -70,11 +71,14 @@ fn run_fill(op: &FillOp<HostMemory>) {
 }
 
 /// A host "graph": the nodes' ops in a topological order, run one after another by a single
-/// closure on the launching stream.
+/// closure on the launching stream. As on CUDA (`cuGraphLaunch`), a launch runs after every
+/// earlier launch of the same graph, on whichever stream: one instance runs at a time.
 pub struct HostGraphExec {
     ops: Arc<Vec<Command<HostBackend>>>,
     /// Where each node's op is in `ops`.
     position: Vec<usize>,
+    /// The last launch: its stream and its place in that stream's order.
+    last: Mutex<Option<(Arc<StreamShared>, u64)>>,
 }
 
 impl std::fmt::Debug for HostGraphExec {
@@ -110,12 +114,21 @@ impl GraphBackend for HostBackend {
         Ok(HostGraphExec {
             ops: Arc::new(order.iter().map(|&i| ops[i].clone()).collect()),
             position,
+            last: Mutex::new(None),
         })
     }
 
     fn launch_graph(&self, exec: &HostGraphExec, stream: &HostStream) -> Result<()> {
         let ops = exec.ops.clone();
-        stream.launch(move || {
+        let mut last = exec.last.lock().unwrap_or_else(|e| e.into_inner());
+        // After the previous launch, when it went to another stream (on this one, the stream's
+        // own order holds it).
+        if let Some((on, pos)) = last.take() {
+            if !Arc::ptr_eq(&on, &stream.shared) {
+                stream.shared.enqueue(Job::Gate { on, pos });
+            }
+        }
+        let pos = stream.shared.enqueue_at(Job::Run(Box::new(move || {
             for op in ops.iter() {
                 match op {
                     Command::Kernel(k) => (k.0)(),
@@ -124,7 +137,8 @@ impl GraphBackend for HostBackend {
                     Command::Host(h) => h(),
                 }
             }
-        });
+        })));
+        *last = Some((stream.shared.clone(), pos));
         Ok(())
     }
 
@@ -170,6 +184,14 @@ impl CommandBackend for HostBackend {
         let op = op.clone();
         stream.launch(move || run_fill(&op));
         Ok(())
+    }
+
+    fn check_copy(&self, op: &CopyOp<HostMemory>) -> Result<()> {
+        check_copy(op)
+    }
+
+    fn check_fill(&self, op: &FillOp<HostMemory>) -> Result<()> {
+        check_fill(op)
     }
 
     fn alloc_words(&self, words: usize) -> Result<HostMemory> {

@@ -104,11 +104,19 @@ impl StreamShared {
     }
 
     pub(crate) fn enqueue(&self, job: Job) {
+        self.enqueue_at(job);
+    }
+
+    /// [`enqueue`](Self::enqueue), returning the job's place in the stream's order (what an
+    /// event recorded right after it would hold).
+    pub(crate) fn enqueue_at(&self, job: Job) -> u64 {
         let mut state = self.lock();
         state.queue.push_back(job);
         state.enqueued += 1;
+        let pos = state.enqueued;
         drop(state);
         self.work_cv.notify_one();
+        pos
     }
 
     fn fail(&self, op_index: u64, message: Arc<str>) {

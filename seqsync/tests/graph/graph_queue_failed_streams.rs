@@ -1,0 +1,37 @@
+//! A pool stream whose work failed (a host command panicked) is not free for other queues'
+//! submissions, and its failure is not theirs: they take another stream.
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use seqsync::graph::{Affinity, CommandBuffer, Lowering, Queues};
+use seqsync::HostBackend;
+
+#[test]
+fn a_panicked_command_does_not_fail_unrelated_submissions() {
+    let host = HostBackend::new();
+    let mut q = Queues::new(host.clone());
+    let mut bad = CommandBuffer::<HostBackend>::new();
+    bad.host("boom", || panic!("boom"), &[]);
+    let mut bad = bad.finish().unwrap().lower(Lowering::Streams);
+    q.submit(&mut bad, Affinity::queue(0)).unwrap();
+    assert!(q.synchronize().is_err());
+
+    let ran = Arc::new(AtomicUsize::new(0));
+    let mut good = CommandBuffer::<HostBackend>::new();
+    let r = ran.clone();
+    good.host(
+        "ok",
+        move || {
+            r.fetch_add(1, Ordering::SeqCst);
+        },
+        &[],
+    );
+    let mut good = good.finish().unwrap().lower(Lowering::Streams);
+    for affinity in [Affinity::queue(1), Affinity::ANY] {
+        let sub = q
+            .submit(&mut good, affinity)
+            .unwrap_or_else(|e| panic!("unrelated submission on {affinity:?} refused: {e}"));
+        q.stream(sub.streams[0]).synchronize().unwrap();
+    }
+    assert_eq!(ran.load(Ordering::SeqCst), 2);
+}

@@ -1,0 +1,185 @@
+//! A submission is refused whole, before anything is enqueued, where a timeline would refuse
+//! part of it (a signal not above its timeline's value, of a failed timeline, or repeated in the
+//! list; a wait value out of range) or a command is out of bounds: the queue keeps its order
+//! (the last writer on queue 0 is the later submission), and nothing of it runs.
+use std::time::Duration;
+
+use seqsync::backend::{CommandBackend, CopyOp};
+use seqsync::graph::{Affinity, CommandBuffer, Lowering, Queues, Submit};
+use seqsync::internal::backend::host::{HostKernel, HostMemory};
+use seqsync::timeline::Timeline;
+use seqsync::{Error, HostBackend};
+
+fn writer(m: &HostMemory, value: u32, delay_ms: u64) -> CommandBuffer<HostBackend> {
+    let mut cb = CommandBuffer::<HostBackend>::new();
+    let m = m.clone();
+    cb.kernel(
+        "write",
+        HostKernel::new(move || {
+            std::thread::sleep(Duration::from_millis(delay_ms));
+            m.lock()[0] = value;
+        }),
+        &[],
+    );
+    cb
+}
+
+#[test]
+fn a_refused_signal_keeps_the_queue_order() {
+    let host = HostBackend::new();
+    let mut q = Queues::new(host.clone());
+    let t = Timeline::new(&host, "t", 0).unwrap();
+    t.signal(10).unwrap();
+    let m = host.alloc_words(1).unwrap();
+    let mut first = writer(&m, 1, 200)
+        .finish()
+        .unwrap()
+        .lower(Lowering::Streams);
+    let mut second = writer(&m, 2, 0).finish().unwrap().lower(Lowering::Streams);
+    let queue = Affinity::queue(0);
+    let how = Submit {
+        affinity: queue,
+        waits: &[],
+        signals: &[(&t, 5)],
+    };
+    let r = q.submit_with(&mut first, &how);
+    assert!(matches!(r, Err(Error::NonMonotonic { .. })), "{r:?}");
+    q.submit(&mut second, queue).unwrap();
+    q.synchronize().unwrap();
+    assert_eq!(
+        host.read_words(&m).unwrap(),
+        [2],
+        "the next submission on queue 0 ran before the failed submission's commands"
+    );
+}
+
+#[test]
+fn a_signal_of_a_failed_timeline_keeps_the_queue_order() {
+    let host = HostBackend::new();
+    let mut q = Queues::new(host.clone());
+    let t = Timeline::new(&host, "t", 0).unwrap();
+    t.fail(Error::Cancelled("gone".into()));
+    let m = host.alloc_words(1).unwrap();
+    let mut first = writer(&m, 1, 200)
+        .finish()
+        .unwrap()
+        .lower(Lowering::Streams);
+    let mut second = writer(&m, 2, 0).finish().unwrap().lower(Lowering::Streams);
+    let queue = Affinity::queue(0);
+    let how = Submit {
+        affinity: queue,
+        waits: &[],
+        signals: &[(&t, 1)],
+    };
+    assert!(q.submit_with(&mut first, &how).is_err());
+    q.submit(&mut second, queue).unwrap();
+    q.synchronize().unwrap();
+    assert_eq!(host.read_words(&m).unwrap(), [2]);
+}
+
+#[test]
+fn an_out_of_bounds_copy_keeps_the_queue_order() {
+    let host = HostBackend::new();
+    let mut q = Queues::new(host.clone());
+    let m = host.alloc_words(1).unwrap();
+    let small = host.alloc_words(1).unwrap();
+    let mut cb = writer(&m, 1, 200);
+    cb.copy(
+        "bad",
+        CopyOp {
+            src: small.clone(),
+            src_offset: 0,
+            dst: small,
+            dst_offset: 5,
+            words: 1,
+        },
+        &["write"],
+    );
+    let mut first = cb.finish().unwrap().lower(Lowering::Streams);
+    let mut second = writer(&m, 2, 0).finish().unwrap().lower(Lowering::Streams);
+    let queue = Affinity::queue(0);
+    assert!(q.submit(&mut first, queue).is_err());
+    q.submit(&mut second, queue).unwrap();
+    q.synchronize().unwrap();
+    assert_eq!(host.read_words(&m).unwrap(), [2]);
+}
+
+#[test]
+fn a_graph_replay_whose_signal_is_refused_keeps_the_queue_order() {
+    let host = HostBackend::new();
+    let mut q = Queues::new(host.clone());
+    let t = Timeline::new(&host, "t", 0).unwrap();
+    t.signal(10).unwrap();
+    let m = host.alloc_words(1).unwrap();
+    let first = writer(&m, 1, 200)
+        .finish()
+        .unwrap()
+        .instantiate(&host)
+        .unwrap();
+    let second = writer(&m, 2, 0)
+        .finish()
+        .unwrap()
+        .instantiate(&host)
+        .unwrap();
+    let queue = Affinity::queue(0);
+    let how = Submit {
+        affinity: queue,
+        waits: &[],
+        signals: &[(&t, 5)],
+    };
+    assert!(q.submit_graph_with(&first, &how).is_err());
+    q.submit_graph(&second, queue).unwrap();
+    q.synchronize().unwrap();
+    assert_eq!(host.read_words(&m).unwrap(), [2]);
+}
+
+#[test]
+fn a_refused_submission_enqueues_nothing() {
+    let host = HostBackend::new();
+    let mut q = Queues::new(host.clone());
+    let t = Timeline::new(&host, "t", 0).unwrap();
+    let m = host.alloc_words(1).unwrap();
+    let mut first = writer(&m, 1, 0).finish().unwrap().lower(Lowering::Streams);
+    let queue = Affinity::queue(0);
+    // The list's second signal of `t` is not above its first: refused as the timeline would.
+    let how = Submit {
+        affinity: queue,
+        waits: &[],
+        signals: &[(&t, 5), (&t, 3)],
+    };
+    let r = q.submit_with(&mut first, &how);
+    assert!(
+        matches!(
+            r,
+            Err(Error::NonMonotonic {
+                current: 5,
+                got: 3,
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    // A wait value out of range: refused too.
+    let how = Submit {
+        affinity: queue,
+        waits: &[(&t, u64::MAX)],
+        signals: &[],
+    };
+    let r = q.submit_with(&mut first, &how);
+    assert!(matches!(r, Err(Error::ValueOutOfRange { .. })), "{r:?}");
+    q.synchronize().unwrap();
+    assert_eq!(host.read_words(&m).unwrap(), [0], "a refused command ran");
+    assert_eq!(t.query().unwrap(), 0, "a refused signal landed");
+    // The queue still works.
+    q.submit_with(
+        &mut first,
+        &Submit {
+            affinity: queue,
+            waits: &[],
+            signals: &[(&t, 5)],
+        },
+    )
+    .unwrap();
+    t.wait(5, Duration::from_secs(5)).unwrap();
+    assert_eq!(host.read_words(&m).unwrap(), [1]);
+}
