@@ -56,10 +56,15 @@ use crate::timeline::Timeline;
 pub struct Affinity(pub u64);
 
 impl Affinity {
-    /// Queue `q` alone: in order with that queue's other submissions.
+    /// Queue `q` alone: in order with that queue's other submissions. There are
+    /// [`QUEUES`](Self::QUEUES) queues: a larger `q` names none (`Affinity(0)`), which a
+    /// submission refuses with [`Error::InvalidArgument`](crate::Error::InvalidArgument).
     pub fn queue(q: u32) -> Self {
-        Affinity(1 << q)
+        Affinity(1u64.checked_shl(q).unwrap_or(0))
     }
+
+    /// How many logical queues there are (one bit each).
+    pub const QUEUES: u32 = u64::BITS;
 
     /// Any queue: in order with nothing.
     pub const ANY: Affinity = Affinity(u64::MAX);
@@ -136,6 +141,15 @@ impl<B: Backend> Submit<'_, B> {
     /// timeline. Otherwise the commands before the refusal would run outside the queue's
     /// order.
     fn check_admission(&self) -> Result<()> {
+        if self.affinity.0 == 0 {
+            return Err(crate::Error::invalid(
+                "queues",
+                format!(
+                    "the affinity names no queue (queues are 0..{})",
+                    Affinity::QUEUES
+                ),
+            ));
+        }
         self.check_waits_hold_commands()?;
         for (t, v) in self.waits {
             t.check_wait(*v)?;

@@ -6,24 +6,35 @@ use crate::error::Result;
 
 /// A block of device memory handed out by a pool. A plain value (`Copy`): the pool checks
 /// every free against what it handed out, so freeing one twice, or an address it never
-/// handed out, is a named error.
+/// handed out, is a named error — also once the address was handed out again (each
+/// allocation is a new generation, and a block of an older one is a double free).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Block {
     pub(crate) addr: u64,
     pub(crate) size: usize,
     pub(crate) capacity: usize,
+    /// Which allocation at `addr` this is (a pool's count of its allocations); 0 for
+    /// [`from_raw`](Self::from_raw), which names whatever is live there.
+    pub(crate) generation: u64,
 }
 
 impl Block {
     /// A block from a raw address and size, as pointer-based APIs pass them around. A pool
     /// checks every block it is given: one it did not hand out is
-    /// [`Error::ForeignMemory`](crate::Error::ForeignMemory).
+    /// [`Error::ForeignMemory`](crate::Error::ForeignMemory). An address carries no
+    /// generation: such a block names whatever allocation is live there.
     pub fn from_raw(addr: u64, size: usize) -> Block {
         Block {
             addr,
             size,
             capacity: size,
+            generation: 0,
         }
+    }
+
+    /// Does this block name the allocation of `generation` (a raw block names any)?
+    pub(crate) fn is_generation(&self, generation: u64) -> bool {
+        self.generation == 0 || self.generation == generation
     }
 
     /// The device address (on the host backend, a host pointer).

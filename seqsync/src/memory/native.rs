@@ -41,8 +41,10 @@ pub struct NativePool<B: MemoryBackend> {
 
 struct State<B: MemoryBackend> {
     clocks: Clocks<B>,
-    /// Live allocations: address → size.
-    live: HashMap<u64, usize>,
+    /// Live allocations: address → size and [`Block::generation`].
+    live: HashMap<u64, (usize, u64)>,
+    /// Allocations made (the last one's generation).
+    generations: u64,
     /// Freed addresses not handed out again since (for [`Error::DoubleFree`]).
     freed: HashSet<u64>,
     /// Frees held back until the timeline values they waited on are reached (see [`Until`]):
@@ -72,6 +74,7 @@ impl<B: MemoryBackend> NativePool<B> {
             state: Mutex::new(State {
                 clocks: Clocks::new(),
                 live: HashMap::new(),
+                generations: 0,
                 freed: HashSet::new(),
                 quarantine: Vec::new(),
                 allocs: 0,
@@ -137,7 +140,9 @@ impl<B: MemoryBackend> NativePool<B> {
         } else {
             None
         };
-        st.live.insert(addr, size);
+        st.generations += 1;
+        let generation = st.generations;
+        st.live.insert(addr, (size, generation));
         st.freed.remove(&addr);
         st.allocs += 1;
         Ok(Allocation {
@@ -145,6 +150,7 @@ impl<B: MemoryBackend> NativePool<B> {
                 addr,
                 size,
                 capacity: size,
+                generation,
             },
             ready,
         })
@@ -167,8 +173,10 @@ impl<B: MemoryBackend> NativePool<B> {
     ) -> Result<Point<B>> {
         let sid = self.backend.stream_id(stream);
         let mut st = self.lock();
-        if !st.live.contains_key(&block.addr) {
-            return Err(if st.freed.contains(&block.addr) {
+        let live = st.live.get(&block.addr);
+        if !live.is_some_and(|&(_, g)| block.is_generation(g)) {
+            // Freed, or handed out again since (a block of an earlier allocation there).
+            return Err(if live.is_some() || st.freed.contains(&block.addr) {
                 Error::DoubleFree {
                     pool: self.name.clone(),
                     addr: block.addr,

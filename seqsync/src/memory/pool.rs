@@ -110,6 +110,8 @@ struct Quarantined<B: MemoryBackend> {
 struct Live {
     slab: usize,
     class: usize,
+    /// Its [`Block::generation`].
+    generation: u64,
 }
 
 impl<B: MemoryBackend> std::fmt::Debug for Pool<B> {
@@ -212,8 +214,13 @@ impl<B: MemoryBackend> Pool<B> {
                 max: self.max_alloc(),
             });
         }
+        // A size whose class does not fit in a usize cannot be served either.
+        let class = class_size(size, self.config.alignment).ok_or_else(|| Error::AllocSize {
+            pool: self.name.clone(),
+            size,
+            max: self.max_alloc(),
+        })?;
         Clocks::check_waits(&self.backend, stream, waits)?;
-        let class = class_size(size, self.config.alignment);
         let sid = self.backend.stream_id(stream);
         let mut guard = self.lock();
         let st = &mut *guard;
@@ -292,18 +299,28 @@ impl<B: MemoryBackend> Pool<B> {
         } else {
             None
         };
-        st.live.insert(addr, Live { slab, class });
+        st.stats.allocs += 1;
+        // Generations count allocations: never 0 (a raw block's), never repeated.
+        let generation = st.stats.allocs;
+        st.live.insert(
+            addr,
+            Live {
+                slab,
+                class,
+                generation,
+            },
+        );
         if let Some(s) = st.slabs[slab].as_mut() {
             s.live += 1;
         }
         let stats = &mut st.stats;
-        stats.allocs += 1;
         stats.used_current += class;
         stats.used_high = stats.used_high.max(stats.used_current);
         let block = Block {
             addr,
             size,
             capacity: class,
+            generation,
         };
         Ok(Allocation { block, ready })
     }
@@ -343,7 +360,10 @@ impl<B: MemoryBackend> Pool<B> {
         } else {
             0
         };
-        let memory = self.backend.alloc_memory(bytes + extra)?;
+        let Some(total) = bytes.checked_add(extra) else {
+            return Ok(None);
+        };
+        let memory = self.backend.alloc_memory(total)?;
         let base = self
             .backend
             .memory_addr(&memory)
@@ -404,7 +424,12 @@ impl<B: MemoryBackend> Pool<B> {
         let sid = self.backend.stream_id(stream);
         let mut guard = self.lock();
         let st = &mut *guard;
-        let Some(&live) = st.live.get(&block.addr) else {
+        let Some(&live) = st
+            .live
+            .get(&block.addr)
+            .filter(|l| block.is_generation(l.generation))
+        else {
+            // Not live, or live again under another allocation: this block was freed.
             return Err(self.not_live(st, block.addr));
         };
         Clocks::check_waits(&self.backend, stream, waits)?;
@@ -441,7 +466,9 @@ impl<B: MemoryBackend> Pool<B> {
         st.stats.used_current -= live.class;
         if st.stats.reserved_current > st.release_threshold {
             let target = st.release_threshold;
-            self.release_idle(st, target)?;
+            // The block is freed whatever happens here: giving slabs back is housekeeping,
+            // and a failure of it is not this free's (trim_to reports it).
+            let _ = self.release_idle(st, target);
         }
         Ok(death)
     }
@@ -452,7 +479,9 @@ impl<B: MemoryBackend> Pool<B> {
             .values()
             .any(|c| c.free.iter().any(|f| f.addr == addr))
             || st.quarantine.iter().any(|q| q.freed.addr == addr)
-            || st.leaked.contains(&addr);
+            || st.leaked.contains(&addr)
+            // Handed out again since: a block of an earlier allocation there.
+            || st.live.contains_key(&addr);
         if freed {
             Error::DoubleFree {
                 pool: self.name.clone(),
@@ -484,7 +513,8 @@ impl<B: MemoryBackend> Pool<B> {
             let class = st.classes.get(&slab.class).expect("a slab's class exists");
             let mut done = true;
             for f in class.free.iter().filter(|f| f.slab == i) {
-                if !self.backend.query(f.death.event())? {
+                // A free on a stream that failed never completes: its slab stays.
+                if !self.backend.query(f.death.event()).unwrap_or(false) {
                     done = false;
                     break;
                 }

@@ -33,13 +33,17 @@ impl Default for PoolConfig {
 
 impl PoolConfig {
     /// A pool of exactly `count` blocks of `block_bytes` each (IREE's "fixed-block pool"):
-    /// slabs of one block, `max_bytes = count * block_bytes`.
+    /// slabs of one block, room for `count` of them. A block takes its size class (
+    /// `block_bytes` rounded up to the alignment, and above four alignments to a quarter of
+    /// its power of two), so slabs and the maximum are counted in classes.
     pub fn fixed_blocks(block_bytes: usize, count: usize) -> Self {
+        let d = PoolConfig::default();
+        let class = super::size_class::class_size(block_bytes, d.alignment).unwrap_or(usize::MAX);
         PoolConfig {
-            slab_bytes: block_bytes,
-            max_bytes: block_bytes.saturating_mul(count),
+            slab_bytes: class,
+            max_bytes: class.saturating_mul(count),
             max_alloc: block_bytes,
-            ..PoolConfig::default()
+            ..d
         }
     }
 }

@@ -5,15 +5,16 @@
 //! split into four classes (the second level of a TLSF-like scheme), so rounding wastes at most
 //! a quarter of the request.
 
-/// The class of a `size`-byte request, for a power-of-two `align`.
-pub(crate) fn class_size(size: usize, align: usize) -> usize {
+/// The class of a `size`-byte request, for a power-of-two `align`; `None` when it would not
+/// fit in a `usize` (a request near `usize::MAX`).
+pub(crate) fn class_size(size: usize, align: usize) -> Option<usize> {
     debug_assert!(align.is_power_of_two());
-    let s = size.max(1).next_multiple_of(align);
+    let s = size.max(1).checked_next_multiple_of(align)?;
     if s <= 4 * align {
-        return s;
+        return Some(s);
     }
     let top = 1usize << (usize::BITS - 1 - s.leading_zeros());
-    s.next_multiple_of(top / 4)
+    s.checked_next_multiple_of(top / 4)
 }
 
 #[cfg(test)]
@@ -24,7 +25,7 @@ mod tests {
     fn classes_are_aligned_and_waste_at_most_a_quarter() {
         for align in [1usize, 8, 256, 4096] {
             for size in (1..20_000).step_by(7) {
-                let c = class_size(size, align);
+                let c = class_size(size, align).unwrap();
                 assert!(
                     c >= size && c.is_multiple_of(align),
                     "size {size} align {align}: {c}"
@@ -33,11 +34,14 @@ mod tests {
                     assert!(c - size <= size / 4, "size {size} align {align}: {c}");
                 }
                 // Monotone: a larger request never gets a smaller class.
-                assert!(class_size(size + 1, align) >= c);
+                assert!(class_size(size + 1, align).unwrap() >= c);
             }
         }
-        assert_eq!(class_size(64 << 20, 256), 64 << 20);
-        assert_eq!(class_size(1, 256), 256);
-        assert_eq!(class_size(1025, 256), 1280);
+        assert_eq!(class_size(64 << 20, 256), Some(64 << 20));
+        assert_eq!(class_size(1, 256), Some(256));
+        assert_eq!(class_size(1025, 256), Some(1280));
+        // Past usize: no class.
+        assert_eq!(class_size(usize::MAX, 256), None);
+        assert_eq!(class_size(usize::MAX - 1000, 256), None);
     }
 }

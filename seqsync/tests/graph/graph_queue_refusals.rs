@@ -183,3 +183,19 @@ fn a_refused_submission_enqueues_nothing() {
     t.wait(5, Duration::from_secs(5)).unwrap();
     assert_eq!(host.read_words(&m).unwrap(), [1]);
 }
+
+#[test]
+fn affinity_queue_out_of_range_does_not_panic() {
+    let r = std::panic::catch_unwind(|| Affinity::queue(64));
+    assert!(r.is_ok(), "Affinity::queue(64) panicked");
+    assert_ne!(r.unwrap(), Affinity::queue(0), "queue 64 aliases queue 0");
+    // It names no queue, and a submission on it is refused.
+    let host = HostBackend::new();
+    let mut q = Queues::new(host.clone());
+    let mut exe = CommandBuffer::<HostBackend>::new()
+        .finish()
+        .unwrap()
+        .lower(Lowering::Streams);
+    let e = q.submit(&mut exe, Affinity::queue(64)).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+}

@@ -10,4 +10,6 @@ mod common;
 mod handoff;
 mod handoff_graph;
 mod pool;
+mod pool_frees;
+mod pool_sizes;
 mod pool_stress;
