@@ -123,6 +123,13 @@ impl Semaphore for AnySemaphore {
             AnySemaphore::Cuda(s) => s.fail(last_value),
         }
     }
+    fn on_stream_failure(&self, hook: crate::backend::semaphore::StreamFailureHook) {
+        match self {
+            AnySemaphore::Host(s) => s.on_stream_failure(hook),
+            #[cfg(feature = "cuda")]
+            AnySemaphore::Cuda(s) => s.on_stream_failure(hook),
+        }
+    }
     fn failure(&self) -> Option<Error> {
         match self {
             AnySemaphore::Host(s) => s.failure(),

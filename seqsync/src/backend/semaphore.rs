@@ -30,6 +30,12 @@ pub const fn failed_word(last_value: u64) -> u64 {
 /// host waiters poll them instead (see [`Semaphore::notifies`]).
 pub type SemaphoreWaker = Arc<dyn Fn() + Send + Sync>;
 
+/// Called by the backend, on the stream that found it, when a stream that signals the word had
+/// failed before the signal (a host closure panicked): the failure and the value the word had
+/// then. The timeline fails itself from it, spreading the failure before the word releases any
+/// stream wait (see [`Semaphore::on_stream_failure`]).
+pub type StreamFailureHook = Arc<dyn Fn(Error, u64) + Send + Sync>;
+
 /// How a backend implements timelines: see [`crate::timeline::Timeline::mechanism`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mechanism {
@@ -126,6 +132,17 @@ pub trait Semaphore: Send + Sync + 'static {
 
     /// Why the backend failed the word itself (a stream that signals it failed), if it did.
     fn failure(&self) -> Option<Error>;
+
+    /// Where a backend whose streams find their own failures (the host backend: a stream whose
+    /// closure panicked reaches a signal) reports them: `hook` runs before the word is failed,
+    /// so that the timeline marks the failure and poisons the streams that wait on it before
+    /// the failed word releases their waits (else the work after those waits would run and
+    /// signal as if nothing had failed). The backend fails the word after `hook` in any case.
+    /// Backends that cannot call back (CUDA: the device finds the fault) ignore it: their
+    /// failures are found by [`Semaphore::load`] and [`Semaphore::check`].
+    fn on_stream_failure(&self, hook: StreamFailureHook) {
+        let _ = hook;
+    }
 
     /// Called by host waits while the word is below what they wait for: an error means it will
     /// never get there (CUDA: a stream that should write it failed). Rate-limited by the

@@ -107,6 +107,9 @@ impl<S: Semaphore> Semaphore for ValidatingSemaphore<S> {
     fn failure(&self) -> Option<Error> {
         self.inner.failure()
     }
+    fn on_stream_failure(&self, hook: crate::backend::semaphore::StreamFailureHook) {
+        self.inner.on_stream_failure(hook)
+    }
     fn check(&self) -> Result<()> {
         self.inner.check()
     }

@@ -604,7 +604,7 @@ impl<B: Backend> SharedTimeline<B> {
             let poisoned = propagate::with_ledger(id, false, |l| match l {
                 None => Ok(None),
                 Some(l) => match l.add_signal(&self.target, v) {
-                    Ok(()) => Ok(None),
+                    Ok(_) => Ok(None),
                     Err(Refused::Poisoned(cause)) => Ok(Some(cause)),
                     Err(Refused::Retired) => Err(Retired),
                 },

@@ -16,10 +16,14 @@
 //!
 //! A signal in flight may never land: its stream may itself wait, before it, for a value of
 //! this timeline that nothing enqueued reaches (or for another timeline that only this one's
-//! waiters would signal). With no handle left, nobody can signal that value any more. So a kept
-//! timeline whose value has not moved for [`STALL`] while stream waits on it exist for values
-//! above everything enqueued fails then, as it would have at the drop (which releases its
-//! other waits too: the bound that keeps a dropped timeline from hanging its streams forever).
+//! waiters would signal). With no handle left, nobody can signal that value any more. The first
+//! case is seen from the ledgers: every look counts what the signals no wait of this timeline
+//! holds bring it to; once the value stands there with waits above it left, the signals behind
+//! those waits never land, and the timeline fails then (its satisfiable waits were reached
+//! first). For the second, a kept timeline whose value has not moved for [`STALL`] while
+//! stream waits on it exist for values above everything enqueued fails then, as it would have
+//! at the drop (which releases its other waits too: the bound that keeps a dropped timeline
+//! from hanging its streams forever).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -55,18 +55,20 @@
 //!
 //! A failed timeline's word holds `2^63 | last value` (`backend/semaphore.rs`), which
 //! releases every stream wait on it. Propagation is eager and happens on the host
-//! (`timeline/propagate.rs`): at the failure, every stream that has a wait on it for a
+//! (`timeline/propagate/`): at the failure, every stream that has a wait on it for a
 //! value it never reached is poisoned from that wait on, and every timeline signalled on such a
 //! stream after the wait (already enqueued, or enqueued later) fails too, with an
 //! [`Error::TimelineFailed`] whose cause is the upstream failure ([`Error::root_cause`] gives
 //! the original error). The work after such a wait still runs (the device is not told), but
 //! nothing downstream reports success. A host stream whose closure panicked fails the
-//! timelines it signals afterwards, with the panic's message.
+//! timelines it signals afterwards, with the panic's message, and the failure spreads from
+//! there the same way: the stream's signal marks the timeline failed and poisons the streams
+//! that wait on it before its failed word releases their waits (`Semaphore::on_stream_failure`).
 //!
 //! The rule of propagation does not depend on bookkeeping: a signal enqueued after a
 //! released wait fails its timeline unless that timeline has reached the signal's value
 //! already when the failure arrives (by another route, e.g. a host signal: there is nothing
-//! left to fail); see `timeline/propagate.rs`. A stream poisoned so is never handed to unrelated
+//! left to fail); see `timeline/propagate/`. A stream poisoned so is never handed to unrelated
 //! work by the graph layer's [`Queues`](crate::graph::Queues).
 //!
 //! # Drops
@@ -75,7 +77,9 @@
 //! signals of it are still in flight, the timeline is kept alive (a thread of the crate looks
 //! at such timelines every millisecond, and ends when none is left) until they have landed or
 //! it failed; only then do the stream waits for values that no enqueued signal reaches fail it,
-//! with [`Error::TimelineDropped`]. A failure upstream of its signals still spreads through it
+//! with [`Error::TimelineDropped`]. A signal enqueued behind a wait of its own timeline on its
+//! stream (for a value nothing else brings) is one that never lands: once the others have
+//! landed, the waits left fail. A failure upstream of its signals still spreads through it
 //! meanwhile.
 //!
 //! # What each mechanism holds
@@ -526,14 +530,20 @@ fn add_signal<B: Backend>(
     ledger: Option<&Arc<propagate::Ledger>>,
     v: u64,
 ) -> std::result::Result<std::result::Result<(), Arc<Error>>, Retired> {
-    match ledger {
-        None => Ok(Ok(())),
+    let kept = match ledger {
+        None => false,
         Some(l) => match l.add_signal(&s.target, v) {
-            Ok(()) => Ok(Ok(())),
-            Err(Refused::Poisoned(cause)) => Ok(Err(cause)),
-            Err(Refused::Retired) => Err(Retired),
+            Ok(kept) => kept,
+            Err(Refused::Poisoned(cause)) => return Ok(Err(cause)),
+            Err(Refused::Retired) => return Err(Retired),
         },
+    };
+    if !kept {
+        // No wait listed ahead of it on its stream: nothing of this timeline holds it (what a
+        // dropped timeline counts on, `Shared::reachable`). Under the timeline's lock.
+        s.last_free.store(v, std::sync::atomic::Ordering::Relaxed);
     }
+    Ok(Ok(()))
 }
 
 fn wait_on_of<'a, B: Backend>(list: &'a [(&'a Timeline<B>, u64)]) -> WaitOn<'a> {

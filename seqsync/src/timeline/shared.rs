@@ -53,6 +53,9 @@ pub(crate) struct Shared<B: Backend> {
     /// `Timeline` handles alive: the last one to go fails the timeline if streams still wait
     /// on it (while this is alive, so the ledgers' entries for it are still found).
     pub(crate) handles: std::sync::atomic::AtomicUsize,
+    /// The highest value enqueued in a signal that no ledger kept (no wait listed ahead of it
+    /// on its stream), so that no wait of this timeline holds it. Written under the lock.
+    pub(crate) last_free: std::sync::atomic::AtomicU64,
 }
 
 impl<B: Backend> Shared<B> {
@@ -95,9 +98,10 @@ impl<B: Backend> Shared<B> {
                 }
             }),
         )?;
-        Ok(Arc::new_cyclic(|me: &Weak<Shared<B>>| Shared {
+        let shared = Arc::new_cyclic(|me: &Weak<Shared<B>>| Shared {
             target: me.clone(),
             handles: std::sync::atomic::AtomicUsize::new(1),
+            last_free: std::sync::atomic::AtomicU64::new(initial),
             stream_waited: std::sync::atomic::AtomicBool::new(false),
             backend: backend.clone(),
             name: name.to_owned(),
@@ -109,7 +113,17 @@ impl<B: Backend> Shared<B> {
             failed: AtomicBool::new(false),
             floor: AtomicU64::new(initial),
             waiters,
-        }))
+        });
+        // A stream's failure that the backend finds (a host closure panicked before a signal
+        // of this timeline) fails the timeline as `fail` does: marked and spread before the
+        // word releases any stream wait.
+        let me = Arc::downgrade(&shared);
+        shared.sem.on_stream_failure(Arc::new(move |cause, last| {
+            if let Some(s) = me.upgrade() {
+                s.fail(cause, Some(last & MAX_VALUE));
+            }
+        }));
+        Ok(shared)
     }
 
     pub(crate) fn failed_error(&self, f: &Failure) -> Error {
@@ -299,7 +313,15 @@ impl<B: Backend> Shared<B> {
         // Stuck for good: stalled, with waits above everything enqueued.
         let stuck = stalled && !propagate::waits_on(self.id(), last).is_empty();
         if current < last && !stuck {
-            return false;
+            // Signals in flight land, unless a wait of this timeline ahead of them on their
+            // stream holds them and nothing else reaches it: then only what can land is
+            // waited for, and the waits left fail below.
+            // (The value read again after the search: a signal that landed meanwhile may have
+            // been pruned from its ledger.)
+            let reach = self.reachable(current).max(self.reached_value());
+            if reach >= last || current < reach {
+                return false;
+            }
         }
         let pending = propagate::waits_on(self.id(), current).len();
         if pending > 0 {
@@ -311,6 +333,28 @@ impl<B: Backend> Shared<B> {
             self.fail(cause, None);
         }
         true
+    }
+}
+
+impl<B: Backend> Shared<B> {
+    /// The highest value the signals enqueued so far bring the timeline to from `current`
+    /// without waiting on it any further: those with no wait of this timeline above `current`
+    /// ahead of them on their stream (as far as this timeline goes: waits on others are
+    /// theirs to settle). A signal behind such a wait lands only if these reach it, which the
+    /// next look sees (its wait is then at or below `current`); if `current` stands at this
+    /// value and such waits are left, what they hold never lands.
+    fn reachable(&self, current: u64) -> u64 {
+        let mut reach = current.max(self.last_free.load(std::sync::atomic::Ordering::Relaxed));
+        for entries in propagate::entries_on(self.id(), current) {
+            for (value, is_wait) in entries {
+                if is_wait {
+                    // Everything after it on this stream waits for this timeline.
+                    break;
+                }
+                reach = reach.max(value);
+            }
+        }
+        reach
     }
 }
 

@@ -11,5 +11,7 @@ mod host_wait;
 mod timeline_contract;
 mod timeline_cts;
 mod timeline_cuda;
+mod timeline_drop;
 mod timeline_model;
+mod timeline_stream_failure;
 mod timeline_stress;

@@ -6,9 +6,11 @@
 //! reaches the value or fails.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
-use crate::backend::semaphore::{failed_word, Mechanism, Semaphore, SemaphoreWaker, FAILED_BIT};
+use crate::backend::semaphore::{
+    failed_word, Mechanism, Semaphore, SemaphoreWaker, StreamFailureHook, FAILED_BIT,
+};
 use crate::error::{BackendError, Error, Result};
 
 /// A host semaphore word: an atomic that only grows. A stream signal raises it on the
@@ -37,6 +39,8 @@ pub(crate) struct HostWord {
     waker: SemaphoreWaker,
     /// Set when a stream that signals the word had failed.
     failure: Mutex<Option<Error>>,
+    /// The timeline's [`StreamFailureHook`], told of such a failure before the word fails.
+    on_failure: OnceLock<StreamFailureHook>,
 }
 
 impl HostSemaphore {
@@ -49,6 +53,7 @@ impl HostSemaphore {
                 cv: Condvar::new(),
                 waker,
                 failure: Mutex::new(None),
+                on_failure: OnceLock::new(),
             }),
             notifies,
         }
@@ -72,15 +77,25 @@ impl HostWord {
             None => self.raise(value),
             Some(why) => {
                 let mut slot = self.failure.lock().unwrap_or_else(|e| e.into_inner());
-                slot.get_or_insert_with(|| {
-                    Error::Backend(BackendError::new(
-                        "host",
-                        "stream signal",
-                        format!("stream '{stream}' failed before signalling {value}: {why}"),
-                    ))
-                });
+                let cause = slot
+                    .get_or_insert_with(|| {
+                        Error::Backend(BackendError::new(
+                            "host",
+                            "stream signal",
+                            format!("stream '{stream}' failed before signalling {value}: {why}"),
+                        ))
+                    })
+                    .clone();
                 drop(slot);
                 let last = self.value.load(Ordering::SeqCst);
+                if last & FAILED_BIT == 0 {
+                    // The timeline first: it marks the failure and poisons the streams that
+                    // wait on it while their waits still hold (it fails the word itself).
+                    if let Some(hook) = self.on_failure.get() {
+                        hook(cause, last);
+                    }
+                }
+                // Failed in any case (a no-op where the timeline did it).
                 self.raise(failed_word(last));
             }
         }
@@ -115,6 +130,11 @@ impl Semaphore for HostSemaphore {
 
     fn fail(&self, last_value: u64) {
         self.word.raise(failed_word(last_value));
+    }
+
+    fn on_stream_failure(&self, hook: StreamFailureHook) {
+        // Set once, by the timeline that made the word.
+        let _ = self.word.on_failure.set(hook);
     }
 
     fn failure(&self) -> Option<Error> {

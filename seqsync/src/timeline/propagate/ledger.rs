@@ -117,13 +117,39 @@ impl Ledger {
             .collect()
     }
 
-    /// For a sweep: retire the ledger if it is idle (no poison, every wait satisfied) and say
-    /// so. The timelines it looked at go to `dropped`, to be dropped outside the locks.
+    /// The entries on the timeline at address `timeline` for values above `above`, in enqueue
+    /// order: `(value, is_wait)`. What a dropped timeline's signals can still reach is read
+    /// from them (a signal behind a wait of its own timeline lands only once that wait is
+    /// reached).
+    pub(super) fn entries_above(&self, timeline: *const (), above: u64) -> Vec<(u64, bool)> {
+        let st = self.lock();
+        let id = timeline as usize;
+        let mut found: Vec<(u64, u64, bool)> = st
+            .all_waits()
+            .filter(|w| w.value > above && w.timeline == id)
+            .map(|w| (w.seq, w.value, true))
+            .chain(
+                st.signals
+                    .iter()
+                    .filter(|s| s.value > above && s.timeline == id)
+                    .map(|s| (s.seq, s.value, false)),
+            )
+            .collect();
+        found.sort_unstable_by_key(|&(seq, _, _)| seq);
+        found.into_iter().map(|(_, v, w)| (v, w)).collect()
+    }
+
+    /// For a sweep: retire the ledger if it is idle (no poison, every wait satisfied, every
+    /// signal landed: a signal still in flight stays where a dropped timeline's settling
+    /// finds it) and say so. The timelines it looked at go to `dropped`, to be dropped
+    /// outside the locks.
     pub(super) fn retire_if_idle(&self, dropped: &mut Vec<Arc<dyn FailTarget>>) -> bool {
         let mut st = self.lock();
         let st = &mut *st;
         let mut now = Reached::new(&st.timelines);
-        let idle = st.poison.is_none() && st.all_waits().all(|w| now.resolves(w.timeline, w.value));
+        let idle = st.poison.is_none()
+            && st.all_waits().all(|w| now.resolves(w.timeline, w.value))
+            && st.signals.iter().all(|s| now.resolves(s.timeline, s.value));
         dropped.extend(now.into_upgraded());
         st.retired = idle;
         idle
@@ -179,13 +205,14 @@ impl Ledger {
         Ok(seq)
     }
 
-    /// A signal of `timeline` is being enqueued (see [`Refused`] for when it is not).
+    /// A signal of `timeline` is being enqueued (see [`Refused`] for when it is not): whether
+    /// the ledger keeps it (it does while waits are listed: a failure of one may fail it).
     #[inline(always)]
     pub(crate) fn add_signal(
         &self,
         timeline: &Weak<dyn FailTarget>,
         value: u64,
-    ) -> Result<(), Refused> {
+    ) -> Result<bool, Refused> {
         let mut st = self.lock();
         if st.retired {
             return Err(Refused::Retired);
@@ -203,7 +230,8 @@ impl Ledger {
             Vec::new()
         };
         // A signal after only satisfied waits can never be poisoned: no need to keep it.
-        if st.last_wait.is_some() || !st.waits.is_empty() {
+        let kept = st.last_wait.is_some() || !st.waits.is_empty();
+        if kept {
             let timeline = st.name(timeline);
             st.signals.push_back(Entry {
                 seq,
@@ -213,7 +241,7 @@ impl Ledger {
         }
         drop(st);
         drop(upgraded);
-        Ok(())
+        Ok(kept)
     }
 
     /// A wait enqueued as `seq` was released by the failure `cause`: poison the stream from

@@ -263,6 +263,17 @@ impl Registry {
     }
 }
 
+/// Per stream, in enqueue order, the entries of the timeline whose `Weak`s point to
+/// `timeline` for values above `above`: `(value, is_wait)` (ledgers with none left out).
+pub(crate) fn entries_on(timeline: *const (), above: u64) -> Vec<Vec<(u64, bool)>> {
+    let reg = lock_registry();
+    reg.ledgers
+        .values()
+        .map(|l| l.entries_above(timeline, above))
+        .filter(|e| !e.is_empty())
+        .collect()
+}
+
 /// The waits enqueued on any stream for values above `above` of the timeline whose `Weak`s
 /// point to `timeline`, not yet pruned (a run of waits with nothing between them is one entry):
 /// their ledgers and sequence numbers. A failure poisons their streams from there; a timeline

@@ -1,0 +1,107 @@
+//! A timeline dropped while stream waits on it are pending: the signals enqueued land and
+//! release their waits in order; a signal held behind a wait of its own timeline that nothing
+//! else reaches never lands, so the waits it would have released fail (`TimelineDropped`) once
+//! everything that can land has, and no stream waits forever.
+use std::time::Duration;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use seqsync::timeline::Timeline;
+use seqsync::{Error, HostBackend};
+
+#[test]
+fn a_dropped_timeline_whose_signal_sits_behind_its_own_wait_releases_the_stream() {
+    let host = HostBackend::new();
+    let s = host.new_stream("s").unwrap();
+    let t = Timeline::new(&host, "t", 0).unwrap();
+    let after = Timeline::new(&host, "after", 0).unwrap();
+    t.wait_on(&s, 2).unwrap();
+    t.signal_on(&s, 3).unwrap();
+    after.signal_on(&s, 1).unwrap();
+    drop(t);
+    // The drop's stall bound (drain::STALL) is 5 s: three times that.
+    let r = after.wait(1, Duration::from_secs(15));
+    let hung = matches!(r, Err(Error::Timeout { .. }));
+    if hung {
+        // Dropping `s` would join a worker that never returns.
+        std::mem::forget(s);
+    }
+    assert!(
+        !hung,
+        "stream 's' still waits on the dropped timeline after 15 s"
+    );
+    let err = r.unwrap_err();
+    assert!(
+        matches!(err.root_cause(), Error::TimelineDropped { .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_dropped_timeline_lands_what_can_land_before_failing_the_waits_left() {
+    let host = HostBackend::new();
+    let (a, r, s) = (
+        host.new_stream("a").unwrap(),
+        host.new_stream("r").unwrap(),
+        host.new_stream("s").unwrap(),
+    );
+    let t = Timeline::new(&host, "t", 0).unwrap();
+    let (after_r, after_s) = (
+        Timeline::new(&host, "after_r", 0).unwrap(),
+        Timeline::new(&host, "after_s", 0).unwrap(),
+    );
+    // `a` signals 1 after slow work; `r` waits for it; `s` waits for 3, which only the signal
+    // behind that very wait (4) would bring.
+    let done = Arc::new(AtomicBool::new(false));
+    let (d, seen) = (done.clone(), Arc::new(AtomicBool::new(false)));
+    a.launch(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        d.store(true, Ordering::SeqCst);
+    });
+    t.signal_on(&a, 1).unwrap();
+    t.wait_on(&r, 1).unwrap();
+    let (d, sn) = (done.clone(), seen.clone());
+    r.launch(move || sn.store(d.load(Ordering::SeqCst), Ordering::SeqCst));
+    after_r.signal_on(&r, 1).unwrap();
+    t.wait_on(&s, 3).unwrap();
+    t.signal_on(&s, 4).unwrap();
+    after_s.signal_on(&s, 1).unwrap();
+    drop(t);
+    // `r`'s wait is released by the signal, after the slow work: not by the failure.
+    after_r.wait(1, Duration::from_secs(10)).unwrap();
+    assert!(
+        seen.load(Ordering::SeqCst),
+        "r ran before a's signal landed"
+    );
+    // `s`'s wait, which nothing can reach, fails, and what `s` signals after it fails.
+    let e = after_s.wait(1, Duration::from_secs(10)).unwrap_err();
+    assert!(
+        matches!(e.root_cause(), Error::TimelineDropped { .. }),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_dropped_timeline_whose_held_signal_is_released_by_another_lands_it() {
+    let host = HostBackend::new();
+    let (a, r, s) = (
+        host.new_stream("a").unwrap(),
+        host.new_stream("r").unwrap(),
+        host.new_stream("s").unwrap(),
+    );
+    let t = Timeline::new(&host, "t", 0).unwrap();
+    let after = Timeline::new(&host, "after", 0).unwrap();
+    // `s` signals 2 (after slow work) behind its wait for 1, which `a` brings after slow
+    // work: every wait is reached, nothing fails, also while `s` works with the value at 1.
+    a.launch(|| std::thread::sleep(Duration::from_millis(200)));
+    t.signal_on(&a, 1).unwrap();
+    t.wait_on(&s, 1).unwrap();
+    s.launch(|| std::thread::sleep(Duration::from_millis(200)));
+    t.signal_on(&s, 2).unwrap();
+    t.wait_on(&r, 2).unwrap();
+    after.signal_on(&r, 1).unwrap();
+    drop(t);
+    after.wait(1, Duration::from_secs(10)).unwrap();
+    s.synchronize().unwrap();
+}
