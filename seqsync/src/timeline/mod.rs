@@ -351,6 +351,12 @@ impl<B: Backend> Timeline<B> {
             return Ok(());
         }
         let id = s.backend.stream_id(stream);
+        if s.failed.load(crate::primitive::Ordering::Acquire) {
+            // Failed already: nothing to list or enqueue (a failure racing this call is
+            // handled below, where the entry is listed first).
+            self.wait_on_failed_now(id, v);
+            return Ok(());
+        }
         // Before the entry: a last handle's drop that sees no flag finds no entry either.
         if !s.stream_waited.load(std::sync::atomic::Ordering::Relaxed) {
             s.stream_waited
@@ -370,6 +376,26 @@ impl<B: Backend> Timeline<B> {
             return Ok(());
         }
         s.backend.wait_on(stream, &s.sem, v)
+    }
+
+    /// A wait for `v` on stream `id` of a timeline failed already: poison the stream from now
+    /// on if the failure came before `v` (nothing is listed or enqueued).
+    #[cold]
+    #[inline(never)]
+    fn wait_on_failed_now(&self, id: u64, v: u64) {
+        let s = &self.shared;
+        let st = s.lock();
+        let f = st
+            .failure
+            .as_ref()
+            .expect("failed flag set without a failure");
+        let (value, err) = (f.value, Arc::new(s.failed_error(f)));
+        drop(st);
+        if v > value {
+            propagate::with_ledger(id, true, |ledger| {
+                ledger.expect("made when asked").poison_now(err.clone())
+            });
+        }
     }
 
     /// A wait for `v`, entered in `ledger` as `seq`, found the timeline failed: poison the

@@ -244,6 +244,31 @@ impl Ledger {
         Ok(kept)
     }
 
+    /// A wait is being "enqueued" on a timeline that failed before reaching its value: the
+    /// stream is poisoned from here on (what it signals from now fails), and nothing is listed
+    /// (a failed word releases the wait at once; listing it would only grow the ledger on
+    /// every such call).
+    pub(crate) fn poison_now(&self, cause: Arc<Error>) -> Result<(), Retired> {
+        let mut st = self.lock();
+        if st.retired {
+            return Err(Retired);
+        }
+        let seq = st.next_seq;
+        st.next_seq += 1;
+        if st.poison.is_none() {
+            // Every signal listed came before: none fails.
+            st.poison = Some((seq, cause));
+        }
+        Ok(())
+    }
+
+    /// Entries listed (waits and signals), for the tests of bounded memory.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        let st = self.lock();
+        st.wait_count() + st.signals.len()
+    }
+
     /// A wait enqueued as `seq` was released by the failure `cause`: poison the stream from
     /// there, and return the failures of the signals enqueued after it whose timelines have
     /// not reached their values (see [the rule](self#the-rule)).

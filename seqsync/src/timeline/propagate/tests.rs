@@ -154,3 +154,29 @@ pub(super) fn fake() -> (Arc<Fake>, Weak<dyn FailTarget>) {
     let weak = Arc::downgrade(&arc);
     (t, weak)
 }
+
+/// Waits on timelines that failed already list nothing: a stream that waits on two of them in
+/// turn, again and again, keeps its ledger's size (and is poisoned).
+#[test]
+fn waits_on_failed_timelines_do_not_grow_the_ledger() {
+    let b = host();
+    let s = b.new_stream("s").unwrap();
+    let (x, y) = (
+        Timeline::new(&b, "x", 0).unwrap(),
+        Timeline::new(&b, "y", 0).unwrap(),
+    );
+    x.fail(Error::Cancelled("x".into()));
+    y.fail(Error::Cancelled("y".into()));
+    let after = Timeline::new(&b, "after", 0).unwrap();
+    for v in 1..=10_000u64 {
+        x.wait_on(&s, v).unwrap();
+        y.wait_on(&s, v).unwrap();
+    }
+    let id = crate::backend::Backend::stream_id(&b, &s);
+    let ledger = find(id).expect("the stream has a ledger");
+    assert!(ledger.len() < 8, "{} entries", ledger.len());
+    assert!(is_poisoned(id));
+    // What it signals now fails.
+    after.signal_on(&s, 1).unwrap();
+    assert!(after.is_failed());
+}
