@@ -27,7 +27,8 @@ pub(crate) struct State {
 
 /// `repr(C, align(64))`: what an ordered `signal_on` + `wait_on` reads lies in two cache lines
 /// (the lock, the state, the flags, the floor and the word's address in the first; the
-/// semaphore's handle and `target` in the second). Every cache line an enqueue touches costs
+/// semaphore's handle, `target` and `last_free` in the second). Every cache line an enqueue
+/// touches costs
 /// (BENCHMARKS.md §5, "Cache lines, not locks").
 #[repr(C, align(64))]
 pub(crate) struct Shared<B: Backend> {
@@ -47,15 +48,17 @@ pub(crate) struct Shared<B: Backend> {
     pub(crate) sem: B::Semaphore,
     /// This timeline as the ledgers see it (made once: cloning a `Weak` is one atomic add).
     pub(crate) target: Weak<dyn FailTarget>,
+    /// The highest value enqueued in a signal that no ledger kept (no wait listed ahead of it
+    /// on its stream), so that no wait of this timeline holds it: what a dropped timeline
+    /// counts on ([`Shared::reachable`]). Written under the lock, by `signal_on`: beside
+    /// `target`, which that call reads anyway.
+    pub(crate) last_free: std::sync::atomic::AtomicU64,
     pub(crate) backend: B,
     pub(crate) name: String,
     pub(crate) waiters: Arc<Waiters>,
     /// `Timeline` handles alive: the last one to go fails the timeline if streams still wait
     /// on it (while this is alive, so the ledgers' entries for it are still found).
     pub(crate) handles: std::sync::atomic::AtomicUsize,
-    /// The highest value enqueued in a signal that no ledger kept (no wait listed ahead of it
-    /// on its stream), so that no wait of this timeline holds it. Written under the lock.
-    pub(crate) last_free: std::sync::atomic::AtomicU64,
 }
 
 impl<B: Backend> Shared<B> {
@@ -73,6 +76,7 @@ impl<B: Backend> Shared<B> {
         assert!(offset_of!(Self, sem) < 64);
         assert!(offset_of!(Self, target) >= 64);
         assert!(offset_of!(Self, target) + size_of::<Weak<dyn FailTarget>>() <= 128);
+        assert!(offset_of!(Self, last_free) + size_of::<AtomicU64>() <= 128);
     };
 
     /// A panic under the lock (a backend call) leaves `last_enqueued` at most one signal
