@@ -286,11 +286,15 @@ impl Backend for AnyBackend {
         }
     }
 
-    fn ipc_memory_open(&self, handle: &super::IpcMemoryHandle) -> Result<super::IpcMemory> {
+    fn ipc_memory_open(
+        &self,
+        handle: &super::IpcMemoryHandle,
+        len: usize,
+    ) -> Result<super::IpcMemory> {
         match self {
-            AnyBackend::Host(b) => b.ipc_memory_open(handle),
+            AnyBackend::Host(b) => b.ipc_memory_open(handle, len),
             #[cfg(feature = "cuda")]
-            AnyBackend::Cuda(b) => b.ipc_memory_open(handle),
+            AnyBackend::Cuda(b) => b.ipc_memory_open(handle, len),
         }
     }
 

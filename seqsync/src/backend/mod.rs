@@ -336,14 +336,17 @@ pub trait Backend: Clone + Send + Sync + 'static {
         ))
     }
 
-    /// Map the memory another process exported by `handle` (CUDA: `cuIpcOpenMemHandle`).
-    /// Dropping the result waits for this process's work on the device, then unmaps it.
+    /// Map the memory another process exported by `handle` (CUDA: `cuIpcOpenMemHandle`), which
+    /// it says holds `len` bytes. Dropping the result waits for this process's work on the
+    /// device, then unmaps it.
     ///
     /// # Errors
     /// As [`ipc_memory_export`](Self::ipc_memory_export); a handle that names no live
-    /// allocation is the driver's error.
-    fn ipc_memory_open(&self, handle: &IpcMemoryHandle) -> Result<IpcMemory> {
-        let _ = handle;
+    /// allocation is the driver's error; an allocation smaller than `len` is
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) (nothing stays mapped): work
+    /// sized from `len` must not run past it.
+    fn ipc_memory_open(&self, handle: &IpcMemoryHandle, len: usize) -> Result<IpcMemory> {
+        let _ = (handle, len);
         Err(crate::error::Error::invalid(
             self.name(),
             "no memory other processes can map on this backend",

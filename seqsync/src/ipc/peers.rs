@@ -134,14 +134,15 @@ pub(crate) fn alive(p: &Peer) -> bool {
     }
 }
 
-/// Living processes other than this one whose entry says they can still signal a timeline.
-pub(crate) fn signallers_elsewhere(h: &Header) -> usize {
-    let mine = me();
+/// Living entries other than `own` (the asking handle's) that say they can still signal a
+/// timeline: other processes, and other opens of it in this process (each open has an entry
+/// of its own, which says so while it has handles or signals pending).
+pub(crate) fn signallers_elsewhere(h: &Header, own: usize) -> usize {
     h.peers
         .iter()
-        .filter(|p| p.state.load(Ordering::SeqCst) == 2)
-        .filter(|p| p.pid.load(Ordering::Relaxed) != mine)
-        .filter(|p| p.may_signal.load(Ordering::SeqCst) != 0 && alive(p))
+        .enumerate()
+        .filter(|&(i, p)| i != own && p.state.load(Ordering::SeqCst) == 2)
+        .filter(|(_, p)| p.may_signal.load(Ordering::SeqCst) != 0 && alive(p))
         .count()
 }
 

@@ -98,11 +98,13 @@ fn serve(listener: &UnixListener, done: &AtomicBool, files: &[OwnedFd]) {
         let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
         let mut control = SendAncillaryBuffer::new(&mut space);
         control.push(SendAncillaryMessage::ScmRights(&fds));
+        // NOSIGNAL: a client that closed before the answer must not raise SIGPIPE in this
+        // process (whose host program may not ignore it).
         let _ = rustix::net::sendmsg(
             &conn,
             &[IoSlice::new(b"S")],
             &mut control,
-            SendFlags::empty(),
+            SendFlags::NOSIGNAL,
         );
     }
 }

@@ -162,13 +162,15 @@ impl<B: Backend> SharedBuffer<B> {
         let in_segment = seg.data().is_some();
         let memory = match (in_segment, backend.addresses_host_memory()) {
             (true, true) => None,
-            (false, false) => match backend.ipc_memory_open(&seg.mem_handle()) {
-                Ok(m) => Some(m),
-                Err(e) => {
-                    peers::unregister(seg.header(), peer);
-                    return Err(e);
+            (false, false) => {
+                match backend.ipc_memory_open(&seg.mem_handle(), seg.sizes.buffer_len) {
+                    Ok(m) => Some(m),
+                    Err(e) => {
+                        peers::unregister(seg.header(), peer);
+                        return Err(e);
+                    }
                 }
-            },
+            }
             (in_segment, _) => {
                 peers::unregister(seg.header(), peer);
                 return Err(Error::invalid(

@@ -290,7 +290,7 @@ impl Shared {
         } else if let Some(v) = stream_wait.filter(|_| {
             self.handles.load(Ordering::SeqCst) == 0
                 && self.pending.load(Ordering::SeqCst) == 0
-                && peers::signallers_elsewhere(h) == 0
+                && peers::signallers_elsewhere(h, self.peer.load(Ordering::Acquire)) == 0
         }) {
             // Read after `pending`: a signal that landed just before its count went is seen.
             if self.value() >= v {

@@ -405,3 +405,37 @@ fn child_waits_then_drops_its_handle() {
     // Its stream fails once the timeline does (dropped: nobody can signal 5).
     assert!(host.synchronize_stream(&s).is_err());
 }
+
+/// A stream wait fails as dropped only when no handle can signal any more: another open of
+/// the timeline in this very process still can.
+#[test]
+fn shared_timeline_a_second_open_in_this_process_can_still_release_a_stream_wait() {
+    let host = HostBackend::new();
+    let name = unique("tl-twin");
+    let created = SharedTimeline::create(&host, &name, 0).unwrap();
+    let opened = SharedTimeline::open(&host, &name).unwrap();
+    let s = host.new_stream("s").unwrap();
+    created.wait_on(&s, 1).unwrap();
+    drop(created); // `opened`, in this very process, can still signal 1
+                   // Longer than CHECK_EVERY (100 ms): the stream job's liveness check runs meanwhile.
+    std::thread::sleep(Duration::from_millis(400));
+    opened.signal(1).unwrap();
+    host.synchronize_stream(&s).unwrap();
+    assert!(!opened.is_failed());
+}
+
+#[test]
+fn shared_timeline_two_opens_in_this_process_count_as_signallers() {
+    let host = HostBackend::new();
+    let name = unique("tl-twin2");
+    let creator = SharedTimeline::create(&host, &name, 0).unwrap();
+    let a = SharedTimeline::open(&host, &name).unwrap();
+    let b = SharedTimeline::open(&host, &name).unwrap();
+    let s = host.new_stream("s").unwrap();
+    a.wait_on(&s, 1).unwrap();
+    drop(a);
+    drop(creator);
+    std::thread::sleep(Duration::from_millis(400));
+    b.signal(1).unwrap();
+    host.synchronize_stream(&s).unwrap();
+}

@@ -97,6 +97,7 @@ pub(super) fn open(
     ctx: &Arc<CudaContext>,
     deferred: &Arc<Deferred>,
     handle: &IpcMemoryHandle,
+    len: usize,
 ) -> Result<IpcMemory> {
     make_current(ctx)?;
     let handle = sys::CUipcMemHandle {
@@ -107,12 +108,25 @@ pub(super) fn open(
     // SAFETY: `ctx` is current, `ptr` a valid out-pointer; the handle is passed by value and
     // only read by the driver, which refuses one that names no live allocation.
     unsafe { driver::ipc_open_mem_handle(&mut ptr, handle, flags) }.check()?;
-    Ok(IpcMemory {
+    let memory = IpcMemory {
         ptr,
         _owner: Box::new(Mapping {
             ptr,
             ctx: ctx.clone(),
             deferred: deferred.clone(),
         }),
-    })
+    };
+    // The size the exporter claims (read from the shared segment, which any process of the
+    // user can write) is checked against what the driver mapped, as for pool imports: work
+    // sized from it must not run past the allocation.
+    let (mut base, mut size): (sys::CUdeviceptr, usize) = (0, 0);
+    // SAFETY: `ptr` is a live mapping in this context (current); both out-pointers are valid.
+    unsafe { driver::mem_get_address_range(&mut base, &mut size, ptr) }.check()?; // unmapped on error
+    if (ptr as u128) + (len as u128) > (base as u128) + (size as u128) {
+        return Err(crate::error::Error::invalid(
+            "cuda",
+            format!("an IPC allocation of {size} bytes is claimed to hold {len}"),
+        ));
+    }
+    Ok(memory)
 }

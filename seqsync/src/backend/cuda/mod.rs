@@ -337,8 +337,9 @@ impl Backend for CudaBackend {
     fn ipc_memory_open(
         &self,
         handle: &crate::backend::IpcMemoryHandle,
+        len: usize,
     ) -> Result<crate::backend::IpcMemory> {
-        ipc_memory::open(&self.ctx, &self.deferred, handle)
+        ipc_memory::open(&self.ctx, &self.deferred, handle, len)
     }
 
     fn ipc_pool_create(&self) -> Result<crate::backend::IpcPoolExport> {
