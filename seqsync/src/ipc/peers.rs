@@ -96,29 +96,71 @@ pub(crate) fn me() -> u32 {
 
 /// Claim an entry of the table for this process; its index.
 pub(crate) fn register(h: &Header, ring: &str, role: Role) -> Result<usize> {
-    let pid = me();
-    let start = start_time(pid).unwrap_or(0);
+    let (pid, start) = (me(), start_time(me()).unwrap_or(0));
     for (i, p) in h.peers.iter().enumerate() {
         if p.state
             .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
         {
-            p.pid.store(pid, Ordering::Relaxed);
-            p.role.store(role as u32, Ordering::Relaxed);
-            // A timeline raises it from the value once registered (`shared_timeline`).
-            p.gpu.store(0, Ordering::SeqCst);
-            p.may_signal.store(1, Ordering::SeqCst);
-            p.start.store(start, Ordering::Relaxed);
-            // SeqCst: against a stop (a buffer being freed counts this entry, or its opener
-            // sees the stop).
-            p.state.store(2, Ordering::SeqCst);
+            fill(p, pid, start, role);
             return Ok(i);
         }
     }
-    Err(Error::invalid(
+    Err(full(ring))
+}
+
+/// As [`register`], and where every entry is taken, take over the entry of an opener whose
+/// process is dead: for buffers and pools, whose dead importers hold nothing (a ring or a
+/// timeline stops at a dead peer instead). `forget(i)` runs before the entry is this
+/// process's, to clear what the dead one left in the segment under index `i`. A creator's
+/// entry is never taken over (its death is what its peers look for).
+pub(crate) fn register_over_dead(
+    h: &Header,
+    ring: &str,
+    role: Role,
+    forget: impl Fn(usize),
+) -> Result<usize> {
+    match register(h, ring, role) {
+        Err(e) => {
+            let (pid, start) = (me(), start_time(me()).unwrap_or(0));
+            for (i, p) in h.peers.iter().enumerate() {
+                let dead_opener = p.state.load(Ordering::SeqCst) == 2
+                    && p.role.load(Ordering::Relaxed) == Role::Opener as u32
+                    && !alive(p);
+                if dead_opener
+                    && p.state
+                        .compare_exchange(2, 1, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_ok()
+                {
+                    forget(i);
+                    fill(p, pid, start, role);
+                    return Ok(i);
+                }
+            }
+            Err(e)
+        }
+        ok => ok,
+    }
+}
+
+/// Make claimed entry `p` (state 1) this process's.
+fn fill(p: &Peer, pid: u32, start: u64, role: Role) {
+    p.pid.store(pid, Ordering::Relaxed);
+    p.role.store(role as u32, Ordering::Relaxed);
+    // A timeline raises it from the value once registered (`shared_timeline`).
+    p.gpu.store(0, Ordering::SeqCst);
+    p.may_signal.store(1, Ordering::SeqCst);
+    p.start.store(start, Ordering::Relaxed);
+    // SeqCst: against a stop (a buffer being freed counts this entry, or its opener sees the
+    // stop).
+    p.state.store(2, Ordering::SeqCst);
+}
+
+fn full(ring: &str) -> Error {
+    Error::invalid(
         ring,
         format!("{MAX_PEERS} processes share it already (the most a segment takes)"),
-    ))
+    )
 }
 
 /// Whether the process of entry `p` still runs (the same process: its start time matches).

@@ -153,7 +153,8 @@ impl<B: Backend> SharedBuffer<B> {
         check_name(name)?;
         let fd = rendezvous::fetch(Kind::Buffer, name)?;
         let seg = Segment::open(name, Kind::Buffer, fd)?;
-        let peer = peers::register(seg.header(), name, Role::Opener)?;
+        // A dead importer holds nothing: its entry may be taken over.
+        let peer = peers::register_over_dead(seg.header(), name, Role::Opener, |_| {})?;
         // SeqCst with `free`'s: either it counts this entry, or this sees its mark.
         if seg.header().stop_state() != 0 {
             peers::unregister(seg.header(), peer);

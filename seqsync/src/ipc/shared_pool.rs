@@ -367,7 +367,15 @@ impl<B: Backend> SharedPool<B> {
                 ))
             }
         };
-        let peer = match peers::register(seg.header(), name, Role::Opener) {
+        // A dead importer holds nothing (the driver released its imports): its entry may be
+        // taken over, once its importer bits are cleared (else frees would wait for this
+        // process).
+        let forget = |i: usize| {
+            for e in table_of(&seg) {
+                e.importers.fetch_and(!(1u64 << i), Ordering::SeqCst);
+            }
+        };
+        let peer = match peers::register_over_dead(seg.header(), name, Role::Opener, forget) {
             Ok(p) => p,
             Err(e) => {
                 if pool.is_some() {
@@ -410,12 +418,7 @@ impl<B: Backend> SharedPool<B> {
 
     /// The table, at the start of the segment's data.
     fn entries(&self) -> &[Entry] {
-        let (at, len) = self.seg.data().expect("a pool's segment holds its table");
-        debug_assert!(len >= TABLE_BYTES);
-        // SAFETY: the data starts on a page (aligned for `Entry`) and holds at least
-        // TABLE_BYTES bytes (checked at open, made so at create); `Entry` is atomics only, valid
-        // for any bytes, and every access to it is atomic; the mapping lives as long as `self`.
-        unsafe { std::slice::from_raw_parts(at.cast::<Entry>(), MAX_EXPORTS) }
+        table_of(&self.seg)
     }
 
     /// The pool's name.
@@ -956,4 +959,14 @@ mod tests {
         };
         assert_eq!(ExportId::from_u64(id.to_u64()), id);
     }
+}
+
+/// The table of a pool's segment, at the start of its data.
+fn table_of(seg: &Segment) -> &[Entry] {
+    let (at, len) = seg.data().expect("a pool's segment holds its table");
+    debug_assert!(len >= TABLE_BYTES);
+    // SAFETY: the data starts on a page (aligned for `Entry`) and holds at least TABLE_BYTES
+    // bytes (checked at open, made so at create); `Entry` is atomics only, valid for any bytes,
+    // and every access to it is atomic; the mapping lives as long as `seg`.
+    unsafe { std::slice::from_raw_parts(at.cast::<Entry>(), MAX_EXPORTS) }
 }

@@ -208,3 +208,22 @@ fn child_maps_it_and_sleeps() {
     println!("{}", harness::READY);
     std::thread::sleep(Duration::from_secs(60));
 }
+
+/// A killed importer holds nothing, its entry in the peer table included: after more killed
+/// importers than the table has entries, the buffer still opens.
+#[test]
+fn shared_buffer_killed_importers_do_not_use_up_its_peer_table() {
+    let host = HostBackend::new();
+    let name = unique("buf-kills");
+    let buf = SharedBuffer::create(&host, &name, 4096).unwrap();
+    for _ in 0..15 {
+        let mut c = harness::child("shared_buffer::child_maps_it_and_sleeps", &name, None);
+        await_ready(&mut c);
+        c.kill().unwrap();
+        c.wait().unwrap();
+    }
+    assert_eq!(buf.importers(), 0);
+    let again = SharedBuffer::open(&host, &name).unwrap();
+    drop(again);
+    buf.free(Duration::from_secs(1)).unwrap();
+}

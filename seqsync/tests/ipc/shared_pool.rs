@@ -378,3 +378,29 @@ fn child_exports_and_sleeps() {
     println!("{}", harness::READY);
     std::thread::sleep(Duration::from_secs(60));
 }
+
+/// A killed importer holds nothing, its entry in the peer table and its importer bits
+/// included: the buffer still opens, and the free does not wait for the entry's new owner.
+#[test]
+fn shared_pool_killed_importers_do_not_use_up_its_peer_table() {
+    let host = HostBackend::new();
+    let s = host.new_stream("s").unwrap();
+    let name = unique("pool-kills");
+    let pool = SharedPool::create(&host, &name, 1 << 16).unwrap();
+    let a = pool.alloc(&s, 4096).unwrap();
+    for _ in 0..15 {
+        let mut c = harness::child(
+            "shared_pool::child_imports_it_and_sleeps",
+            &format!("{name}:{}", a.id.to_u64()),
+            None,
+        );
+        await_ready(&mut c);
+        c.kill().unwrap();
+        c.wait().unwrap();
+    }
+    assert_eq!(pool.importers(&a), 0);
+    let again = SharedPool::open(&host, &name).unwrap();
+    // A reclaimed entry must not inherit the dead importer's bit (else this free would wait).
+    drop(again);
+    pool.free(&a, &s, Duration::ZERO).unwrap();
+}
