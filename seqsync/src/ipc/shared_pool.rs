@@ -927,6 +927,16 @@ impl<B: Backend> Drop for ImportedAllocation<'_, B> {
     }
 }
 
+/// The table of a pool's segment, at the start of its data.
+fn table_of(seg: &Segment) -> &[Entry] {
+    let (at, len) = seg.data().expect("a pool's segment holds its table");
+    debug_assert!(len >= TABLE_BYTES);
+    // SAFETY: the data starts on a page (aligned for `Entry`) and holds at least TABLE_BYTES
+    // bytes (checked at open, made so at create); `Entry` is atomics only, valid for any bytes,
+    // and every access to it is atomic; the mapping lives as long as `seg`.
+    unsafe { std::slice::from_raw_parts(at.cast::<Entry>(), MAX_EXPORTS) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -959,14 +969,4 @@ mod tests {
         };
         assert_eq!(ExportId::from_u64(id.to_u64()), id);
     }
-}
-
-/// The table of a pool's segment, at the start of its data.
-fn table_of(seg: &Segment) -> &[Entry] {
-    let (at, len) = seg.data().expect("a pool's segment holds its table");
-    debug_assert!(len >= TABLE_BYTES);
-    // SAFETY: the data starts on a page (aligned for `Entry`) and holds at least TABLE_BYTES
-    // bytes (checked at open, made so at create); `Entry` is atomics only, valid for any bytes,
-    // and every access to it is atomic; the mapping lives as long as `seg`.
-    unsafe { std::slice::from_raw_parts(at.cast::<Entry>(), MAX_EXPORTS) }
 }
