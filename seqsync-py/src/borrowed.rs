@@ -179,7 +179,7 @@ pub(crate) fn with_stream<T>(
             return f(s.get().get());
         }
         if let Ok(s) = o.cast::<StageStream>() {
-            return s.get().with(f);
+            return s.get().with(py, f);
         }
     }
     if !matches!(b.backend, AnyBackend::Cuda(_)) {

@@ -90,9 +90,23 @@ unsafe impl Send for StreamPtr {}
 unsafe impl Sync for StreamPtr {}
 
 impl StageStream {
-    /// `f` on the stream, if its stage call has not returned yet.
-    pub(crate) fn with<T>(&self, f: impl FnOnce(&AnyStream) -> PyResult<T>) -> PyResult<T> {
-        let guard = self.stream.lock().unwrap_or_else(|e| e.into_inner());
+    /// `f` on the stream, if its stage call has not returned yet. The lock is waited for
+    /// without the GIL: its holder may be another Python thread in a call that released the
+    /// GIL and waits for work that needs it.
+    pub(crate) fn with<T>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&AnyStream) -> PyResult<T>,
+    ) -> PyResult<T> {
+        let guard = loop {
+            match self.stream.try_lock() {
+                Ok(g) => break g,
+                Err(std::sync::TryLockError::Poisoned(p)) => break p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    py.detach(|| std::thread::sleep(std::time::Duration::from_micros(50)))
+                }
+            }
+        };
         match guard.as_ref() {
             // SAFETY: `Some` only during the stage call, while the stream map lives (see
             // `StreamPtr`).
@@ -116,18 +130,18 @@ impl StageStream {
 
     /// The raw `CUstream` handle (CUDA), `None` on the host backend.
     #[getter]
-    fn handle(&self) -> PyResult<Option<usize>> {
-        self.with(|s| Ok(crate::stream::handle_of_stream(s)))
+    fn handle(&self, py: Python<'_>) -> PyResult<Option<usize>> {
+        self.with(py, |s| Ok(crate::stream::handle_of_stream(s)))
     }
 
-    /// Host backend: run `fn()` on the stream, in order.
-    fn launch(&self, f: Py<PyAny>) -> PyResult<()> {
-        self.with(|s| crate::stream::launch_on(s, f))
+    /// Host backend: run `fn()` on the stream, in order. `TypeError` if `fn` is not callable.
+    fn launch(&self, py: Python<'_>, f: Py<PyAny>) -> PyResult<()> {
+        self.with(py, |s| crate::stream::launch_on(py, s, f))
     }
 
     /// The CUDA-Python stream protocol: `(0, handle)`, so PyTorch and CuPy take it.
-    fn __cuda_stream__(&self) -> PyResult<(i32, usize)> {
-        match self.handle()? {
+    fn __cuda_stream__(&self, py: Python<'_>) -> PyResult<(i32, usize)> {
+        match self.handle(py)? {
             Some(h) => Ok((0, h)),
             None => Err(PyTypeError::new_err(
                 "a host-backend stream is not a CUDA stream",
@@ -480,7 +494,15 @@ impl Run<'_> {
                     };
                     let r = f.call1(py, (cx.seq, arg.as_ref().map(|a| a.clone_ref(py))));
                     if let Some(a) = &arg {
-                        *a.get().stream.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                        // Without the GIL: another Python thread may hold the lock in a call
+                        // that waits for work needing the GIL.
+                        let stage_stream = a.get();
+                        py.detach(|| {
+                            *stage_stream
+                                .stream
+                                .lock()
+                                .unwrap_or_else(|e| e.into_inner()) = None;
+                        });
                     }
                     r.map(drop).map_err(|e| keep(cx.stage, cx.seq, e))
                 })

@@ -133,12 +133,30 @@ impl Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        // A host stream's drop joins its worker, which may be waiting for the GIL to run a
-        // callable: drop it with the GIL released.
-        if let Some(inner) = self.inner.take() {
-            Python::attach(|py| py.detach(move || drop(inner)));
+        let Some(inner) = self.inner.take() else {
+            return;
+        };
+        // A host stream's drop joins its worker. With work still queued (a wait nothing has
+        // released yet, or the very callable this drop runs in, on the worker itself), that
+        // could block forever or join the thread from itself: the stream goes on a thread of
+        // its own once its work has run, and `del` returns at once (as `cuStreamDestroy`
+        // does). Idle, it goes now, with the GIL released (the worker may be waiting for it).
+        if matches!(inner, AnyStream::Host(_)) && !idle(&self.backend, &inner) {
+            let _ = std::thread::Builder::new()
+                .name("seqsync-stream-drop".into())
+                .spawn(move || drop(inner));
+            return;
         }
+        Python::attach(|py| py.detach(move || drop(inner)));
     }
+}
+
+/// Has everything enqueued on `s` run (asked without waiting)?
+fn idle(b: &AnyBackend, s: &AnyStream) -> bool {
+    let Ok(event) = b.create_event(EventOptions::default()) else {
+        return false;
+    };
+    b.record(&event, s).is_ok() && b.query(&event).unwrap_or(false)
 }
 
 #[pymethods]
@@ -157,8 +175,9 @@ impl Stream {
 
     /// Host backend: run `fn()` on the stream, after everything enqueued before it. An
     /// exception in it fails the stream: the next `synchronize` raises, with its message.
-    fn launch(&self, f: Py<PyAny>) -> PyResult<()> {
-        launch_on(self.get(), f)
+    /// `TypeError` if `fn` is not callable.
+    fn launch(&self, py: Python<'_>, f: Py<PyAny>) -> PyResult<()> {
+        launch_on(py, self.get(), f)
     }
 
     /// Block until everything enqueued on the stream ran, then raise its failure if it has
@@ -212,14 +231,28 @@ pub(crate) fn handle_of_stream(s: &AnyStream) -> Option<usize> {
 }
 
 /// Runs Python `f()` on host stream `s`, in order; an exception fails the stream.
-pub(crate) fn launch_on(s: &AnyStream, f: Py<PyAny>) -> PyResult<()> {
+pub(crate) fn launch_on(py: Python<'_>, s: &AnyStream, f: Py<PyAny>) -> PyResult<()> {
+    if !f.bind(py).is_callable() {
+        return Err(PyTypeError::new_err(format!(
+            "launch takes a callable, not {}",
+            f.bind(py).get_type().name()?
+        )));
+    }
     match s {
         AnyStream::Host(s) => {
             s.launch(move || {
-                let failed = Python::attach(|py| f.call0(py).err().map(|e| e.to_string()));
+                let failed = Python::attach(move |py| {
+                    let failed = f.call0(py).err().map(|e| e.to_string());
+                    // Released here, with the GIL: what it holds goes now, on this thread,
+                    // not whenever some thread next takes the GIL.
+                    drop(f);
+                    failed
+                });
                 if let Some(message) = failed {
-                    // A host stream records a panic of its work as the stream's failure.
-                    panic!("{message}");
+                    // A host stream records a panic of its work as the stream's failure:
+                    // unwound without the panic hook (no "thread panicked" on stderr for an
+                    // exception the next `synchronize` raises).
+                    std::panic::resume_unwind(Box::new(message));
                 }
             });
             Ok(())
