@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pyo3::exceptions::{PyKeyError, PyTypeError};
@@ -77,7 +77,15 @@ impl Check {
 pub(crate) struct StageStream {
     name: String,
     stream: Mutex<Option<StreamPtr>>,
+    /// The stage call's stage and seq, and where the run keeps the first exception: one
+    /// that work launched on this stream raises is the run's `StageError` cause too.
+    stage: String,
+    seq: i64,
+    raised: Raised,
 }
+
+/// The first exception of a run, with its stage and seq.
+type Raised = Arc<Mutex<Option<(PyErr, String, i64)>>>;
 
 /// A stream of the running pipeline's stream map, borrowed for one stage call.
 struct StreamPtr(*const AnyStream);
@@ -136,7 +144,15 @@ impl StageStream {
 
     /// Host backend: run `fn()` on the stream, in order. `TypeError` if `fn` is not callable.
     fn launch(&self, py: Python<'_>, f: Py<PyAny>) -> PyResult<()> {
-        self.with(py, |s| crate::stream::launch_on(py, s, f))
+        let (raised, stage, seq) = (self.raised.clone(), self.stage.clone(), self.seq);
+        self.with(py, |s| {
+            crate::stream::launch_on(py, s, f, move |e| {
+                let mut r = raised.lock().unwrap_or_else(|e| e.into_inner());
+                if r.is_none() {
+                    *r = Some((e, stage, seq));
+                }
+            })
+        })
     }
 
     /// The CUDA-Python stream protocol: `(0, handle)`, so PyTorch and CuPy take it.
@@ -241,7 +257,7 @@ impl Pipeline {
             }
         };
         let cancelled = AtomicBool::new(false);
-        let raised: Mutex<Option<(PyErr, String, i64)>> = Mutex::new(None);
+        let raised: Raised = Arc::default();
         let plan = &self.plan;
         let result = interruptible(
             py,
@@ -258,7 +274,8 @@ impl Pipeline {
             || cancelled.store(true, Ordering::SeqCst),
         )?;
         drop(owners);
-        if let Some((err, stage, seq)) = raised.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        let first = raised.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some((err, stage, seq)) = first {
             let e = StageError::new_err(format!("stage '{stage}' raised at seq {seq}: {err}"));
             let v = e.value(py);
             v.setattr("stage", stage)?;
@@ -426,7 +443,7 @@ impl Run<'_> {
         batches: i64,
         stall_timeout: Option<Duration>,
         cancelled: &AtomicBool,
-        raised: &Mutex<Option<(PyErr, String, i64)>>,
+        raised: &Raised,
     ) -> seqsync::Result<pipeline::RunStats> {
         let Run {
             backend,
@@ -487,6 +504,9 @@ impl Run<'_> {
                                 StageStream {
                                     name: name.to_string(),
                                     stream: Mutex::new(Some(StreamPtr(s as *const AnyStream))),
+                                    stage: cx.stage.to_string(),
+                                    seq: cx.seq,
+                                    raised: raised.clone(),
                                 },
                             )
                             .map_err(|e| keep(cx.stage, cx.seq, e))?,

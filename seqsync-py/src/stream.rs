@@ -83,6 +83,7 @@ impl Backend {
             inner: Some(self.inner().new_stream(name).py_err()?),
             name: name.to_string(),
             borrowed: None,
+            raised: Arc::default(),
         })
     }
 
@@ -105,6 +106,7 @@ impl Backend {
             inner: Some(inner),
             name,
             borrowed: Some(owner),
+            raised: Arc::default(),
         })
     }
 
@@ -123,11 +125,36 @@ pub(crate) struct Stream {
     name: String,
     /// The framework's stream object a borrowed stream came from.
     borrowed: Option<Py<PyAny>>,
+    /// The first exception launched work raised (the cause of `synchronize`'s error).
+    raised: Raised,
 }
+
+/// Where launched work leaves the first exception it raised.
+pub(crate) type Raised = Arc<std::sync::Mutex<Option<PyErr>>>;
 
 impl Stream {
     pub(crate) fn get(&self) -> &AnyStream {
         self.inner.as_ref().expect("taken only in drop")
+    }
+
+    /// [`synchronize`](Self::synchronize) without the cause of its error.
+    fn wait_for_end(&self, py: Python<'_>) -> PyResult<()> {
+        let (b, s) = (&self.backend, self.get());
+        // An event at the stream's end, waited on in slices between which Ctrl-C is checked;
+        // then the stream's own synchronize, which returns at once and reports its failure.
+        let event = b.create_event(EventOptions::default()).py_err()?;
+        b.record(&event, s).py_err()?;
+        loop {
+            let slice = Slice(Instant::now() + POLL);
+            match py
+                .detach(|| b.synchronize_interruptible(&event, &slice))
+                .py_err()?
+            {
+                SyncOutcome::Complete => break,
+                _ => py.check_signals()?,
+            }
+        }
+        py.detach(|| b.synchronize_stream(s)).py_err()
     }
 }
 
@@ -177,29 +204,26 @@ impl Stream {
     /// exception in it fails the stream: the next `synchronize` raises, with its message.
     /// `TypeError` if `fn` is not callable.
     fn launch(&self, py: Python<'_>, f: Py<PyAny>) -> PyResult<()> {
-        launch_on(py, self.get(), f)
+        let raised = self.raised.clone();
+        launch_on(py, self.get(), f, move |e| {
+            let mut r = raised.lock().unwrap_or_else(|e| e.into_inner());
+            r.get_or_insert(e);
+        })
     }
 
     /// Block until everything enqueued on the stream ran, then raise its failure if it has
-    /// one. Waits without the GIL; Ctrl-C raises `KeyboardInterrupt` within 20 ms and
-    /// leaves the work running.
+    /// one (with the exception launched work raised as `__cause__`). Waits without the GIL;
+    /// Ctrl-C raises `KeyboardInterrupt` within 20 ms and leaves the work running.
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
-        let (b, s) = (&self.backend, self.get());
-        // An event at the stream's end, waited on in slices between which Ctrl-C is checked;
-        // then the stream's own synchronize, which returns at once and reports its failure.
-        let event = b.create_event(EventOptions::default()).py_err()?;
-        b.record(&event, s).py_err()?;
-        loop {
-            let slice = Slice(Instant::now() + POLL);
-            match py
-                .detach(|| b.synchronize_interruptible(&event, &slice))
-                .py_err()?
-            {
-                SyncOutcome::Complete => break,
-                _ => py.check_signals()?,
+        let r = self.wait_for_end(py);
+        if let Err(e) = &r {
+            // The exception launched work raised: the cause, with its type and traceback.
+            let raised = self.raised.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(cause) = raised.as_ref() {
+                e.set_cause(py, Some(cause.clone_ref(py)));
             }
         }
-        py.detach(|| b.synchronize_stream(s)).py_err()
+        r
     }
 
     /// The CUDA-Python stream protocol: `(0, handle)`.
@@ -230,8 +254,14 @@ pub(crate) fn handle_of_stream(s: &AnyStream) -> Option<usize> {
     }
 }
 
-/// Runs Python `f()` on host stream `s`, in order; an exception fails the stream.
-pub(crate) fn launch_on(py: Python<'_>, s: &AnyStream, f: Py<PyAny>) -> PyResult<()> {
+/// Runs Python `f()` on host stream `s`, in order; an exception fails the stream, and is
+/// handed to `raised`.
+pub(crate) fn launch_on(
+    py: Python<'_>,
+    s: &AnyStream,
+    f: Py<PyAny>,
+    raised: impl FnOnce(PyErr) + Send + 'static,
+) -> PyResult<()> {
     if !f.bind(py).is_callable() {
         return Err(PyTypeError::new_err(format!(
             "launch takes a callable, not {}",
@@ -242,7 +272,11 @@ pub(crate) fn launch_on(py: Python<'_>, s: &AnyStream, f: Py<PyAny>) -> PyResult
         AnyStream::Host(s) => {
             s.launch(move || {
                 let failed = Python::attach(move |py| {
-                    let failed = f.call0(py).err().map(|e| e.to_string());
+                    let failed = f.call0(py).err().map(|e| {
+                        let message = e.to_string();
+                        raised(e);
+                        message
+                    });
                     // Released here, with the GIL: what it holds goes now, on this thread,
                     // not whenever some thread next takes the GIL.
                     drop(f);
