@@ -244,10 +244,24 @@ pub(crate) fn to_py(e: &E) -> PyErr {
                 nconsumers,
             } => with_attrs!(py, OverConsumed::new_err(m);
                 "ring" => ring, "seq" => seq, "nconsumers" => nconsumers),
-            E::Stopped { ring, reason, .. } => {
-                with_attrs!(py, Stopped::new_err(m); "ring" => ring, "reason" => reason.as_ref())
+            E::Stopped {
+                ring,
+                reason,
+                cause,
+            } => {
+                let err = with_attrs!(py, Stopped::new_err(m);
+                    "ring" => ring, "reason" => reason.as_ref());
+                // The error that stopped the ring, when one did.
+                if let Some(cause) = cause {
+                    err.set_cause(py, Some(to_py(cause)));
+                }
+                err
             }
-            E::Stage { stage, .. } => with_attrs!(py, StageError::new_err(m); "stage" => stage),
+            // The seq of the call that raised, where one did (`Pipeline.run` sets it); `None`
+            // for what the runtime found itself (no function for a stage, a missing stream).
+            E::Stage { stage, .. } => {
+                with_attrs!(py, StageError::new_err(m); "stage" => stage, "seq" => None::<i64>)
+            }
             E::Exhausted {
                 pool,
                 requested,

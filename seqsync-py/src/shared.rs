@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use seqsync::ipc::Mechanism;
 use seqsync::AnyBackend;
@@ -18,9 +17,10 @@ use crate::timeline::wait_sliced;
 
 fn mechanism(name: &str) -> PyResult<Mechanism> {
     name.parse().map_err(|_| {
-        PyValueError::new_err(format!(
-            "mechanism {name:?}: expected 'host-word', 'memops' or 'ipc-event'"
-        ))
+        crate::errors::to_py(&seqsync::Error::InvalidArgument {
+            ring: "SharedRing".into(),
+            message: format!("mechanism {name:?}: expected 'host-word', 'memops' or 'ipc-event'"),
+        })
     })
 }
 

@@ -105,8 +105,10 @@ def test_an_exception_in_a_stage_is_raised_with_stage_and_seq():
 
 def test_a_missing_stage_function_is_named_before_anything_runs():
     p = seqsync.Pipeline.from_toml(SPEC)
-    with pytest.raises(seqsync.StageError, match="copy_out"):
+    with pytest.raises(seqsync.StageError, match="copy_out") as e:
         p.run(seqsync.Backend("host"), {"copy_in": lambda q, s: None, "kernel": lambda q, s: None}, batches=3)
+    # No call raised it: no seq.
+    assert (e.value.stage, e.value.seq) == ("copy_out", None)
 
 
 def test_a_malformed_spec_names_its_line():

@@ -49,6 +49,10 @@ def test_out_of_order_and_not_yet_produced(host):
         ring.record(3, s)
     assert (e.value.expected, e.value.got) == (0, 3)
     assert ring.stopped  # a misuse stops the ring, so no other thread hangs on it
+    # Every later call says so, with the misuse that stopped it as the cause.
+    with pytest.raises(seqsync.Stopped) as stopped:
+        ring.record(0, s)
+    assert isinstance(stopped.value.__cause__, seqsync.OutOfOrder), repr(stopped.value.__cause__)
     ring = seqsync.EventRingbuf(host, "r2", nconsumers=1, max_size=4)
     with pytest.raises(seqsync.NotYetProduced) as e:
         ring.wait(0, s)

@@ -140,7 +140,7 @@ def test_values_signalled_anywhere_count_and_names_are_checked():
         seqsync.SharedTimeline.open(host, unique("missing"))
     with pytest.raises(seqsync.InvalidArgument):
         seqsync.SharedRing.create(host, "bad/name", 1, 1)
-    with pytest.raises(ValueError, match="mechanism"):
+    with pytest.raises(seqsync.InvalidArgument, match="mechanism"):
         seqsync.SharedRing.create(host, unique("mech"), 1, 1, mechanism="smoke")
     with pytest.raises(seqsync.InvalidArgument):
         seqsync.SharedRing.create(host, unique("mech2"), 1, 1, mechanism="memops")
