@@ -116,7 +116,8 @@ impl Backend {
 }
 
 /// A stream of a [`Backend`]: made by it, or borrowed from a framework (whose stream object
-/// this keeps alive).
+/// this keeps alive). Dropping a host stream with work still queued returns at once: the
+/// stream goes once that work has run (a wait nothing ever releases keeps its thread).
 #[pyclass(module = "seqsync", frozen)]
 pub(crate) struct Stream {
     backend: AnyBackend,
