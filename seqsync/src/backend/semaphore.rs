@@ -33,8 +33,10 @@ pub type SemaphoreWaker = Arc<dyn Fn() + Send + Sync>;
 /// Called by the backend, on the stream that found it, when a stream that signals the word had
 /// failed before the signal (a host closure panicked): the failure and the value the word had
 /// then. The timeline fails itself from it, spreading the failure before the word releases any
-/// stream wait (see [`Semaphore::on_stream_failure`]).
-pub type StreamFailureHook = Arc<dyn Fn(Error, u64) + Send + Sync>;
+/// stream wait (see [`Semaphore::on_stream_failure`]); `true` when the timeline takes care of
+/// failing the word (it did, or a failure under way elsewhere will), `false` when the backend
+/// must (the timeline is gone).
+pub type StreamFailureHook = Arc<dyn Fn(Error, u64) -> bool + Send + Sync>;
 
 /// How a backend implements timelines: see [`crate::timeline::Timeline::mechanism`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,7 +139,8 @@ pub trait Semaphore: Send + Sync + 'static {
     /// closure panicked reaches a signal) reports them: `hook` runs before the word is failed,
     /// so that the timeline marks the failure and poisons the streams that wait on it before
     /// the failed word releases their waits (else the work after those waits would run and
-    /// signal as if nothing had failed). The backend fails the word after `hook` in any case.
+    /// signal as if nothing had failed). The backend fails the word itself only where `hook`
+    /// says the timeline does not.
     /// Backends that cannot call back (CUDA: the device finds the fault) ignore it: their
     /// failures are found by [`Semaphore::load`] and [`Semaphore::check`].
     fn on_stream_failure(&self, hook: StreamFailureHook) {

@@ -31,8 +31,10 @@ use std::time::{Duration, Instant};
 /// A timeline kept until its signals in flight have landed.
 pub(crate) trait Draining: Send + Sync {
     /// Settle it if its signals have landed (or it failed), or, with `stalled`, if waits on
-    /// it for values nothing enqueued reaches exist: `true` once there is nothing left to do.
-    fn settle(&self, stalled: bool) -> bool;
+    /// it for values nothing enqueued reaches exist, or, with `look`, if the signals left are
+    /// held behind its own waits for good (a search of every stream's ledger): `true` once
+    /// there is nothing left to do.
+    fn settle(&self, stalled: bool, look: bool) -> bool;
     /// Its value now (to see whether it moves).
     fn progress(&self) -> u64;
 }
@@ -44,8 +46,14 @@ pub(crate) const POLL: Duration = Duration::from_millis(1);
 /// for stuck (see the module docs).
 pub(crate) const STALL: Duration = Duration::from_secs(5);
 
-/// A kept timeline, the value it had when last seen moving, and since when.
-type Entry = (Arc<dyn Draining>, u64, Instant);
+/// How long a kept timeline's value stands still before the ledgers are searched for signals
+/// held for good, and how often they are searched while it stands (a search takes every
+/// stream's ledger lock: not on every poll).
+pub(crate) const LOOK_EVERY: Duration = Duration::from_millis(10);
+
+/// A kept timeline, the value it had when last seen moving, since when, and when its ledgers
+/// were last searched.
+type Entry = (Arc<dyn Draining>, u64, Instant, Instant);
 
 struct Kept {
     list: Vec<Entry>,
@@ -66,7 +74,8 @@ fn lock() -> std::sync::MutexGuard<'static, Kept> {
 pub(crate) fn keep(t: Arc<dyn Draining>) {
     let mut k = lock();
     let v = t.progress();
-    k.list.push((t, v, Instant::now()));
+    let now = Instant::now();
+    k.list.push((t, v, now, now));
     if k.running {
         return;
     }
@@ -87,17 +96,20 @@ fn run() {
         let now = Instant::now();
         let mut left: Vec<Entry> = list
             .into_iter()
-            .filter_map(|(t, seen, since)| {
+            .filter_map(|(t, seen, since, searched)| {
                 let v = t.progress();
                 let (seen, since) = if v != seen { (v, now) } else { (seen, since) };
                 let stalled = now.duration_since(since) >= STALL;
-                if t.settle(stalled) {
+                let look = now.duration_since(since) >= LOOK_EVERY
+                    && now.duration_since(searched) >= LOOK_EVERY;
+                if t.settle(stalled, look) {
                     return None;
                 }
                 // Stalled but not stuck for good (its waits are all for enqueued values): look
                 // for stuck waits again only after another stall (the search takes every
                 // stream's ledger lock), not on every poll.
-                Some((t, seen, if stalled { now } else { since }))
+                let searched = if look { now } else { searched };
+                Some((t, seen, if stalled { now } else { since }, searched))
             })
             .collect();
         let mut k = lock();

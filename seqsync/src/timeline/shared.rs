@@ -123,9 +123,11 @@ impl<B: Backend> Shared<B> {
         // word releases any stream wait.
         let me = Arc::downgrade(&shared);
         shared.sem.on_stream_failure(Arc::new(move |cause, last| {
-            if let Some(s) = me.upgrade() {
-                s.fail(cause, Some(last & MAX_VALUE));
-            }
+            // Failed now (marked, spread, then the word released), or marked already by a
+            // failure whose thread releases the word once it has spread.
+            me.upgrade()
+                .map(|s| s.fail(cause, Some(last & MAX_VALUE)))
+                .is_some()
         }));
         Ok(shared)
     }
@@ -292,7 +294,7 @@ impl<B: Backend> Shared<B> {
         {
             return false;
         }
-        if !self.settle_dropped(false) {
+        if !self.settle_dropped(false, true) {
             super::drain::keep(self.clone());
         }
         true
@@ -302,7 +304,7 @@ impl<B: Backend> Shared<B> {
     /// `stalled` and streams wait for values above every signal enqueued: then it fails, see
     /// [`super::drain`]); else fail the timeline if streams wait on it for values above the
     /// last one enqueued (no signal can come any more), and `true`.
-    fn settle_dropped(&self, stalled: bool) -> bool {
+    fn settle_dropped(&self, stalled: bool, look: bool) -> bool {
         let st = self.lock();
         let (last, failed) = (st.last_enqueued, st.failure.is_some());
         drop(st);
@@ -319,7 +321,13 @@ impl<B: Backend> Shared<B> {
         if current < last && !stuck {
             // Signals in flight land, unless a wait of this timeline ahead of them on their
             // stream holds them and nothing else reaches it: then only what can land is
-            // waited for, and the waits left fail below.
+            // waited for, and the waits left fail below. Looked for at the drop and while the
+            // value stands still (`look`), and only while a signal no ledger kept (which
+            // lands) does not reach the last value.
+            let free = self.last_free.load(std::sync::atomic::Ordering::Relaxed);
+            if !look || free >= last || current < free {
+                return false;
+            }
             // (The value read again after the search: a signal that landed meanwhile may have
             // been pruned from its ledger.)
             let reach = self.reachable(current).max(self.reached_value());
@@ -363,8 +371,8 @@ impl<B: Backend> Shared<B> {
 }
 
 impl<B: Backend> super::drain::Draining for Shared<B> {
-    fn settle(&self, stalled: bool) -> bool {
-        self.settle_dropped(stalled)
+    fn settle(&self, stalled: bool, look: bool) -> bool {
+        self.settle_dropped(stalled, look)
     }
 
     fn progress(&self) -> u64 {

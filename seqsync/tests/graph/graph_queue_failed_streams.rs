@@ -35,3 +35,40 @@ fn a_panicked_command_does_not_fail_unrelated_submissions() {
     }
     assert_eq!(ran.load(Ordering::SeqCst), 2);
 }
+
+/// A replay of a graph follows its previous replay on another stream, but that stream's
+/// failure stays its own: the replay on another queue runs and signals.
+#[test]
+fn a_replay_after_one_on_a_failed_stream_runs_and_signals() {
+    use seqsync::graph::Submit;
+    use seqsync::timeline::Timeline;
+    use std::time::Duration;
+    let host = HostBackend::new();
+    let mut q = Queues::new(host.clone());
+    let mut bad = CommandBuffer::<HostBackend>::new();
+    bad.host("boom", || panic!("boom"), &[]);
+    let mut bad = bad.finish().unwrap().lower(Lowering::Streams);
+    q.submit(&mut bad, Affinity::queue(0)).unwrap();
+    let ran = Arc::new(AtomicUsize::new(0));
+    let mut cb = CommandBuffer::<HostBackend>::new();
+    let r = ran.clone();
+    cb.host(
+        "count",
+        move || {
+            r.fetch_add(1, Ordering::SeqCst);
+        },
+        &[],
+    );
+    let exe = cb.finish().unwrap().instantiate(&host).unwrap();
+    // On queue 0's failed stream: skipped.
+    q.submit_graph(&exe, Affinity::queue(0)).unwrap();
+    let t = Timeline::new(&host, "t", 0).unwrap();
+    let how = Submit {
+        affinity: Affinity::queue(1),
+        waits: &[],
+        signals: &[(&t, 1)],
+    };
+    q.submit_graph_with(&exe, &how).unwrap();
+    t.wait(1, Duration::from_secs(5)).unwrap();
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+}

@@ -122,10 +122,10 @@ impl GraphBackend for HostBackend {
         let ops = exec.ops.clone();
         let mut last = exec.last.lock().unwrap_or_else(|e| e.into_inner());
         // After the previous launch, when it went to another stream (on this one, the stream's
-        // own order holds it).
+        // own order holds it); a failure of that stream stays its own.
         if let Some((on, pos)) = last.take() {
             if !Arc::ptr_eq(&on, &stream.shared) {
-                stream.shared.enqueue(Job::Gate { on, pos });
+                stream.shared.enqueue(Job::Follow { on, pos });
             }
         }
         let pos = stream.shared.enqueue_at(Job::Run(Box::new(move || {

@@ -88,15 +88,14 @@ impl HostWord {
                     .clone();
                 drop(slot);
                 let last = self.value.load(Ordering::SeqCst);
-                if last & FAILED_BIT == 0 {
-                    // The timeline first: it marks the failure and poisons the streams that
-                    // wait on it while their waits still hold (it fails the word itself).
-                    if let Some(hook) = self.on_failure.get() {
-                        hook(cause, last);
-                    }
+                // The timeline first: it marks the failure and poisons the streams that wait
+                // on it while their waits still hold, then fails the word itself (or a
+                // failure under way on another thread does, once it has spread).
+                let handled = last & FAILED_BIT == 0
+                    && self.on_failure.get().is_some_and(|hook| hook(cause, last));
+                if !handled {
+                    self.raise(failed_word(last));
                 }
-                // Failed in any case (a no-op where the timeline did it).
-                self.raise(failed_word(last));
             }
         }
         (self.waker)();

@@ -15,8 +15,13 @@ use crate::error::{panic_message, BackendError, Error, Result};
 pub(crate) enum Job {
     /// Run a user closure.
     Run(Box<dyn FnOnce() + Send + 'static>),
-    /// Block the stream until `on` has completed `pos` operations.
+    /// Block the stream until `on` has completed `pos` operations (and fail it if `on` failed
+    /// by then: an event wait).
     Gate { on: Arc<StreamShared>, pos: u64 },
+    /// Block the stream until `on` has completed `pos` operations, whether or not they failed
+    /// (one replay of a graph after the one before: the order holds, a failure is its own
+    /// stream's).
+    Follow { on: Arc<StreamShared>, pos: u64 },
     /// Run a closure even when the stream has failed; it gets the failure's message then (a
     /// timeline signal: it fails the timeline instead of signalling it).
     Always(Box<dyn FnOnce(Option<Arc<str>>) + Send + 'static>),
@@ -293,6 +298,9 @@ fn run_worker(shared: &Arc<StreamShared>, mut chaos: Option<(Chaos, SplitMix64)>
                         format!("closure panicked: {}", panic_message(&*payload)).into(),
                     );
                 }
+            }
+            Job::Follow { on, pos } => {
+                let _ = on.wait_for(pos, &crate::backend::NeverInterrupt);
             }
             Job::Gate { on, pos } => {
                 if let Err(e) = on.wait_for(pos, &crate::backend::NeverInterrupt) {
