@@ -138,24 +138,22 @@ impl Stream {
         self.inner.as_ref().expect("taken only in drop")
     }
 
-    /// [`synchronize`](Self::synchronize) without the cause of its error.
+    /// Wait for the stream's end in slices between which Ctrl-C is checked (then the stream's
+    /// own synchronize, in [`synchronize`](Self::synchronize), returns at once and reports its
+    /// failure).
     fn wait_for_end(&self, py: Python<'_>) -> PyResult<()> {
         let (b, s) = (&self.backend, self.get());
-        // An event at the stream's end, waited on in slices between which Ctrl-C is checked;
-        // then the stream's own synchronize, which returns at once and reports its failure.
         let event = b.create_event(EventOptions::default()).py_err()?;
         b.record(&event, s).py_err()?;
         loop {
             let slice = Slice(Instant::now() + POLL);
-            match py
-                .detach(|| b.synchronize_interruptible(&event, &slice))
-                .py_err()?
-            {
-                SyncOutcome::Complete => break,
-                _ => py.check_signals()?,
+            match py.detach(|| b.synchronize_interruptible(&event, &slice)) {
+                Ok(SyncOutcome::Complete) => return Ok(()),
+                // The stream failed before the event: its own synchronize says how.
+                Err(_) => return Ok(()),
+                Ok(_) => py.check_signals()?,
             }
         }
-        py.detach(|| b.synchronize_stream(s)).py_err()
     }
 }
 
@@ -170,9 +168,19 @@ impl Drop for Stream {
         // its own once its work has run, and `del` returns at once (as `cuStreamDestroy`
         // does). Idle, it goes now, with the GIL released (the worker may be waiting for it).
         if matches!(inner, AnyStream::Host(_)) && !idle(&self.backend, &inner) {
-            let _ = std::thread::Builder::new()
+            // Handed over through a channel, so that a thread that cannot be started leaves
+            // the stream here, to be leaked rather than joined (which could hang, or join the
+            // worker from itself).
+            let (tx, rx) = std::sync::mpsc::channel::<AnyStream>();
+            let started = std::thread::Builder::new()
                 .name("seqsync-stream-drop".into())
-                .spawn(move || drop(inner));
+                .spawn(move || drop(rx.recv()));
+            match started {
+                Ok(_) => {
+                    let _ = tx.send(inner);
+                }
+                Err(_) => std::mem::forget(inner),
+            }
             return;
         }
         Python::attach(|py| py.detach(move || drop(inner)));
@@ -216,9 +224,13 @@ impl Stream {
     /// one (with the exception launched work raised as `__cause__`). Waits without the GIL;
     /// Ctrl-C raises `KeyboardInterrupt` within 20 ms and leaves the work running.
     fn synchronize(&self, py: Python<'_>) -> PyResult<()> {
-        let r = self.wait_for_end(py);
+        self.wait_for_end(py)?;
+        let r = py
+            .detach(|| self.backend.synchronize_stream(self.get()))
+            .py_err();
         if let Err(e) = &r {
-            // The exception launched work raised: the cause, with its type and traceback.
+            // The stream's failure: the exception launched work raised is its cause, with its
+            // type and traceback.
             let raised = self.raised.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(cause) = raised.as_ref() {
                 e.set_cause(py, Some(cause.clone_ref(py)));
@@ -275,6 +287,14 @@ pub(crate) fn launch_on(
                 let failed = Python::attach(move |py| {
                     let failed = f.call0(py).err().map(|e| {
                         let message = e.to_string();
+                        // Kept with its traceback but not its frames' locals: the stream keeps
+                        // the exception, and the frames may hold the stream (a cycle the
+                        // collector cannot see through a Rust object) or large data.
+                        if let Some(tb) = e.traceback(py) {
+                            let _ = py
+                                .import("traceback")
+                                .and_then(|m| m.call_method1("clear_frames", (tb,)));
+                        }
                         raised(e);
                         message
                     });

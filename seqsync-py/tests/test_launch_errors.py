@@ -54,3 +54,27 @@ def test_an_exception_in_a_stages_launched_work_is_the_stage_errors_cause(host):
         p.run(host, {"fill": fill, "use": lambda q, s: None}, batches=10)
     assert isinstance(e.value.__cause__, ValueError), repr(e.value.__cause__)
     assert (e.value.stage, e.value.seq) == ("fill", 3)
+
+
+def test_a_stream_that_kept_an_exception_does_not_keep_its_frames_locals(host):
+    import gc
+    import weakref
+
+    class Worker:
+        def __init__(self):
+            self.s = host.new_stream("w")
+
+        def step(self):
+            big = bytearray(1 << 20)  # a local of the failing frame
+            raise RuntimeError(f"step failed with {len(big)} bytes at hand")
+
+    w = Worker()
+    w.s.launch(w.step)
+    with pytest.raises(seqsync.Error) as e:
+        w.s.synchronize()
+    assert isinstance(e.value.__cause__, RuntimeError)
+    del e
+    alive = weakref.ref(w)
+    del w
+    gc.collect()
+    assert alive() is None, "the stream's kept exception holds the worker through its frame"
