@@ -358,9 +358,9 @@ impl Device for CudaDevice {
             seq,
         )
     }
-    fn clear_outputs(&self) {
-        // SAFETY: the caller guarantees no copy into the host output buffer is in flight, and
-        // the checks that read it run on the caller's thread (not meanwhile).
+    unsafe fn clear_outputs(&self) {
+        // SAFETY: no copy into the host output buffer is in flight or enqueued and nothing
+        // reads it meanwhile (this function's contract).
         unsafe { self.hout.as_mut_slice() }.fill(0);
     }
     fn mark(

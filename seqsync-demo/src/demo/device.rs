@@ -152,8 +152,12 @@ pub(crate) trait Device: Send + Sync + 'static {
     /// the copy into it has completed.
     fn check_output(&self, hout: usize, seq: i64) -> bool;
     /// Zero every host output buffer (so that a check after it sees only what was copied in
-    /// since). The caller guarantees no copy into them is in flight.
-    fn clear_outputs(&self);
+    /// since).
+    ///
+    /// # Safety
+    /// No copy into a host output buffer is in flight or enqueued, and no other thread reads
+    /// them meanwhile (on CUDA they are pinned memory the device writes).
+    unsafe fn clear_outputs(&self);
 
     // The same operations on device buffers given by address ([`Variant::Pool`]: per-batch
     // buffers from a stream-ordered pool, each of `layout().n` u32s).
@@ -444,7 +448,7 @@ impl Device for HostDevice {
     fn check_output(&self, hout: usize, seq: i64) -> bool {
         self.reference.check(&lock(&self.bufs.hout[hout]), seq)
     }
-    fn clear_outputs(&self) {
+    unsafe fn clear_outputs(&self) {
         for b in &self.bufs.hout {
             lock(b).fill(0);
         }
