@@ -277,6 +277,10 @@ impl<B: Backend> FailTarget for Shared<B> {
         self.mark(cause, None)
     }
 
+    fn is_failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
     fn release(&self) {
         self.release_word()
     }

@@ -149,7 +149,10 @@ impl Ledger {
         let mut now = Reached::new(&st.timelines);
         let idle = st.poison.is_none()
             && st.all_waits().all(|w| now.resolves(w.timeline, w.value))
-            && st.signals.iter().all(|s| now.resolves(s.timeline, s.value));
+            && st
+                .signals
+                .iter()
+                .all(|s| now.resolves(s.timeline, s.value) || now.failed(s.timeline));
         dropped.extend(now.into_upgraded());
         st.retired = idle;
         idle
@@ -408,6 +411,11 @@ impl<'a> Reached<'a> {
     /// either way.
     fn resolves(&mut self, id: TimelineId, value: u64) -> bool {
         self.get(id).1.is_none_or(|reached| reached >= value)
+    }
+
+    /// Has the timeline failed (a dropped one: no)?
+    fn failed(&mut self, id: TimelineId) -> bool {
+        self.get(id).0.as_ref().is_some_and(|t| t.is_failed())
     }
 
     /// The timelines upgraded, to be dropped where no lock is held.

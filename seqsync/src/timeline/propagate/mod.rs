@@ -77,6 +77,11 @@ pub(crate) trait FailTarget: Send + Sync {
     /// reached before failing; a word that cannot be read: 0). A wait for `v` or a signal of
     /// `v` is resolved once this is `>= v`.
     fn reached_value(&self) -> u64;
+    /// Has it failed? A signal of a failed timeline never lands and fails nothing more (for
+    /// retiring an idle ledger). Default: no.
+    fn is_failed(&self) -> bool {
+        false
+    }
     /// Mark it failed because work that signals it waited on a failed timeline (host side
     /// only: its word is not released yet). `None` if it had failed already; else the further
     /// failures this causes (applied by the caller, so chains do not recurse).

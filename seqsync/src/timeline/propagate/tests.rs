@@ -180,3 +180,27 @@ fn waits_on_failed_timelines_do_not_grow_the_ledger() {
     after.signal_on(&s, 1).unwrap();
     assert!(after.is_failed());
 }
+
+/// A ledger whose only entries left are signals of a timeline that failed (they never land)
+/// is idle: a sweep retires it, so ledgers of streams gone do not stay for good.
+#[test]
+fn a_ledger_left_with_signals_of_a_failed_timeline_is_retired() {
+    let b = host();
+    let s = b.new_stream("s").unwrap();
+    let (u, t) = (
+        Timeline::new(&b, "u", 0).unwrap(),
+        Timeline::new(&b, "t", 0).unwrap(),
+    );
+    u.wait_on(&s, 1).unwrap(); // listed: u is at 0
+    t.signal_on(&s, 1).unwrap(); // kept behind it
+    t.fail(Error::Cancelled("t".into()));
+    u.signal(1).unwrap();
+    crate::backend::Backend::synchronize_stream(&b, &s).unwrap();
+    let id = crate::backend::Backend::stream_id(&b, &s);
+    assert!(find(id).is_some());
+    sweep_now();
+    assert!(
+        find(id).is_none(),
+        "the ledger was kept for a signal that never lands"
+    );
+}
