@@ -461,14 +461,15 @@ impl<B: Backend> EventRingbuf<B> {
         if seq != expected {
             return Err(self.out_of_order(expected, seq));
         }
-        if self.nconsumers == 0 {
-            return self.advance_counter(seq);
-        }
+        // Before the counter's shortcut too: `next` would pass i64::MAX.
         if seq == i64::MAX {
             return Err(self.fail(Error::invalid(
                 &self.name,
                 format!("seq {seq} (i64::MAX) cannot be recorded: the last seq is i64::MAX - 1"),
             )));
+        }
+        if self.nconsumers == 0 {
+            return self.advance_counter(seq);
         }
         if seq >= TAGS_WRAP_FROM && !self.tags_wrap.load(Ordering::Relaxed) {
             // Before publishing: a consumer that sees this seq's tag sees the flag too.

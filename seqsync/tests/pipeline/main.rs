@@ -8,6 +8,7 @@ mod seed_spec;
 
 mod pipeline_deadlock;
 mod pipeline_derive;
+mod pipeline_failed_runs;
 mod pipeline_latency;
 mod pipeline_proptest;
 mod pipeline_run_end;

@@ -291,3 +291,29 @@ fn synchronize_with_producer_reports_only_stopped() {
         });
     }
 }
+
+/// A ring without consumers (a counter) refuses seq i64::MAX like any ring.
+#[allow(unused_imports)]
+mod counter_at_i64_max {
+    use seqsync::{Blocking, Error, EventRingbuf, HostBackend};
+
+    #[test]
+    fn a_counter_ring_refuses_seq_i64_max_like_any_ring() {
+        let host = HostBackend::new();
+        let s = host.new_stream("s").unwrap();
+        let ring = EventRingbuf::starting_at(&host, "counter", 0, 1, i64::MAX - 1).unwrap();
+        ring.record(&s, i64::MAX - 1, Blocking::No).unwrap();
+        assert_eq!(ring.next_seq(), i64::MAX);
+        // Must be the documented InvalidArgument, not a panic / wrap to i64::MIN.
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            ring.record(&s, i64::MAX, Blocking::No)
+        }));
+        let r = r.expect("record(i64::MAX) panicked on a nconsumers == 0 ring");
+        assert!(
+            matches!(&r, Err(Error::InvalidArgument { message, .. }) if message.contains("i64::MAX")),
+            "{r:?}"
+        );
+        assert_eq!(ring.next_seq(), i64::MAX, "next wrapped");
+        assert!(ring.is_stopped());
+    }
+}

@@ -354,9 +354,12 @@ pub fn run<B: Backend>(config: RunConfig<'_, '_, B>) -> Result<RunStats> {
             let stalled = watcher.and_then(|w| w.join().ok().flatten());
             (results, stalled)
         });
-    let drained = drain(backend, streams);
-    let wall = start.elapsed();
     let first = first.into_inner().unwrap_or_else(|e| e.into_inner());
+    // After a failure, the streams may hold work that never ends (the stall's hung work): they
+    // are waited for a bounded time, and the failure is what the run returns either way.
+    let failed = stalled.is_some() || first.is_some() || results.iter().any(|(_, e)| e.is_some());
+    let drained = drain(backend, streams, failed.then_some(DRAIN_AFTER_FAILURE));
+    let wall = start.elapsed();
     let mut stopped = None;
     let mut threads = Vec::with_capacity(results.len());
     for (stats, err) in results {
@@ -365,8 +368,13 @@ pub fn run<B: Backend>(config: RunConfig<'_, '_, B>) -> Result<RunStats> {
         }
         threads.push(stats);
     }
-    // A stall explains the `Stopped` errors the threads woke with.
-    if let Some(e) = stalled.or(first).or(stopped) {
+    // A stall explains the `Stopped` errors the threads woke with. A thread's own error (not
+    // a stop) came first: the stall it may have caused only watched the others wind down.
+    let error = match (stalled, first) {
+        (Some(_), Some(first)) if !first.is_stopped() => Some(first),
+        (stalled, first) => stalled.or(first),
+    };
+    if let Some(e) = error.or(stopped) {
         return Err(e);
     }
     drained?;
@@ -377,14 +385,47 @@ pub fn run<B: Backend>(config: RunConfig<'_, '_, B>) -> Result<RunStats> {
     })
 }
 
-/// Waits until everything enqueued on every stream has run.
-fn drain<B: Backend>(backend: &B, streams: &HashMap<String, B::Stream>) -> Result<()> {
+/// How long a failed run waits for its streams' work before it returns its error anyway.
+const DRAIN_AFTER_FAILURE: Duration = Duration::from_secs(1);
+
+/// Waits until everything enqueued on every stream has run; with `limit`, at most that long
+/// in all (`Ok` then: the run's error is what counts).
+fn drain<B: Backend>(
+    backend: &B,
+    streams: &HashMap<String, B::Stream>,
+    limit: Option<Duration>,
+) -> Result<()> {
     let mut first = Ok(());
+    let Some(limit) = limit else {
+        for s in streams.values() {
+            let r = backend.synchronize_stream(s);
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        return first;
+    };
+    let until = Instant::now() + limit;
     for s in streams.values() {
-        let r = backend.synchronize_stream(s);
+        let event = backend.create_event(crate::backend::EventOptions::default())?;
+        backend.record(&event, s)?;
+        let r = backend.synchronize_interruptible(&event, &Until(until));
         if first.is_ok() {
-            first = r;
+            first = r.map(drop);
         }
     }
     first
+}
+
+/// An interrupt that fires at a deadline.
+struct Until(Instant);
+
+impl crate::backend::Interrupt for Until {
+    fn interrupted(&self) -> bool {
+        Instant::now() >= self.0
+    }
+    fn sleep(&self, timeout: Duration) -> bool {
+        std::thread::sleep(timeout.min(self.0.saturating_duration_since(Instant::now())));
+        self.interrupted()
+    }
 }

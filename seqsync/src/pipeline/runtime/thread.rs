@@ -80,6 +80,15 @@ pub(super) fn run_thread<B: Backend>(
         end: now,
     };
     let times_batches = latency.times_batches();
+    if steps.is_empty() {
+        // Nothing to do in any batch: done at once (a loop of nothing would not see another
+        // thread's failure, and would count to `batches` first).
+        stats.iterations = batches;
+        if let Some(p) = progress {
+            p.finish();
+        }
+        return Ok(());
+    }
     for seq in 0..batches {
         let fail = |error| Failed { seq, error };
         if times_batches {

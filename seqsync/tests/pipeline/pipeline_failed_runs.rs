@@ -1,0 +1,124 @@
+//! A run that fails ends, whatever its streams hold: a stall on hung stream work returns
+//! `Stalled` (its streams are waited for a bounded time); a thread's own error that came before
+//! a stall is the error returned; a thread with no stages does not keep a failed run going.
+use seqsync::pipeline::{self, derive, PipelineSpec, RunConfig, StageSpec, Stages};
+use seqsync::{Error, HostBackend};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+#[test]
+fn a_stall_on_hung_stream_work_returns_stalled() {
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let release_rx = Arc::new(Mutex::new(release_rx));
+    let (done_tx, done_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let spec = PipelineSpec::builder()
+            .thread("t0")
+            .stage("k", StageSpec::on_stream("s").sync())
+            .build()
+            .unwrap();
+        let plan = derive(&spec).unwrap();
+        let host = HostBackend::new();
+        let streams = pipeline::new_streams(&host, &plan).unwrap();
+        let stages = Stages::<HostBackend>::new().stage("k", move |cx| {
+            let rx = release_rx.clone();
+            // The "kernel" never finishes until the test releases it.
+            cx.stream.unwrap().launch(move || {
+                let _ = rx.lock().unwrap().recv();
+            });
+            Ok(())
+        });
+        let r = pipeline::run(RunConfig {
+            plan: &plan,
+            backend: &host,
+            streams: &streams,
+            stages: &stages,
+            batches: 3,
+            stall_timeout: Some(Duration::from_millis(200)),
+        });
+        let _ = done_tx.send(r.map(|_| ()));
+    });
+    let outcome = done_rx.recv_timeout(Duration::from_secs(5));
+    // Unblock the hung work so the process can exit either way.
+    for _ in 0..3 {
+        let _ = release_tx.send(());
+    }
+    let r = outcome.expect("run() did not return within 5 s of a 200 ms stall (hangs in drain)");
+    assert!(matches!(r, Err(Error::Stalled { .. })), "{r:?}");
+}
+
+#[test]
+fn a_stage_error_is_returned_even_if_a_closure_outlives_the_watchdog() {
+    let spec = PipelineSpec::builder()
+        .thread("t0")
+        .stage("a", StageSpec::on_stream("sa"))
+        .thread("t1")
+        .stage("b", StageSpec::on_stream("sb"))
+        .build()
+        .unwrap();
+    let plan = derive(&spec).unwrap();
+    let host = HostBackend::new();
+    let streams = pipeline::new_streams(&host, &plan).unwrap();
+    let stages = Stages::<HostBackend>::new()
+        .stage("a", |cx| {
+            Err(Error::Stage {
+                stage: cx.stage.into(),
+                message: format!("boom at {}", cx.seq),
+            })
+        })
+        .stage("b", |cx| {
+            if cx.seq == 0 {
+                std::thread::sleep(Duration::from_millis(600));
+            }
+            Ok(())
+        });
+    let err = pipeline::run(RunConfig {
+        plan: &plan,
+        backend: &host,
+        streams: &streams,
+        stages: &stages,
+        batches: 10,
+        stall_timeout: Some(Duration::from_millis(100)),
+    })
+    .unwrap_err();
+    assert!(
+        matches!(&err, Error::Stage { stage, message } if stage == "a" && message == "boom at 0"),
+        "the first real error was replaced: {err}"
+    );
+}
+
+#[test]
+fn an_empty_thread_ends_after_a_stage_error() {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let spec = PipelineSpec::builder()
+            .thread("idle")
+            .thread("t0")
+            .stage("a", StageSpec::on_stream("sa"))
+            .build()
+            .unwrap();
+        let plan = derive(&spec).unwrap();
+        let host = HostBackend::new();
+        let streams = pipeline::new_streams(&host, &plan).unwrap();
+        let stages = Stages::<HostBackend>::new().stage("a", |cx| {
+            Err(Error::Stage {
+                stage: cx.stage.into(),
+                message: "boom".into(),
+            })
+        });
+        let r = pipeline::run(RunConfig {
+            plan: &plan,
+            backend: &host,
+            streams: &streams,
+            stages: &stages,
+            batches: i64::MAX,
+            stall_timeout: None,
+        });
+        let _ = tx.send(r.map(|_| ()));
+    });
+    let r = rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("run() did not return after its only stage failed");
+    assert!(matches!(r, Err(Error::Stage { .. })), "{r:?}");
+}
