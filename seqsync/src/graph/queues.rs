@@ -32,6 +32,13 @@
 //!
 //! # Refusals
 //!
+//! A submission is refused whole, before anything is enqueued, where part of it would be:
+//! a signal its timeline would refuse (out of range, not above every value signalled or
+//! enqueued, the list's own earlier signals of it included, or of a failed timeline), a wait
+//! value out of range, a copy or fill out of bounds, or an affinity that names no queue
+//! (`Affinity(0)`, what `Affinity::queue(64)` and above give). A backend call that fails
+//! part-way still ends the queue: its next submission runs after what was enqueued.
+//!
 //! Where the timeline mechanism holds only timeline operations behind a wait whose signal is
 //! not on the device yet (CUDA `events`: see [`Mechanism`](crate::timeline::Mechanism)), a
 //! submission that would need its commands held — one with commands, a graph replay, or a
