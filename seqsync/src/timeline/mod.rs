@@ -383,14 +383,7 @@ impl<B: Backend> Timeline<B> {
     #[cold]
     #[inline(never)]
     fn wait_on_failed_now(&self, id: u64, v: u64) {
-        let s = &self.shared;
-        let st = s.lock();
-        let f = st
-            .failure
-            .as_ref()
-            .expect("failed flag set without a failure");
-        let (value, err) = (f.value, Arc::new(s.failed_error(f)));
-        drop(st);
+        let (value, err) = self.failure();
         if v > value {
             propagate::with_ledger(id, true, |ledger| {
                 ledger.expect("made when asked").poison_now(err.clone())
@@ -403,17 +396,22 @@ impl<B: Backend> Timeline<B> {
     #[cold]
     #[inline(never)]
     fn wait_on_failed(&self, ledger: &propagate::Ledger, seq: u64, v: u64) {
+        let (value, err) = self.failure();
+        if v > value {
+            propagate::apply(ledger.poison_from(seq, err));
+        }
+    }
+
+    /// The failure of a timeline whose failed flag is set: the last value it reached, and the
+    /// error its waits report.
+    fn failure(&self) -> (u64, Arc<Error>) {
         let s = &self.shared;
         let st = s.lock();
         let f = st
             .failure
             .as_ref()
             .expect("failed flag set without a failure");
-        let (value, err) = (f.value, Arc::new(s.failed_error(f)));
-        drop(st);
-        if v > value {
-            propagate::apply(ledger.poison_from(seq, err));
-        }
+        (f.value, Arc::new(s.failed_error(f)))
     }
 
     /// Block the calling thread until the value is `≥ v`, or `timeout` passes
