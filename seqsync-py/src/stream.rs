@@ -2,12 +2,12 @@
 //! framework streams it borrows (`Backend.stream`; the borrowing itself is `borrowed.rs`).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use seqsync::backend::{AnyStream, Backend as _, EventOptions};
-use seqsync::internal::backend::{Interrupt, SyncOutcome};
+use seqsync::internal::backend::{Deadline, SyncOutcome};
 use seqsync::{AnyBackend, BackendKind};
 
 use crate::block::POLL;
@@ -146,7 +146,7 @@ impl Stream {
         let event = b.create_event(EventOptions::default()).py_err()?;
         b.record(&event, s).py_err()?;
         loop {
-            let slice = Slice(Instant::now() + POLL);
+            let slice = Deadline(Instant::now() + POLL);
             match py.detach(|| b.synchronize_interruptible(&event, &slice)) {
                 Ok(SyncOutcome::Complete) => return Ok(()),
                 // The stream failed before the event: its own synchronize says how.
@@ -316,19 +316,5 @@ pub(crate) fn launch_on(
             "launch runs Python callables on host-backend streams; on CUDA, launch PyTorch or \
              CuPy work on the stream (its handle is .handle)",
         )),
-    }
-}
-
-/// An interrupt that fires at its deadline: one slice of a host wait.
-struct Slice(Instant);
-
-impl Interrupt for Slice {
-    fn interrupted(&self) -> bool {
-        Instant::now() >= self.0
-    }
-
-    fn sleep(&self, timeout: Duration) -> bool {
-        std::thread::sleep(timeout.min(self.0.saturating_duration_since(Instant::now())));
-        self.interrupted()
     }
 }

@@ -1,7 +1,7 @@
 //! Cutting a host wait short: the [`Interrupt`] a stopped ring fires, and how a wait that nobody
 //! signals to the host polls for it.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::error::Result;
 use crate::wait_strategy::{self, Expectation};
@@ -58,6 +58,20 @@ pub(crate) fn synchronize_by_polling(
         waited.teach(x);
     }
     waited.result.expect("no deadline")
+}
+
+/// An interrupt that fires at an instant: a wait with a time limit.
+#[derive(Debug, Clone, Copy)]
+pub struct Deadline(pub Instant);
+
+impl Interrupt for Deadline {
+    fn interrupted(&self) -> bool {
+        Instant::now() >= self.0
+    }
+    fn sleep(&self, timeout: Duration) -> bool {
+        std::thread::sleep(timeout.min(self.0.saturating_duration_since(Instant::now())));
+        self.interrupted()
+    }
 }
 
 /// An interrupt that never fires.

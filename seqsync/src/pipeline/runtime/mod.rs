@@ -29,6 +29,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::plan::Plan;
+use crate::backend::interrupt::Deadline;
 use crate::backend::Backend;
 use crate::error::{panic_message, Error, Result};
 use crate::EventRingbuf;
@@ -409,23 +410,10 @@ fn drain<B: Backend>(
     for s in streams.values() {
         let event = backend.create_event(crate::backend::EventOptions::default())?;
         backend.record(&event, s)?;
-        let r = backend.synchronize_interruptible(&event, &Until(until));
+        let r = backend.synchronize_interruptible(&event, &Deadline(until));
         if first.is_ok() {
             first = r.map(drop);
         }
     }
     first
-}
-
-/// An interrupt that fires at a deadline.
-struct Until(Instant);
-
-impl crate::backend::Interrupt for Until {
-    fn interrupted(&self) -> bool {
-        Instant::now() >= self.0
-    }
-    fn sleep(&self, timeout: Duration) -> bool {
-        std::thread::sleep(timeout.min(self.0.saturating_duration_since(Instant::now())));
-        self.interrupted()
-    }
 }
