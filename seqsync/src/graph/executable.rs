@@ -25,6 +25,9 @@ pub struct Executable<B: CommandBackend> {
     /// One event per command whose join other streams wait for (created at the first
     /// submission).
     pub(super) join_events: Vec<Option<B::Event>>,
+    /// Its copies and fills were found in bounds (at the first submission; again after
+    /// [`graph_mut`](Self::graph_mut)).
+    pub(super) commands_checked: bool,
 }
 
 impl<B: CommandBackend> Graph<B> {
@@ -61,6 +64,7 @@ impl<B: CommandBackend> Graph<B> {
             joins_into,
             joined,
             join_events: (0..n).map(|_| None).collect(),
+            commands_checked: false,
         }
     }
 }
@@ -73,6 +77,7 @@ impl<B: CommandBackend> Executable<B> {
 
     /// The graph, to change kernels (parameters) between submissions.
     pub fn graph_mut(&mut self) -> &mut Graph<B> {
+        self.commands_checked = false;
         &mut self.graph
     }
 

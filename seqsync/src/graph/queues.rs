@@ -339,8 +339,13 @@ impl<B: CommandBackend> Queues<B> {
         // too); and a barrier on no queue, though it holds only its signals, would leave a
         // deferred wait on its pool stream, holding timeline operations on the host.
         how.check_admission()?;
-        for op in &exe.graph.ops {
-            op.check(&self.backend)?;
+        // Memory keeps its size: a graph's copies and fills are checked once, not per
+        // submission.
+        if !exe.commands_checked {
+            for op in &exe.graph.ops {
+                op.check(&self.backend)?;
+            }
+            exe.commands_checked = true;
         }
         if empty && how.signals.is_empty() && (how.waits.is_empty() || queue.is_none()) {
             // Nothing to hold and nothing to signal: the queue's last end stays what it was

@@ -347,16 +347,17 @@ impl<B: Backend> Timeline<B> {
     pub fn wait_on(&self, stream: &B::Stream, v: u64) -> Result<()> {
         self.check_value(v)?;
         let s = &self.shared;
-        if matches!(s.observe_known(), Ok(c) if c >= v) {
-            return Ok(());
+        match s.observe_known() {
+            Ok(c) if c >= v => return Ok(()),
+            Ok(_) => {}
+            // Failed already (an error of the word fails it too): nothing to list or enqueue
+            // (a failure racing this call is handled below, where the entry is listed first).
+            Err(_) => {
+                self.wait_on_failed_now(s.backend.stream_id(stream), v);
+                return Ok(());
+            }
         }
         let id = s.backend.stream_id(stream);
-        if s.failed.load(crate::primitive::Ordering::Acquire) {
-            // Failed already: nothing to list or enqueue (a failure racing this call is
-            // handled below, where the entry is listed first).
-            self.wait_on_failed_now(id, v);
-            return Ok(());
-        }
         // Before the entry: a last handle's drop that sees no flag finds no entry either.
         if !s.stream_waited.load(std::sync::atomic::Ordering::Relaxed) {
             s.stream_waited

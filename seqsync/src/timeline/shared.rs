@@ -350,9 +350,7 @@ impl<B: Backend> Shared<B> {
         }
         true
     }
-}
 
-impl<B: Backend> Shared<B> {
     /// The highest value the signals enqueued so far bring the timeline to from `current`
     /// without waiting on it any further: those with no wait of this timeline above `current`
     /// ahead of them on their stream (as far as this timeline goes: waits on others are
@@ -360,17 +358,9 @@ impl<B: Backend> Shared<B> {
     /// next look sees (its wait is then at or below `current`); if `current` stands at this
     /// value and such waits are left, what they hold never lands.
     fn reachable(&self, current: u64) -> u64 {
-        let mut reach = current.max(self.last_free.load(std::sync::atomic::Ordering::Relaxed));
-        for entries in propagate::entries_on(self.id(), current) {
-            for (value, is_wait) in entries {
-                if is_wait {
-                    // Everything after it on this stream waits for this timeline.
-                    break;
-                }
-                reach = reach.max(value);
-            }
-        }
-        reach
+        current
+            .max(self.last_free.load(std::sync::atomic::Ordering::Relaxed))
+            .max(propagate::signals_before_own_waits(self.id(), current))
     }
 }
 

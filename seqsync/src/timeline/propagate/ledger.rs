@@ -117,26 +117,25 @@ impl Ledger {
             .collect()
     }
 
-    /// The entries on the timeline at address `timeline` for values above `above`, in enqueue
-    /// order: `(value, is_wait)`. What a dropped timeline's signals can still reach is read
-    /// from them (a signal behind a wait of its own timeline lands only once that wait is
-    /// reached).
-    pub(super) fn entries_above(&self, timeline: *const (), above: u64) -> Vec<(u64, bool)> {
+    /// The highest value above `above` of the timeline at address `timeline` that a signal
+    /// listed here brings it to with no wait of that timeline for a value above `above` ahead
+    /// of it on this stream (0: none). A signal behind such a wait lands only once the wait
+    /// is reached: what a dropped timeline's signals can still reach is read from this.
+    pub(super) fn signals_before_own_wait(&self, timeline: *const (), above: u64) -> u64 {
         let st = self.lock();
         let id = timeline as usize;
-        let mut found: Vec<(u64, u64, bool)> = st
+        let first_wait = st
             .all_waits()
             .filter(|w| w.value > above && w.timeline == id)
-            .map(|w| (w.seq, w.value, true))
-            .chain(
-                st.signals
-                    .iter()
-                    .filter(|s| s.value > above && s.timeline == id)
-                    .map(|s| (s.seq, s.value, false)),
-            )
-            .collect();
-        found.sort_unstable_by_key(|&(seq, _, _)| seq);
-        found.into_iter().map(|(_, v, w)| (v, w)).collect()
+            .map(|w| w.seq)
+            .min()
+            .unwrap_or(u64::MAX);
+        st.signals
+            .iter()
+            .filter(|s| s.seq < first_wait && s.value > above && s.timeline == id)
+            .map(|s| s.value)
+            .max()
+            .unwrap_or(0)
     }
 
     /// For a sweep: retire the ledger if it is idle (no poison, every wait satisfied, every

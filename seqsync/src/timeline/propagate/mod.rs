@@ -69,7 +69,9 @@ mod registry;
 mod tests;
 
 pub(crate) use ledger::{Ledger, Refused, Retired};
-pub(crate) use registry::{entries_on, look_up, waits_on, with_cached_ledger, with_ledger};
+pub(crate) use registry::{
+    look_up, signals_before_own_waits, waits_on, with_cached_ledger, with_ledger,
+};
 
 /// What the ledger needs of a timeline (object-safe, so one ledger serves every backend).
 pub(crate) trait FailTarget: Send + Sync {

@@ -263,15 +263,16 @@ impl Registry {
     }
 }
 
-/// Per stream, in enqueue order, the entries of the timeline whose `Weak`s point to
-/// `timeline` for values above `above`: `(value, is_wait)` (ledgers with none left out).
-pub(crate) fn entries_on(timeline: *const (), above: u64) -> Vec<Vec<(u64, bool)>> {
+/// Over every stream, the highest value above `above` that a listed signal of the timeline
+/// whose `Weak`s point to `timeline` brings it to with no wait of it above `above` ahead on
+/// its stream (0: none; see `Ledger::signals_before_own_wait`).
+pub(crate) fn signals_before_own_waits(timeline: *const (), above: u64) -> u64 {
     let reg = lock_registry();
     reg.ledgers
         .values()
-        .map(|l| l.entries_above(timeline, above))
-        .filter(|e| !e.is_empty())
-        .collect()
+        .map(|l| l.signals_before_own_wait(timeline, above))
+        .max()
+        .unwrap_or(0)
 }
 
 /// The waits enqueued on any stream for values above `above` of the timeline whose `Weak`s
