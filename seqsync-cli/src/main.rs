@@ -101,6 +101,11 @@ pub(crate) struct DemoArgs {
     /// 1 MiB and under events).
     #[arg(long, value_parser = crate::parse::<Release>)]
     release: Option<Release>,
+    /// --engine adaptive: threads running process_data (each batch's check), reporting
+    /// batches processed in seq order (1..=64; default: the cores left beside the engine's
+    /// three threads, 1 to 4).
+    #[arg(long, value_name = "N")]
+    process_threads: Option<usize>,
     /// Host output batches for --variant host-ring.
     #[arg(long, default_value_t = 4)]
     host_slots: usize,
@@ -287,6 +292,7 @@ pub(crate) fn config_of(
         graph_batches: a.graph_batches,
         graph_depth: a.graph_depth,
         release: a.release,
+        process_threads: a.process_threads,
         drop_edge: a.drop_edge,
         ipc_mechanism: a.ipc_mechanism,
         rate: a.rate,

@@ -17,12 +17,13 @@
 //!
 //! - `launched` (an [`EventRingbuf`], nconsumers 1, max_size `S`: at most `S` batches, so at
 //!   most `S` launches, are in flight; recorded blocking after each launch, consumed by the
-//!   g2h thread): the g2h thread synchronizes on launch `i`, then runs process_data of its
-//!   batches. Which batches launch `i` carried travels on a channel of the same bound.
-//! - `processed` (a host [`Timeline`]: the number of batches processed, signalled by the g2h
-//!   thread after each launch's batches): the h2g thread waits for `s + m - S` before its launch rewrites the slots
-//!   (host inputs and outputs, `in`, `x`, `y`, `out`) of batches `s - S ..`; those batches'
-//!   graphs have run, since they were processed.
+//!   g2h thread): the g2h thread synchronizes on launch `i`, then tells the process_data
+//!   threads ([`ProcessWorkers`]) that its batches landed. Which batches launch `i` carried
+//!   travels on a channel of the same bound.
+//! - `processed` (a host [`Timeline`]: the number of batches processed in seq order,
+//!   signalled by the process_data threads): the h2g thread waits for `s + m - S` before its
+//!   launch rewrites the slots (host inputs and outputs, `in`, `x`, `y`, `out`) of batches
+//!   `s - S ..`; those batches' graphs have run, since they were processed.
 
 use std::collections::HashMap;
 use std::sync::mpsc;
@@ -34,7 +35,10 @@ use super::device::{Device, Stream};
 #[cfg(doc)]
 use super::graph_engine::DEPTH;
 use super::graph_engine::{record, run_threads, sync_streams, Body, GraphEdge};
-use super::pipeline::{first_error, Checker, RunOptions, Variant, Verification};
+use super::pipeline::{
+    failed_by_stop, first_error, stopped, Checker, ProcessWorkers, RunOptions, Variant,
+    Verification,
+};
 use seqsync::backend::Backend;
 use seqsync::graph::GraphExecutable;
 use seqsync::timeline::{Mechanism, Timeline};
@@ -194,35 +198,18 @@ impl Release {
     }
 }
 
-/// A failed wait on one of the run's timelines, as the stop it is (it fails only through
-/// `stop`, after another thread's own error).
-fn stopped(name: &str, e: Error) -> Error {
-    Error::Stopped {
-        ring: name.into(),
-        reason: e.to_string().into(),
-        cause: Some(std::sync::Arc::new(e)),
-    }
-}
-
-/// An error of a call on `timeline`: a stop if the run's stop failed the timeline.
-fn failed_by_stop<B: Backend>(timeline: &Timeline<B>, e: Error) -> Error {
-    if timeline.is_failed() {
-        stopped(timeline.name(), e)
-    } else {
-        e
-    }
-}
-
 /// Run the seed's pipeline on adaptive launches of at most `k` batches (a power of two),
-/// released by arrivals on the device or the host; returns the wall time, what process_data
-/// saw and how many launches carried the batches. The layout must have `depth * k` slots in
-/// every buffer and as many host input and output batches.
+/// released by arrivals on the device or the host, with process_data on `process_threads`
+/// threads; returns the wall time, what process_data saw and how many launches carried the
+/// batches. The layout must have `depth * k` slots in every buffer and as many host input and
+/// output batches.
 pub(crate) fn run<D: Device>(
     dev: &D,
     opt: &RunOptions<'_>,
     k: usize,
     depth: usize,
     release: Release,
+    process_threads: usize,
     drop: Option<GraphEdge>,
 ) -> Result<(Duration, Verification, u64)> {
     debug_assert!(opt.variant == Variant::Seed && opt.drop.is_none());
@@ -258,6 +245,9 @@ pub(crate) fn run<D: Device>(
     let arrival_waits = drop != Some(GraphEdge::ArrivalWait);
     let launched = EventRingbuf::new(b, "launched", 1, slots)?;
     let processed = Timeline::new(b, "processed", 0)?;
+    let workers =
+        ProcessWorkers::new(b, batches, slots, drop != Some(GraphEdge::ProcessedInOrder))?;
+    let workers = &workers;
     let (tx, rx) = mpsc::sync_channel::<(i64, i64, usize)>(slots);
     let checker_owned = Checker::paced(batches, opt.rate);
     let checker = &checker_owned;
@@ -345,11 +335,11 @@ pub(crate) fn run<D: Device>(
         })();
         (r, graphs)
     };
-    // process_data of each launch's batches, in launch order, on the g2h thread itself: a
-    // hand-off to other threads cost more than the check at these sizes (BENCHMARKS.md §13).
+    // Waits for each launch in launch order and hands its batches to the process_data
+    // threads.
     let g2h = move || -> Result<()> {
-        let mut done = 0i64;
-        while done < batches {
+        let mut landed = 0i64;
+        while landed < batches {
             // The h2g thread ends early only when it failed or was stopped: a stop here, so
             // that the error that stopped the run is the one reported (first_error).
             let (i, s, m) = rx.recv().map_err(|_| Error::Stopped {
@@ -360,28 +350,25 @@ pub(crate) fn run<D: Device>(
             dev.chaos_pause();
             // Produced on the h2g thread: blocking.
             launched.synchronize(i, Blocking::Yes)?;
-            for seq in s..s + m as i64 {
-                // The graph's copy into host output batch seq % S is done.
-                checker.process(dev, (seq % s_total) as usize, seq);
-            }
-            done = s + m as i64;
-            if let Some(p) = opt.progress {
-                p(done);
-            }
-            processed
-                .signal(done as u64)
-                .map_err(|e| failed_by_stop(processed, e))?;
+            // The graph's copies into host output batches s.. are done.
+            landed = s + m as i64;
+            workers.landed(landed)?;
         }
         Ok(())
     };
+    let process = move || workers.work(dev, checker, processed, opt.progress);
     // A failed `arrived` also releases the launches still waiting for it on the device.
     let stop = |why: String| {
         checker.stop();
         launched.stop(why.clone());
         processed.fail(Error::Cancelled(why.clone()));
-        arrived.fail(Error::Cancelled(why));
+        arrived.fail(Error::Cancelled(why.clone()));
+        workers.stop(why);
     };
     let mut others: Vec<Body<'_>> = vec![("g2h", Box::new(g2h))];
+    for _ in 0..process_threads.max(1) {
+        others.push(("process_data", Box::new(process)));
+    }
     if on_device {
         others.push(("get_data", Box::new(get_data)));
     }

@@ -60,6 +60,10 @@ pub struct DemoConfig {
     /// device, [`Release::Device`], for batches below 1 MiB where the timelines' mechanism
     /// holds launches behind a wait, else on the host: [`Release::for_mechanism`]).
     pub release: Option<Release>,
+    /// [`Engine::Adaptive`]: threads running process_data (the check of each batch), which
+    /// report batches processed in seq order (`None`: the cores left beside the engine's three
+    /// threads, 1 to 4).
+    pub process_threads: Option<usize>,
     /// Test only, [`Engine::Graph`] on the host backend: leave one edge out of every batch's
     /// body (verification must then fail).
     pub drop_edge: Option<GraphEdge>,
@@ -96,6 +100,7 @@ impl Default for DemoConfig {
             graph_batches: None,
             graph_depth: None,
             release: None,
+            process_threads: None,
             drop_edge: None,
             ipc_mechanism: None,
             rate: None,

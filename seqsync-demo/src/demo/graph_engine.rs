@@ -66,11 +66,14 @@ pub enum GraphEdge {
     /// [`Engine::Adaptive`](super::Engine::Adaptive) with the device release only: each
     /// launch's wait on the device for its batches' arrival.
     ArrivalWait,
+    /// [`Engine::Adaptive`](super::Engine::Adaptive): its process_data threads report a batch
+    /// processed (which frees its slots) only once every batch before it was processed too.
+    ProcessedInOrder,
 }
 
 impl GraphEdge {
     /// Every edge of a body.
-    pub const ALL: [GraphEdge; 7] = [
+    pub const ALL: [GraphEdge; 8] = [
         GraphEdge::CopyInF,
         GraphEdge::CopyInG,
         GraphEdge::FH,
@@ -78,6 +81,7 @@ impl GraphEdge {
         GraphEdge::HCopyOut,
         GraphEdge::GroupWaits,
         GraphEdge::ArrivalWait,
+        GraphEdge::ProcessedInOrder,
     ];
 
     /// The name used on the command line.
@@ -90,6 +94,7 @@ impl GraphEdge {
             GraphEdge::HCopyOut => "h-copy-out",
             GraphEdge::GroupWaits => "group-waits",
             GraphEdge::ArrivalWait => "arrival-wait",
+            GraphEdge::ProcessedInOrder => "processed-in-order",
         }
     }
 }

@@ -50,6 +50,11 @@ pub(super) fn run_on<D: Device>(
         )?),
         _ => None,
     };
+    let process_threads = (config.engine == Engine::Adaptive).then(|| {
+        config
+            .process_threads
+            .unwrap_or_else(pipeline::auto_process_threads)
+    });
     let pool = match config.variant {
         Variant::Pool => Some((pool_pipeline::pool_for(dev)?, pipeline::Streams::new(dev)?)),
         _ => None,
@@ -75,6 +80,7 @@ pub(super) fn run_on<D: Device>(
                 k,
                 depth,
                 release.expect("resolved for the adaptive engine"),
+                process_threads.expect("resolved for the adaptive engine"),
                 config.drop_edge,
             )?;
             if o.progress.is_some() {
@@ -207,6 +213,7 @@ pub(super) fn run_on<D: Device>(
             .unwrap_or_else(|e| e.into_inner())
             .map(|n| batches as f64 / n.max(1) as f64),
         release,
+        process_threads,
         latency_p50_us: v.latency_us(0.5),
         latency_p99_us: v.latency_us(0.99),
         latency_max_us: v.latency_max_us(),

@@ -37,6 +37,16 @@ impl DemoConfig {
                 )));
             }
         }
+        if let Some(n) = self.process_threads {
+            if self.engine != Engine::Adaptive {
+                return Err(invalid("--process-threads needs --engine adaptive".into()));
+            }
+            if !(1..=MAX_PROCESS_THREADS).contains(&n) {
+                return Err(invalid(format!(
+                    "--process-threads {n} is outside 1..={MAX_PROCESS_THREADS}"
+                )));
+            }
+        }
         Ok(())
     }
 
@@ -119,6 +129,11 @@ impl DemoConfig {
                 "--drop-edge arrival-wait needs --engine adaptive with --release device".into(),
             ));
         }
+        if self.drop_edge == Some(GraphEdge::ProcessedInOrder) && self.engine != Engine::Adaptive {
+            return Err(invalid(
+                "--drop-edge processed-in-order needs --engine adaptive".into(),
+            ));
+        }
         self.validate_graph_options()?;
         if self.variant == Variant::HostRing && self.host_slots == 0 {
             return Err(invalid("--host-slots must be at least 1".into()));
@@ -192,6 +207,9 @@ const MAX_ARRIVAL_SPAN_S: f64 = 86_400.0;
 
 /// Most launch groups in flight (`--graph-depth`).
 const MAX_GRAPH_DEPTH: usize = 16;
+
+/// Most process_data threads (`--process-threads`).
+const MAX_PROCESS_THREADS: usize = 64;
 
 /// Most slots a demo ring buffer may have.
 const MAX_SLOTS: usize = 1 << 16;

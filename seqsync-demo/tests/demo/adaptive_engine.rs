@@ -154,6 +154,82 @@ fn adaptive_engine_without_the_waits_before_slot_reuse_reads_wrong() {
 }
 
 #[test]
+fn adaptive_engine_processes_on_several_threads_and_reports_in_order() {
+    for (seed, threads, rate) in [(21, 1, None), (22, 3, None), (23, 4, Some(3000.0))] {
+        let r = run(&DemoConfig {
+            chaos: Some(seed),
+            batches: 120,
+            rate,
+            process_threads: Some(threads),
+            ..config(2)
+        })
+        .unwrap();
+        assert!(r.all_verified(), "{threads} threads, seed {seed}: {r:?}");
+        assert_eq!(r.process_threads, Some(threads));
+    }
+    // By default: the cores left beside the engine's three threads, 1 to 4.
+    let r = run(&config(4)).unwrap();
+    assert!(matches!(r.process_threads, Some(1..=4)), "{r:?}");
+}
+
+#[test]
+fn adaptive_engine_reporting_batches_processed_out_of_order_reads_wrong() {
+    // Several process_data threads, each reporting its own batch as processed: a later batch
+    // frees the slots of an earlier one still being checked, and the next launch overwrites
+    // them under the check.
+    let out_of_order = |seed, drop| DemoConfig {
+        chaos: Some(seed),
+        batches: 200,
+        process_threads: Some(4),
+        drop_edge: drop,
+        ..config(1)
+    };
+    let r = run(&out_of_order(31, None)).unwrap();
+    assert!(r.all_verified(), "{r:?}");
+    let wrong: i64 = (31..34)
+        .map(|seed| {
+            run(&out_of_order(seed, Some(GraphEdge::ProcessedInOrder)))
+                .unwrap()
+                .wrong
+        })
+        .sum();
+    assert!(wrong > 0, "batches reported out of order, yet all verified");
+}
+
+#[test]
+fn adaptive_engine_process_threads_are_checked() {
+    let err = |c: DemoConfig| run(&c).unwrap_err().to_string();
+    for n in [0, 65] {
+        let e = err(DemoConfig {
+            process_threads: Some(n),
+            ..config(4)
+        });
+        assert!(
+            e.contains(&format!("--process-threads {n} is outside 1..=64")),
+            "{e}"
+        );
+    }
+    let e = err(DemoConfig {
+        engine: Engine::Graph,
+        process_threads: Some(2),
+        ..config(4)
+    });
+    assert!(
+        e.contains("--process-threads needs --engine adaptive"),
+        "{e}"
+    );
+    let e = err(DemoConfig {
+        engine: Engine::Graph,
+        drop_edge: Some(GraphEdge::ProcessedInOrder),
+        ..config(4)
+    });
+    assert!(
+        e.contains("--drop-edge processed-in-order needs --engine adaptive"),
+        "{e}"
+    );
+}
+
+#[test]
 fn adaptive_engine_saturated_launches_k_batches_at_once() {
     // Every batch has arrived at the start: 64 = 8 launches of 8.
     let r = run(&DemoConfig {

@@ -23,6 +23,7 @@
 
 mod checker;
 mod options;
+mod process_workers;
 mod traced;
 mod variants;
 
@@ -30,14 +31,15 @@ use std::time::{Duration, Instant};
 
 use super::device::{Device, Stream};
 use seqsync::backend::Backend;
-use seqsync::Result;
-use seqsync::{Blocking, EventRingbuf};
+use seqsync::timeline::Timeline;
+use seqsync::{Blocking, Error, EventRingbuf, Result};
 use traced::{Kernels, Tracer};
 use variants::{g2h_launch_thread, g2h_process_thread, release_thread};
 
 pub(crate) use checker::{Checker, Verification};
 pub(crate) use options::RunOptions;
 pub use options::{DroppedWait, Variant};
+pub(crate) use process_workers::{auto_threads as auto_process_threads, ProcessWorkers};
 pub(crate) use traced::marked;
 
 /// The five streams.
@@ -307,6 +309,25 @@ pub(crate) fn first_error(results: Vec<(&str, Result<()>)>) -> Result<()> {
         }
     }
     stopped.map_or(Ok(()), Err)
+}
+
+/// A failed wait on one of the run's timelines, as the stop it is (it fails only through
+/// `stop`, after another thread's own error).
+pub(crate) fn stopped(name: &str, e: Error) -> Error {
+    Error::Stopped {
+        ring: name.into(),
+        reason: e.to_string().into(),
+        cause: Some(std::sync::Arc::new(e)),
+    }
+}
+
+/// An error of a call on `timeline`: a stop if the run's stop failed the timeline.
+pub(crate) fn failed_by_stop<B: Backend>(timeline: &Timeline<B>, e: Error) -> Error {
+    if timeline.is_failed() {
+        stopped(timeline.name(), e)
+    } else {
+        e
+    }
 }
 
 fn h2g_thread<D: Device>(

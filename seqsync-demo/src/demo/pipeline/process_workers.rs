@@ -1,0 +1,141 @@
+//! process_data on several threads: batches land on the host in seq order (the g2h thread says
+//! which, as their launches complete), any free worker checks the next one, and the batches
+//! processed are reported on a timeline in seq order, as a single process_data thread would.
+//!
+//! Why: at 64 and 256 KiB the sampled check reads every cache line of a batch that a copy just
+//! wrote, and one thread doing that for every batch was slower than the device (BENCHMARKS.md
+//! §13, run F). Several threads read in parallel; the slots stay ordered because `processed`
+//! (what the h2g thread waits on before rewriting a slot) only passes a batch once it and every
+//! batch before it were checked.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::{failed_by_stop, stopped, Checker};
+use crate::demo::device::Device;
+use seqsync::backend::Backend;
+use seqsync::timeline::Timeline;
+use seqsync::{Error, Result};
+
+/// Most process_data threads [`auto_threads`] picks: past four the check outran the H200's
+/// copies at every size.
+const MAX_AUTO_THREADS: usize = 4;
+
+/// Threads the engine itself keeps busy besides process_data (h2g, g2h, get_data).
+const ENGINE_THREADS: usize = 3;
+
+/// process_data threads when not told: the cores left beside the engine's own threads, at
+/// least one and at most [`MAX_AUTO_THREADS`].
+pub(crate) fn auto_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .saturating_sub(ENGINE_THREADS)
+        .clamp(1, MAX_AUTO_THREADS)
+}
+
+/// process_data spread over worker threads, reporting in seq order.
+pub(crate) struct ProcessWorkers<B: Backend> {
+    /// Batches `..v` are on the host (their launches completed): signalled by the g2h thread
+    /// in seq order, waited for by the workers.
+    landed: Timeline<B>,
+    /// The next seq a worker takes (taken in order, by whichever worker is free).
+    next: AtomicI64,
+    /// At `seq % len`: the newest seq processed there (`-1`: none). Written by the worker that
+    /// processed it, read by whichever worker advances the frontier. `len` is the run's slots:
+    /// seq + slots reuses seq's slot, so it cannot land, let alone be processed, before the
+    /// frontier passed seq and the entry was read.
+    done: Box<[AtomicI64]>,
+    /// Batches processed in seq order so far. Its lock is held while `processed` is
+    /// signalled, so that the signals go out in order.
+    frontier: Mutex<i64>,
+    batches: i64,
+    /// Test switch ([`GraphEdge::ProcessedInOrder`](crate::demo::GraphEdge::ProcessedInOrder)
+    /// dropped): report each batch as it is processed, whether or not those before it were.
+    in_order: bool,
+}
+
+impl<B: Backend> ProcessWorkers<B> {
+    /// Workers for a run of `batches` batches over `slots` slots on `backend`.
+    pub(crate) fn new(backend: &B, batches: i64, slots: usize, in_order: bool) -> Result<Self> {
+        Ok(ProcessWorkers {
+            landed: Timeline::new(backend, "landed", 0)?,
+            next: AtomicI64::new(0),
+            done: (0..slots.max(1)).map(|_| AtomicI64::new(-1)).collect(),
+            frontier: Mutex::new(0),
+            batches,
+            in_order,
+        })
+    }
+
+    /// The g2h thread: batches `..upto` are on the host.
+    pub(crate) fn landed(&self, upto: i64) -> Result<()> {
+        self.landed
+            .signal(upto as u64)
+            .map_err(|e| failed_by_stop(&self.landed, e))
+    }
+
+    /// End the workers' waits (a thread failed): they return a stop.
+    pub(crate) fn stop(&self, why: String) {
+        self.landed.fail(Error::Cancelled(why));
+    }
+
+    /// One worker: take the next seq, wait for it to land, check it (host output slot
+    /// `seq % slots`), and report it; until no seq is left. `processed` gets the number of
+    /// batches processed in seq order, as does `progress`.
+    pub(crate) fn work<D: Device<B = B>>(
+        &self,
+        dev: &D,
+        checker: &Checker,
+        processed: &Timeline<B>,
+        progress: Option<&(dyn Fn(i64) + Sync)>,
+    ) -> Result<()> {
+        let slots = self.done.len() as i64;
+        while let Ok(seq) = self
+            .next
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < self.batches).then_some(n + 1)
+            })
+        {
+            self.landed
+                .wait(seq as u64 + 1, Duration::MAX)
+                .map_err(|e| stopped("landed", e))?;
+            dev.chaos_pause();
+            checker.process(dev, (seq % slots) as usize, seq);
+            self.done[(seq % slots) as usize].store(seq, Ordering::Release);
+            self.report(seq, processed, progress)?;
+        }
+        Ok(())
+    }
+
+    /// Advance the frontier past every processed batch (`seq` was just processed) and signal
+    /// it; without `in_order`, past `seq` at once.
+    fn report(
+        &self,
+        seq: i64,
+        processed: &Timeline<B>,
+        progress: Option<&(dyn Fn(i64) + Sync)>,
+    ) -> Result<()> {
+        let slots = self.done.len() as i64;
+        let mut f = self.frontier.lock().unwrap_or_else(|e| e.into_inner());
+        let was = *f;
+        if self.in_order {
+            while *f < self.batches
+                && self.done[(*f % slots) as usize].load(Ordering::Acquire) == *f
+            {
+                *f += 1;
+            }
+        } else {
+            *f = (*f).max(seq + 1);
+        }
+        if *f > was {
+            if let Some(p) = progress {
+                p(*f);
+            }
+            processed
+                .signal(*f as u64)
+                .map_err(|e| failed_by_stop(processed, e))?;
+        }
+        Ok(())
+    }
+}
