@@ -66,6 +66,9 @@ fn demo_adaptive_engine_verifies_under_chaos_and_catches_a_dropped_edge() {
             "16384",
             "--graph-batches",
             "4",
+            // 12 slots: 96 batches reuse each eight times (the group-waits case needs reuse).
+            "--graph-depth",
+            "3",
             "--chaos",
             "5",
             "--no-baselines",

@@ -3,7 +3,7 @@
 //! arrives, a saturated one launches groups as the graph engine does.
 //!
 //! Every buffer has `S = depth * K` slots (`K` a power of two, `depth` launch groups of `K`:
-//! [`DEPTH`] unless told; host input and output batches included) and batch `s` lives in slot
+//! [`auto_depth`] unless told; host input and output batches included) and batch `s` lives in slot
 //! `s % S`. A launch carries `m` consecutive batches from `s`, with `m` a power of two that
 //! divides `s` (so the slots `s % S ..` do not wrap): one graph per (first slot, `m`) pair,
 //! instantiated and uploaded before the run and replayed with nothing to update. A graph has
@@ -32,7 +32,6 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::device::{Device, Stream};
-#[cfg(doc)]
 use super::graph_engine::DEPTH;
 use super::graph_engine::{record, run_threads, sync_streams, Body, GraphEdge};
 use super::pipeline::{
@@ -64,6 +63,24 @@ const AUTO_MAX_BATCHES: usize = 4;
 /// [`GROUP_BYTES`] (2 MiB) and [`AUTO_MAX_BATCHES`] (4), at least 1.
 pub fn auto_launch_batches(batch_bytes: usize) -> usize {
     launch_batches((GROUP_BYTES / batch_bytes.max(1)).clamp(1, AUTO_MAX_BATCHES))
+}
+
+/// Bytes of batches a saturated run should have in its slots when `--graph-depth` is not
+/// given: the h2g thread may launch a batch only once the batch `S` slots before it was
+/// processed, and what the device has queued must outlast that round trip (the launch's
+/// completion seen on the host, the check, the next launch) ...
+const IN_FLIGHT_BYTES: usize = 3 << 19;
+
+/// ... in at least [`DEPTH`] and at most this many launch groups: more slots only add latency.
+const MAX_AUTO_DEPTH: usize = 8;
+
+/// Launch groups in flight for batches of `batch_bytes` and launches of at most `k` batches
+/// when not given: enough groups to hold [`IN_FLIGHT_BYTES`] (1.5 MiB), [`DEPTH`] (3) to
+/// [`MAX_AUTO_DEPTH`] (8).
+pub fn auto_depth(batch_bytes: usize, k: usize) -> usize {
+    IN_FLIGHT_BYTES
+        .div_ceil(batch_bytes.saturating_mul(k).max(1))
+        .clamp(DEPTH, MAX_AUTO_DEPTH)
 }
 
 /// The largest power of two at most `k` (at least 1): the adaptive engine's K for a requested
@@ -399,6 +416,18 @@ mod tests {
         );
         assert_eq!(auto_launch_batches(3 << 20), 1);
         assert_eq!(auto_launch_batches(1 << 10), 4);
+    }
+
+    #[test]
+    fn the_automatic_depth_holds_a_mib_and_a_half_in_3_to_8_groups() {
+        // 64 KiB, K 4: 256 KiB a group, 6 groups.
+        assert_eq!(auto_depth(64 << 10, 4), 6);
+        // 256 KiB, K 4 and 1 MiB, K 2: at least 3.
+        assert_eq!(auto_depth(256 << 10, 4), 3);
+        assert_eq!(auto_depth(1 << 20, 2), 3);
+        // Tiny batches: at most 8; huge ones: no overflow.
+        assert_eq!(auto_depth(1 << 10, 1), 8);
+        assert_eq!(auto_depth(usize::MAX, 64), 3);
     }
 
     #[test]

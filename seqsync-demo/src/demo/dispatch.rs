@@ -50,7 +50,7 @@ pub(crate) fn resolve(config: &DemoConfig) -> Result<(DemoConfig, BackendKind, L
         // The graph engines' own slot counts: depth groups of K batches in every buffer, from
         // options checked first (a depth off the range would overflow the product).
         config.validate_graph_options()?;
-        let slots = graph_depth(config) * graph_k(config, batch_bytes);
+        let slots = graph_depth(config, batch_bytes) * graph_k(config, batch_bytes);
         graphed = DemoConfig {
             nin: slots,
             nx: slots,
@@ -111,11 +111,13 @@ pub(crate) fn graph_k(config: &DemoConfig, batch_bytes: usize) -> usize {
     }
 }
 
-/// Launch groups of K in flight: [`graph_engine::DEPTH`], or `graph_depth` for
-/// [`Engine::Adaptive`].
-pub(crate) fn graph_depth(config: &DemoConfig) -> usize {
+/// Launch groups of K in flight: [`graph_engine::DEPTH`]; for [`Engine::Adaptive`]
+/// `graph_depth`, or by default [`adaptive_engine::auto_depth`] of the batch size and K.
+pub(crate) fn graph_depth(config: &DemoConfig, batch_bytes: usize) -> usize {
     match config.engine {
-        Engine::Adaptive => config.graph_depth.unwrap_or(graph_engine::DEPTH),
+        Engine::Adaptive => config.graph_depth.unwrap_or_else(|| {
+            adaptive_engine::auto_depth(batch_bytes, graph_k(config, batch_bytes))
+        }),
         _ => graph_engine::DEPTH,
     }
 }

@@ -73,7 +73,7 @@ pub(super) fn run_on<D: Device>(
             Ok((wall, v))
         }
         (None, None, Some(k)) if config.engine == Engine::Adaptive => {
-            let depth = graph_depth(config);
+            let depth = graph_depth(config, batch_bytes);
             let (wall, v, n) = adaptive_engine::run(
                 dev,
                 o,

@@ -62,7 +62,7 @@ mod validate;
 pub(crate) use validate::available_memory;
 mod workload;
 
-pub use adaptive_engine::{Release, DEVICE_RELEASE_BELOW};
+pub use adaptive_engine::{auto_depth as auto_adaptive_depth, Release, DEVICE_RELEASE_BELOW};
 pub use baseline::StageTiming;
 pub use config::DemoConfig;
 pub use dispatch::run;

@@ -5,7 +5,7 @@
 
 use seqsync::BackendKind;
 use seqsync_demo::demo::{
-    run, DemoConfig, Engine, GraphEdge, Release, DEVICE_RELEASE_BELOW, GRAPH_DEPTH,
+    auto_adaptive_depth, run, DemoConfig, Engine, GraphEdge, Release, DEVICE_RELEASE_BELOW,
 };
 
 fn config(k: usize) -> DemoConfig {
@@ -25,11 +25,13 @@ fn adaptive_engine_verifies_every_batch_on_host() {
     let r = run(&config(4)).unwrap();
     assert!(r.all_verified(), "{r:?}");
     assert_eq!((r.verified, r.graph_batches), (50, Some(4)));
-    assert_eq!(r.nin, GRAPH_DEPTH * 4);
+    // Slots: the automatic depth of 16 KiB batches, K 4, groups of 4.
+    let depth = auto_adaptive_depth(16 << 10, 4);
+    assert_eq!(r.nin, depth * 4);
     // K rounds down to a power of two.
     let r = run(&config(6)).unwrap();
     assert!(r.all_verified(), "{r:?}");
-    assert_eq!((r.graph_batches, r.nin), (Some(4), GRAPH_DEPTH * 4));
+    assert_eq!((r.graph_batches, r.nin), (Some(4), depth * 4));
 }
 
 #[test]
