@@ -350,9 +350,11 @@ impl Device for CudaDevice {
     }
     fn check_output(&self, hout: usize, seq: i64) -> bool {
         let at = self.host_at(&self.hout, hout);
-        // SAFETY: the caller synchronized on the event recorded after the copy into slot
-        // `hout` (n u32s in range), and the next copy into it is launched only after this
-        // check returns; copies into other slots do not touch these n u32s.
+        // SAFETY: the copy into slot `hout` (n u32s in range) has completed: the caller
+        // synchronized on the event recorded after it, or (the adaptive engine's process_data
+        // threads) waited for a timeline that the thread which synchronized signalled after;
+        // the next copy into it is launched only after this check returns; copies into other
+        // slots do not touch these n u32s.
         self.reference.check(
             unsafe { std::slice::from_raw_parts(at, self.layout.n) },
             seq,

@@ -53,8 +53,8 @@ impl Engine {
         }
     }
 
-    /// Runs on graphs with `DEPTH * K` slots in every buffer ([`Engine::Graph`],
-    /// [`Engine::Adaptive`]).
+    /// Runs on graphs with `depth * K` slots in every buffer ([`Engine::Graph`]: depth
+    /// [`GRAPH_DEPTH`](super::GRAPH_DEPTH); [`Engine::Adaptive`]: its own or automatic depth).
     pub fn uses_graphs(self) -> bool {
         matches!(self, Engine::Graph | Engine::Adaptive)
     }

@@ -72,7 +72,7 @@ pub enum GraphEdge {
 }
 
 impl GraphEdge {
-    /// Every edge of a body.
+    /// Every edge and wait a test can drop.
     pub const ALL: [GraphEdge; 8] = [
         GraphEdge::CopyInF,
         GraphEdge::CopyInG,

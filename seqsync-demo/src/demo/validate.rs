@@ -157,7 +157,7 @@ impl DemoConfig {
         }
         // Host memory: every buffer on the host backend; the pinned host batches on CUDA
         // (device memory failures come back as errors, host allocation failures would abort);
-        // and the reference, 16 bytes per checked element per input pattern.
+        // and the reference, 4 bytes per checked element per input pattern.
         let (patterns, outputs) = if self.engine.uses_graphs() {
             // The graph engines' layouts: a host input and output batch per slot.
             (self.nin, self.nin)
@@ -182,7 +182,7 @@ impl DemoConfig {
             n => elements.min(n.saturating_add(workload::HEADER)),
         };
         let need =
-            (batch_bytes as u128) * host_buffers as u128 + 16 * checked as u128 * patterns as u128;
+            (batch_bytes as u128) * host_buffers as u128 + 4 * checked as u128 * patterns as u128;
         if let Some(avail) = available_memory() {
             if need > avail as u128 {
                 return Err(invalid(format!(

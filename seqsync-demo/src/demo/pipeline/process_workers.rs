@@ -22,7 +22,8 @@ use seqsync::{Error, Result};
 /// copies at every size.
 const MAX_AUTO_THREADS: usize = 4;
 
-/// Threads the engine itself keeps busy besides process_data (h2g, g2h, get_data).
+/// Threads the engine itself keeps busy besides process_data (h2g, g2h and, with the device
+/// release, get_data).
 const ENGINE_THREADS: usize = 3;
 
 /// process_data threads when not told: the cores left beside the engine's own threads, at
@@ -43,8 +44,10 @@ pub(crate) struct ProcessWorkers<B: Backend> {
     next: AtomicI64,
     /// At `seq % len`: the newest seq processed there (`-1`: none). Written by the worker that
     /// processed it, read by whichever worker advances the frontier. `len` is the run's slots:
-    /// seq + slots reuses seq's slot, so it cannot land, let alone be processed, before the
-    /// frontier passed seq and the entry was read.
+    /// seq + slots reuses seq's slot, so (with the h2g thread's waits before slot reuse) it
+    /// cannot land, let alone be processed, before the frontier passed seq and the entry was
+    /// read. Without those waits (`GraphEdge::GroupWaits` dropped, a test switch) the
+    /// frontier may stop early; nothing waits for it then.
     done: Box<[AtomicI64]>,
     /// Batches processed in seq order so far. Its lock is held while `processed` is
     /// signalled, so that the signals go out in order.
