@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Issue 22's targets for `seqsync demo --engine adaptive`, one line of JSON per batch size.
+
+usage: tools/small-batch-targets.py SEQSYNC [BYTES:"EXTRA FLAGS" ...]
+
+For each batch size (64 KiB, 256 KiB, 1 MiB; or only those given, each with extra flags for the
+adaptive engine, e.g. 65536:"--graph-depth 6"), on the CUDA backend, every batch verified:
+
+1. the adaptive engine saturated, with baselines: GB/s against the device bound
+   (`x_bound`, target >= 0.85) and its p99 latency;
+2. the hand-written engine alone: its p99 (`x_hw_p99` = adaptive p99 / this, target <= 1.5);
+3. the adaptive engine at 80 % of (1)'s batches per second (`--rate`): its p99 over the
+   isolated latency of (1) (`r_x_iso`, target <= 2).
+
+Batches: 6000 / 1500 / 375 (about 400 MB each). Stdlib only: runs where only Python is.
+"""
+import json
+import subprocess
+import sys
+
+BATCHES = {65536: 6000, 262144: 1500, 1048576: 375}
+
+
+def demo(seqsync, args):
+    p = subprocess.run([seqsync, "demo", "--backend", "cuda", "--json"] + args,
+                       capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        print(json.dumps({"failed": args, "stderr": p.stderr[-400:]}), flush=True)
+        return None
+    return json.loads(p.stdout)
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    seqsync = sys.argv[1]
+    extras = {}
+    for a in sys.argv[2:]:
+        size, _, flags = a.partition(":")
+        extras[int(size)] = flags.split()
+    sizes = [b for b in BATCHES if not extras or b in extras]
+    for size in sizes:
+        extra = extras.get(size, [])
+        base = ["--batch-bytes", str(size), "--batches", str(BATCHES[size])]
+        a = demo(seqsync, base + ["--engine", "adaptive"] + extra)
+        h = demo(seqsync, base + ["--engine", "handwritten", "--no-baselines"])
+        if not a or not h:
+            continue
+        rate = 0.8 * a["batches"] / a["wall_s"]
+        r = demo(seqsync, base + ["--engine", "adaptive", "--no-baselines",
+                                  "--rate", f"{rate:.0f}"] + extra)
+        iso = a["isolated_latency_us"]
+        print(json.dumps({
+            "bytes": size, "extra": " ".join(extra), "gbps": a["gbps"],
+            "device_bound": a["device_bound_gbps"], "span": a["device_bound_span"],
+            "x_bound": a["ratio_to_device_bound"], "p50": a["latency_p50_us"],
+            "p99": a["latency_p99_us"], "hw_gbps": h["gbps"], "hw_p99": h["latency_p99_us"],
+            "x_hw_p99": a["latency_p99_us"] / h["latency_p99_us"], "isolated": iso,
+            "rate": rate, "r_p50": r and r["latency_p50_us"], "r_p99": r and r["latency_p99_us"],
+            "r_x_iso": r and r["latency_p99_us"] / iso,
+            "r_batches_per_launch": r and r["batches_per_launch"],
+            "batches_per_launch": a["batches_per_launch"], "release": a["release"],
+            "process_threads": a.get("process_threads"), "slots": a["nin"],
+            "verified": [a["verified"], h["verified"], r and r["verified"]],
+        }), flush=True)
+
+
+if __name__ == "__main__":
+    main()
