@@ -6,27 +6,37 @@ use std::sync::Arc;
 use seqsync::graph::{Affinity, CommandBuffer, Lowering, Queues};
 use seqsync::HostBackend;
 
-#[test]
-fn a_panicked_command_does_not_fail_unrelated_submissions() {
-    let host = HostBackend::new();
-    let mut q = Queues::new(host.clone());
+/// Queue 0's stream fails: a host command submitted on it panics.
+fn fail_queue_0(q: &mut Queues<HostBackend>) {
     let mut bad = CommandBuffer::<HostBackend>::new();
     bad.host("boom", || panic!("boom"), &[]);
     let mut bad = bad.finish().unwrap().lower(Lowering::Streams);
     q.submit(&mut bad, Affinity::queue(0)).unwrap();
-    assert!(q.synchronize().is_err());
+}
 
-    let ran = Arc::new(AtomicUsize::new(0));
-    let mut good = CommandBuffer::<HostBackend>::new();
+/// One host command that counts its runs in `ran`.
+fn counting(ran: &Arc<AtomicUsize>) -> CommandBuffer<HostBackend> {
+    let mut cb = CommandBuffer::<HostBackend>::new();
     let r = ran.clone();
-    good.host(
-        "ok",
+    cb.host(
+        "count",
         move || {
             r.fetch_add(1, Ordering::SeqCst);
         },
         &[],
     );
-    let mut good = good.finish().unwrap().lower(Lowering::Streams);
+    cb
+}
+
+#[test]
+fn a_panicked_command_does_not_fail_unrelated_submissions() {
+    let host = HostBackend::new();
+    let mut q = Queues::new(host.clone());
+    fail_queue_0(&mut q);
+    assert!(q.synchronize().is_err());
+
+    let ran = Arc::new(AtomicUsize::new(0));
+    let mut good = counting(&ran).finish().unwrap().lower(Lowering::Streams);
     for affinity in [Affinity::queue(1), Affinity::ANY] {
         let sub = q
             .submit(&mut good, affinity)
@@ -45,21 +55,9 @@ fn a_replay_after_one_on_a_failed_stream_runs_and_signals() {
     use std::time::Duration;
     let host = HostBackend::new();
     let mut q = Queues::new(host.clone());
-    let mut bad = CommandBuffer::<HostBackend>::new();
-    bad.host("boom", || panic!("boom"), &[]);
-    let mut bad = bad.finish().unwrap().lower(Lowering::Streams);
-    q.submit(&mut bad, Affinity::queue(0)).unwrap();
+    fail_queue_0(&mut q);
     let ran = Arc::new(AtomicUsize::new(0));
-    let mut cb = CommandBuffer::<HostBackend>::new();
-    let r = ran.clone();
-    cb.host(
-        "count",
-        move || {
-            r.fetch_add(1, Ordering::SeqCst);
-        },
-        &[],
-    );
-    let exe = cb.finish().unwrap().instantiate(&host).unwrap();
+    let exe = counting(&ran).finish().unwrap().instantiate(&host).unwrap();
     // On queue 0's failed stream: skipped.
     q.submit_graph(&exe, Affinity::queue(0)).unwrap();
     let t = Timeline::new(&host, "t", 0).unwrap();
