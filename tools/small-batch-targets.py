@@ -10,7 +10,10 @@ adaptive engine, e.g. 65536:"--graph-depth 6"), on the CUDA backend, every batch
    (`x_bound`, target >= 0.85) and its p99 latency;
 2. the hand-written engine alone: its p99 (`x_hw_p99` = adaptive p99 / this, target <= 1.5);
 3. the adaptive engine at 80 % of (1)'s batches per second (`--rate`): its p99 over the
-   isolated latency of (1) (`r_x_iso`, target <= 2).
+   isolated latency of (1) (`r_x_iso`, target <= 2);
+
+and, for (1) and (3), where the batches' latency went (`phases_p50_p99`: the report's
+`phases`, p50 and p99 in microseconds).
 
 Batches: 6000 / 1500 / 375 (about 400 MB each). Stdlib only: runs where only Python is.
 """
@@ -28,6 +31,12 @@ def demo(seqsync, args):
         print(json.dumps({"failed": args, "stderr": p.stderr[-400:]}), flush=True)
         return None
     return json.loads(p.stdout)
+
+
+def phases(report):
+    """The adaptive engine's phases as {name: [p50, p99]} (microseconds)."""
+    return {p["phase"]: [round(p["p50_us"], 1), round(p["p99_us"], 1)]
+            for p in report.get("phases") or []}
 
 
 def main():
@@ -62,6 +71,7 @@ def main():
             "batches_per_launch": a["batches_per_launch"], "release": a["release"],
             "process_threads": a.get("process_threads"), "slots": a["nin"],
             "verified": [a["verified"], h["verified"], r and r["verified"]],
+            "phases_p50_p99": phases(a), "r_phases_p50_p99": r and phases(r),
         }), flush=True)
 
 

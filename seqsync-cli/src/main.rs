@@ -261,6 +261,9 @@ fn run_demo(a: DemoArgs) -> Result<(), Failure> {
         if let Some(l) = &report.stage_latency {
             check::print_latency(l);
         }
+        if let Some(p) = &report.phases {
+            print_phases(p);
+        }
     }
     verified(&report)
 }
@@ -404,6 +407,17 @@ pub(crate) fn verified(report: &DemoReport) -> Result<(), Failure> {
             ),
             code: 1,
         })
+    }
+}
+
+/// The adaptive engine's phases, one line each ([`DemoReport::phases`]).
+fn print_phases(phases: &[demo::PhaseSummary]) {
+    println!("where the batches' latency went (the first five add up to it):");
+    for p in phases {
+        println!(
+            "  {:<13} p50 {:8.1} us, p99 {:8.1} us, max {:9.1} us ({} batches)",
+            p.phase, p.p50_us, p.p99_us, p.max_us, p.count
+        );
     }
 }
 

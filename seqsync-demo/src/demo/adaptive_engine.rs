@@ -24,6 +24,10 @@
 //!   signalled by the process_data threads): the h2g thread waits for `s + m - S` before its
 //!   launch rewrites the slots (host inputs and outputs, `in`, `x`, `y`, `out`) of batches
 //!   `s - S ..`; those batches' graphs have run, since they were processed.
+//!
+//! Each batch is stamped as its launch is called and returns, as the g2h thread sees it land
+//! and as its check begins and ends (clock reads on the threads that pass those points anyway):
+//! the report's [`phases`](super::DemoReport::phases), where the latency went.
 
 use std::collections::HashMap;
 use std::sync::mpsc;
@@ -335,9 +339,11 @@ pub(crate) fn run<D: Device>(
                 let exe = graphs
                     .get(&(first, m))
                     .expect("record_all made a graph for every (first slot, size)");
+                let called = checker.now_ns();
                 exe.launch(stream)?;
                 // Consumed on the g2h thread: blocking.
                 launched.record(stream, i, Blocking::Yes)?;
+                workers.launched(s..s + m as i64, called, checker.now_ns());
                 // The g2h thread ends early only when it failed (and stopped the ring).
                 tx.send((i, s, m)).map_err(|_| Error::Stopped {
                     ring: "launched".into(),
@@ -369,7 +375,7 @@ pub(crate) fn run<D: Device>(
             launched.synchronize(i, Blocking::Yes)?;
             // The graph's copies into host output batches s.. are done.
             landed = s + m as i64;
-            workers.landed(landed)?;
+            workers.landed(s, landed, checker.now_ns())?;
         }
         Ok(())
     };
@@ -397,7 +403,9 @@ pub(crate) fn run<D: Device>(
     // The graphs are dropped only now, after the streams were synchronized.
     std::mem::drop(graphs);
     let launches = launches.into_inner();
-    Ok((wall, checker_owned.finish(), launches))
+    let mut verification = checker_owned.finish();
+    verification.phases = Some(workers.phases());
+    Ok((wall, verification, launches))
 }
 
 #[cfg(test)]

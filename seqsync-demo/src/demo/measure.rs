@@ -220,6 +220,7 @@ pub(super) fn run_on<D: Device>(
         latency_histogram_us: v.latency_histogram_us(),
         rate: config.rate,
         stage_latency: v.stage_latency.clone(),
+        phases: v.phases.clone(),
         trace,
     };
     if config.baselines {

@@ -68,7 +68,7 @@ pub use config::DemoConfig;
 pub use dispatch::run;
 pub use engine::{seed_shape, seed_spec, Engine};
 pub use graph_engine::{auto_graph_batches, GraphEdge, DEPTH as GRAPH_DEPTH};
-pub use pipeline::{DroppedWait, Variant};
+pub use pipeline::{DroppedWait, PhaseSummary, Variant};
 pub use processes::{
     run_consumer, run_producer, ConsumerReport, TwoProcessReport, READY as CONSUMER_READY,
 };

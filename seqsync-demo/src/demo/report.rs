@@ -124,6 +124,21 @@ pub struct DemoReport {
     /// max) of the timed run whose verification is reported (the first, unless a later one
     /// failed); `None` for the other engines.
     pub stage_latency: Option<seqsync::pipeline::RunLatency>,
+    /// [`Engine::Adaptive`]: where the batches' latency went, phase by phase, in the timed run
+    /// whose verification is reported; `None` for the other engines. The first five phases
+    /// add up to a batch's latency (issued to check done):
+    ///
+    /// - `before_launch`: issued (arrived, with a rate) to the call of the launch carrying it
+    ///   (waiting for slots to come free, or for the h2g thread); 0 for a batch the device
+    ///   release launched ahead of its arrival;
+    /// - `launch`: that call (graph launch and event record);
+    /// - `on_device`: the launch returned (or the batch arrived, if later) to the g2h thread
+    ///   seeing it complete (the device's queue, the work, the host noticing);
+    /// - `before_check`: seen complete to a process_data thread starting its check;
+    /// - `check`: the check;
+    /// - `in_order`: the check done to every batch before it being checked too, when its
+    ///   slots are released (delays slot reuse, not the batch).
+    pub phases: Option<Vec<super::PhaseSummary>>,
     /// The Chrome trace, when asked for.
     #[serde(skip)]
     pub trace: Option<serde_json::Value>,

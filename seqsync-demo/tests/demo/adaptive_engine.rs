@@ -175,6 +175,53 @@ fn adaptive_engine_processes_on_several_threads_and_reports_in_order() {
 }
 
 #[test]
+fn adaptive_engine_reports_where_each_batchs_latency_went() {
+    const ADD_UP: [&str; 5] = [
+        "before_launch",
+        "launch",
+        "on_device",
+        "before_check",
+        "check",
+    ];
+    for (release, threads) in [(Release::Host, 1), (Release::Device, 3)] {
+        let r = run(&DemoConfig {
+            chaos: Some(41),
+            batches: 90,
+            release: Some(release),
+            process_threads: Some(threads),
+            ..config(4)
+        })
+        .unwrap();
+        assert!(r.all_verified(), "{r:?}");
+        let phases = r
+            .phases
+            .as_ref()
+            .expect("the adaptive engine reports phases");
+        let names: Vec<&str> = phases.iter().map(|p| p.phase).collect();
+        assert_eq!(names[..5], ADD_UP, "{release:?}");
+        assert_eq!(names[5], "in_order");
+        assert!(phases.iter().all(|p| p.count == 90), "{phases:?}");
+        // Per batch the five add up to its latency (up to the clock read after the check):
+        // each is at most the longest latency, and together they reach it.
+        let max = r.latency_max_us.unwrap();
+        let sum: f64 = phases[..5].iter().map(|p| p.max_us).sum();
+        assert!(sum >= max * 0.99, "{release:?}: {sum} < {max}: {phases:?}");
+        for p in &phases[..5] {
+            assert!(p.max_us <= max * 1.01 + 50.0, "{release:?}: {p:?} > {max}");
+        }
+        // The work of a launch (chaos pauses, a host stream) shows on the device.
+        assert!(phases[2].p50_us > 0.0, "{phases:?}");
+    }
+    // The other engines report none.
+    let r = run(&DemoConfig {
+        engine: Engine::Graph,
+        ..config(4)
+    })
+    .unwrap();
+    assert!(r.phases.is_none(), "{r:?}");
+}
+
+#[test]
 fn adaptive_engine_reporting_batches_processed_out_of_order_reads_wrong() {
     // Several process_data threads, each reporting its own batch as processed: a later batch
     // frees the slots of an earlier one still being checked, and the next launch overwrites

@@ -46,6 +46,9 @@ pub(crate) struct Verification {
     /// [`Engine::Pipeline`](crate::demo::Engine::Pipeline): the runtime's per-stage and
     /// end-to-end latencies of the same run.
     pub stage_latency: Option<seqsync::pipeline::RunLatency>,
+    /// [`Engine::Adaptive`](crate::demo::Engine::Adaptive): where the batches' latency went
+    /// (the phases of `pipeline/batch_phases.rs`).
+    pub phases: Option<Vec<super::PhaseSummary>>,
 }
 
 impl Default for Verification {
@@ -58,12 +61,13 @@ impl Default for Verification {
             duplicated: 0,
             latency_ns: new_histogram(),
             stage_latency: None,
+            phases: None,
         }
     }
 }
 
 /// 1 ns to an hour, 3 significant digits (about 200 KiB, whatever the count).
-fn new_histogram() -> Histogram<u64> {
+pub(crate) fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds")
 }
 
@@ -196,8 +200,16 @@ impl Checker {
         self.stopped.store(true, Ordering::Relaxed);
     }
 
-    fn now_ns(&self) -> u64 {
+    /// Nanoseconds since the checker was made: the clock of its latencies.
+    pub(crate) fn now_ns(&self) -> u64 {
         self.t0.elapsed().as_nanos() as u64
+    }
+
+    /// When seq was issued ([`issued`](Self::issued)), while the checker still holds it.
+    pub(crate) fn issued_ns(&self, seq: i64) -> Option<u64> {
+        self.slot(seq).and_then(|(tag, at)| {
+            (tag.load(Ordering::Acquire) == seq).then(|| at.load(Ordering::Relaxed))
+        })
     }
 
     fn slot(&self, seq: i64) -> Option<&(AtomicI64, AtomicU64)> {
@@ -270,10 +282,9 @@ impl Checker {
     pub(crate) fn process<D: Device>(&self, dev: &D, hout: usize, seq: i64) {
         let in_range = (0..self.batches).contains(&seq);
         let ok = in_range && dev.check_output(hout, seq);
-        let latency = self.slot(seq).and_then(|(tag, at)| {
-            (tag.load(Ordering::Acquire) == seq)
-                .then(|| self.now_ns().saturating_sub(at.load(Ordering::Relaxed)))
-        });
+        let latency = self
+            .issued_ns(seq)
+            .map(|at| self.now_ns().saturating_sub(at));
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
         if in_range {
             seen.arrive(seq);
@@ -298,6 +309,7 @@ impl Checker {
             duplicated: seen.duplicated,
             latency_ns: seen.latency,
             stage_latency: None,
+            phases: None,
         }
     }
 }

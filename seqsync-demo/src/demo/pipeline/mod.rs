@@ -21,6 +21,7 @@
 //! (wrappers around the rings and kernel launches), the variants' extra threads in
 //! [`variants`].
 
+mod batch_phases;
 mod checker;
 mod options;
 mod process_workers;
@@ -36,6 +37,7 @@ use seqsync::{Blocking, Error, EventRingbuf, Result};
 use traced::{Kernels, Tracer};
 use variants::{g2h_launch_thread, g2h_process_thread, release_thread};
 
+pub use batch_phases::PhaseSummary;
 pub(crate) use checker::{Checker, Verification};
 pub(crate) use options::RunOptions;
 pub use options::{DroppedWait, Variant};

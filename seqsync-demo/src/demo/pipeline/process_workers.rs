@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::{failed_by_stop, stopped, Checker};
+use super::batch_phases::{BatchPhases, PhaseHistograms};
+use super::{failed_by_stop, stopped, Checker, PhaseSummary};
 use crate::demo::device::Device;
 use seqsync::backend::Backend;
 use seqsync::timeline::Timeline;
@@ -56,6 +57,8 @@ pub(crate) struct ProcessWorkers<B: Backend> {
     /// Test switch ([`GraphEdge::ProcessedInOrder`](crate::demo::GraphEdge::ProcessedInOrder)
     /// dropped): report each batch as it is processed, whether or not those before it were.
     in_order: bool,
+    /// Where each batch's latency went: stamped by the h2g and g2h threads and the workers.
+    phases: BatchPhases,
 }
 
 impl<B: Backend> ProcessWorkers<B> {
@@ -68,11 +71,20 @@ impl<B: Backend> ProcessWorkers<B> {
             frontier: Mutex::new(0),
             batches,
             in_order,
+            phases: BatchPhases::new(slots),
         })
     }
 
-    /// The g2h thread: batches `..upto` are on the host.
-    pub(crate) fn landed(&self, upto: i64) -> Result<()> {
+    /// The h2g thread: the launch carrying `seqs` was called at `called` and returned at
+    /// `returned` ([`Checker::now_ns`]).
+    pub(crate) fn launched(&self, seqs: std::ops::Range<i64>, called: u64, returned: u64) {
+        self.phases.launched(seqs, called, returned);
+    }
+
+    /// The g2h thread: batches `from..upto` (the launch it saw complete at `now`) and every
+    /// batch before them are on the host.
+    pub(crate) fn landed(&self, from: i64, upto: i64, now: u64) -> Result<()> {
+        self.phases.landed(from..upto, now);
         self.landed
             .signal(upto as u64)
             .map_err(|e| failed_by_stop(&self.landed, e))
@@ -81,6 +93,11 @@ impl<B: Backend> ProcessWorkers<B> {
     /// End the workers' waits (a thread failed): they return a stop.
     pub(crate) fn stop(&self, why: String) {
         self.landed.fail(Error::Cancelled(why));
+    }
+
+    /// Where the run's batches' latency went, over the workers that ended.
+    pub(crate) fn phases(&self) -> Vec<PhaseSummary> {
+        self.phases.summaries()
     }
 
     /// One worker: take the next seq, wait for it to land, check it (host output slot
@@ -93,6 +110,20 @@ impl<B: Backend> ProcessWorkers<B> {
         processed: &Timeline<B>,
         progress: Option<&(dyn Fn(i64) + Sync)>,
     ) -> Result<()> {
+        let mut mine = PhaseHistograms::new();
+        let r = self.work_with(dev, checker, processed, progress, &mut mine);
+        self.phases.merge(&mine);
+        r
+    }
+
+    fn work_with<D: Device<B = B>>(
+        &self,
+        dev: &D,
+        checker: &Checker,
+        processed: &Timeline<B>,
+        progress: Option<&(dyn Fn(i64) + Sync)>,
+        mine: &mut PhaseHistograms,
+    ) -> Result<()> {
         let slots = self.done.len() as i64;
         while let Ok(seq) = self
             .next
@@ -104,9 +135,12 @@ impl<B: Backend> ProcessWorkers<B> {
                 .wait(seq as u64 + 1, Duration::MAX)
                 .map_err(|e| stopped("landed", e))?;
             dev.chaos_pause();
+            let (issued, begin) = (checker.issued_ns(seq), checker.now_ns());
             checker.process(dev, (seq % slots) as usize, seq);
+            self.phases
+                .checked(mine, seq, issued, begin, checker.now_ns());
             self.done[(seq % slots) as usize].store(seq, Ordering::Release);
-            self.report(seq, processed, progress)?;
+            self.report(seq, checker, processed, progress, mine)?;
         }
         Ok(())
     }
@@ -116,8 +150,10 @@ impl<B: Backend> ProcessWorkers<B> {
     fn report(
         &self,
         seq: i64,
+        checker: &Checker,
         processed: &Timeline<B>,
         progress: Option<&(dyn Fn(i64) + Sync)>,
+        mine: &mut PhaseHistograms,
     ) -> Result<()> {
         let slots = self.done.len() as i64;
         let mut f = self.frontier.lock().unwrap_or_else(|e| e.into_inner());
@@ -132,6 +168,10 @@ impl<B: Backend> ProcessWorkers<B> {
             *f = (*f).max(seq + 1);
         }
         if *f > was {
+            let now = checker.now_ns();
+            for passed in was..*f {
+                self.phases.passed(mine, passed, now);
+            }
             if let Some(p) = progress {
                 p(*f);
             }
