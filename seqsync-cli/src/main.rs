@@ -412,7 +412,10 @@ pub(crate) fn verified(report: &DemoReport) -> Result<(), Failure> {
 
 /// The adaptive engine's phases, one line each ([`DemoReport::phases`]).
 fn print_phases(phases: &[demo::PhaseSummary]) {
-    println!("where the batches' latency went (the first five add up to it):");
+    println!(
+        "where the batches' latency went (the first five add up to it; slot_wait is part of \
+         before_launch):"
+    );
     for p in phases {
         println!(
             "  {:<13} p50 {:8.1} us, p99 {:8.1} us, max {:9.1} us ({} batches)",

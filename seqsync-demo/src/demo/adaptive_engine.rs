@@ -321,7 +321,9 @@ pub(crate) fn run<D: Device>(
                 let waiting = checker.arrived() - s;
                 let m = launch_size(s, waiting, k, batches - s);
                 // Slots of batches s - S .. s + m - S are free once those batches were processed.
+                let waited_from = checker.now_ns();
                 slots_free(s + m as i64 - s_total)?;
+                let slot_wait = (waited_from, checker.now_ns());
                 let stream = &streams[i as usize % STREAMS];
                 if on_device {
                     if arrival_waits {
@@ -343,7 +345,7 @@ pub(crate) fn run<D: Device>(
                 exe.launch(stream)?;
                 // Consumed on the g2h thread: blocking.
                 launched.record(stream, i, Blocking::Yes)?;
-                workers.launched(s..s + m as i64, called, checker.now_ns());
+                workers.launched(s..s + m as i64, slot_wait, called, checker.now_ns());
                 // The g2h thread ends early only when it failed (and stopped the ring).
                 tx.send((i, s, m)).map_err(|_| Error::Stopped {
                     ring: "launched".into(),

@@ -137,7 +137,9 @@ pub struct DemoReport {
     /// - `before_check`: seen complete to a process_data thread starting its check;
     /// - `check`: the check;
     /// - `in_order`: the check done to every batch before it being checked too, when its
-    ///   slots are released (delays slot reuse, not the batch).
+    ///   slots are released (delays slot reuse, not the batch);
+    /// - `slot_wait`: the part of `before_launch` the h2g thread spent waiting for the
+    ///   launch's slots to come free (the batches one ring of slots earlier processed).
     pub phases: Option<Vec<super::PhaseSummary>>,
     /// The Chrome trace, when asked for.
     #[serde(skip)]

@@ -10,11 +10,14 @@
 //! | `before_check` | seen complete | a process_data thread begins its check |
 //! | `check` | the check begins | it ends |
 //! | `in_order` | the check ended | every batch before it was checked too, and its slots were released |
+//! | `slot_wait` (part of `before_launch`) | the batch was issued, or the h2g thread began waiting for the slots of the launch to come free, if later | they did (the batches `S` before them were processed) |
 //!
 //! The first five add up to the batch's latency (issue to check done); `in_order` comes after
-//! it and delays only the reuse of the batch's slots.
+//! it and delays only the reuse of the batch's slots. A `slot_wait` near `before_launch` says
+//! the slots are too few to cover the round trip; a small one with a long `before_launch`, that
+//! the h2g thread is busy.
 //!
-//! Memory: three timestamps per slot (written for a seq before its slot can be reused by
+//! Memory: six timestamps per slot (written for a seq before its slot can be reused by
 //! `seq + slots`, read before the seq is reported processed) and one histogram per phase per
 //! process_data thread, merged when the thread ends: nothing grows with the batches.
 
@@ -27,20 +30,21 @@ use serde::Serialize;
 use super::checker::new_histogram;
 
 /// The phases, in the order a batch passes them.
-const NAMES: [&str; 6] = [
+const NAMES: [&str; 7] = [
     "before_launch",
     "launch",
     "on_device",
     "before_check",
     "check",
     "in_order",
+    "slot_wait",
 ];
 
 /// One phase over a run: p50, p99 and max in microseconds over the batches measured.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PhaseSummary {
-    /// The phase's name: `before_launch`, `launch`, `on_device`, `before_check`, `check` or
-    /// `in_order` (see [`DemoReport::phases`](crate::demo::DemoReport::phases)).
+    /// The phase's name: `before_launch`, `launch`, `on_device`, `before_check`, `check`,
+    /// `in_order` or `slot_wait` (see [`DemoReport::phases`](crate::demo::DemoReport::phases)).
     pub phase: &'static str,
     /// Batches measured.
     pub count: u64,
@@ -52,8 +56,8 @@ pub struct PhaseSummary {
     pub max_us: f64,
 }
 
-/// Histograms of the six phases, one sample per batch each.
-pub(crate) struct PhaseHistograms([Histogram<u64>; 6]);
+/// Histograms of the phases, one sample per batch each.
+pub(crate) struct PhaseHistograms([Histogram<u64>; NAMES.len()]);
 
 impl PhaseHistograms {
     pub(crate) fn new() -> Self {
@@ -92,6 +96,10 @@ impl PhaseHistograms {
 /// The instants of the batches in flight, at `seq % slots` (nanoseconds on the
 /// [`Checker`](super::Checker)'s clock), and the merged histograms.
 pub(crate) struct BatchPhases {
+    /// When the h2g thread began waiting for the slots of the launch carrying the seq, and
+    /// when they were free.
+    slot_wait_from: Box<[AtomicU64]>,
+    slot_wait_to: Box<[AtomicU64]>,
     /// When the launch carrying the seq was called; written by the h2g thread.
     launch_called: Box<[AtomicU64]>,
     /// When that launch returned; written by the h2g thread.
@@ -111,6 +119,8 @@ fn instants(slots: usize) -> Box<[AtomicU64]> {
 impl BatchPhases {
     pub(crate) fn new(slots: usize) -> Self {
         BatchPhases {
+            slot_wait_from: instants(slots),
+            slot_wait_to: instants(slots),
             launch_called: instants(slots),
             launch_returned: instants(slots),
             landed: instants(slots),
@@ -123,10 +133,19 @@ impl BatchPhases {
         seq.rem_euclid(self.landed.len() as i64) as usize
     }
 
-    /// The h2g thread: the launch of `seqs` was called at `called` and returned at `returned`.
-    pub(crate) fn launched(&self, seqs: std::ops::Range<i64>, called: u64, returned: u64) {
+    /// The h2g thread: the launch of `seqs` waited for its slots over `slot_wait` (from, to),
+    /// was called at `called` and returned at `returned`.
+    pub(crate) fn launched(
+        &self,
+        seqs: std::ops::Range<i64>,
+        slot_wait: (u64, u64),
+        called: u64,
+        returned: u64,
+    ) {
         for seq in seqs {
             let i = self.at(seq);
+            self.slot_wait_from[i].store(slot_wait.0, Ordering::Relaxed);
+            self.slot_wait_to[i].store(slot_wait.1, Ordering::Relaxed);
             self.launch_called[i].store(called, Ordering::Relaxed);
             self.launch_returned[i].store(returned, Ordering::Relaxed);
         }
@@ -159,6 +178,11 @@ impl BatchPhases {
             into.record(0, called.saturating_sub(issued));
             into.record(1, returned.saturating_sub(called));
             into.record(2, landed.saturating_sub(returned.max(issued)));
+            // Only the part after the batch's issue: a launch made ahead of its arrival may
+            // wait for slots before there is a batch to wait.
+            let from = self.slot_wait_from[i].load(Ordering::Relaxed).max(issued);
+            let to = self.slot_wait_to[i].load(Ordering::Relaxed);
+            into.record(6, to.saturating_sub(from));
         }
         into.record(3, begin.saturating_sub(landed));
         into.record(4, end.saturating_sub(begin));
@@ -202,7 +226,7 @@ mod tests {
         let p = BatchPhases::new(4);
         let mut h = PhaseHistograms::new();
         // Issued at 1 us, launch called at 3, returned at 4, landed at 10, checked 12..15.
-        p.launched(5..7, 3_000, 4_000);
+        p.launched(5..7, (500, 1_500), 3_000, 4_000);
         p.landed(5..7, 10_000);
         p.checked(&mut h, 5, Some(1_000), 12_000, 15_000);
         p.passed(&mut h, 5, 20_000);
@@ -221,6 +245,7 @@ mod tests {
                 ("before_check", 2.0),
                 ("check", 3.0),
                 ("in_order", 5.0),
+                ("slot_wait", 0.5),
             ]
         );
     }
@@ -230,12 +255,17 @@ mod tests {
         let p = BatchPhases::new(2);
         let mut h = PhaseHistograms::new();
         // Launched at 1..2 us, arrived at 5, landed at 9.
-        p.launched(0..1, 1_000, 2_000);
+        p.launched(0..1, (0, 900), 1_000, 2_000);
         p.landed(0..1, 9_000);
         p.checked(&mut h, 0, Some(5_000), 9_000, 9_500);
         let s = h.summaries();
         assert_eq!(s[0].phase, "before_launch");
         assert!(s[0].max_us <= 0.01, "ahead of its arrival: no wait");
+        let slot_wait = s.iter().find(|p| p.phase == "slot_wait").unwrap();
+        assert!(
+            slot_wait.max_us <= 0.01,
+            "the slots came free before it arrived"
+        );
         assert_eq!((s[2].phase, rounded(s[2].p50_us)), ("on_device", 4.0));
     }
 

@@ -75,10 +75,16 @@ impl<B: Backend> ProcessWorkers<B> {
         })
     }
 
-    /// The h2g thread: the launch carrying `seqs` was called at `called` and returned at
-    /// `returned` ([`Checker::now_ns`]).
-    pub(crate) fn launched(&self, seqs: std::ops::Range<i64>, called: u64, returned: u64) {
-        self.phases.launched(seqs, called, returned);
+    /// The h2g thread: the launch carrying `seqs` waited for its slots over `slot_wait` (from,
+    /// to), was called at `called` and returned at `returned` ([`Checker::now_ns`]).
+    pub(crate) fn launched(
+        &self,
+        seqs: std::ops::Range<i64>,
+        slot_wait: (u64, u64),
+        called: u64,
+        returned: u64,
+    ) {
+        self.phases.launched(seqs, slot_wait, called, returned);
     }
 
     /// The g2h thread: batches `from..upto` (the launch it saw complete at `now`) and every
