@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# One device call's worth of GPU work for the open GPU issues, in parts that each fit a 600 s call.
+#
+# Here:   ../shared/tools/gpu-bundle          (builds .gpu-bundle/ and .gpu-bundle.tgz)
+# There:  run with carry [".gpu-bundle.tgz"] and the command
+#           tar xzf .gpu-bundle.tgz && bash tools/gpu-session.sh PART...
+#
+# Parts (each prints one line per result; what a part writes goes under $OUT when set):
+#   tests    every CUDA test executable (SEQSYNC_REQUIRE_GPU=1: a missing GPU fails), then the
+#            CUDA tests of the timeline, graph, memory, demo and ipc suites under each timeline
+#            mechanism (events, hybrid, memops)                               (about 5 minutes)
+#   targets  issue 22's three targets per size, with the phases of each run
+#            (tools/small-batch-targets.py)                                   (about 3 minutes)
+#   scan     the adaptive engine's depth x K per size, saturated, no baselines: GB/s, latency
+#            and where it went (before_launch, slot_wait, on_device, before_check, check p50)
+#   sweep    `seqsync demo --sweep` on CUDA: the README's plot, to $OUT/sweep.{json,svg}
+set -uo pipefail
+cd "$(dirname "$0")/.."
+B=${SEQSYNC_BIN:-./.gpu-bundle/bin/seqsync}
+OUT=${OUT:-/tmp}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
+
+tests() {
+  export SEQSYNC_REQUIRE_GPU=1
+  for t in backend ring timeline graph memory ipc demo cuda_fault; do
+    [ -x .gpu-bundle/tests/$t ] || { echo "$t: not in the bundle"; continue; }
+    s=$(date +%s)
+    r=$(timeout 150 .gpu-bundle/tests/$t --test-threads=2 2>&1 | grep -E "test result|^test .* FAILED|panicked")
+    echo "$t ($(( $(date +%s) - s )) s): $r"
+  done
+  for m in events hybrid memops; do
+    for t in timeline graph memory demo ipc; do
+      s=$(date +%s)
+      r=$(SEQSYNC_TIMELINE_MECHANISM=$m timeout 100 .gpu-bundle/tests/$t --test-threads=2 cuda 2>&1 \
+        | grep -E "test result|^test .* FAILED|panicked")
+      echo "$m $t ($(( $(date +%s) - s )) s): $r"
+    done
+  done
+}
+
+targets() {
+  python3 tools/small-batch-targets.py "$B"
+}
+
+# One saturated adaptive run: bytes, then extra flags.
+scan_one() {
+  local bytes=$1; shift
+  local n=$((393216000 / bytes)); [ $n -gt 6000 ] && n=6000
+  if ! "$B" demo --backend cuda --engine adaptive --batch-bytes "$bytes" --batches $n --json \
+      --no-baselines "$@" > "$OUT/scan.json" 2> "$OUT/scan.err"; then
+    echo "FAILED $bytes $*: $(tail -c 300 "$OUT/scan.err")"; return
+  fi
+  python3 - "$OUT/scan.json" "$*" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+ph = {p["phase"]: p["p50_us"] for p in d.get("phases") or []}
+cols = " ".join(f"{k} {ph.get(k, 0):.1f}" for k in
+                ["before_launch", "slot_wait", "launch", "on_device", "before_check", "check"])
+print(f'{d["batch_bytes"] >> 10:5d}K {sys.argv[2]:38s} {d["gbps"]:6.2f} GB/s '
+      f'p50 {d["latency_p50_us"]:7.1f} p99 {d["latency_p99_us"]:7.1f} slots {d["nin"]} '
+      f'bpl {d["batches_per_launch"]:.2f} ok {d["verified"]}/{d["batches"]} | p50s: {cols}')
+PY
+}
+
+scan() {
+  for d in 3 4 6 8 12 16; do for k in 4 8; do scan_one 65536 --graph-depth $d --graph-batches $k; done; done
+  for d in 3 4 6 8; do for k in 2 4; do scan_one 262144 --graph-depth $d --graph-batches $k; done; done
+  for d in 3 4 6; do for k in 1 2; do scan_one 1048576 --graph-depth $d --graph-batches $k; done; done
+  scan_one 4194304
+}
+
+sweep() {
+  "$B" demo --backend cuda --sweep --sweep-out "$OUT/sweep" 2>&1 | tail -40
+}
+
+[ $# -gt 0 ] || set -- tests
+for part in "$@"; do
+  echo "===== $part"
+  case $part in
+    tests|targets|scan|sweep) $part ;;
+    *) echo "unknown part '$part': expected tests, targets, scan or sweep"; exit 2 ;;
+  esac
+done
