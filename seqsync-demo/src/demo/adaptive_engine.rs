@@ -345,7 +345,9 @@ pub(crate) fn run<D: Device>(
                 exe.launch(stream)?;
                 // Consumed on the g2h thread: blocking.
                 launched.record(stream, i, Blocking::Yes)?;
-                workers.launched(s..s + m as i64, slot_wait, called, checker.now_ns());
+                workers
+                    .phases()
+                    .launched(s..s + m as i64, slot_wait, called, checker.now_ns());
                 // The g2h thread ends early only when it failed (and stopped the ring).
                 tx.send((i, s, m)).map_err(|_| Error::Stopped {
                     ring: "launched".into(),
@@ -406,7 +408,7 @@ pub(crate) fn run<D: Device>(
     std::mem::drop(graphs);
     let launches = launches.into_inner();
     let mut verification = checker_owned.finish();
-    verification.phases = Some(workers.phases());
+    verification.phases = Some(workers.phases().summaries());
     Ok((wall, verification, launches))
 }
 

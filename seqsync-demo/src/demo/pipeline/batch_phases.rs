@@ -134,7 +134,8 @@ impl BatchPhases {
     }
 
     /// The h2g thread: the launch of `seqs` waited for its slots over `slot_wait` (from, to),
-    /// was called at `called` and returned at `returned`.
+    /// was called at `called` and returned at `returned` (all on the
+    /// [`Checker::now_ns`](super::Checker::now_ns) clock).
     pub(crate) fn launched(
         &self,
         seqs: std::ops::Range<i64>,

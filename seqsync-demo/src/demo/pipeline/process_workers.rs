@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::batch_phases::{BatchPhases, PhaseHistograms};
-use super::{failed_by_stop, stopped, Checker, PhaseSummary};
+use super::{failed_by_stop, stopped, Checker};
 use crate::demo::device::Device;
 use seqsync::backend::Backend;
 use seqsync::timeline::Timeline;
@@ -75,18 +75,6 @@ impl<B: Backend> ProcessWorkers<B> {
         })
     }
 
-    /// The h2g thread: the launch carrying `seqs` waited for its slots over `slot_wait` (from,
-    /// to), was called at `called` and returned at `returned` ([`Checker::now_ns`]).
-    pub(crate) fn launched(
-        &self,
-        seqs: std::ops::Range<i64>,
-        slot_wait: (u64, u64),
-        called: u64,
-        returned: u64,
-    ) {
-        self.phases.launched(seqs, slot_wait, called, returned);
-    }
-
     /// The g2h thread: batches `from..upto` (the launch it saw complete at `now`) and every
     /// batch before them are on the host.
     pub(crate) fn landed(&self, from: i64, upto: i64, now: u64) -> Result<()> {
@@ -101,9 +89,10 @@ impl<B: Backend> ProcessWorkers<B> {
         self.landed.fail(Error::Cancelled(why));
     }
 
-    /// Where the run's batches' latency went, over the workers that ended.
-    pub(crate) fn phases(&self) -> Vec<PhaseSummary> {
-        self.phases.summaries()
+    /// Where the batches' latency goes: the h2g thread stamps its launches here
+    /// ([`BatchPhases::launched`]); once the workers ended, the run's phases.
+    pub(crate) fn phases(&self) -> &BatchPhases {
+        &self.phases
     }
 
     /// One worker: take the next seq, wait for it to land, check it (host output slot
