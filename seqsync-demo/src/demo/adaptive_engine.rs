@@ -42,6 +42,7 @@ use super::pipeline::{
     failed_by_stop, first_error, stopped, Checker, ProcessWorkers, RunOptions, Variant,
     Verification,
 };
+use super::watchdog::{Watch, STALL_TIMEOUT};
 use seqsync::backend::Backend;
 use seqsync::graph::GraphExecutable;
 use seqsync::timeline::{Mechanism, Timeline};
@@ -399,7 +400,12 @@ pub(crate) fn run<D: Device>(
     if on_device {
         others.push(("get_data", Box::new(get_data)));
     }
-    let (results, graphs) = run_threads(h2g, others, &stop);
+    let progress = || checker.progress();
+    let watch = Watch {
+        progress: &progress,
+        timeout: STALL_TIMEOUT,
+    };
+    let (results, graphs) = run_threads(h2g, others, &stop, &watch);
     let synced = sync_streams(b, streams);
     let wall = start.elapsed();
     first_error(results)?;

@@ -20,7 +20,8 @@
 //! resolve the config and pick the backend), `measure.rs` (timed runs, baselines, bounds),
 //! `report.rs` ([`DemoReport`]); the pipeline itself in `pipeline/` (hand-written),
 //! `engine.rs` (pipeline runtime), `graph_engine.rs` (command graphs), `adaptive_engine.rs`
-//! (per-slot graphs, adaptive launches), `bounds.rs` (device bound, isolated latency),
+//! (per-slot graphs, adaptive launches; both under `watchdog.rs`, the stall watchdog),
+//! `bounds.rs` (device bound, isolated latency),
 //! `pool_pipeline.rs`
 //! ([`Variant::Pool`]), `processes.rs` (the pipeline across two processes: [`run_producer`],
 //! [`run_consumer`]); `baseline.rs`, `sweep.rs`, `trace.rs`, `workload.rs` (inputs and the CPU
@@ -59,6 +60,7 @@ mod report;
 mod sweep;
 mod trace;
 mod validate;
+mod watchdog;
 pub(crate) use validate::available_memory;
 mod workload;
 

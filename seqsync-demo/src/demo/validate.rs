@@ -55,7 +55,7 @@ impl DemoConfig {
             if !(r.is_finite() && (MIN_RATE..=MAX_RATE).contains(&r)) {
                 return Err(invalid(format!(
                     "--rate {r}: batches per second, from {MIN_RATE} (a batch every 5 s, \
-                     under the runtime's stall watchdog) to {MAX_RATE}"
+                     under the engines' stall watchdogs) to {MAX_RATE}"
                 )));
             }
             let span = (self.batches.max(1) - 1) as f64 / r;
@@ -197,8 +197,8 @@ impl DemoConfig {
     }
 }
 
-/// Slowest `--rate`: a batch every 5 s, so a pipeline-engine thread waiting for an arrival is
-/// never taken for stalled (its watchdog waits 10 s).
+/// Slowest `--rate`: a batch every 5 s, so a thread of the pipeline, graph or adaptive engine
+/// waiting for an arrival is never taken for stalled (their watchdogs wait 10 s).
 const MIN_RATE: f64 = 0.2;
 /// Fastest `--rate`.
 const MAX_RATE: f64 = 1e7;

@@ -153,6 +153,8 @@ pub(crate) struct Checker {
     batches: i64,
     seen: Mutex<Seen>,
     matched: AtomicI64,
+    /// Batches issued plus batches processed (right or wrong) so far: the run's progress.
+    progress: AtomicI64,
     /// At `seq % WINDOW`: the seq whose copy-in was issued last there (`-1`: none), and when
     /// (nanoseconds since `t0`).
     issued: Vec<(AtomicI64, AtomicU64)>,
@@ -185,6 +187,7 @@ impl Checker {
                 latency: new_histogram(),
             }),
             matched: AtomicI64::new(0),
+            progress: AtomicI64::new(0),
             issued: (0..WINDOW)
                 .map(|_| (AtomicI64::new(-1), AtomicU64::new(0)))
                 .collect(),
@@ -276,6 +279,14 @@ impl Checker {
             at.store(at_ns, Ordering::Relaxed);
             tag.store(seq, Ordering::Release);
         }
+        self.progress.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Batches [`issued`](Self::issued) plus batches [`process`](Self::process)ed (right or
+    /// wrong) so far: a count that grows while the run moves, also while a launch's batches
+    /// arrive one by one at a slow rate.
+    pub(crate) fn progress(&self) -> i64 {
+        self.progress.load(Ordering::Relaxed)
     }
 
     /// process_data: check host output batch `hout`, which should hold seq's result.
@@ -297,6 +308,7 @@ impl Checker {
         if let Some(ns) = latency {
             seen.latency.saturating_record(ns.max(1));
         }
+        self.progress.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn finish(self) -> Verification {

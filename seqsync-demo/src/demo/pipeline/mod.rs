@@ -31,6 +31,7 @@ mod variants;
 use std::time::{Duration, Instant};
 
 use super::device::{Device, Stream};
+use super::watchdog::{Running, Watch, STALL_TIMEOUT};
 use seqsync::backend::Backend;
 use seqsync::timeline::Timeline;
 use seqsync::{Blocking, Error, EventRingbuf, Result};
@@ -240,64 +241,88 @@ pub(crate) fn run<D: Device>(dev: &D, opt: &RunOptions<'_>) -> Result<(Duration,
     }
     let streams = Streams::new(dev)?;
     let rings = Rings::<D>::new(dev, opt)?;
-    let checker = Checker::paced(opt.batches, opt.rate);
+    let checker_owned = Checker::paced(opt.batches, opt.rate);
     let start = Instant::now();
-    let (streams_ref, checker_ref) = (&streams, &checker);
-    let results: Vec<(&str, Result<()>)> =
-        std::thread::scope(|scope| {
-            let (rings, streams, checker) = (&rings, streams_ref, checker_ref);
-            let guarded = move |name: &'static str, body: &(dyn Fn() -> Result<()> + Sync)| {
-                // A panic is an error too: the other threads must be stopped, not left blocked.
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body))
-                    .unwrap_or_else(|p| {
-                        Err(crate::invalid(
-                            "demo",
-                            format!("thread {name} panicked: {}", crate::panic_message(&*p)),
-                        ))
-                    });
-                if let Err(e) = &r {
-                    checker.stop();
-                    rings.stop_all(&format!("thread {name} failed: {e}"));
-                }
-                (name, r)
-            };
-            let mut handles = vec![scope
-                .spawn(move || guarded("h2g", &|| h2g_thread(dev, streams, rings, checker, opt)))];
-            match opt.variant {
-                // (Pool never gets here: see the check above.)
-                Variant::Seed | Variant::KeepInput | Variant::Pool => {
-                    handles.push(scope.spawn(move || {
-                        guarded("g2h", &|| g2h_thread(dev, streams, rings, checker, opt))
-                    }));
-                }
-                Variant::HostRing => {
-                    handles.push(scope.spawn(move || {
-                        guarded("g2h-launch", &|| {
-                            g2h_launch_thread(dev, streams, rings, opt)
-                        })
-                    }));
-                    handles.push(scope.spawn(move || {
-                        guarded("g2h-process", &|| {
-                            g2h_process_thread(dev, streams, rings, checker, opt)
-                        })
-                    }));
-                }
-            }
-            if opt.variant == Variant::KeepInput {
-                handles.push(scope.spawn(move || {
-                    guarded("release", &|| release_thread(dev, streams, rings, opt))
-                }));
-            }
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("pipeline thread panicked"))
-                .collect()
-        });
+    let (rings, streams_ref, checker) = (&rings, &streams, &checker_owned);
+    let streams = streams_ref;
+    // The run's threads, h2g first; the pool variant never gets here (see the check above).
+    type Body<'a> = Box<dyn Fn() -> Result<()> + Send + Sync + 'a>;
+    let mut bodies: Vec<(&'static str, Body<'_>)> = vec![(
+        "h2g",
+        Box::new(move || h2g_thread(dev, streams, rings, checker, opt)),
+    )];
+    match opt.variant {
+        Variant::Seed | Variant::KeepInput | Variant::Pool => bodies.push((
+            "g2h",
+            Box::new(move || g2h_thread(dev, streams, rings, checker, opt)),
+        )),
+        Variant::HostRing => {
+            bodies.push((
+                "g2h-launch",
+                Box::new(move || g2h_launch_thread(dev, streams, rings, opt)),
+            ));
+            bodies.push((
+                "g2h-process",
+                Box::new(move || g2h_process_thread(dev, streams, rings, checker, opt)),
+            ));
+        }
+    }
+    if opt.variant == Variant::KeepInput {
+        bodies.push((
+            "release",
+            Box::new(move || release_thread(dev, streams, rings, opt)),
+        ));
+    }
+    let stop = move |why: String| {
+        checker.stop();
+        rings.stop_all(&why);
+    };
+    let running = Running::new(bodies.iter().map(|(name, _)| *name).collect());
+    let progress = || checker.progress();
+    let watch = Watch {
+        progress: &progress,
+        timeout: STALL_TIMEOUT,
+    };
+    let results: Vec<(&str, Result<()>)> = std::thread::scope(|scope| {
+        let (running, stop) = (&running, &stop);
+        let handles: Vec<_> = bodies
+            .into_iter()
+            .enumerate()
+            .map(|(i, (name, body))| {
+                scope.spawn(move || {
+                    // A panic is an error too: the other threads must be stopped, not left
+                    // blocked.
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body))
+                        .unwrap_or_else(|p| {
+                            Err(crate::invalid(
+                                "demo",
+                                format!("thread {name} panicked: {}", crate::panic_message(&*p)),
+                            ))
+                        });
+                    if let Err(e) = &r {
+                        stop(format!("thread {name} failed: {e}"));
+                    }
+                    running.finished(i);
+                    (name, r)
+                })
+            })
+            .collect();
+        let stall = running.watch(&watch, stop);
+        stall
+            .map(|e| ("watchdog", Err(e)))
+            .into_iter()
+            .chain(
+                handles
+                    .into_iter()
+                    .map(|h| h.join().expect("pipeline thread panicked")),
+            )
+            .collect()
+    });
     let synced = streams.sync_all(dev);
     let wall = start.elapsed();
     first_error(results)?;
     synced?;
-    Ok((wall, checker.finish()))
+    Ok((wall, checker_owned.finish()))
 }
 
 /// The first real error among the threads' results (a `Stopped` only if nothing else failed).
