@@ -42,7 +42,7 @@ use super::pipeline::{
     failed_by_stop, first_error, stopped, Checker, ProcessWorkers, RunOptions, Variant,
     Verification,
 };
-use super::watchdog::{Watch, STALL_TIMEOUT};
+use super::watchdog::{stall_timeout, Watch};
 use seqsync::backend::Backend;
 use seqsync::graph::GraphExecutable;
 use seqsync::timeline::{Mechanism, Timeline};
@@ -403,7 +403,7 @@ pub(crate) fn run<D: Device>(
     let progress = || checker.progress();
     let watch = Watch {
         progress: &progress,
-        timeout: STALL_TIMEOUT,
+        timeout: stall_timeout(dev.layout()),
     };
     let (results, graphs) = run_threads(h2g, others, &stop, &watch);
     let synced = sync_streams(b, streams);

@@ -278,7 +278,7 @@ pub(crate) fn run<D: Device>(
             streams: &streams,
             stages: &stages,
             batches: opt.batches,
-            stall_timeout: Some(seqsync::internal::pipeline::DEFAULT_STALL_TIMEOUT),
+            stall_timeout: Some(super::watchdog::stall_timeout(dev.layout())),
         })?
     };
     let mut verification = checker.finish();

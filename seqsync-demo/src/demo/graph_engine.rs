@@ -25,7 +25,7 @@ use serde::Serialize;
 
 use super::device::{Device, Stream};
 use super::pipeline::{first_error, Checker, RunOptions, Variant, Verification};
-use super::watchdog::{Running, Watch, STALL_TIMEOUT};
+use super::watchdog::{stall_timeout, Running, Watch};
 use seqsync::backend::Backend;
 use seqsync::graph::{CommandBuffer, GraphExecutable};
 use seqsync::{Blocking, Error, EventRingbuf, Result};
@@ -357,7 +357,7 @@ pub(crate) fn run<D: Device>(
     let progress = || checker.progress();
     let watch = Watch {
         progress: &progress,
-        timeout: STALL_TIMEOUT,
+        timeout: stall_timeout(dev.layout()),
     };
     let (results, graphs) = run_threads(h2g, vec![("g2h", Box::new(g2h))], &stop, &watch);
     let synced = sync_streams(b, streams);
@@ -410,7 +410,7 @@ mod tests {
         let progress = || 0;
         let watch = Watch {
             progress: &progress,
-            timeout: STALL_TIMEOUT,
+            timeout: Duration::from_secs(60),
         };
         let (results, _) = run_threads(
             || (Ok(()), ()),

@@ -198,7 +198,7 @@ impl DemoConfig {
 }
 
 /// Slowest `--rate`: a batch every 5 s, so a thread of the pipeline, graph or adaptive engine
-/// waiting for an arrival is never taken for stalled (their watchdogs wait 10 s).
+/// waiting for an arrival is never taken for stalled (their watchdogs wait at least 10 s).
 const MIN_RATE: f64 = 0.2;
 /// Fastest `--rate`.
 const MAX_RATE: f64 = 1e7;

@@ -14,10 +14,42 @@
 use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use super::device::Layout;
 use seqsync::Error;
 
-/// How long a run may process no batch before it is stopped: the pipeline runtime's.
+/// How long a run of little work may make no progress before it is stopped: the pipeline
+/// runtime's default. Runs of more work get more ([`stall_timeout`]).
 pub(crate) const STALL_TIMEOUT: Duration = seqsync::internal::pipeline::DEFAULT_STALL_TIMEOUT;
+
+/// Nanoseconds one element may take per kernel round on the slowest machine a run is expected
+/// on, about ten times what a debug build on a loaded two-core VM takes: the watchdog must not
+/// take big batches or a high `--intensity` for a stall.
+const SLOWEST_NS_PER_ROUND: u64 = 100;
+
+/// The stall timeout of a run with `layout`: [`STALL_TIMEOUT`] plus the time every batch the
+/// layout holds at once (its largest ring) would take at [`SLOWEST_NS_PER_ROUND`], three
+/// kernels of `intensity` rounds and four passes (two copies, fill, check) per element.
+/// Bounded however large the work (it saturates at about 584 years).
+pub(crate) fn stall_timeout(layout: &Layout) -> Duration {
+    let in_flight = [
+        layout.nin,
+        layout.nx,
+        layout.ny,
+        layout.nout,
+        layout.npatterns,
+        layout.nhout,
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(1)
+    .max(1) as u64;
+    let rounds = 3 * u64::from(layout.intensity) + 4;
+    let work_ns = in_flight
+        .saturating_mul(layout.n as u64)
+        .saturating_mul(rounds)
+        .saturating_mul(SLOWEST_NS_PER_ROUND);
+    STALL_TIMEOUT.saturating_add(Duration::from_nanos(work_ns))
+}
 
 /// Longest the watchdog sleeps between looks at the count (it wakes at once when the run's
 /// threads end).
@@ -105,6 +137,34 @@ impl Running {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+
+    fn layout(n: usize, slots: usize, intensity: u32) -> Layout {
+        Layout {
+            n,
+            nin: slots,
+            nx: 2,
+            ny: 2,
+            nout: 2,
+            npatterns: 3,
+            nhout: 2,
+            intensity,
+            verify_samples: 64,
+        }
+    }
+
+    #[test]
+    fn the_stall_timeout_grows_with_the_work_a_run_holds_at_once() {
+        // The seed's default (64 Ki elements, 2 slots, intensity 8): about the runtime's 10 s.
+        let small = stall_timeout(&layout(1 << 16, 2, 8));
+        assert!(small >= STALL_TIMEOUT && small < STALL_TIMEOUT + Duration::from_secs(1));
+        // 1 GiB batches: minutes; more slots, more.
+        let big = stall_timeout(&layout(1 << 28, 2, 8));
+        assert!(big > Duration::from_secs(600), "{big:?}");
+        assert!(stall_timeout(&layout(1 << 28, 8, 8)) > big);
+        // The largest intensity: bounded, no overflow.
+        let most = stall_timeout(&layout(usize::MAX, usize::MAX, u32::MAX));
+        assert!(most > Duration::from_nanos(u64::MAX), "{most:?}");
+    }
 
     #[test]
     fn a_run_that_processes_nothing_is_stopped_with_a_stall_naming_its_threads() {

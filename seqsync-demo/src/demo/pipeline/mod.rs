@@ -31,7 +31,7 @@ mod variants;
 use std::time::{Duration, Instant};
 
 use super::device::{Device, Stream};
-use super::watchdog::{Running, Watch, STALL_TIMEOUT};
+use super::watchdog::{stall_timeout, Running, Watch};
 use seqsync::backend::Backend;
 use seqsync::timeline::Timeline;
 use seqsync::{Blocking, Error, EventRingbuf, Result};
@@ -281,7 +281,7 @@ pub(crate) fn run<D: Device>(dev: &D, opt: &RunOptions<'_>) -> Result<(Duration,
     let progress = || checker.progress();
     let watch = Watch {
         progress: &progress,
-        timeout: STALL_TIMEOUT,
+        timeout: stall_timeout(dev.layout()),
     };
     let results: Vec<(&str, Result<()>)> = std::thread::scope(|scope| {
         let (running, stop) = (&running, &stop);
