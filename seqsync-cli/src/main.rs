@@ -413,8 +413,8 @@ pub(crate) fn verified(report: &DemoReport) -> Result<(), Failure> {
 /// The adaptive engine's phases, one line each ([`DemoReport::phases`]).
 fn print_phases(phases: &[demo::PhaseSummary]) {
     println!(
-        "where the batches' latency went (the first five add up to it; slot_wait is part of \
-         before_launch):"
+        "where the batches' latency went (the first five add up to it; slot_wait is the h2g \
+         thread's wait for free slots per launch):"
     );
     for p in phases {
         println!(

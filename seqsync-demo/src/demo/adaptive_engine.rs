@@ -324,7 +324,7 @@ pub(crate) fn run<D: Device>(
                 // Slots of batches s - S .. s + m - S are free once those batches were processed.
                 let waited_from = checker.now_ns();
                 slots_free(s + m as i64 - s_total)?;
-                let slot_wait = (waited_from, checker.now_ns());
+                let slot_wait = checker.now_ns().saturating_sub(waited_from);
                 let stream = &streams[i as usize % STREAMS];
                 if on_device {
                     if arrival_waits {

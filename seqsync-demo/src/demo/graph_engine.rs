@@ -171,8 +171,8 @@ pub(crate) type Body<'a> = (&'static str, Box<dyn FnOnce() -> Result<()> + Send 
 /// Run the h2g body (which owns the graphs, `Send` but not `Sync`, and hands them back) and
 /// the other bodies (g2h, and any more) on scoped threads of their own, under the stall
 /// [`watchdog`](super::watchdog) (`watch`). When one fails or panics, or the watchdog fires,
-/// `stop` is told why, so the others' waits end. Returns every result (the watchdog's stall
-/// first, then h2g's) and the graphs (`None` after a panic).
+/// `stop` is told why, so the others' waits end. Returns every result (h2g's first, the
+/// watchdog's stall, if it fired, last) and the graphs (`None` after a panic).
 pub(crate) fn run_threads<G: Send>(
     h2g: impl FnOnce() -> (Result<()>, G) + Send,
     others: Vec<Body<'_>>,
@@ -228,11 +228,12 @@ pub(crate) fn run_threads<G: Send>(
             .collect();
         let stall = running.watch(watch, stop);
         let (ra, graphs) = a.join().unwrap_or_else(|p| (Err(panicked("h2g", p)), None));
-        let mut results: Vec<_> = stall.map(|e| ("watchdog", Err(e))).into_iter().collect();
-        results.push(("h2g", ra));
+        let mut results = vec![("h2g", ra)];
         for (name, h) in handles {
             results.push((name, h.join().unwrap_or_else(|p| Err(panicked(name, p)))));
         }
+        // Last: a thread's own error, if one failed as the watchdog fired, is the cause.
+        results.extend(stall.map(|e| ("watchdog", Err(e))));
         (results, graphs)
     })
 }
@@ -381,7 +382,13 @@ mod tests {
         let host = HostBackend::new();
         let never = Timeline::new(&host, "never", 0).unwrap();
         let stop = |why: String| never.fail(Error::Cancelled(why));
-        let wait = || never.wait(1, Duration::MAX).map(|_| ());
+        // As the engines do: a wait ended by the run's stop is a stop.
+        let wait = || {
+            never
+                .wait(1, Duration::MAX)
+                .map(|_| ())
+                .map_err(|e| crate::demo::pipeline::stopped("never", e))
+        };
         let progress = || 0;
         let watch = Watch {
             progress: &progress,
@@ -395,7 +402,7 @@ mod tests {
         );
         assert!(graphs.is_some());
         let names: Vec<&str> = results.iter().map(|(n, _)| *n).collect();
-        assert_eq!(names, ["watchdog", "h2g", "g2h"]);
+        assert_eq!(names, ["h2g", "g2h", "watchdog"]);
         match first_error(results) {
             Err(Error::Stalled {
                 timeout_ms: 200,

@@ -20,7 +20,8 @@
 //! resolve the config and pick the backend), `measure.rs` (timed runs, baselines, bounds),
 //! `report.rs` ([`DemoReport`]); the pipeline itself in `pipeline/` (hand-written),
 //! `engine.rs` (pipeline runtime), `graph_engine.rs` (command graphs), `adaptive_engine.rs`
-//! (per-slot graphs, adaptive launches; both under `watchdog.rs`, the stall watchdog),
+//! (per-slot graphs, adaptive launches), `watchdog.rs` (the stall watchdog of these two and
+//! the hand-written engine),
 //! `bounds.rs` (device bound, isolated latency),
 //! `pool_pipeline.rs`
 //! ([`Variant::Pool`]), `processes.rs` (the pipeline across two processes: [`run_producer`],

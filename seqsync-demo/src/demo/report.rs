@@ -138,8 +138,10 @@ pub struct DemoReport {
     /// - `check`: the check;
     /// - `in_order`: the check done to every batch before it being checked too, when its
     ///   slots are released (delays slot reuse, not the batch);
-    /// - `slot_wait`: the part of `before_launch` the h2g thread spent waiting for the
-    ///   launch's slots to come free (the batches one ring of slots earlier processed).
+    /// - `slot_wait`: how long the h2g thread waited for the slots of the batch's launch to
+    ///   come free (the batches one ring of slots earlier processed); without a rate a batch is
+    ///   issued only once its slots are free, so this is not part of its latency, but long
+    ///   waits in a saturated run say the slots are too few for the round trip.
     pub phases: Option<Vec<super::PhaseSummary>>,
     /// The Chrome trace, when asked for.
     #[serde(skip)]

@@ -1,6 +1,7 @@
-//! The stall watchdog of the graph and adaptive engines: a run whose batches stop being
-//! processed for [`STALL_TIMEOUT`] is stopped and fails with [`Error::Stalled`] instead of
-//! hanging (what the pipeline runtime's own watchdog does for [`Engine::Pipeline`]).
+//! The stall watchdog of the hand-written, graph and adaptive engines: a run that makes no
+//! progress for its [`stall_timeout`] is stopped and fails with [`Error::Stalled`] instead of
+//! hanging (what the pipeline runtime's own watchdog, with the same timeout, does for
+//! [`Engine::Pipeline`]). Not watched: the pool variant and the two-process pipeline.
 //!
 //! A slow run is not a stalled one: the watchdog looks only at whether a count moved (the
 //! engines count batches issued and batches processed, so a launch's batches arriving one by

@@ -214,8 +214,6 @@ fn adaptive_engine_reports_where_each_batchs_latency_went() {
         for p in &phases[..5] {
             assert!(p.max_us <= max * 1.01 + 50.0, "{release:?}: {p:?} > {max}");
         }
-        // The slot waits are part of the waits before the launches.
-        assert!(phases[6].max_us <= phases[0].max_us + 1.0, "{phases:?}");
         // The work of a launch (chaos pauses, a host stream) shows on the device.
         assert!(phases[2].p50_us > 0.0, "{phases:?}");
     }

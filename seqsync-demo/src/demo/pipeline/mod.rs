@@ -243,8 +243,7 @@ pub(crate) fn run<D: Device>(dev: &D, opt: &RunOptions<'_>) -> Result<(Duration,
     let rings = Rings::<D>::new(dev, opt)?;
     let checker_owned = Checker::paced(opt.batches, opt.rate);
     let start = Instant::now();
-    let (rings, streams_ref, checker) = (&rings, &streams, &checker_owned);
-    let streams = streams_ref;
+    let (rings, streams, checker) = (&rings, &streams, &checker_owned);
     // The run's threads, h2g first; the pool variant never gets here (see the check above).
     type Body<'a> = Box<dyn Fn() -> Result<()> + Send + Sync + 'a>;
     let mut bodies: Vec<(&'static str, Body<'_>)> = vec![(
@@ -308,14 +307,12 @@ pub(crate) fn run<D: Device>(dev: &D, opt: &RunOptions<'_>) -> Result<(Duration,
             })
             .collect();
         let stall = running.watch(&watch, stop);
-        stall
-            .map(|e| ("watchdog", Err(e)))
+        // The watchdog's stall last: a thread's own error, if one failed as it fired, is the
+        // cause.
+        handles
             .into_iter()
-            .chain(
-                handles
-                    .into_iter()
-                    .map(|h| h.join().expect("pipeline thread panicked")),
-            )
+            .map(|h| h.join().expect("pipeline thread panicked"))
+            .chain(stall.map(|e| ("watchdog", Err(e))))
             .collect()
     });
     let synced = streams.sync_all(dev);
