@@ -131,7 +131,8 @@ pub struct DemoReport {
     /// - `before_launch`: issued (arrived, with a rate) to the call of the launch carrying it
     ///   (waiting for slots to come free, or for the h2g thread); 0 for a batch the device
     ///   release launched ahead of its arrival;
-    /// - `launch`: that call (graph launch and event record);
+    /// - `launch`: that call (graph launch and event record; the record waits while as many
+    ///   launches as slots are in flight);
     /// - `on_device`: the launch returned (or the batch arrived, if later) to the g2h thread
     ///   seeing it complete (the device's queue, the work, the host noticing);
     /// - `before_check`: seen complete to a process_data thread starting its check;

@@ -5,7 +5,7 @@
 //! | phase | from | to |
 //! |---|---|---|
 //! | `before_launch` | the batch is issued (its arrival with `--rate`, else its input being filled in: by get_data with the device release, by the h2g thread with the host release) | the launch that carries it is called (0 when it was launched ahead of its issue) |
-//! | `launch` | that launch is called (or the batch was issued, if later) | it returns (the graph launch and its event record, on the h2g thread) |
+//! | `launch` | that launch is called (or the batch was issued, if later) | it returns (the graph launch and the record of its event, on the h2g thread; the record waits while `S` launches are in flight, a bound only launches of one batch reach) |
 //! | `on_device` | the launch returned (or the batch was issued, if later) | the g2h thread saw the launch complete: the device's queue, the work, and the host noticing |
 //! | `before_check` | seen complete | a process_data thread begins its check |
 //! | `check` | the check begins | it ends |
