@@ -80,8 +80,8 @@ const IN_FLIGHT_BYTES: usize = 3 << 19;
 const MAX_AUTO_DEPTH: usize = 8;
 
 /// Launch groups in flight for batches of `batch_bytes` and launches of at most `k` batches
-/// when not given: enough groups to hold [`IN_FLIGHT_BYTES`] (1.5 MiB), [`DEPTH`] (3) to
-/// [`MAX_AUTO_DEPTH`] (8).
+/// when not given: enough groups to hold `IN_FLIGHT_BYTES` (1.5 MiB), [`DEPTH`] (3) to
+/// `MAX_AUTO_DEPTH` (8).
 pub fn auto_depth(batch_bytes: usize, k: usize) -> usize {
     IN_FLIGHT_BYTES
         .div_ceil(batch_bytes.saturating_mul(k).max(1))
