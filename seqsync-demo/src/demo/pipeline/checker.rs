@@ -67,7 +67,7 @@ impl Default for Verification {
 }
 
 /// 1 ns to an hour, 3 significant digits (about 200 KiB, whatever the count).
-pub(crate) fn new_histogram() -> Histogram<u64> {
+fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds")
 }
 

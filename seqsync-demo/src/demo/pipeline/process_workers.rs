@@ -106,38 +106,30 @@ impl<B: Backend> ProcessWorkers<B> {
         progress: Option<&(dyn Fn(i64) + Sync)>,
     ) -> Result<()> {
         let mut mine = PhaseHistograms::new();
-        let r = self.work_with(dev, checker, processed, progress, &mut mine);
+        let mut checked = || -> Result<()> {
+            let slots = self.done.len() as i64;
+            while let Ok(seq) = self
+                .next
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                    (n < self.batches).then_some(n + 1)
+                })
+            {
+                self.landed
+                    .wait(seq as u64 + 1, Duration::MAX)
+                    .map_err(|e| stopped("landed", e))?;
+                dev.chaos_pause();
+                let (issued, begin) = (checker.issued_ns(seq), checker.now_ns());
+                checker.process(dev, (seq % slots) as usize, seq);
+                self.phases
+                    .checked(&mut mine, seq, issued, begin, checker.now_ns());
+                self.done[(seq % slots) as usize].store(seq, Ordering::Release);
+                self.report(seq, checker, processed, progress, &mut mine)?;
+            }
+            Ok(())
+        };
+        let r = checked();
         self.phases.merge(&mine);
         r
-    }
-
-    fn work_with<D: Device<B = B>>(
-        &self,
-        dev: &D,
-        checker: &Checker,
-        processed: &Timeline<B>,
-        progress: Option<&(dyn Fn(i64) + Sync)>,
-        mine: &mut PhaseHistograms,
-    ) -> Result<()> {
-        let slots = self.done.len() as i64;
-        while let Ok(seq) = self
-            .next
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                (n < self.batches).then_some(n + 1)
-            })
-        {
-            self.landed
-                .wait(seq as u64 + 1, Duration::MAX)
-                .map_err(|e| stopped("landed", e))?;
-            dev.chaos_pause();
-            let (issued, begin) = (checker.issued_ns(seq), checker.now_ns());
-            checker.process(dev, (seq % slots) as usize, seq);
-            self.phases
-                .checked(mine, seq, issued, begin, checker.now_ns());
-            self.done[(seq % slots) as usize].store(seq, Ordering::Release);
-            self.report(seq, checker, processed, progress, mine)?;
-        }
-        Ok(())
     }
 
     /// Advance the frontier past every processed batch (`seq` was just processed) and signal
