@@ -37,12 +37,13 @@ use serde::Serialize;
 
 use super::device::{Device, Stream};
 use super::graph_engine::DEPTH;
-use super::graph_engine::{record, run_threads, sync_streams, Body, GraphEdge};
+use super::graph_engine::{record, sync_streams, GraphEdge};
 use super::pipeline::{
     failed_by_stop, first_error, stopped, Checker, ProcessWorkers, RunOptions, Variant,
     Verification,
 };
-use super::watchdog::{stall_timeout, Watch};
+use super::threads::{run_threads, Body};
+use super::watchdog::Watch;
 use seqsync::backend::Backend;
 use seqsync::graph::GraphExecutable;
 use seqsync::timeline::{Mechanism, Timeline};
@@ -400,12 +401,7 @@ pub(crate) fn run<D: Device>(
     if on_device {
         others.push(("get_data", Box::new(get_data)));
     }
-    let progress = || checker.progress();
-    let watch = Watch {
-        progress: &progress,
-        timeout: stall_timeout(dev.layout()),
-    };
-    let (results, graphs) = run_threads(h2g, others, &stop, &watch);
+    let (results, graphs) = run_threads(h2g, others, &stop, &Watch::run(checker, dev.layout()));
     let synced = sync_streams(b, streams);
     let wall = start.elapsed();
     first_error(results)?;

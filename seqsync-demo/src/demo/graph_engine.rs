@@ -25,7 +25,8 @@ use serde::Serialize;
 
 use super::device::{Device, Stream};
 use super::pipeline::{first_error, Checker, RunOptions, Variant, Verification};
-use super::watchdog::{stall_timeout, Running, Watch};
+use super::threads::run_threads;
+use super::watchdog::Watch;
 use seqsync::backend::Backend;
 use seqsync::graph::{CommandBuffer, GraphExecutable};
 use seqsync::{Blocking, Error, EventRingbuf, Result};
@@ -165,79 +166,6 @@ pub(crate) fn record<D: Device>(
     graph.instantiate(dev.backend())
 }
 
-/// A thread body of [`run_threads`] besides the h2g one: its name and what it runs.
-pub(crate) type Body<'a> = (&'static str, Box<dyn FnOnce() -> Result<()> + Send + 'a>);
-
-/// Run the h2g body (which owns the graphs, `Send` but not `Sync`, and hands them back) and
-/// the other bodies (g2h, and any more) on scoped threads of their own, under the stall
-/// [`watchdog`](super::watchdog) (`watch`). When one fails or panics, or the watchdog fires,
-/// `stop` is told why, so the others' waits end. Returns every result (h2g's first, the
-/// watchdog's stall, if it fired, last) and the graphs (`None` after a panic).
-pub(crate) fn run_threads<G: Send>(
-    h2g: impl FnOnce() -> (Result<()>, G) + Send,
-    others: Vec<Body<'_>>,
-    stop: &(dyn Fn(String) + Sync),
-    watch: &Watch<'_>,
-) -> (Vec<(&'static str, Result<()>)>, Option<G>) {
-    let panicked = |name: &str, p: Box<dyn std::any::Any + Send>| -> Error {
-        crate::invalid(
-            "demo",
-            format!("thread {name} panicked: {}", crate::panic_message(&*p)),
-        )
-    };
-    let stopped = |name: &str, r: &Result<()>| {
-        if let Err(e) = r {
-            stop(format!("thread {name} failed: {e}"));
-        }
-    };
-    let running = Running::new(
-        std::iter::once("h2g")
-            .chain(others.iter().map(|(name, _)| *name))
-            .collect(),
-    );
-    let running = &running;
-    std::thread::scope(|scope| {
-        let a = scope.spawn(|| {
-            let r = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(h2g)) {
-                Ok((r, graphs)) => {
-                    stopped("h2g", &r);
-                    (r, Some(graphs))
-                }
-                Err(p) => {
-                    let r = Err(panicked("h2g", p));
-                    stopped("h2g", &r);
-                    (r, None)
-                }
-            };
-            running.finished(0);
-            r
-        });
-        let handles: Vec<_> = others
-            .into_iter()
-            .enumerate()
-            .map(|(i, (name, body))| {
-                let h = scope.spawn(move || {
-                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body))
-                        .unwrap_or_else(|p| Err(panicked(name, p)));
-                    stopped(name, &r);
-                    running.finished(i + 1);
-                    r
-                });
-                (name, h)
-            })
-            .collect();
-        let stall = running.watch(watch, stop);
-        let (ra, graphs) = a.join().unwrap_or_else(|p| (Err(panicked("h2g", p)), None));
-        let mut results = vec![("h2g", ra)];
-        for (name, h) in handles {
-            results.push((name, h.join().unwrap_or_else(|p| Err(panicked(name, p)))));
-        }
-        // Last: a thread's own error, if one failed as the watchdog fired, is the cause.
-        results.extend(stall.map(|e| ("watchdog", Err(e))));
-        (results, graphs)
-    })
-}
-
 /// Synchronize every stream (all of them, whatever fails); the first error.
 pub(crate) fn sync_streams<B: Backend>(b: &B, streams: &[B::Stream]) -> Result<()> {
     let mut synced = Ok(());
@@ -355,12 +283,12 @@ pub(crate) fn run<D: Device>(
         ring.stop(why.clone());
         processed.stop(why);
     };
-    let progress = || checker.progress();
-    let watch = Watch {
-        progress: &progress,
-        timeout: stall_timeout(dev.layout()),
-    };
-    let (results, graphs) = run_threads(h2g, vec![("g2h", Box::new(g2h))], &stop, &watch);
+    let (results, graphs) = run_threads(
+        h2g,
+        vec![("g2h", Box::new(g2h))],
+        &stop,
+        &Watch::run(checker, dev.layout()),
+    );
     let synced = sync_streams(b, streams);
     let wall = start.elapsed();
     first_error(results)?;
@@ -368,64 +296,4 @@ pub(crate) fn run<D: Device>(
     // The graphs are dropped only now, after the streams were synchronized.
     std::mem::drop(graphs);
     Ok((wall, checker_owned.finish()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use seqsync::timeline::Timeline;
-    use seqsync::HostBackend;
-
-    #[test]
-    fn threads_that_process_nothing_are_stopped_and_the_run_fails_as_stalled() {
-        // h2g and g2h wait for a value nobody signals; the run's stop fails the timeline.
-        let host = HostBackend::new();
-        let never = Timeline::new(&host, "never", 0).unwrap();
-        let stop = |why: String| never.fail(Error::Cancelled(why));
-        // As the engines do: a wait ended by the run's stop is a stop.
-        let wait = || {
-            never
-                .wait(1, Duration::MAX)
-                .map(|_| ())
-                .map_err(|e| crate::demo::pipeline::stopped("never", e))
-        };
-        let progress = || 0;
-        let watch = Watch {
-            progress: &progress,
-            timeout: Duration::from_millis(200),
-        };
-        let (results, graphs) = run_threads(
-            || (wait(), ()),
-            vec![("g2h", Box::new(wait))],
-            &stop,
-            &watch,
-        );
-        assert!(graphs.is_some());
-        let names: Vec<&str> = results.iter().map(|(n, _)| *n).collect();
-        assert_eq!(names, ["h2g", "g2h", "watchdog"]);
-        match first_error(results) {
-            Err(Error::Stalled {
-                timeout_ms: 200,
-                threads,
-            }) => assert_eq!(threads.len(), 2, "{threads:?}"),
-            other => panic!("expected the stall, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn threads_that_end_leave_no_watchdog_result() {
-        let progress = || 0;
-        let watch = Watch {
-            progress: &progress,
-            timeout: Duration::from_secs(60),
-        };
-        let (results, _) = run_threads(
-            || (Ok(()), ()),
-            vec![("g2h", Box::new(|| Ok(())))],
-            &|_| {},
-            &watch,
-        );
-        let names: Vec<&str> = results.iter().map(|(n, _)| *n).collect();
-        assert_eq!(names, ["h2g", "g2h"]);
-    }
 }

@@ -20,8 +20,8 @@
 //! resolve the config and pick the backend), `measure.rs` (timed runs, baselines, bounds),
 //! `report.rs` ([`DemoReport`]); the pipeline itself in `pipeline/` (hand-written),
 //! `engine.rs` (pipeline runtime), `graph_engine.rs` (command graphs), `adaptive_engine.rs`
-//! (per-slot graphs, adaptive launches), `watchdog.rs` (the stall watchdog of these two and
-//! the hand-written engine),
+//! (per-slot graphs, adaptive launches), `threads.rs` and `watchdog.rs` (the host threads of
+//! these two and the hand-written engine, and their stall watchdog),
 //! `bounds.rs` (device bound, isolated latency),
 //! `pool_pipeline.rs`
 //! ([`Variant::Pool`]), `processes.rs` (the pipeline across two processes: [`run_producer`],
@@ -59,6 +59,7 @@ mod pool_pipeline;
 mod processes;
 mod report;
 mod sweep;
+mod threads;
 mod trace;
 mod validate;
 mod watchdog;

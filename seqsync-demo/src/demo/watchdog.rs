@@ -16,6 +16,7 @@ use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::device::Layout;
+use super::pipeline::Checker;
 use seqsync::Error;
 
 /// How long a run of little work may make no progress before it is stopped: the pipeline
@@ -59,8 +60,19 @@ const LOOK_EVERY: Duration = Duration::from_millis(50);
 /// What the watchdog watches: a count that grows while the run makes progress, and how long
 /// it may stand still.
 pub(crate) struct Watch<'a> {
-    pub progress: &'a (dyn Fn() -> i64 + Sync),
+    pub progress: Box<dyn Fn() -> i64 + Sync + 'a>,
     pub timeout: Duration,
+}
+
+impl<'a> Watch<'a> {
+    /// An engine's run: the batches `checker` saw issued and processed, for the
+    /// [`stall_timeout`] of `layout`.
+    pub(crate) fn run(checker: &'a Checker, layout: &Layout) -> Self {
+        Watch {
+            progress: Box::new(move || checker.progress()),
+            timeout: stall_timeout(layout),
+        }
+    }
 }
 
 /// A run's threads, by name, and which have finished; the last to finish wakes the watchdog.
@@ -172,9 +184,8 @@ mod tests {
         let running = Running::new(vec!["h2g", "g2h"]);
         // Both threads wait until the run is stopped.
         let stopped = AtomicBool::new(false);
-        let progress = || 7;
         let watch = Watch {
-            progress: &progress,
+            progress: Box::new(|| 7),
             timeout: Duration::from_millis(100),
         };
         let reason = Mutex::new(String::new());
@@ -222,9 +233,8 @@ mod tests {
     fn a_run_that_keeps_processing_is_not_stopped() {
         let running = Running::new(vec!["worker"]);
         let count = AtomicI64::new(0);
-        let progress = || count.load(Ordering::SeqCst);
         let watch = Watch {
-            progress: &progress,
+            progress: Box::new(|| count.load(Ordering::SeqCst)),
             timeout: Duration::from_millis(150),
         };
         let stop = |why: String| panic!("stopped: {why}");
@@ -245,9 +255,8 @@ mod tests {
     #[test]
     fn the_watchdog_ends_when_the_threads_do_not_at_its_timeout() {
         let running = Running::new(vec!["a", "b"]);
-        let progress = || 0;
         let watch = Watch {
-            progress: &progress,
+            progress: Box::new(|| 0),
             timeout: Duration::from_secs(60),
         };
         let stop = |why: String| panic!("stopped: {why}");

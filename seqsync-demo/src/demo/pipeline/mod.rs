@@ -31,7 +31,8 @@ mod variants;
 use std::time::{Duration, Instant};
 
 use super::device::{Device, Stream};
-use super::watchdog::{stall_timeout, Running, Watch};
+use super::threads::{run_threads, Body};
+use super::watchdog::Watch;
 use seqsync::backend::Backend;
 use seqsync::timeline::Timeline;
 use seqsync::{Blocking, Error, EventRingbuf, Result};
@@ -244,30 +245,26 @@ pub(crate) fn run<D: Device>(dev: &D, opt: &RunOptions<'_>) -> Result<(Duration,
     let checker_owned = Checker::paced(opt.batches, opt.rate);
     let start = Instant::now();
     let (rings, streams, checker) = (&rings, &streams, &checker_owned);
-    // The run's threads, h2g first; the pool variant never gets here (see the check above).
-    type Body<'a> = Box<dyn Fn() -> Result<()> + Send + Sync + 'a>;
-    let mut bodies: Vec<(&'static str, Body<'_>)> = vec![(
-        "h2g",
-        Box::new(move || h2g_thread(dev, streams, rings, checker, opt)),
-    )];
+    // The run's threads besides h2g; the pool variant never gets here (see the check above).
+    let mut others: Vec<Body<'_>> = Vec::new();
     match opt.variant {
-        Variant::Seed | Variant::KeepInput | Variant::Pool => bodies.push((
+        Variant::Seed | Variant::KeepInput | Variant::Pool => others.push((
             "g2h",
             Box::new(move || g2h_thread(dev, streams, rings, checker, opt)),
         )),
         Variant::HostRing => {
-            bodies.push((
+            others.push((
                 "g2h-launch",
                 Box::new(move || g2h_launch_thread(dev, streams, rings, opt)),
             ));
-            bodies.push((
+            others.push((
                 "g2h-process",
                 Box::new(move || g2h_process_thread(dev, streams, rings, checker, opt)),
             ));
         }
     }
     if opt.variant == Variant::KeepInput {
-        bodies.push((
+        others.push((
             "release",
             Box::new(move || release_thread(dev, streams, rings, opt)),
         ));
@@ -276,45 +273,12 @@ pub(crate) fn run<D: Device>(dev: &D, opt: &RunOptions<'_>) -> Result<(Duration,
         checker.stop();
         rings.stop_all(&why);
     };
-    let running = Running::new(bodies.iter().map(|(name, _)| *name).collect());
-    let progress = || checker.progress();
-    let watch = Watch {
-        progress: &progress,
-        timeout: stall_timeout(dev.layout()),
-    };
-    let results: Vec<(&str, Result<()>)> = std::thread::scope(|scope| {
-        let (running, stop) = (&running, &stop);
-        let handles: Vec<_> = bodies
-            .into_iter()
-            .enumerate()
-            .map(|(i, (name, body))| {
-                scope.spawn(move || {
-                    // A panic is an error too: the other threads must be stopped, not left
-                    // blocked.
-                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body))
-                        .unwrap_or_else(|p| {
-                            Err(crate::invalid(
-                                "demo",
-                                format!("thread {name} panicked: {}", crate::panic_message(&*p)),
-                            ))
-                        });
-                    if let Err(e) = &r {
-                        stop(format!("thread {name} failed: {e}"));
-                    }
-                    running.finished(i);
-                    (name, r)
-                })
-            })
-            .collect();
-        let stall = running.watch(&watch, stop);
-        // The watchdog's stall last: a thread's own error, if one failed as it fired, is the
-        // cause.
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("pipeline thread panicked"))
-            .chain(stall.map(|e| ("watchdog", Err(e))))
-            .collect()
-    });
+    let (results, _) = run_threads(
+        move || (h2g_thread(dev, streams, rings, checker, opt), ()),
+        others,
+        &stop,
+        &Watch::run(checker, dev.layout()),
+    );
     let synced = streams.sync_all(dev);
     let wall = start.elapsed();
     first_error(results)?;
