@@ -6,9 +6,9 @@
 //! A slow run is not a stalled one: the watchdog looks only at whether a count moved (the
 //! engines count batches issued and batches processed, so a launch's batches arriving one by
 //! one at a slow rate count as progress), and `--rate` is validated so that arrivals come well
-//! within the timeout (`validate.rs`). It stops the run through the engine's own stop (the one a failed thread
-//! uses), so every wait on a ring or timeline ends; a wait the stop cannot end (a device that
-//! never completes its work, where the driver offers no way out) is beyond it.
+//! within the timeout (`validate.rs`). It stops the run through the engine's own stop (the one
+//! a failed thread uses), so every wait on a ring or timeline ends; a wait the stop cannot end
+//! (a device that never completes its work, where the driver offers no way out) is beyond it.
 //!
 //! [`Engine::Pipeline`]: super::Engine::Pipeline
 
