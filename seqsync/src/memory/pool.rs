@@ -4,7 +4,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 
 use super::point::{Clocks, Settled, Until};
-use super::size_class::class_size;
+use super::size_class::{class_size, largest_class_within};
 use super::{AllocFlags, Allocation, Block, Point, PoolConfig, PoolStats, StreamAllocator, Wait};
 use crate::backend::MemoryBackend;
 use crate::error::{Error, Result};
@@ -24,9 +24,9 @@ use crate::error::{Error, Result};
 ///    after a stream wait on its free enqueued on `S`.
 /// 4. otherwise [`Error::Exhausted`].
 ///
-/// It never synchronizes the host while it lives ([`PoolStats::host_syncs`] stays 0): a
-/// pool dropped with frees still pending waits for them, then gives its memory back. Blocks
-/// still allocated when it drops are leaked, never freed under their users.
+/// It never synchronizes the host ([`PoolStats::host_syncs`] stays 0), not even when it
+/// drops: a slab with a block still allocated, or freed by a free that has not completed yet
+/// (or failed), is leaked then, never freed under its users; the others go back at once.
 ///
 /// ```
 /// use seqsync::memory::{Pool, PoolConfig, Wait};
@@ -128,7 +128,8 @@ impl<B: MemoryBackend> Pool<B> {
     /// A pool named `name` (errors name it) on `backend`.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when the alignment is not a power of two, or a size is 0.
+    /// [`Error::InvalidArgument`] when the alignment is not a power of two, a size is 0, or
+    /// `max_bytes` holds no block (it is below the alignment).
     pub fn new(backend: &B, name: &str, config: PoolConfig) -> Result<Self> {
         let bad = |m: String| Err(Error::invalid(name, m));
         if !config.alignment.is_power_of_two() {
@@ -141,6 +142,12 @@ impl<B: MemoryBackend> Pool<B> {
             return bad(format!(
                 "slab_bytes {}, max_bytes {} and max_alloc {} must be > 0",
                 config.slab_bytes, config.max_bytes, config.max_alloc
+            ));
+        }
+        if largest_class_within(config.max_bytes, config.alignment) == 0 {
+            return bad(format!(
+                "max_bytes {} holds no block of alignment {}",
+                config.max_bytes, config.alignment
             ));
         }
         Ok(Pool {
@@ -175,9 +182,12 @@ impl<B: MemoryBackend> Pool<B> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The largest allocation this pool serves.
+    /// The largest allocation this pool serves: [`PoolConfig::max_alloc`], and no more than
+    /// the largest size class that fits in [`PoolConfig::max_bytes`] (a request takes its
+    /// class: with `max_bytes` 1000 and alignment 256, 768).
     pub fn max_alloc(&self) -> usize {
-        self.config.max_alloc.min(self.config.max_bytes)
+        let fits = largest_class_within(self.config.max_bytes, self.config.alignment);
+        self.config.max_alloc.min(fits)
     }
 
     /// Allocate `size` bytes for work on `stream`, after `waits`, with no inserted wait and
@@ -249,16 +259,25 @@ impl<B: MemoryBackend> Pool<B> {
             if let Some((addr, slab)) = self.carve(st, class)? {
                 st.stats.fresh += 1;
                 (addr, slab, None)
-            } else if flags.allow_wait && stale > 0 {
-                // 3. An inserted wait on the oldest free of the class.
-                let entry = st.classes.get_mut(&class).expect("class entry made above");
-                let f = entry.free.front().expect("stale > 0");
-                self.backend.wait(stream, f.death.event())?;
-                let f = entry.free.pop_front().expect("stale > 0");
+            } else if let Some(f) = flags
+                .allow_wait
+                .then(|| self.oldest_healthy_free(st, class))
+                .flatten()
+            {
+                // 3. An inserted wait on the oldest free of the class that can still complete.
+                if let Err(e) = self.backend.wait(stream, f.death.event()) {
+                    st.classes
+                        .get_mut(&class)
+                        .expect("class entry made above")
+                        .free
+                        .push_front(f);
+                    return Err(e);
+                }
                 st.clocks.learn(sid, &f.death);
                 st.stats.waits += 1;
                 (f.addr, f.slab, Some(f))
             } else {
+                let stale = st.classes.get(&class).map_or(0, |c| c.free.len());
                 st.stats.exhausted += 1;
                 return Err(Error::Exhausted {
                     pool: self.name.clone(),
@@ -323,6 +342,27 @@ impl<B: MemoryBackend> Pool<B> {
             generation,
         };
         Ok(Allocation { block, ready })
+    }
+
+    /// The oldest freed block of `class` whose free can still complete, taken out of the free
+    /// list; on the way, the blocks whose free failed (a stream of its wait list failed after
+    /// the free was accepted: the free never happens) are leaked and counted, as a failed
+    /// timeline's are, rather than given to a stream whose inserted wait would then fail.
+    #[cold]
+    fn oldest_healthy_free(&self, st: &mut State<B>, class: usize) -> Option<Freed<B>> {
+        let entry = st.classes.get_mut(&class)?;
+        while let Some(f) = entry.free.pop_front() {
+            if self.backend.query(f.death.event()).is_ok() {
+                return Some(f);
+            }
+            // Its slab counts it live again: never given back under whoever still uses it.
+            if let Some(s) = st.slabs[f.slab].as_mut() {
+                s.live += 1;
+            }
+            st.stats.leaked += 1;
+            st.leaked.insert(f.addr);
+        }
+        None
     }
 
     /// Never-used space of `class`: from the class's slab, or from a new slab if the pool may
@@ -643,20 +683,23 @@ impl<B: MemoryBackend> Drop for Pool<B> {
         let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
         // A block still quarantined keeps its slab (counted live): leaked below.
         settle_quarantine(st);
-        // Frees still pending on some stream: wait for them before the memory goes.
+        // A free still pending on some stream (or one that failed) may have readers before it:
+        // its slab is leaked rather than freed under them. Never a host wait here: a stream
+        // may be held by a timeline value that only this thread would signal.
+        let mut pending = vec![false; st.slabs.len()];
         for class in st.classes.values() {
             for f in &class.free {
                 if !matches!(self.backend.query(f.death.event()), Ok(true)) {
-                    st.stats.host_syncs += 1;
-                    // A failed stream never runs its later work: nothing left to wait for.
-                    let _ = self.backend.synchronize(f.death.event());
+                    pending[f.slab] = true;
                 }
             }
         }
-        for slab in st.slabs.iter_mut().filter_map(Option::take) {
-            if slab.live > 0 {
-                // Still in use by someone who never freed it: leak rather than free under them.
-                std::mem::forget(slab.memory);
+        for (i, slab) in st.slabs.iter_mut().enumerate() {
+            if let Some(slab) = slab.take() {
+                if slab.live > 0 || pending[i] {
+                    // Still in use (never freed, or its free not reached): leak it.
+                    std::mem::forget(slab.memory);
+                }
             }
         }
     }

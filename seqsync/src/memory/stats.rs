@@ -41,10 +41,11 @@ pub struct PoolStats {
     /// readers).
     pub quarantined: u64,
     /// Freed blocks never handed out again: a timeline their free waited on failed before
-    /// reaching the value, so their readers may still run (their memory stays reserved until
-    /// the pool drops, and is leaked then rather than freed under a reader).
+    /// reaching the value, or a stream their free waited on failed (a host closure
+    /// panicked), so their readers may still run (their memory stays reserved until the pool
+    /// drops, and is leaked then rather than freed under a reader).
     pub leaked: u64,
-    /// Times the pool blocked the host on the device. It never does while it lives; only a
-    /// pool dropped with frees still pending waits for them.
+    /// Times the pool blocked the host on the device: it never does (a pool dropped with
+    /// frees still pending leaks their slabs instead).
     pub host_syncs: u64,
 }

@@ -11,5 +11,6 @@ mod handoff;
 mod handoff_graph;
 mod pool;
 mod pool_frees;
+mod pool_limits;
 mod pool_sizes;
 mod pool_stress;

@@ -1,0 +1,114 @@
+//! The pool's limits and failure edges: what it advertises it serves; configurations at the
+//! top of the range are errors, not panics; an inserted wait never lands on a free that
+//! failed; a pool never blocks the host, not even when it drops.
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use seqsync::memory::{AllocFlags, Pool, PoolConfig, Wait};
+use seqsync::timeline::Timeline;
+use seqsync::{Error, HostBackend};
+
+#[test]
+fn every_size_up_to_max_alloc_is_served_by_an_empty_pool() {
+    let host = HostBackend::new();
+    let s = host.new_stream("s").unwrap();
+    let cfg = PoolConfig {
+        max_bytes: 1000,
+        ..PoolConfig::default()
+    };
+    let p = Pool::new(&host, "p", cfg).unwrap();
+    // 1000 bytes would take the 1024-byte class: the largest class within 1000 is 768.
+    assert_eq!(p.max_alloc(), 768);
+    let a = p.alloc(&s, p.max_alloc(), &[]).unwrap();
+    assert_eq!(a.block.capacity(), 768);
+    assert!(matches!(
+        p.alloc(&s, 769, &[]),
+        Err(Error::AllocSize {
+            size: 769,
+            max: 768,
+            ..
+        })
+    ));
+    assert_eq!(p.stats().exhausted, 0);
+}
+
+#[test]
+fn a_pool_that_holds_no_block_is_refused_when_made() {
+    let host = HostBackend::new();
+    let cfg = PoolConfig {
+        max_bytes: 255,
+        ..PoolConfig::default()
+    };
+    let e = Pool::new(&host, "tiny", cfg).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { .. }), "{e}");
+}
+
+#[test]
+fn an_alignment_at_the_top_of_the_range_is_an_error_not_a_panic() {
+    let host = HostBackend::new();
+    let s = host.new_stream("s").unwrap();
+    for shift in [62u32, 63] {
+        let cfg = PoolConfig {
+            alignment: 1usize << shift,
+            ..PoolConfig::default()
+        };
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            Pool::new(&host, "p", cfg).and_then(|p| p.alloc(&s, 1, &[]).map(|a| a.block))
+        }));
+        let r = r.unwrap_or_else(|_| panic!("alignment 2^{shift}: a panic"));
+        assert!(r.is_err(), "alignment 2^{shift}: no host memory that large");
+    }
+}
+
+/// A free accepted while its wait list was fine, whose reader fails afterwards (its closure
+/// panics), never completes: an allocation allowed to wait does not get a wait on it (which
+/// would fail a healthy stream); the block is leaked and counted instead.
+#[test]
+fn an_inserted_wait_never_lands_on_a_free_that_failed() {
+    let host = HostBackend::new();
+    let (reader, freer, healthy) = (
+        host.new_stream("reader").unwrap(),
+        host.new_stream("freer").unwrap(),
+        host.new_stream("healthy").unwrap(),
+    );
+    let p = Pool::new(&host, "p", PoolConfig::fixed_blocks(4096, 1)).unwrap();
+    let x = p.alloc(&freer, 4096, &[]).unwrap().block;
+    reader.launch(|| {
+        std::thread::sleep(Duration::from_millis(20));
+        panic!("the last reader failed");
+    });
+    let read = p.record(&reader).unwrap();
+    p.free(&freer, x, &[Wait::Point(&read)]).unwrap();
+    assert!(freer.synchronize().is_err(), "the free's wait failed");
+
+    let flags = AllocFlags::default().allow_wait();
+    let e = p.alloc_with(&healthy, 4096, &[], flags).unwrap_err();
+    assert!(matches!(e, Error::Exhausted { stale: 0, .. }), "{e}");
+    healthy.launch(|| {});
+    healthy.synchronize().unwrap();
+    let st = p.stats();
+    assert_eq!((st.leaked, st.waits, st.exhausted), (1, 0, 1), "{st:?}");
+}
+
+/// A pool dropped while a free is held by a timeline value that the dropping thread signals
+/// only afterwards: the drop returns at once (the slab is leaked, not freed under the stream).
+#[test]
+fn dropping_the_pool_never_waits_for_a_pending_free() {
+    let host = HostBackend::new();
+    let s = host.new_stream("s").unwrap();
+    let go = Timeline::new(&host, "go", 0).unwrap();
+    let p = Pool::new(&host, "p", PoolConfig::default()).unwrap();
+    let a = p.alloc(&s, 4096, &[]).unwrap().block;
+    go.wait_on(&s, 1).unwrap();
+    p.free(&s, a, &[]).unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        drop(p);
+        let _ = tx.send(());
+    });
+    let dropped = rx.recv_timeout(Duration::from_secs(5)).is_ok();
+    go.signal(1).unwrap();
+    s.synchronize().unwrap();
+    assert!(dropped, "the pool's drop waited for the stream");
+}
