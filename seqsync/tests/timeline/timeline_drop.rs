@@ -105,3 +105,45 @@ fn a_dropped_timeline_whose_held_signal_is_released_by_another_lands_it() {
     after.wait(1, Duration::from_secs(10)).unwrap();
     s.synchronize().unwrap();
 }
+
+/// A stream dropped before the timeline it waits on (the natural order of locals declared
+/// timeline first): the stream's drop does not wait for the value (as a CUDA stream's destroy),
+/// the timeline's drop then releases the wait, and the work behind it still runs.
+#[test]
+fn a_stream_dropped_before_the_timeline_it_waits_on_does_not_hang() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let ran = Arc::new(AtomicBool::new(false));
+    let r = ran.clone();
+    std::thread::spawn(move || {
+        let host = HostBackend::new();
+        let t = Timeline::new(&host, "t", 0).unwrap();
+        let s = host.new_stream("s").unwrap();
+        t.wait_on(&s, 1).unwrap();
+        s.launch(move || r.store(true, Ordering::SeqCst));
+        drop(s);
+        drop(t);
+        tx.send(()).unwrap();
+    });
+    assert!(
+        rx.recv_timeout(Duration::from_secs(15)).is_ok(),
+        "dropping the stream waited for a value only the timeline's later drop releases"
+    );
+    // Skipped or run, the work behind the released wait is reached: the thread ends.
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while !ran.load(Ordering::SeqCst) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A stream dropped with plain closures still to run finishes them before its drop returns.
+#[test]
+fn a_dropped_stream_runs_its_closures_before_the_drop_returns() {
+    let host = HostBackend::new();
+    let s = host.new_stream("s").unwrap();
+    let ran = Arc::new(AtomicBool::new(false));
+    let r = ran.clone();
+    s.launch(|| std::thread::sleep(Duration::from_millis(50)));
+    s.launch(move || r.store(true, Ordering::SeqCst));
+    drop(s);
+    assert!(ran.load(Ordering::SeqCst));
+}

@@ -269,7 +269,9 @@ impl Backend for HostBackend {
 
     fn wait_on(&self, stream: &HostStream, sem: &HostSemaphore, value: u64) -> Result<()> {
         let word = sem.word.clone();
-        stream.launch(move || word.wait_at_least(value));
+        stream.shared.enqueue(stream::Job::Wait(Box::new(move || {
+            word.wait_at_least(value)
+        })));
         Ok(())
     }
 }

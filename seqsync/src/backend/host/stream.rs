@@ -25,6 +25,9 @@ pub(crate) enum Job {
     /// Run a closure even when the stream has failed; it gets the failure's message then (a
     /// timeline signal: it fails the timeline instead of signalling it).
     Always(Box<dyn FnOnce(Option<Arc<str>>) + Send + 'static>),
+    /// Block the stream until a closure returns that waits for something outside it (a
+    /// timeline value): a stream dropped meanwhile does not wait for it (see the drop).
+    Wait(Box<dyn FnOnce() + Send + 'static>),
 }
 
 /// Where a stream failed: the index of the failing operation and why.
@@ -40,6 +43,11 @@ pub(crate) struct State {
     pub(crate) enqueued: u64,
     failure: Option<Failure>,
     shutdown: bool,
+    /// The worker is blocked on something outside the stream (a timeline value, another
+    /// stream's event): a drop does not join it then.
+    parked: bool,
+    /// The worker has run everything after the shutdown and is returning.
+    exited: bool,
 }
 
 /// The part of a stream that events and other streams' gates hold on to.
@@ -143,7 +151,10 @@ impl StreamShared {
 /// A host stream: closures enqueued with [`HostStream::launch`] run one after another, in
 /// order, on the stream's own worker thread.
 ///
-/// Dropping a stream finishes the work already enqueued and joins its thread. A closure that
+/// Dropping a stream finishes the work already enqueued and joins its thread, unless that
+/// thread is blocked on something outside the stream (a timeline wait, another stream's
+/// event): then, as a CUDA stream's destroy, the drop returns at once and the work runs once
+/// the wait is released (by a signal, a failure or the timeline's drop). A closure that
 /// panics fails the stream: later closures are skipped, and every synchronize on an event
 /// recorded after the panic, and every stream that waits on such an event, gets an
 /// [`Error::Backend`] naming the stream and the panic message. Nobody hangs.
@@ -184,6 +195,8 @@ impl HostStream {
                 enqueued: 0,
                 failure: None,
                 shutdown: false,
+                parked: false,
+                exited: false,
             }),
             completed: AtomicU64::new(0),
             work_cv: Condvar::new(),
@@ -243,14 +256,50 @@ impl HostStream {
 }
 
 impl Drop for HostStream {
+    /// The work already enqueued still runs, in order, on the stream's thread. The drop joins
+    /// that thread unless it is blocked on something outside the stream (a timeline wait, an
+    /// event of another stream): as a CUDA stream's destroy, it then returns at once and the
+    /// thread ends once the rest has run. A stream dropped before the timeline it waits on
+    /// (whose drop releases that wait) does not hang.
     fn drop(&mut self) {
-        self.shared.lock().shutdown = true;
+        let mut state = self.shared.lock();
+        state.shutdown = true;
         self.shared.work_cv.notify_all();
+        loop {
+            if state.parked {
+                // Detached: it ends by itself once what it waits for comes.
+                return;
+            }
+            if state.exited || self.worker.is_none() {
+                break;
+            }
+            // Woken when an operation ends, when the worker parks and when it returns; the
+            // timeout only bounds a missed wake-up.
+            state = self
+                .shared
+                .done_cv
+                .wait_timeout(state, Duration::from_millis(10))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        drop(state);
         if let Some(worker) = self.worker.take() {
             // The worker catches closure panics itself, so join only fails if the runtime
             // aborted it; nothing is left to clean up then.
             let _ = worker.join();
         }
+    }
+}
+
+impl StreamShared {
+    /// Run `wait`, which blocks on something outside the stream, with the worker marked
+    /// parked (a drop does not join it meanwhile).
+    fn parked<R>(&self, wait: impl FnOnce() -> R) -> R {
+        self.lock().parked = true;
+        self.done_cv.notify_all();
+        let r = wait();
+        self.lock().parked = false;
+        r
     }
 }
 
@@ -264,6 +313,8 @@ fn run_worker(shared: &Arc<StreamShared>, mut chaos: Option<(Chaos, SplitMix64)>
                     break op;
                 }
                 if state.shutdown {
+                    state.exited = true;
+                    shared.done_cv.notify_all();
                     return;
                 }
                 state = shared
@@ -299,11 +350,23 @@ fn run_worker(shared: &Arc<StreamShared>, mut chaos: Option<(Chaos, SplitMix64)>
                     );
                 }
             }
+            Job::Wait(f) => {
+                if shared.failed() {
+                    let _ = catch_unwind(AssertUnwindSafe(move || drop(f)));
+                } else if let Err(payload) = catch_unwind(AssertUnwindSafe(|| shared.parked(f))) {
+                    shared.lock().parked = false;
+                    shared.fail(
+                        index,
+                        format!("closure panicked: {}", panic_message(&*payload)).into(),
+                    );
+                }
+            }
             Job::Follow { on, pos } => {
-                let _ = on.wait_for(pos, &crate::backend::NeverInterrupt);
+                let _ = shared.parked(|| on.wait_for(pos, &crate::backend::NeverInterrupt));
             }
             Job::Gate { on, pos } => {
-                if let Err(e) = on.wait_for(pos, &crate::backend::NeverInterrupt) {
+                let waited = shared.parked(|| on.wait_for(pos, &crate::backend::NeverInterrupt));
+                if let Err(e) = waited {
                     shared.fail(
                         index,
                         format!("waited on an event of a failed stream: {e}").into(),
