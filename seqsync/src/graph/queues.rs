@@ -6,8 +6,10 @@
 //! pool stream that is free for it: one never used, one whose last work belongs to an earlier
 //! submission on the same logical queue (so it is ordered before this one anyway), or one whose
 //! last work has completed — never one that a failure poisoned (it would fail the timelines of
-//! work that did not depend on the failure). Otherwise the pool grows. A submission thus adds
-//! no ordering between submissions beyond the one its queue affinity asks for.
+//! work that did not depend on the failure), and never another queue's *anchor* (below).
+//! Otherwise a poisoned stream with nothing left to run is replaced by a fresh one in place, or
+//! the pool grows: a run of failures does not grow it. A submission thus adds no ordering
+//! between submissions beyond the one its queue affinity asks for.
 //!
 //! Timelines ([`Submit`]): a submission's first commands wait for its `(timeline, value)`
 //! list; once all its commands have run it signals its signal list (wait-before-signal works:
@@ -30,6 +32,15 @@
 //! On no queue (several bits), a submission without commands only orders its signals after
 //! its waits.
 //!
+//! A queue keeps its order on a pool stream of its own, its anchor: each submission on it ends
+//! there (the anchor waits for the submission's other streams, then for its timeline waits
+//! again) and makes its signals there, and the next submission starts after that end. So a
+//! queue behaves as one stream would under a failure: once a timeline wait of a submission on
+//! queue `q` is released by a failure, the signals of that submission and of every later one
+//! on `q` fail (`Error::TimelineFailed`), whether they were submitted before or after the
+//! failure and whatever streams they ran on; other queues, and submissions on no queue that do
+//! not wait on the failure, are not affected.
+//!
 //! # Refusals
 //!
 //! A submission is refused whole, before anything is enqueued, where part of it would be:
@@ -47,7 +58,6 @@
 //! [`Error::WaitBeforeSignalUnsupported`](crate::Error::WaitBeforeSignalUnsupported) before
 //! anything is enqueued.
 
-use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 
 use super::executable::Executable;
@@ -193,12 +203,20 @@ struct PoolStream<B: Backend> {
     last: Option<Stamp>,
     /// A submission failed half-way on it: its end event does not cover its work.
     broken: bool,
+    /// The queue whose anchor it is (see [`QueueEnd`]): no other submission gets it.
+    anchor_of: Option<u32>,
 }
 
-/// The end of a queue's last submission: an event per pool stream it used.
+/// A queue's order lives on one pool stream of its own, its *anchor*: every submission on the
+/// queue ends there (the anchor waits for the submission's other streams, and for its
+/// timeline waits again), makes its signals there, and the next submission starts after the
+/// anchor's end. A failed timeline wait of any submission on the queue thus poisons the
+/// anchor, and every later signal of the queue fails by the timelines' own rule, whichever
+/// streams the submissions were mapped to and whenever the failure came.
 struct QueueEnd<B: Backend> {
-    events: HashMap<usize, B::Event>,
-    used: Vec<usize>,
+    anchor: usize,
+    /// Recorded on the anchor at the end of the queue's last submission.
+    end: B::Event,
 }
 
 /// What one submission did.
@@ -256,10 +274,15 @@ impl<B: CommandBackend> Queues<B> {
         // did not depend on the failure must not land on it.
         // Nor one whose timeline operations are held on the host (CUDA `events`): a wait of a
         // later submission there would hold none of its commands.
-        if s.broken
-            || crate::timeline::is_poisoned(&self.backend, &s.stream)
-            || self.backend.defers_timeline_ops(&s.stream)
-        {
+        if s.broken || self.backend.defers_timeline_ops(&s.stream) {
+            return Ok(false);
+        }
+        // A queue's anchor is its own: poisoned or not, only its queue's work goes there
+        // (after a failure of the queue, that work fails its signals anyway).
+        if let Some(q) = s.anchor_of {
+            return Ok(Some(q) == queue);
+        }
+        if crate::timeline::is_poisoned(&self.backend, &s.stream) {
             return Ok(false);
         }
         match s.last {
@@ -279,16 +302,23 @@ impl<B: CommandBackend> Queues<B> {
         // wait.
         let mut candidates: Vec<usize> = queue
             .and_then(|q| self.queues.get(&q))
-            .map(|e| e.used.clone())
+            .map(|e| vec![e.anchor])
             .unwrap_or_default();
         candidates.extend(0..self.streams.len());
+        let mut poisoned_idle = Vec::new();
         for i in candidates {
             if map.len() == n {
                 break;
             }
-            if !taken[i] && self.is_free(i, queue)? {
+            if taken[i] {
+                continue;
+            }
+            if self.is_free(i, queue)? {
                 taken[i] = true;
                 map.push(i);
+            } else if self.is_replaceable(i) {
+                taken[i] = true;
+                poisoned_idle.push(i);
             }
         }
         let mut created = 0;
@@ -297,16 +327,35 @@ impl<B: CommandBackend> Queues<B> {
                 .backend
                 .new_stream(&format!("graph-{}", self.streams.len()))?;
             let end = self.backend.create_event(EventOptions::default())?;
-            self.streams.push(PoolStream {
+            let fresh = PoolStream {
                 stream,
                 end,
                 last: None,
                 broken: false,
-            });
-            map.push(self.streams.len() - 1);
+                anchor_of: None,
+            };
+            // A stream that a failure poisoned, with nothing left to run, is replaced in
+            // place: a run of failures does not grow the pool.
+            if let Some(i) = poisoned_idle.pop() {
+                self.streams[i] = fresh;
+                map.push(i);
+            } else {
+                self.streams.push(fresh);
+                map.push(self.streams.len() - 1);
+            }
             created += 1;
         }
         Ok((map, created))
+    }
+
+    /// Is pool stream `i` poisoned, no queue's anchor, and done with everything it was given
+    /// (so nothing is lost by replacing it with a fresh stream)?
+    fn is_replaceable(&self, i: usize) -> bool {
+        let s = &self.streams[i];
+        s.anchor_of.is_none()
+            && !s.broken
+            && crate::timeline::is_poisoned(&self.backend, &s.stream)
+            && matches!(self.backend.query(&s.end), Ok(true))
     }
 
     /// Enqueue every command of `exe` on the pool's streams, with `affinity`.
@@ -371,7 +420,7 @@ impl<B: CommandBackend> Queues<B> {
                 // A backend call failed part-way (what can be refused was, before anything was
                 // enqueued): what was enqueued still ends the queue, so that the queue's next
                 // submission runs after it.
-                let _ = self.finish_submission(&map, queue);
+                let _ = self.finish_submission(&map, queue, &Submit::on(how.affinity));
                 for &p in &map {
                     self.streams[p].broken = true;
                 }
@@ -440,7 +489,7 @@ impl<B: CommandBackend> Queues<B> {
             _ => used,
         };
         self.signal(&used, how)?;
-        self.finish_submission(&used, queue)?;
+        self.finish_submission(&used, queue, how)?;
         Ok(queue_waits)
     }
 
@@ -497,7 +546,7 @@ impl<B: CommandBackend> Queues<B> {
             self.backend
                 .launch_graph(&exe.exec, &self.streams[p].stream)?;
             self.signal(&map, how)?;
-            self.finish_submission(&map, queue)?;
+            self.finish_submission(&map, queue, how)?;
             Ok(waits)
         })();
         match result {
@@ -508,27 +557,23 @@ impl<B: CommandBackend> Queues<B> {
             }),
             Err(e) => {
                 // As in `submit_with`: what was enqueued ends the queue.
-                let _ = self.finish_submission(&map, queue);
+                let _ = self.finish_submission(&map, queue, &Submit::on(how.affinity));
                 self.streams[p].broken = true;
                 Err(e)
             }
         }
     }
 
-    /// Make pool stream `p` wait for the end of `queue`'s previous submission on every other
-    /// stream it used; returns how many waits.
+    /// Make pool stream `p` wait for the end of `queue`'s previous submission (on its anchor,
+    /// unless `p` is the anchor); returns how many waits.
     fn queue_waits(&self, p: usize, queue: Option<u32>) -> Result<usize> {
-        let mut n = 0;
-        if let Some(prev) = queue.and_then(|q| self.queues.get(&q)) {
-            for &u in &prev.used {
-                if u != p {
-                    self.backend
-                        .wait(&self.streams[p].stream, &prev.events[&u])?;
-                    n += 1;
-                }
+        match queue.and_then(|q| self.queues.get(&q)) {
+            Some(prev) if prev.anchor != p => {
+                self.backend.wait(&self.streams[p].stream, &prev.end)?;
+                Ok(1)
             }
+            _ => Ok(0),
         }
-        Ok(n)
     }
 
     /// Make `how`'s timeline signals once all of a submission's work on pool streams `used`
@@ -538,7 +583,8 @@ impl<B: CommandBackend> Queues<B> {
         let Some(&j) = used.last() else {
             return Ok(());
         };
-        if how.signals.is_empty() {
+        // On a queue, the anchor joins and signals (`finish_submission`).
+        if how.signals.is_empty() || how.affinity.single().is_some() {
             return Ok(());
         }
         for &u in used {
@@ -558,29 +604,51 @@ impl<B: CommandBackend> Queues<B> {
         Ok(())
     }
 
-    /// Record the end of a submission that used pool streams `used`.
-    fn finish_submission(&mut self, used: &[usize], queue: Option<u32>) -> Result<()> {
+    /// Record the end of a submission that used pool streams `used`; on a queue, end it on
+    /// the queue's anchor (see [`QueueEnd`]): the anchor waits for the other streams and for
+    /// the submission's timeline waits, then makes its signals.
+    fn finish_submission(
+        &mut self,
+        used: &[usize],
+        queue: Option<u32>,
+        how: &Submit<'_, B>,
+    ) -> Result<()> {
         for &p in used {
             let s = &mut self.streams[p];
             self.backend.record(&s.end, &s.stream)?;
             s.last = Some(Stamp { queue });
         }
-        if let Some(q) = queue {
-            let end = self.queues.entry(q).or_insert_with(|| QueueEnd {
-                events: HashMap::new(),
-                used: Vec::new(),
-            });
-            for &p in used {
-                let ev = match end.events.entry(p) {
-                    Entry::Occupied(o) => o.into_mut(),
-                    Entry::Vacant(v) => {
-                        v.insert(self.backend.create_event(EventOptions::default())?)
-                    }
+        let Some(q) = queue else {
+            return Ok(());
+        };
+        let anchor = match self.queues.get(&q) {
+            Some(e) => e.anchor,
+            None => {
+                let Some(&a) = used.last() else {
+                    return Ok(());
                 };
-                self.backend.record(ev, &self.streams[p].stream)?;
+                let end = self.backend.create_event(EventOptions::default())?;
+                self.queues.insert(q, QueueEnd { anchor: a, end });
+                self.streams[a].anchor_of = Some(q);
+                a
             }
-            end.used = used.to_vec();
+        };
+        let a = &self.streams[anchor];
+        for &u in used {
+            if u != anchor {
+                self.backend.wait(&a.stream, &self.streams[u].end)?;
+            }
         }
+        for (t, v) in how.waits {
+            t.wait_on(&a.stream, *v)?;
+        }
+        for (t, v) in how.signals {
+            t.signal_on(&a.stream, *v)?;
+        }
+        let end = &self.queues[&q].end;
+        self.backend.record(end, &a.stream)?;
+        self.backend.record(&a.end, &a.stream)?;
+        self.streams[anchor].last = Some(Stamp { queue });
         Ok(())
     }
 }

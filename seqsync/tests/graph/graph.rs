@@ -466,9 +466,9 @@ fn cts_serialize_in_order_queue() {
     assert_eq!(host.read_words(&m).unwrap(), [5]);
     assert_eq!(pool.len(), 2, "the pool spans submissions");
     assert_eq!(
-        waits,
-        4 * 2,
-        "each root waits for the previous submission's other stream"
+        waits, 4,
+        "the root on the other stream waits for the previous submission's end (on the \
+         queue's anchor); the root on the anchor follows it in stream order"
     );
 }
 

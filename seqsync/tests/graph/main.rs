@@ -12,6 +12,7 @@ mod graph_support;
 mod graph;
 mod graph_backends;
 mod graph_queue_failed_streams;
+mod graph_queue_failures;
 mod graph_queue_refusals;
 mod graph_replay_order;
 mod graph_timeline;
