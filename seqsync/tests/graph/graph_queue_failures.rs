@@ -2,6 +2,7 @@
 //! wait of one submission that fails fails the signals of every later submission on the
 //! queue, whichever pool streams they were mapped to and whether they were submitted before
 //! or after the failure; and a run of failures does not grow the pool.
+use std::sync::mpsc;
 use std::time::Duration;
 
 use seqsync::graph::{Affinity, CommandBuffer, Executable, Lowering, Queues, Submit};
@@ -135,5 +136,35 @@ fn cancelled_frames_do_not_grow_the_pool() {
         q.len() <= 4,
         "64 cancelled frames left {} pool streams",
         q.len()
+    );
+}
+
+/// A `Queues` dropped while a submission waits for a value its caller signals only after the
+/// drop (the natural order of locals: timelines first): the drop does not wait for it.
+#[test]
+fn dropping_the_queues_with_a_pending_wait_does_not_block() {
+    let host = HostBackend::new();
+    let t = Timeline::new(&host, "t", 0).unwrap();
+    let mut pool = Queues::new(host.clone());
+    let mut cb = CommandBuffer::<HostBackend>::new();
+    cb.host("x", || {}, &[]);
+    let mut exe = cb.finish().unwrap().lower(Lowering::Streams);
+    let how = Submit {
+        affinity: Affinity::queue(0),
+        waits: &[(&t, 1)],
+        signals: &[],
+    };
+    pool.submit_with(&mut exe, &how).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let dropper = std::thread::spawn(move || {
+        drop(pool);
+        let _ = tx.send(());
+    });
+    let returned = rx.recv_timeout(Duration::from_secs(2)).is_ok();
+    t.signal(1).unwrap(); // release it either way, so the test itself ends
+    dropper.join().unwrap();
+    assert!(
+        returned,
+        "dropping the Queues blocked on a wait its caller had not signalled yet"
     );
 }
