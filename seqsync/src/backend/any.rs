@@ -502,6 +502,16 @@ impl Backend for AnyBackend {
         }
     }
 
+    fn check_stream(&self, stream: &AnyStream) -> Result<()> {
+        match (self, stream) {
+            (AnyBackend::Host(_), AnyStream::Host(_)) => Ok(()),
+            #[cfg(feature = "cuda")]
+            (AnyBackend::Cuda(_), AnyStream::Cuda(_)) => Ok(()),
+            #[allow(unreachable_patterns)]
+            _ => Err(mismatch("the stream")),
+        }
+    }
+
     fn defers_timeline_ops(&self, stream: &AnyStream) -> bool {
         match (self, stream) {
             #[cfg(feature = "cuda")]

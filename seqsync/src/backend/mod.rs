@@ -514,4 +514,14 @@ pub trait Backend: Clone + Send + Sync + 'static {
         let _ = stream;
         false
     }
+
+    /// Can this backend enqueue on `stream` at all? A backend over several kinds of device
+    /// ([`AnyBackend`](crate::AnyBackend)) refuses a stream of another kind here, so that a
+    /// timeline refuses the call before it changes anything. Always `Ok` for one kind (the
+    /// default).
+    #[inline(always)]
+    fn check_stream(&self, stream: &Self::Stream) -> Result<()> {
+        let _ = stream;
+        Ok(())
+    }
 }

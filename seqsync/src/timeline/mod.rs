@@ -283,15 +283,25 @@ impl<B: Backend> Timeline<B> {
     pub fn signal_on(&self, stream: &B::Stream, v: u64) -> Result<()> {
         self.check_value(v)?;
         let s = &self.shared;
+        s.backend.check_stream(stream)?;
         let id = s.backend.stream_id(stream);
         // Under the timeline's lock from admission to the backend's enqueue: signals reach the
         // backend in value order, and none after a failure is marked. The fast path finds the
         // stream's ledger (or that it has none) in this thread's cache.
         let mut st = s.lock();
         s.admit(&st, v)?;
+        let undo = (
+            st.last_enqueued,
+            s.last_free.load(std::sync::atomic::Ordering::Relaxed),
+        );
         if let Some(Ok(())) = propagate::with_cached_ledger(id, |l| add_signal(s, l, v)) {
             st.last_enqueued = v;
-            return s.backend.signal_on(stream, &s.sem, v);
+            return s.backend.signal_on(stream, &s.sem, v).inspect_err(|_| {
+                // Refused: nothing enqueued, so nothing counts as enqueued.
+                (st.last_enqueued, _) = undo;
+                s.last_free
+                    .store(undo.1, std::sync::atomic::Ordering::Relaxed);
+            });
         }
         drop(st);
         self.signal_on_slow(stream, id, v)
@@ -310,6 +320,10 @@ impl<B: Backend> Timeline<B> {
         loop {
             let mut st = s.lock();
             s.admit(&st, v)?;
+            let undo = (
+                st.last_enqueued,
+                s.last_free.load(std::sync::atomic::Ordering::Relaxed),
+            );
             let added = if looked_up {
                 // Still not cached (no thread-local cache here, or it is in use): the
                 // registry, under the timeline's lock.
@@ -331,7 +345,11 @@ impl<B: Backend> Timeline<B> {
                 return Ok(());
             }
             st.last_enqueued = v;
-            return s.backend.signal_on(stream, &s.sem, v);
+            return s.backend.signal_on(stream, &s.sem, v).inspect_err(|_| {
+                (st.last_enqueued, _) = undo;
+                s.last_free
+                    .store(undo.1, std::sync::atomic::Ordering::Relaxed);
+            });
         }
     }
 
@@ -347,6 +365,7 @@ impl<B: Backend> Timeline<B> {
     pub fn wait_on(&self, stream: &B::Stream, v: u64) -> Result<()> {
         self.check_value(v)?;
         let s = &self.shared;
+        s.backend.check_stream(stream)?;
         match s.observe_known() {
             Ok(c) if c >= v => return Ok(()),
             Ok(_) => {}

@@ -640,3 +640,41 @@ per_mechanism!(a_failure_releases_a_pending_wait_for_a_value_reached_before:
     a_failure_releases_a_pending_wait_for_a_value_reached_before_hybrid: TimelineMechanism::Hybrid,
     a_failure_releases_a_pending_wait_for_a_value_reached_before_events: TimelineMechanism::Events,
 );
+
+/// A host timeline and a CUDA stream (one `AnyBackend` of each kind): the backend refuses
+/// the signal, and the refusal changes nothing: the value is still free for a host signal.
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn a_signal_on_a_stream_of_another_backend_is_refused_and_changes_nothing() {
+    use seqsync::{AnyBackend, BackendKind};
+    if common::gpu::gpu().is_none() {
+        return;
+    }
+    let host = AnyBackend::new(BackendKind::Host).unwrap();
+    let cuda = AnyBackend::new(BackendKind::Cuda).unwrap();
+    let t = Timeline::new(&host, "t", 0).unwrap();
+    let cs = cuda.new_stream("c").unwrap();
+    assert!(t.signal_on(&cs, 1).is_err());
+    assert!(t.wait_on(&cs, 1).is_err());
+    t.signal(1).unwrap();
+    // A timeline dropped with a host stream waiting for a value only the refused signal
+    // would have brought: it fails the wait instead of keeping it.
+    let t = Timeline::new(&host, "t2", 0).unwrap();
+    let after = Timeline::new(&host, "after", 0).unwrap();
+    let hs = host.new_stream("h").unwrap();
+    t.wait_on(&hs, 1).unwrap();
+    after.signal_on(&hs, 1).unwrap();
+    assert!(t.signal_on(&cs, 1).is_err());
+    drop(t);
+    let r = after.wait(1, LONG);
+    assert!(
+        matches!(
+            r.as_ref().map_err(|e| e.root_cause()),
+            Err(seqsync::Error::TimelineDropped { .. })
+        ),
+        "{r:?}"
+    );
+}
