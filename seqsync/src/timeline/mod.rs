@@ -559,6 +559,21 @@ impl<B: Backend> Timeline<B> {
     }
 }
 
+pub(crate) use propagate::{MarkState, StreamMark};
+
+/// A mark at `stream`'s current place, if a timeline wait enqueued on it so far may still be
+/// released by a failure (see [`StreamMark`]): what a pool needs to know before it trusts a
+/// point recorded there.
+pub(crate) fn stream_mark<B: Backend>(backend: &B, stream: &B::Stream) -> Option<StreamMark> {
+    propagate::stream_mark(backend.stream_id(stream))
+}
+
+/// The current place on `stream`, to leave the waits before it out of a later mark
+/// ([`StreamMark::start_at`]): a pool takes it where a block is allocated.
+pub(crate) fn stream_place<B: Backend>(backend: &B, stream: &B::Stream) -> Option<StreamMark> {
+    propagate::stream_place(backend.stream_id(stream))
+}
+
 /// Is `stream` poisoned: did a failure release a timeline wait enqueued on it, so that every
 /// timeline it signals from now on fails (see [Failure](self#failure))? A stream shared by
 /// unrelated work (a pool of streams) must not be used for new work once it is.

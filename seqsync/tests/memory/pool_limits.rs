@@ -112,3 +112,90 @@ fn dropping_the_pool_never_waits_for_a_pending_free() {
     s.synchronize().unwrap();
     assert!(dropped, "the pool's drop waited for the stream");
 }
+
+/// The last reader of a block waits, on a timeline, for its slow writer; the free waits on
+/// the reader's point. Upstream then fails the timeline while the writer still writes: the
+/// reader's wait is released early, and so is the free's point. The block is never handed
+/// out again (leaked and counted), not even on the free's own stream.
+#[test]
+fn a_free_behind_a_point_whose_wait_a_failure_released_never_frees() {
+    let host = HostBackend::new();
+    let (writer, reader, freer) = (
+        host.new_stream("writer").unwrap(),
+        host.new_stream("reader").unwrap(),
+        host.new_stream("freer").unwrap(),
+    );
+    let p = Pool::new(&host, "p", PoolConfig::default()).unwrap();
+    let input = Timeline::new(&host, "input", 0).unwrap();
+    let a = p.alloc(&writer, 1024, &[]).unwrap().block;
+    let addr = a.addr();
+    writer.launch(|| std::thread::sleep(Duration::from_millis(200)));
+    input.signal_on(&writer, 1).unwrap();
+    input.wait_on(&reader, 1).unwrap();
+    let read = p.record(&reader).unwrap();
+    p.free(&freer, a, &[Wait::Point(&read)]).unwrap();
+    assert_eq!(p.stats().quarantined, 1, "held until `input` reaches 1");
+    input.fail(Error::Cancelled("upstream cancelled".into()));
+    freer.synchronize().unwrap();
+    for _ in 0..3 {
+        let b = p.alloc(&freer, 1024, &[]).unwrap().block;
+        assert_ne!(b.addr(), addr, "handed out under its writer");
+        p.free(&freer, b, &[]).unwrap();
+    }
+    let st = p.stats();
+    assert_eq!((st.quarantined, st.leaked), (0, 1), "{st:?}");
+    writer.synchronize().unwrap();
+}
+
+/// The same with the value reached: the held block comes back once the host sees it, and is
+/// reused on the free's stream; a block allocated and freed on a stream after its earlier
+/// waits stands on none of them.
+#[test]
+fn a_free_behind_a_point_whose_wait_is_reached_frees_once_the_host_sees_it() {
+    let host = HostBackend::new();
+    let (writer, reader, freer) = (
+        host.new_stream("writer").unwrap(),
+        host.new_stream("reader").unwrap(),
+        host.new_stream("freer").unwrap(),
+    );
+    let p = Pool::new(&host, "p", PoolConfig::default()).unwrap();
+    let input = Timeline::new(&host, "input", 0).unwrap();
+    let a = p.alloc(&writer, 1024, &[]).unwrap().block;
+    let addr = a.addr();
+    writer.launch(|| std::thread::sleep(Duration::from_millis(50)));
+    input.signal_on(&writer, 1).unwrap();
+    input.wait_on(&reader, 1).unwrap();
+    let read = p.record(&reader).unwrap();
+    p.free(&freer, a, &[Wait::Point(&read)]).unwrap();
+    assert_eq!(p.stats().quarantined, 1);
+    input.wait(1, Duration::from_secs(10)).unwrap();
+    let b = p.alloc(&freer, 1024, &[]).unwrap().block;
+    assert_eq!(b.addr(), addr, "reused once the value was reached");
+    // The reader's wait is reached and behind it: a block allocated there now and freed
+    // there is reused at once.
+    let c = p.alloc(&reader, 1024, &[]).unwrap().block;
+    p.free(&reader, c, &[]).unwrap();
+    let d = p.alloc(&reader, 1024, &[]).unwrap().block;
+    assert_eq!(d.addr(), c.addr());
+    let st = p.stats();
+    assert_eq!((st.quarantined, st.leaked), (0, 0), "{st:?}");
+}
+
+/// A stream poisoned by a failure long ago: blocks allocated on it afterwards and freed there
+/// stand on no wait from before their allocation, and are reused as usual.
+#[test]
+fn blocks_allocated_after_a_failure_are_reused_on_the_poisoned_stream() {
+    let host = HostBackend::new();
+    let s = host.new_stream("s").unwrap();
+    let p = Pool::new(&host, "p", PoolConfig::fixed_blocks(4096, 1)).unwrap();
+    let t = Timeline::new(&host, "t", 0).unwrap();
+    t.wait_on(&s, 1).unwrap();
+    t.fail(Error::Cancelled("gone".into()));
+    for _ in 0..5 {
+        let b = p.alloc(&s, 4096, &[]).unwrap().block;
+        p.free(&s, b, &[]).unwrap();
+    }
+    let st = p.stats();
+    assert_eq!((st.reuse, st.leaked, st.quarantined), (4, 0, 0), "{st:?}");
+    s.synchronize().unwrap();
+}

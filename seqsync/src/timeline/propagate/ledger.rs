@@ -50,6 +50,18 @@ struct LedgerState {
     timelines: Vec<Weak<dyn FailTarget>>,
 }
 
+/// Where the waits before a mark stand ([`Ledger::settled_between`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MarkState {
+    /// Every one reached: nothing before the mark can be released by a failure any more.
+    Reached,
+    /// Some not reached yet.
+    Pending,
+    /// One was released by a failure: what follows the mark on the stream may run before
+    /// what that wait stood for.
+    Failed,
+}
+
 /// The ledger was retired by a sweep: look the stream's ledger up again.
 #[derive(Debug)]
 pub(crate) struct Retired;
@@ -262,6 +274,64 @@ impl Ledger {
             st.poison = Some((seq, cause));
         }
         Ok(())
+    }
+
+    /// A mark at the stream's current place, the end of a [`settled_between`](Self::settled_between):
+    /// `None` when no wait listed can still be released by a failure (none is listed, and no
+    /// failure has poisoned the stream). The mark takes a sequence number of its own, so that
+    /// no later wait joins an entry from before it.
+    pub(crate) fn mark(&self) -> Result<Option<u64>, Retired> {
+        let mut st = self.lock();
+        if st.retired {
+            return Err(Retired);
+        }
+        if st.wait_count() == 0 && st.poison.is_none() {
+            return Ok(None);
+        }
+        let seq = st.next_seq;
+        st.next_seq += 1;
+        Ok(Some(seq))
+    }
+
+    /// A place on the stream, whatever is listed: a sequence number of its own (no later
+    /// wait joins an entry from before it), the start of a [`settled_between`](Self::settled_between).
+    pub(crate) fn place(&self) -> Result<u64, Retired> {
+        let mut st = self.lock();
+        if st.retired {
+            return Err(Retired);
+        }
+        let seq = st.next_seq;
+        st.next_seq += 1;
+        Ok(seq)
+    }
+
+    /// Where the waits enqueued on the stream between place `from` and mark `to` stand: all
+    /// reached; some not reached yet; or one released by a failure. A retired ledger was idle
+    /// when retired: every wait on it was reached.
+    pub(crate) fn settled_between(&self, from: u64, to: u64) -> MarkState {
+        let st = self.lock();
+        let range = from..to;
+        if st.poison.as_ref().is_some_and(|(p, _)| range.contains(p)) {
+            return MarkState::Failed;
+        }
+        let mut now = Reached::new(&st.timelines);
+        let mut state = MarkState::Reached;
+        for w in st.all_waits().filter(|w| range.contains(&w.seq)) {
+            if now.resolves(w.timeline, w.value) {
+                continue;
+            }
+            // Released by its timeline's failure (the stream may be poisoned from an earlier
+            // wait already, which hides this one's failure from the poison mark).
+            if now.failed(w.timeline) {
+                state = MarkState::Failed;
+                break;
+            }
+            state = MarkState::Pending;
+        }
+        let upgraded: Vec<_> = now.into_upgraded().collect();
+        drop(st);
+        drop(upgraded);
+        state
     }
 
     /// Entries listed (waits and signals), for the tests of bounded memory.
