@@ -237,6 +237,18 @@ pub struct Queues<B: CommandBackend> {
     queues: HashMap<u32, QueueEnd<B>>,
 }
 
+impl<B: CommandBackend> Drop for Queues<B> {
+    /// The streams go (their work still runs); the failure bookkeeping of those with nothing
+    /// left to run goes with them.
+    fn drop(&mut self) {
+        for s in &self.streams {
+            if !s.broken && matches!(self.backend.query(&s.end), Ok(true)) {
+                crate::timeline::forget_stream(&self.backend, &s.stream);
+            }
+        }
+    }
+}
+
 impl<B: CommandBackend> Queues<B> {
     /// An empty pool on `backend`.
     pub fn new(backend: B) -> Self {
@@ -337,7 +349,8 @@ impl<B: CommandBackend> Queues<B> {
             // A stream that a failure poisoned, with nothing left to run, is replaced in
             // place: a run of failures does not grow the pool.
             if let Some(i) = poisoned_idle.pop() {
-                self.streams[i] = fresh;
+                let old = std::mem::replace(&mut self.streams[i], fresh);
+                crate::timeline::forget_stream(&self.backend, &old.stream);
                 map.push(i);
             } else {
                 self.streams.push(fresh);

@@ -169,6 +169,12 @@ impl Ledger {
         idle
     }
 
+    /// Mark it retired (its stream is gone): a thread that cached it looks the stream up
+    /// again.
+    pub(super) fn retire(&self) {
+        self.lock().retired = true;
+    }
+
     /// A panic under the lock (a prune's read of a timeline's value, made before the prune
     /// changes anything) leaves at worst entries not yet pruned.
     fn lock(&self) -> Guard<'_, LedgerState> {

@@ -252,6 +252,19 @@ impl Ledger {
     }
 }
 
+/// Stream `stream_id` is gone, with nothing left to run on it: drop its ledger from the
+/// registry whatever it holds (a poisoned ledger is never retired by a sweep, since the
+/// stream would fail what it signals next; with the stream gone, nothing is signalled).
+/// Marks that hold the ledger keep it.
+pub(crate) fn forget(stream_id: u64) {
+    let mut reg = lock_registry();
+    // The epoch moves before the mark: whoever sees the mark sees the move.
+    EPOCH.fetch_add(1, Ordering::Release);
+    if let Some(l) = reg.ledgers.remove(&stream_id) {
+        l.retire();
+    }
+}
+
 impl Registry {
     /// Remove the idle ledgers (no poison, every wait satisfied), marking them retired; the
     /// timelines looked at go to `dropped`, to be dropped outside the locks.

@@ -204,3 +204,67 @@ fn a_ledger_left_with_signals_of_a_failed_timeline_is_retired() {
         "the ledger was kept for a signal that never lands"
     );
 }
+
+/// A poisoned stream's ledger is never retired by a sweep; once its stream is gone, `forget`
+/// drops it (a pool of streams that replaces poisoned ones does not keep their ledgers for
+/// good). (No sweep here: the registry is the process's, and other tests count on theirs.)
+#[test]
+fn a_forgotten_stream_s_poisoned_ledger_leaves_the_registry() {
+    let b = host();
+    let s = b.new_stream("s").unwrap();
+    let t = Timeline::new(&b, "t", 0).unwrap();
+    t.fail(Error::Cancelled("t".into()));
+    t.wait_on(&s, 1).unwrap();
+    let id = crate::backend::Backend::stream_id(&b, &s);
+    assert!(find(id).is_some_and(|l| l.is_poisoned().unwrap()));
+    forget(id);
+    assert!(find(id).is_none());
+}
+
+/// A mark covers the waits enqueued between a place and itself: reached, pending, or failed
+/// (also when the stream was poisoned by an earlier wait, which hides the later failure from
+/// the poison mark); waits before the place or after the mark do not count.
+#[test]
+fn a_mark_sees_the_waits_between_its_place_and_itself() {
+    let b = host();
+    let s = b.new_stream("s").unwrap();
+    let id = crate::backend::Backend::stream_id(&b, &s);
+    let (early, t, late) = (
+        Timeline::new(&b, "early", 0).unwrap(),
+        Timeline::new(&b, "t", 0).unwrap(),
+        Timeline::new(&b, "late", 0).unwrap(),
+    );
+    early.wait_on(&s, 1).unwrap();
+    early.fail(Error::Cancelled("early".into())); // poisons s before the place
+    let mut m = stream_mark(id).expect("the stream has waits listed");
+    assert_eq!(
+        m.state(),
+        MarkState::Failed,
+        "from the start: the early failure"
+    );
+    let place = stream_place(id).unwrap();
+    t.wait_on(&s, 1).unwrap();
+    let end = stream_mark(id).unwrap();
+    late.wait_on(&s, 1).unwrap();
+    late.fail(Error::Cancelled("late".into())); // after the mark: not its business
+    m = end.clone();
+    m.start_at(&place);
+    assert_eq!(m.state(), MarkState::Pending, "t not reached yet");
+    t.signal(1).unwrap();
+    assert_eq!(m.state(), MarkState::Reached);
+    // The same with t failing instead.
+    let t2 = Timeline::new(&b, "t2", 0).unwrap();
+    let place = stream_place(id).unwrap();
+    t2.wait_on(&s, 1).unwrap();
+    let mut m2 = stream_mark(id).unwrap();
+    m2.start_at(&place);
+    t2.fail(Error::Cancelled("t2".into()));
+    assert_eq!(m2.state(), MarkState::Failed);
+    // Places of another stream change nothing.
+    let other = b.new_stream("other").unwrap();
+    let other_id = crate::backend::Backend::stream_id(&b, &other);
+    early.wait_on(&other, 1).unwrap();
+    let mut m3 = end;
+    m3.start_at(&stream_place(other_id).unwrap());
+    assert_eq!(m3.state(), MarkState::Failed, "still from the start of s");
+}
