@@ -42,8 +42,8 @@ pub struct NativePool<B: MemoryBackend> {
 
 struct State<B: MemoryBackend> {
     clocks: Clocks<B>,
-    /// Live allocations: address → size and [`Block::generation`].
-    /// Size, generation, and the places taken at its allocation (see the `Pool`'s `Live`).
+    /// Live allocations: address → size, [`Block::generation`], and the places taken at its
+    /// allocation (see the `Pool`'s `Live`).
     live: HashMap<u64, (usize, u64, Vec<StreamMark>)>,
     /// Allocations made (the last one's generation).
     generations: u64,
