@@ -240,6 +240,20 @@ impl Backend for AnyBackend {
         }
     }
 
+    fn launch_host_wait(
+        &self,
+        stream: &AnyStream,
+        f: Box<dyn FnOnce() + Send + 'static>,
+    ) -> Result<()> {
+        match (self, stream) {
+            (AnyBackend::Host(b), AnyStream::Host(s)) => b.launch_host_wait(s, f),
+            #[cfg(feature = "cuda")]
+            (AnyBackend::Cuda(b), AnyStream::Cuda(s)) => b.launch_host_wait(s, f),
+            #[allow(unreachable_patterns)]
+            _ => Err(mismatch("the stream")),
+        }
+    }
+
     fn launch_host_always(
         &self,
         stream: &AnyStream,

@@ -224,6 +224,20 @@ pub trait Backend: Clone + Send + Sync + 'static {
         self.launch_host(stream, Box::new(move || f(None)))
     }
 
+    /// As [`launch_host`](Self::launch_host), for `f` that blocks until something outside the
+    /// stream happens (a shared timeline's value): the host backend does not wait for it when
+    /// the stream is dropped (see its streams' drop). The default is `launch_host`.
+    ///
+    /// # Errors
+    /// As `launch_host`.
+    fn launch_host_wait(
+        &self,
+        stream: &Self::Stream,
+        f: Box<dyn FnOnce() + Send + 'static>,
+    ) -> Result<()> {
+        self.launch_host(stream, f)
+    }
+
     /// Whether host work enqueued on one stream may block for long without holding up any
     /// other stream: true on the host backend (each stream has its own thread); false on CUDA
     /// (host functions of all streams share the driver's callback thread).

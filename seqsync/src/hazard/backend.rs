@@ -188,6 +188,15 @@ impl<B: Backend> Backend for ValidatingBackend<B> {
         self.inner.launch_host(&stream.inner, f)
     }
 
+    /// Forwards.
+    fn launch_host_wait(
+        &self,
+        stream: &Self::Stream,
+        f: Box<dyn FnOnce() + Send + 'static>,
+    ) -> Result<()> {
+        self.inner.launch_host_wait(&stream.inner, f)
+    }
+
     /// Forwards; once it returns, the calling thread is ordered after everything enqueued on
     /// the stream before the call.
     fn synchronize_stream(&self, stream: &Self::Stream) -> Result<()> {

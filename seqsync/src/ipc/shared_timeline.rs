@@ -656,7 +656,7 @@ impl<B: Backend> SharedTimeline<B> {
         self.shared.check_failed()?;
         if self.backend.host_work_may_block() {
             let shared = self.shared.clone();
-            return self.backend.launch_host(
+            return self.backend.launch_host_wait(
                 stream,
                 Box::new(move || {
                     if let Err(e) = shared.wait(v, None, true) {

@@ -196,6 +196,26 @@ fn a_stream_wait_nobody_can_release_fails_the_timeline_as_dropped() {
     );
 }
 
+/// A stream dropped before the shared timeline it waits on (locals in their natural order):
+/// its drop does not wait for the value; the timeline's drop then releases the wait.
+#[test]
+fn a_stream_dropped_before_the_shared_timeline_it_waits_on_does_not_hang() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let host = HostBackend::new();
+        let t = SharedTimeline::create(&host, &unique("stream-first"), 0).unwrap();
+        let s = host.new_stream("s").unwrap();
+        t.wait_on(&s, 1).unwrap();
+        drop(s);
+        drop(t);
+        let _ = tx.send(());
+    });
+    assert!(
+        rx.recv_timeout(LONG).is_ok(),
+        "the stream's drop waited for a value only the timeline's later drop releases"
+    );
+}
+
 #[test]
 fn names_are_checked_and_a_ring_and_a_timeline_do_not_share_them() {
     let host = HostBackend::new();

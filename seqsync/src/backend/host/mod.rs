@@ -180,6 +180,15 @@ impl Backend for HostBackend {
         Ok(())
     }
 
+    fn launch_host_wait(
+        &self,
+        stream: &HostStream,
+        f: Box<dyn FnOnce() + Send + 'static>,
+    ) -> Result<()> {
+        stream.shared.enqueue(Job::Wait(f));
+        Ok(())
+    }
+
     fn host_work_may_block(&self) -> bool {
         true
     }
