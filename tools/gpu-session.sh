@@ -12,8 +12,9 @@
 #            memops); within 540 s, naming what it had no time for
 #   targets  issue 22's three targets per size, with the phases of each run
 #            (tools/small-batch-targets.py)                                   (about 3 minutes)
-#   scan     the adaptive engine's depth x K per size, saturated, no baselines: GB/s, latency
-#            and where it went (before_launch, slot_wait, on_device, before_check, check p50)
+#   scan     the adaptive engine's slot wait (host, device) then depth x K per size, saturated,
+#            no baselines: GB/s, latency and where it went (before_launch, slot_wait,
+#            on_device, before_check, check p50)
 #   sweep    `seqsync demo --sweep` on CUDA: the README's plot, to $OUT/sweep.{json,svg}
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -73,6 +74,9 @@ PY
 }
 
 scan() {
+  # Where the launches wait for their slots (device: enqueued up to S batches ahead), first.
+  for w in host device; do for b in 65536 262144; do scan_one $b --slot-wait $w; done; done
+  scan_one 1048576 --release device --slot-wait device
   for d in 3 4 6 8 12 16; do for k in 4 8; do scan_one 65536 --graph-depth $d --graph-batches $k; done; done
   for d in 3 4 6 8; do for k in 2 4; do scan_one 262144 --graph-depth $d --graph-batches $k; done; done
   for d in 3 4 6; do for k in 1 2; do scan_one 1048576 --graph-depth $d --graph-batches $k; done; done

@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use seqsync::BackendKind;
 use seqsync_demo::demo::{
-    self, DemoConfig, DemoReport, DroppedWait, Engine, GraphEdge, Release, Variant,
+    self, DemoConfig, DemoReport, DroppedWait, Engine, GraphEdge, Release, SlotWait, Variant,
 };
 
 mod bench;
@@ -102,6 +102,12 @@ pub(crate) struct DemoArgs {
     /// 1 MiB and under events).
     #[arg(long, value_parser = crate::parse::<Release>)]
     release: Option<Release>,
+    /// --engine adaptive: where a launch waits for the slots it rewrites (the batches S before
+    /// it processed): device (its stream wait for the arrival covers them, and the h2g
+    /// thread enqueues launches up to S batches early; the default with --release device,
+    /// which it needs) or host (the h2g thread waits, then launches).
+    #[arg(long, value_parser = crate::parse::<SlotWait>)]
+    slot_wait: Option<SlotWait>,
     /// --engine adaptive: threads running process_data (each batch's check), reporting
     /// batches processed in seq order (1..=64; default: the cores left beside the engine's
     /// three threads, 1 to 4).
@@ -296,6 +302,7 @@ pub(crate) fn config_of(
         graph_batches: a.graph_batches,
         graph_depth: a.graph_depth,
         release: a.release,
+        slot_wait: a.slot_wait,
         process_threads: a.process_threads,
         drop_edge: a.drop_edge,
         ipc_mechanism: a.ipc_mechanism,
@@ -464,6 +471,10 @@ pub(crate) fn print_summary(r: &DemoReport, trace: Option<&std::path::Path>) {
                     .release
                     .map(|x| format!(", released on the {}", x.name()))
                     .unwrap_or_default();
+                let released = match r.slot_wait {
+                    Some(w) => format!("{released}, slots waited for on the {}", w.name()),
+                    None => released,
+                };
                 format!(" (at most {k} batches a launch, {mean:.2} on average{released})")
             }
             (Some(k), None) => format!(" ({k} batches per graph)"),

@@ -20,10 +20,16 @@
 //!   g2h thread): the g2h thread synchronizes on launch `i`, then tells the process_data
 //!   threads ([`ProcessWorkers`]) that its batches landed. Which batches launch `i` carried
 //!   travels on a channel of the same bound.
-//! - `processed` (a host [`Timeline`]: the number of batches processed in seq order,
-//!   signalled by the process_data threads): the h2g thread waits for `s + m - S` before its
-//!   launch rewrites the slots (host inputs and outputs, `in`, `x`, `y`, `out`) of batches
-//!   `s - S ..`; those batches' graphs have run, since they were processed.
+//! - `processed` (a [`Timeline`]: the number of batches processed in seq order, signalled by
+//!   the process_data threads): a launch that rewrites the slots (host inputs and outputs,
+//!   `in`, `x`, `y`, `out`) of batches `s - S ..` runs only once it reached `s + m - S`; those
+//!   batches' graphs have run, since they were processed. get_data waits for it on the host
+//!   before it fills batch `s + m - 1` in, so with the device release the launch's stream
+//!   wait on `arrived` waits for the slots too. Where the h2g thread waits is the
+//!   [`SlotWait`]: with [`SlotWait::Device`] (the default with the device release) it does
+//!   not wait for the slots, only runs at most `S` batches ahead of them, so a slot freed
+//!   starts the launch already enqueued on it with no launch call in between (get_data's
+//!   fill and signal only); with [`SlotWait::Host`] it waits on the host, then launches.
 //!
 //! Each batch is stamped as its launch is called and returns, as the g2h thread sees it land
 //! and as its check begins and ends (clock reads on the threads that pass those points anyway):
@@ -179,6 +185,79 @@ impl std::str::FromStr for Release {
     }
 }
 
+/// Where a launch waits for the slots it rewrites to be free (the batches `S` before it
+/// processed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SlotWait {
+    /// On the device: the launch's stream wait on `arrived` (get_data fills a batch in only
+    /// once its slots are free), the launch enqueued up to `S` batches before they are (the
+    /// device release only: with the host release the h2g thread fills the host inputs
+    /// itself, so it must wait).
+    Device,
+    /// On the host: the h2g thread waits, then launches.
+    Host,
+}
+
+impl SlotWait {
+    /// Both, the default with the device release first.
+    pub const ALL: [SlotWait; 2] = [SlotWait::Device, SlotWait::Host];
+
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            SlotWait::Device => "device",
+            SlotWait::Host => "host",
+        }
+    }
+
+    /// The slot wait of a run with `release` when `asked` for one (`None`: the device with
+    /// the device release, else the host).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for [`SlotWait::Device`] with [`Release::Host`].
+    pub fn for_release(asked: Option<SlotWait>, release: Release) -> Result<SlotWait> {
+        match (asked, release) {
+            (Some(SlotWait::Device), Release::Host) => Err(crate::invalid(
+                "demo",
+                "--slot-wait device needs --release device (with the host release the h2g \
+                 thread fills the host inputs itself, after their slots are free)"
+                    .to_string(),
+            )),
+            (Some(w), _) => Ok(w),
+            (None, Release::Device) => Ok(SlotWait::Device),
+            (None, Release::Host) => Ok(SlotWait::Host),
+        }
+    }
+}
+
+impl std::str::FromStr for SlotWait {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        SlotWait::ALL
+            .into_iter()
+            .find(|w| w.name() == s)
+            .ok_or_else(|| {
+                crate::invalid(
+                    "demo",
+                    format!("unknown slot wait '{s}': expected device or host"),
+                )
+            })
+    }
+}
+
+/// How an adaptive run launches: at most `k` batches a launch (a power of two), `depth`
+/// launch groups of slots, the release and slot wait, and `process_threads` process_data
+/// threads.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Launching {
+    pub(crate) k: usize,
+    pub(crate) depth: usize,
+    pub(crate) release: Release,
+    pub(crate) slot_wait: SlotWait,
+    pub(crate) process_threads: usize,
+}
+
 impl Release {
     /// The release a run of `batch_bytes` batches gets with `mechanism` (that of the run's
     /// timelines) when `asked` for one (`None`: the device for batches below
@@ -221,21 +300,25 @@ impl Release {
     }
 }
 
-/// Run the seed's pipeline on adaptive launches of at most `k` batches (a power of two),
-/// released by arrivals on the device or the host, with process_data on `process_threads`
-/// threads; returns the wall time, what process_data saw and how many launches carried the
-/// batches. The layout must have `depth * k` slots in every buffer and as many host input and
-/// output batches.
+/// Run the seed's pipeline on adaptive launches as `how` says (at most `k` batches a launch,
+/// released by arrivals on the device or the host, slots waited for on the device or the
+/// host, process_data on `process_threads` threads); returns the wall time, what
+/// process_data saw and how many launches carried the batches. The layout must have
+/// `depth * k` slots in every buffer and as many host input and output batches.
 pub(crate) fn run<D: Device>(
     dev: &D,
     opt: &RunOptions<'_>,
-    k: usize,
-    depth: usize,
-    release: Release,
-    process_threads: usize,
+    how: Launching,
     drop: Option<GraphEdge>,
 ) -> Result<(Duration, Verification, u64)> {
     debug_assert!(opt.variant == Variant::Seed && opt.drop.is_none());
+    let Launching {
+        k,
+        depth,
+        release,
+        slot_wait,
+        process_threads,
+    } = how;
     // Aligned launches need a power of two (the layout was made for this K).
     let k = launch_batches(k);
     let l = *dev.layout();
@@ -252,6 +335,7 @@ pub(crate) fn run<D: Device>(
     // enqueued.
     let arrived = Timeline::new(b, "arrived", 0)?;
     let release = Release::for_mechanism(Some(release), &arrived.mechanism(), l.n * 4)?;
+    let slots_on_device = SlotWait::for_release(Some(slot_wait), release)? == SlotWait::Device;
     let batches = opt.batches;
     let graphs = record_all(dev, k, slots, batches, drop)?;
     let streams: Vec<Stream<D>> = (0..STREAMS)
@@ -266,12 +350,16 @@ pub(crate) fn run<D: Device>(
     let waits = drop != Some(GraphEdge::GroupWaits);
     let on_device = release == Release::Device;
     let arrival_waits = drop != Some(GraphEdge::ArrivalWait);
-    let launched = EventRingbuf::new(b, "launched", 1, slots)?;
+    // Launches in flight: those of the batches between the last processed and the last
+    // launched, at most `S` (the slots) or, waiting for the slots on the device, `2 S` (the
+    // h2g thread runs up to `S` batches ahead of them); one a batch at worst.
+    let ahead = if slots_on_device { slots } else { 0 };
+    let launched = EventRingbuf::new(b, "launched", 1, slots + ahead)?;
     let processed = Timeline::new(b, "processed", 0)?;
     let workers =
         ProcessWorkers::new(b, batches, slots, drop != Some(GraphEdge::ProcessedInOrder))?;
     let workers = &workers;
-    let (tx, rx) = mpsc::sync_channel::<(i64, i64, usize)>(slots);
+    let (tx, rx) = mpsc::sync_channel::<(i64, i64, usize)>(slots + ahead);
     let checker_owned = Checker::paced(batches, opt.rate);
     let checker = &checker_owned;
     let s_total = slots as i64;
@@ -322,9 +410,12 @@ pub(crate) fn run<D: Device>(
                 // Launched ahead of its arrival: one batch.
                 let waiting = checker.arrived() - s;
                 let m = launch_size(s, waiting, k, batches - s);
-                // Slots of batches s - S .. s + m - S are free once those batches were processed.
+                // Slots of batches s - S .. s + m - S are free once those batches were
+                // processed: waited for here; or, with the slots waited for on the device, by
+                // the launch's wait on `arrived` (get_data fills batch s + m - 1 in only once
+                // batch s + m - S was processed), the h2g thread running up to S batches ahead.
                 let waited_from = checker.now_ns();
-                slots_free(s + m as i64 - s_total)?;
+                slots_free(s + m as i64 - s_total - ahead as i64)?;
                 let slot_wait = checker.now_ns().saturating_sub(waited_from);
                 let stream = &streams[i as usize % STREAMS];
                 if on_device {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use seqsync::backend::BackendKind;
 use seqsync::pipeline::PipelineSpec;
 
-use super::{DroppedWait, Engine, GraphEdge, Release, Variant};
+use super::{DroppedWait, Engine, GraphEdge, Release, SlotWait, Variant};
 
 /// Everything `seqsync demo` can be told.
 #[derive(Clone)]
@@ -60,6 +60,9 @@ pub struct DemoConfig {
     /// device, [`Release::Device`], for batches below 1 MiB where the timelines' mechanism
     /// holds launches behind a wait, else on the host: [`Release::for_mechanism`]).
     pub release: Option<Release>,
+    /// [`Engine::Adaptive`]: where a launch waits for the slots it rewrites (`None`: on the
+    /// device with the device release, else on the host: [`SlotWait::for_release`]).
+    pub slot_wait: Option<SlotWait>,
     /// [`Engine::Adaptive`]: threads running process_data (the check of each batch), which
     /// report batches processed in seq order (`None`: the cores left beside the engine's three
     /// threads, 1 to 4).
@@ -100,6 +103,7 @@ impl Default for DemoConfig {
             graph_batches: None,
             graph_depth: None,
             release: None,
+            slot_wait: None,
             process_threads: None,
             drop_edge: None,
             ipc_mechanism: None,

@@ -10,7 +10,7 @@ use super::dispatch::{graph_depth, graph_k};
 use super::pipeline::{self, RunOptions, Verification};
 use super::trace::{self, HostSpans};
 use super::{adaptive_engine, baseline, bounds, engine, graph_engine, pool_pipeline};
-use super::{DemoConfig, DemoReport, Engine, GraphEdge, Release, Variant};
+use super::{DemoConfig, DemoReport, Engine, GraphEdge, Release, SlotWait, Variant};
 
 pub(super) fn run_on<D: Device>(
     dev: &D,
@@ -50,6 +50,9 @@ pub(super) fn run_on<D: Device>(
         )?),
         _ => None,
     };
+    let slot_wait = release
+        .map(|r| SlotWait::for_release(config.slot_wait, r))
+        .transpose()?;
     let process_threads = (config.engine == Engine::Adaptive).then(|| {
         config
             .process_threads
@@ -73,16 +76,14 @@ pub(super) fn run_on<D: Device>(
             Ok((wall, v))
         }
         (None, None, Some(k)) if config.engine == Engine::Adaptive => {
-            let depth = graph_depth(config, batch_bytes);
-            let (wall, v, n) = adaptive_engine::run(
-                dev,
-                o,
+            let how = adaptive_engine::Launching {
                 k,
-                depth,
-                release.expect("resolved for the adaptive engine"),
-                process_threads.expect("resolved for the adaptive engine"),
-                config.drop_edge,
-            )?;
+                depth: graph_depth(config, batch_bytes),
+                release: release.expect("resolved for the adaptive engine"),
+                slot_wait: slot_wait.expect("resolved for the adaptive engine"),
+                process_threads: process_threads.expect("resolved for the adaptive engine"),
+            };
+            let (wall, v, n) = adaptive_engine::run(dev, o, how, config.drop_edge)?;
             if o.progress.is_some() {
                 let mut kept = launches.lock().unwrap_or_else(|e| e.into_inner());
                 kept.get_or_insert(n);
@@ -213,6 +214,7 @@ pub(super) fn run_on<D: Device>(
             .unwrap_or_else(|e| e.into_inner())
             .map(|n| batches as f64 / n.max(1) as f64),
         release,
+        slot_wait,
         process_threads,
         latency_p50_us: v.latency_us(0.5),
         latency_p99_us: v.latency_us(0.99),

@@ -66,7 +66,9 @@ mod watchdog;
 pub(crate) use validate::available_memory;
 mod workload;
 
-pub use adaptive_engine::{auto_depth as auto_adaptive_depth, Release, DEVICE_RELEASE_BELOW};
+pub use adaptive_engine::{
+    auto_depth as auto_adaptive_depth, Release, SlotWait, DEVICE_RELEASE_BELOW,
+};
 pub use baseline::StageTiming;
 pub use config::DemoConfig;
 pub use dispatch::run;

@@ -107,6 +107,8 @@ pub struct DemoReport {
     pub batches_per_launch: Option<f64>,
     /// [`Engine::Adaptive`]: where arrivals released the launches.
     pub release: Option<super::Release>,
+    /// [`Engine::Adaptive`]: where launches waited for their slots.
+    pub slot_wait: Option<super::SlotWait>,
     /// [`Engine::Adaptive`]: threads that ran process_data.
     pub process_threads: Option<usize>,
     /// Median batch latency, from its copy-in being issued (with a rate: from its arrival)

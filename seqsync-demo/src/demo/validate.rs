@@ -121,6 +121,9 @@ impl DemoConfig {
         if self.release.is_some() && self.engine != Engine::Adaptive {
             return Err(invalid("--release needs --engine adaptive".into()));
         }
+        if self.slot_wait.is_some() && self.engine != Engine::Adaptive {
+            return Err(invalid("--slot-wait needs --engine adaptive".into()));
+        }
         if self.drop_edge == Some(GraphEdge::ArrivalWait)
             && (self.engine != Engine::Adaptive
                 || self.release.unwrap_or_default() != Release::Device)

@@ -5,7 +5,8 @@
 
 use seqsync::BackendKind;
 use seqsync_demo::demo::{
-    auto_adaptive_depth, run, DemoConfig, Engine, GraphEdge, Release, DEVICE_RELEASE_BELOW,
+    auto_adaptive_depth, run, DemoConfig, Engine, GraphEdge, Release, SlotWait,
+    DEVICE_RELEASE_BELOW,
 };
 
 fn config(k: usize) -> DemoConfig {
@@ -76,14 +77,66 @@ fn adaptive_engine_verifies_every_batch_released_on_the_host_and_on_the_device()
             assert_eq!(r.release, Some(release));
         }
     }
-    // The device release is the default below DEVICE_RELEASE_BELOW, the host release from it.
-    assert_eq!(run(&config(4)).unwrap().release, Some(Release::Device));
+    // The device release is the default below DEVICE_RELEASE_BELOW, the host release from it;
+    // the slots are waited for where the release is.
+    let r = run(&config(4)).unwrap();
+    assert_eq!(
+        (r.release, r.slot_wait),
+        (Some(Release::Device), Some(SlotWait::Device))
+    );
     let large = DemoConfig {
         batches: 8,
         batch_bytes: Some(DEVICE_RELEASE_BELOW),
         ..config(4)
     };
-    assert_eq!(run(&large).unwrap().release, Some(Release::Host));
+    let r = run(&large).unwrap();
+    assert_eq!(
+        (r.release, r.slot_wait),
+        (Some(Release::Host), Some(SlotWait::Host))
+    );
+}
+
+#[test]
+fn adaptive_engine_verifies_every_batch_with_its_slots_waited_for_on_the_device_or_the_host() {
+    for slot_wait in SlotWait::ALL {
+        for (seed, k, rate) in [(31, 4, None), (32, 2, Some(3000.0)), (33, 1, None)] {
+            let r = run(&DemoConfig {
+                chaos: Some(seed),
+                batches: 80,
+                rate,
+                release: Some(Release::Device),
+                slot_wait: Some(slot_wait),
+                graph_depth: Some(2),
+                ..config(k)
+            })
+            .unwrap();
+            assert!(
+                r.all_verified(),
+                "{slot_wait:?}, k {k}, rate {rate:?}: {r:?}"
+            );
+            assert_eq!(r.slot_wait, Some(slot_wait));
+        }
+    }
+    // On the device only with the device release; only for the adaptive engine.
+    let e = run(&DemoConfig {
+        release: Some(Release::Host),
+        slot_wait: Some(SlotWait::Device),
+        ..config(4)
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("--slot-wait device needs --release device"),
+        "{e}"
+    );
+    let e = run(&DemoConfig {
+        engine: Engine::Graph,
+        slot_wait: Some(SlotWait::Host),
+        ..config(4)
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("--slot-wait needs --engine adaptive"), "{e}");
 }
 
 #[test]
@@ -145,19 +198,28 @@ fn adaptive_engine_dropping_an_edge_from_its_graphs_fails_verification() {
 fn adaptive_engine_without_the_waits_before_slot_reuse_reads_wrong() {
     // Three launch groups of two (the automatic depth of 16 KiB batches has 16 slots, which
     // 120 batches reuse too rarely for the race to show every time), three chaos seeds.
-    let many = |seed, drop| DemoConfig {
-        chaos: Some(seed),
-        batches: 120,
-        drop_edge: drop,
-        graph_depth: Some(3),
-        ..config(2)
-    };
-    let r = run(&many(4, None)).unwrap();
-    assert_eq!((r.missing, r.duplicated, r.wrong), (0, 0, 0), "{r:?}");
-    let wrong: i64 = (1..4)
-        .map(|seed| run(&many(seed, Some(GraphEdge::GroupWaits))).unwrap().wrong)
-        .sum();
-    assert!(wrong > 0, "slot waits dropped, yet all verified");
+    // Both slot waits: on the host before the launch, and on the launch's stream (the
+    // default with the device release).
+    for slot_wait in SlotWait::ALL {
+        let many = |seed, drop| DemoConfig {
+            chaos: Some(seed),
+            batches: 120,
+            drop_edge: drop,
+            graph_depth: Some(3),
+            release: Some(Release::Device),
+            slot_wait: Some(slot_wait),
+            ..config(2)
+        };
+        let r = run(&many(4, None)).unwrap();
+        assert_eq!((r.missing, r.duplicated, r.wrong), (0, 0, 0), "{r:?}");
+        let wrong: i64 = (1..4)
+            .map(|seed| run(&many(seed, Some(GraphEdge::GroupWaits))).unwrap().wrong)
+            .sum();
+        assert!(
+            wrong > 0,
+            "{slot_wait:?}: slot waits dropped, yet all verified"
+        );
+    }
 }
 
 #[test]
