@@ -147,3 +147,29 @@ fn a_dropped_stream_runs_its_closures_before_the_drop_returns() {
     drop(s);
     assert!(ran.load(Ordering::SeqCst));
 }
+
+/// A stream whose last handle is dropped by one of its own closures: the closure returns, the
+/// rest of the stream's work runs, and its thread ends (the drop does not wait for itself).
+#[test]
+fn a_stream_dropped_by_its_own_closure_ends() {
+    let host = HostBackend::new();
+    let s = Arc::new(host.new_stream("s").unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let held = std::sync::Mutex::new(Some(s.clone()));
+    let held = Arc::new(held);
+    let h = held.clone();
+    let (go, gate) = std::sync::mpsc::channel::<()>();
+    // Once this thread's handle is gone: the closure's is the last.
+    s.launch(move || {
+        gate.recv().unwrap();
+        drop(h.lock().unwrap().take());
+    });
+    s.launch(move || tx.send(()).unwrap());
+    drop(s);
+    go.send(()).unwrap();
+    assert!(
+        rx.recv_timeout(Duration::from_secs(10)).is_ok(),
+        "the work after the closure that dropped the stream never ran"
+    );
+    assert!(held.lock().unwrap().is_none());
+}

@@ -265,6 +265,15 @@ impl Drop for HostStream {
         let mut state = self.shared.lock();
         state.shutdown = true;
         self.shared.work_cv.notify_all();
+        // Dropped by one of its own closures (the last handle of something that owns it): the
+        // worker goes on with what is left after this closure, then ends by itself.
+        if self
+            .worker
+            .as_ref()
+            .is_some_and(|w| w.thread().id() == std::thread::current().id())
+        {
+            return;
+        }
         loop {
             if state.parked {
                 // Detached: it ends by itself once what it waits for comes.
