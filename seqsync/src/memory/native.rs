@@ -9,7 +9,6 @@ use super::point::{Clocks, Settled, Until};
 use super::{AllocFlags, Allocation, Block, Point, PoolStats, StreamAllocator, Wait};
 use crate::backend::MemoryBackend;
 use crate::error::{Error, Result};
-use crate::timeline::StreamMark;
 
 /// The backend's stream-ordered pool (on CUDA `cuMemAllocFromPoolAsync` / `cuMemFreeAsync` on
 /// a pool created with only event-dependency reuse enabled: peer-suites §5) behind the same
@@ -42,9 +41,8 @@ pub struct NativePool<B: MemoryBackend> {
 
 struct State<B: MemoryBackend> {
     clocks: Clocks<B>,
-    /// Live allocations: address → size, [`Block::generation`], and the places taken at its
-    /// allocation (see the `Pool`'s `Live`).
-    live: HashMap<u64, (usize, u64, Vec<StreamMark>)>,
+    /// Live allocations: address → size and [`Block::generation`].
+    live: HashMap<u64, (usize, u64)>,
     /// Allocations made (the last one's generation).
     generations: u64,
     /// Freed addresses not handed out again since (for [`Error::DoubleFree`]).
@@ -144,8 +142,7 @@ impl<B: MemoryBackend> NativePool<B> {
         };
         st.generations += 1;
         let generation = st.generations;
-        let places = st.clocks.places(&self.backend, stream, sid);
-        st.live.insert(addr, (size, generation, places));
+        st.live.insert(addr, (size, generation));
         st.freed.remove(&addr);
         st.allocs += 1;
         Ok(Allocation {
@@ -177,7 +174,7 @@ impl<B: MemoryBackend> NativePool<B> {
         let sid = self.backend.stream_id(stream);
         let mut st = self.lock();
         let live = st.live.get(&block.addr);
-        if !live.is_some_and(|&(_, g, _)| block.is_generation(g)) {
+        if !live.is_some_and(|&(_, g)| block.is_generation(g)) {
             // Freed, or handed out again since (a block of an earlier allocation there).
             return Err(if live.is_some() || st.freed.contains(&block.addr) {
                 Error::DoubleFree {
@@ -194,13 +191,7 @@ impl<B: MemoryBackend> NativePool<B> {
         Clocks::check_waits(&self.backend, stream, waits)?;
         self.settle_quarantine(&mut st, stream);
         st.clocks.enqueue_waits(&self.backend, stream, sid, waits)?;
-        let mut marks = st.clocks.marks(&self.backend, stream, sid);
-        if let Some((_, _, places)) = st.live.get(&block.addr) {
-            for m in &mut marks {
-                places.iter().for_each(|p| m.start_at(p));
-            }
-        }
-        if let Some(until) = Until::of(waits, &marks) {
+        if let Some(until) = Until::of(waits) {
             // Not freed until the values are reached: the point is the proof it needs then.
             let point = st.clocks.record(&self.backend, stream, sid)?;
             st.live.remove(&block.addr);

@@ -9,13 +9,13 @@ use crate::backend::{Backend, EventOptions};
 use crate::error::Result;
 use crate::timeline::{MarkState, Observer, StreamMark, Timeline};
 
-/// What a free's point stands on that the host has not seen settled when the free was called:
-/// the timeline values its wait list names, not reached yet, and the timeline waits enqueued
-/// before the point on its stream and on every stream it is ordered after through this pool's
-/// points ([`StreamMark`]s). A failure releases a stream wait whatever the value, so a point
-/// proves nothing about the work such a wait stands for until the host sees it reached: until
-/// then the freed block is held back; if one of them fails first, the block is never handed
-/// out again.
+/// What a free stands on that the host has not seen settled when the free was called: the
+/// timeline values its wait list names, not reached yet, and, for each point its wait list
+/// names, the timeline waits enqueued on that point's stream before it ([`StreamMark`]: the
+/// last reader waited for its writer's timeline, say). A failure releases a stream wait
+/// whatever the value, so such a wait proves nothing about the work it stands for until the
+/// host sees it reached: until then the freed block is held back; if one of them fails first,
+/// the block is never handed out again.
 pub(crate) struct Until<B: Backend>(Vec<Hold<B>>);
 
 /// One thing an [`Until`] waits for.
@@ -38,17 +38,21 @@ pub(crate) enum Settled {
 }
 
 impl<B: Backend> Until<B> {
-    /// The values of `waits` not reached yet, and the `marks` (a free's point's) whose waits
-    /// are not all reached; `None` if there is none (the free is plain).
-    pub(crate) fn of(waits: &[Wait<'_, B>], marks: &[StreamMark]) -> Option<Self> {
+    /// The values of `waits` not reached yet, and the marks of its points whose waits are not
+    /// all reached; `None` if there is none (the free is plain).
+    pub(crate) fn of(waits: &[Wait<'_, B>]) -> Option<Self> {
         let mut v: Vec<_> = waits
             .iter()
             .filter_map(Wait::unreached)
             .map(|(t, v)| Hold::Value(t, v))
             .collect();
         v.extend(
-            marks
+            waits
                 .iter()
+                .filter_map(|w| match w {
+                    Wait::Point(p) => p.mark(),
+                    _ => None,
+                })
                 .filter(|m| m.state() != MarkState::Reached)
                 .map(|m| Hold::Waits(m.clone())),
         );
@@ -166,9 +170,9 @@ struct PointInner<B: Backend> {
     seq: u64,
     /// Everything the point is ordered after, itself included.
     clock: Frontier,
-    /// The timeline waits before it, on its stream and those it is ordered after, that were
-    /// not all reached when it was recorded (see [`Until`]).
-    marks: Vec<StreamMark>,
+    /// The timeline waits enqueued on its stream before it, if some may still be released by
+    /// a failure (see [`Until`]).
+    mark: Option<StreamMark>,
     /// Always `Some` until drop, which hands it back to the cache.
     event: Option<B::Event>,
     cache: Weak<EventCache<B>>,
@@ -218,9 +222,9 @@ impl<B: Backend> Point<B> {
         &self.inner.clock
     }
 
-    /// The timeline waits the point stands on (see [`Until`]).
-    pub(crate) fn marks(&self) -> &[StreamMark] {
-        &self.inner.marks
+    /// The timeline waits enqueued on its stream before it (see [`Until`]).
+    pub(crate) fn mark(&self) -> Option<&StreamMark> {
+        self.inner.mark.as_ref()
     }
 }
 
@@ -296,20 +300,11 @@ impl<B: Backend> Wait<'_, B> {
     }
 }
 
-/// What a pool knows of one stream: the seq of its last point, what it is ordered after, and
-/// the timeline waits of other streams it is ordered after through their points.
-#[derive(Default)]
+/// What a pool knows of one stream: the seq of its last point, and what it is ordered after.
+#[derive(Debug, Default)]
 struct StreamClock {
     seq: u64,
     frontier: Frontier,
-    marks: Vec<StreamMark>,
-}
-
-/// Add `mark` to `marks`: the later of two marks of one stream.
-fn merge_mark(marks: &mut Vec<StreamMark>, mark: &StreamMark) {
-    if !marks.iter_mut().any(|m| m.merge(mark)) {
-        marks.push(mark.clone());
-    }
 }
 
 /// One pool's clock domain: the streams it has seen, and its idle events. Every method is
@@ -364,18 +359,18 @@ impl<B: Backend> Clocks<B> {
     /// `sid`'s later work is ordered after `point` (a wait on it was just enqueued).
     pub(crate) fn learn(&mut self, sid: u64, point: &Point<B>) {
         if point.domain() == self.domain && point.stream_id() != sid {
-            let clock = self.streams.entry(sid).or_default();
-            clock.frontier.join(point.clock());
-            for m in point.marks() {
-                merge_mark(&mut clock.marks, m);
-            }
+            self.streams
+                .entry(sid)
+                .or_default()
+                .frontier
+                .join(point.clock());
         }
     }
 
     /// Record a new point at the current end of `stream`.
     pub(crate) fn record(&mut self, backend: &B, stream: &B::Stream, sid: u64) -> Result<Point<B>> {
         let event = self.events.take(backend)?;
-        let marks = self.marks(backend, stream, sid);
+        let mark = crate::timeline::stream_mark(backend, stream);
         backend.record(&event, stream)?;
         let clock = self.streams.entry(sid).or_default();
         clock.seq += 1;
@@ -387,40 +382,11 @@ impl<B: Backend> Clocks<B> {
                 stream: sid,
                 seq: clock.seq,
                 clock: snapshot,
-                marks,
+                mark,
                 event: Some(event),
                 cache: Arc::downgrade(&self.events),
             }),
         })
-    }
-
-    /// The timeline waits not all reached that work enqueued on `stream` (id `sid`) from now
-    /// on stands on: its own (a mark at its current place) and those of the points it waited
-    /// on through this pool (those reached are dropped here).
-    pub(crate) fn marks(&mut self, backend: &B, stream: &B::Stream, sid: u64) -> Vec<StreamMark> {
-        let clock = self.streams.entry(sid).or_default();
-        clock.marks.retain(|m| m.state() != MarkState::Reached);
-        let mut marks = clock.marks.clone();
-        if let Some(own) = crate::timeline::stream_mark(backend, stream) {
-            merge_mark(&mut marks, &own);
-        }
-        marks
-    }
-
-    /// The current places on `stream` (id `sid`) and on every stream whose waits it stands on
-    /// (see [`marks`](Self::marks)), for a block allocated there now: its users come after
-    /// the allocation, so no wait enqueued on those streams before now orders them
-    /// ([`StreamMark::start_at`]).
-    pub(crate) fn places(&mut self, backend: &B, stream: &B::Stream, sid: u64) -> Vec<StreamMark> {
-        let clock = self.streams.entry(sid).or_default();
-        clock.marks.retain(|m| m.state() != MarkState::Reached);
-        let mut places: Vec<StreamMark> = clock
-            .marks
-            .iter()
-            .filter_map(StreamMark::place_now)
-            .collect();
-        places.extend(crate::timeline::stream_place(backend, stream));
-        places
     }
 
     /// Is work enqueued on stream `sid` from now on already ordered after `point`? True on

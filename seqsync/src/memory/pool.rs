@@ -8,7 +8,6 @@ use super::size_class::{class_size, largest_class_within};
 use super::{AllocFlags, Allocation, Block, Point, PoolConfig, PoolStats, StreamAllocator, Wait};
 use crate::backend::MemoryBackend;
 use crate::error::{Error, Result};
-use crate::timeline::StreamMark;
 
 /// A stream-ordered pool: [`alloc`](Self::alloc) and [`free`](Self::free) are enqueued on
 /// streams with wait lists, return at once, and never block the host.
@@ -107,16 +106,12 @@ struct Quarantined<B: MemoryBackend> {
     until: Until<B>,
 }
 
-#[derive(Clone)]
+#[derive(Debug, Clone, Copy)]
 struct Live {
     slab: usize,
     class: usize,
     /// Its [`Block::generation`].
     generation: u64,
-    /// The places, when it was allocated, on the streams whose timeline waits a free may
-    /// stand on ([`Clocks::places`]): its users come later, so no wait before them orders
-    /// them.
-    places: Vec<StreamMark>,
 }
 
 impl<B: MemoryBackend> std::fmt::Debug for Pool<B> {
@@ -326,14 +321,12 @@ impl<B: MemoryBackend> Pool<B> {
         st.stats.allocs += 1;
         // Generations count allocations: never 0 (a raw block's), never repeated.
         let generation = st.stats.allocs;
-        let places = st.clocks.places(&self.backend, stream, sid);
         st.live.insert(
             addr,
             Live {
                 slab,
                 class,
                 generation,
-                places,
             },
         );
         if let Some(s) = st.slabs[slab].as_mut() {
@@ -453,13 +446,13 @@ impl<B: MemoryBackend> Pool<B> {
     /// `free` is called holds the block back (*quarantined*, [`PoolStats::quarantined`]) until
     /// the host sees the value reached: a failure releases the stream's wait whatever the
     /// value, so only the value itself proves the work it stands for is done. The same holds
-    /// for the timeline waits the free's point stands on without naming them: those enqueued
-    /// (since the block was allocated) on `stream`, and on the streams whose points `stream`
-    /// waited on through this pool (a [`Wait::Point`] of a reader that waited on its writer's
-    /// timeline, say). If a timeline fails first, the block is never handed out again
-    /// ([`PoolStats::leaked`]; its slab stays reserved and is leaked when the pool drops,
-    /// rather than freed under a writer or reader that the same failure released). A plain
-    /// [`Wait::Event`] tells the pool nothing: what it stands on is the caller's to know.
+    /// for a [`Wait::Point`] whose stream waited on a timeline before the point (the last
+    /// reader's point, the reader having waited for its writer's timeline, say): the block is
+    /// held back until those waits are reached. If a timeline fails first, the block is never
+    /// handed out again ([`PoolStats::leaked`]; its slab stays reserved and is leaked when the
+    /// pool drops, rather than freed under a writer or reader that the same failure
+    /// released). Waits enqueued outside the wait list (on `stream` itself before the free,
+    /// or behind a plain [`Wait::Event`]) tell the pool nothing: name them in the list.
     ///
     /// # Errors
     /// - [`Error::DoubleFree`]: the block was freed already.
@@ -479,7 +472,7 @@ impl<B: MemoryBackend> Pool<B> {
             .live
             .get(&block.addr)
             .filter(|l| block.is_generation(l.generation))
-            .cloned()
+            .copied()
         else {
             // Not live, or live again under another allocation: this block was freed.
             return Err(self.not_live(st, block.addr));
@@ -493,14 +486,7 @@ impl<B: MemoryBackend> Pool<B> {
             slab: live.slab,
             death: death.clone(),
         };
-        // What the free's point stands on: the timeline waits before it, on this stream and on
-        // the streams it waited on through this pool's points; only those enqueued since the
-        // block was allocated, where the pool took a place then (its users came later).
-        let mut marks = death.marks().to_vec();
-        for m in &mut marks {
-            live.places.iter().for_each(|p| m.start_at(p));
-        }
-        match Until::of(waits, &marks) {
+        match Until::of(waits) {
             // Its slab keeps counting it live until it settles.
             Some(until) => {
                 st.quarantine.push(Quarantined {

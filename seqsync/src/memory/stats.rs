@@ -36,10 +36,10 @@ pub struct PoolStats {
     /// may wait for the device).
     pub slab_releases: u64,
     /// Freed blocks held back now: their free waited on timeline values not yet reached when
-    /// it was called (named in its wait list, or waited on before it by its stream or by a
-    /// stream whose point it waited on), so they are handed out again only once the host sees
-    /// every value reached (a failure that releases such a wait must not free the block under
-    /// its readers).
+    /// it was called (named in its wait list, or waited on by the stream of a point it names
+    /// before that point), so they are handed out again only once the host sees every value
+    /// reached (a failure that releases such a wait must not free the block under its
+    /// readers).
     pub quarantined: u64,
     /// Freed blocks never handed out again: a timeline their free waited on failed before
     /// reaching the value, or a stream their free waited on failed (a host closure

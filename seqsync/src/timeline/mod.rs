@@ -568,14 +568,9 @@ pub(crate) fn stream_mark<B: Backend>(backend: &B, stream: &B::Stream) -> Option
     propagate::stream_mark(backend.stream_id(stream))
 }
 
-/// The current place on `stream`, to leave the waits before it out of a later mark
-/// ([`StreamMark::start_at`]): a pool takes it where a block is allocated.
-pub(crate) fn stream_place<B: Backend>(backend: &B, stream: &B::Stream) -> Option<StreamMark> {
-    propagate::stream_place(backend.stream_id(stream))
-}
-
-/// `stream` is about to go, with nothing left to run on it: forget its failure bookkeeping
-/// (a poisoned stream's would otherwise stay for the life of the process).
+/// `stream` is about to go, with nothing left to run on it: forget its failure bookkeeping if
+/// nothing listed there can still matter (a poisoned stream's would otherwise stay for the
+/// life of the process).
 pub(crate) fn forget_stream<B: Backend>(backend: &B, stream: &B::Stream) {
     propagate::forget(backend.stream_id(stream));
 }

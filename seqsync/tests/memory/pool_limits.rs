@@ -199,3 +199,29 @@ fn blocks_allocated_after_a_failure_are_reused_on_the_poisoned_stream() {
     assert_eq!((st.reuse, st.leaked, st.quarantined), (4, 0, 0), "{st:?}");
     s.synchronize().unwrap();
 }
+
+/// Timeline waits not named in a free's wait list hold nothing back: a stream with a wait
+/// pending (enqueued ahead of its signal) frees and reuses a block at once, whatever stream
+/// allocated it.
+#[test]
+fn a_pending_wait_on_the_freeing_stream_does_not_hold_a_free_back() {
+    let host = HostBackend::new();
+    let (a, s) = (host.new_stream("a").unwrap(), host.new_stream("s").unwrap());
+    let p = Pool::new(&host, "p", PoolConfig::default()).unwrap();
+    let t = Timeline::new(&host, "t", 0).unwrap();
+    t.wait_on(&s, 1).unwrap();
+    for from in [&s, &a] {
+        let b = p.alloc(from, 1024, &[]).unwrap().block;
+        p.free(&s, b, &[]).unwrap();
+        let c = p.alloc(&s, 1024, &[]).unwrap().block;
+        assert_eq!(
+            c.addr(),
+            b.addr(),
+            "not reused at once on the freeing stream"
+        );
+        p.free(&s, c, &[]).unwrap();
+    }
+    assert_eq!(p.stats().quarantined, 0);
+    t.signal(1).unwrap();
+    s.synchronize().unwrap();
+}

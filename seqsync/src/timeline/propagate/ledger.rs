@@ -50,7 +50,7 @@ struct LedgerState {
     timelines: Vec<Weak<dyn FailTarget>>,
 }
 
-/// Where the waits before a mark stand ([`Ledger::settled_between`]).
+/// Where the waits before a mark stand ([`Ledger::settled_before`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum MarkState {
     /// Every one reached: nothing before the mark can be released by a failure any more.
@@ -169,10 +169,24 @@ impl Ledger {
         idle
     }
 
-    /// Mark it retired (its stream is gone): a thread that cached it looks the stream up
-    /// again.
-    pub(super) fn retire(&self) {
-        self.lock().retired = true;
+    /// For a stream that is gone: retire the ledger if every entry is settled (each wait
+    /// reached or failed, each signal landed or failed), poisoned or not, and say so. The timelines it
+    /// looked at go to `dropped`, to be dropped outside the locks.
+    pub(super) fn retire_if_settled(&self, dropped: &mut Vec<Arc<dyn FailTarget>>) -> bool {
+        let mut st = self.lock();
+        let st = &mut *st;
+        let mut now = Reached::new(&st.timelines);
+        // A wait on a failed timeline is settled too: its failure was applied (the poison).
+        let settled = st
+            .all_waits()
+            .all(|w| now.resolves(w.timeline, w.value) || now.failed(w.timeline))
+            && st
+                .signals
+                .iter()
+                .all(|s| now.resolves(s.timeline, s.value) || now.failed(s.timeline));
+        dropped.extend(now.into_upgraded());
+        st.retired = settled;
+        settled
     }
 
     /// A panic under the lock (a prune's read of a timeline's value, made before the prune
@@ -282,52 +296,38 @@ impl Ledger {
         Ok(())
     }
 
-    /// A mark at the stream's current place, the end of a [`settled_between`](Self::settled_between):
+    /// A mark at the stream's current place, for a later [`settled_before`](Self::settled_before):
     /// `None` when no wait listed can still be released by a failure (none is listed, and no
-    /// failure has poisoned the stream). The mark takes a sequence number of its own, so that
-    /// no later wait joins an entry from before it.
+    /// failure has poisoned the stream). Every entry listed so far has a lower sequence
+    /// number. (A wait listed later on the same timeline with nothing between may join the
+    /// last entry and raise its value: the mark then waits for the higher value, which only
+    /// holds a block back longer.)
     pub(crate) fn mark(&self) -> Result<Option<u64>, Retired> {
-        let mut st = self.lock();
+        let st = self.lock();
         if st.retired {
             return Err(Retired);
         }
         if st.wait_count() == 0 && st.poison.is_none() {
             return Ok(None);
         }
-        let seq = st.next_seq;
-        st.next_seq += 1;
-        Ok(Some(seq))
+        Ok(Some(st.next_seq))
     }
 
-    /// A place on the stream, whatever is listed: a sequence number of its own (no later
-    /// wait joins an entry from before it), the start of a [`settled_between`](Self::settled_between).
-    pub(crate) fn place(&self) -> Result<u64, Retired> {
-        let mut st = self.lock();
-        if st.retired {
-            return Err(Retired);
-        }
-        let seq = st.next_seq;
-        st.next_seq += 1;
-        Ok(seq)
-    }
-
-    /// Where the waits enqueued on the stream between place `from` and mark `to` stand: all
-    /// reached; some not reached yet; or one released by a failure. A retired ledger was idle
-    /// when retired: every wait on it was reached.
-    pub(crate) fn settled_between(&self, from: u64, to: u64) -> MarkState {
+    /// Where the waits enqueued on the stream before mark `to` stand: all reached; some not
+    /// reached yet; or one released by a failure (the stream was poisoned before the mark, or
+    /// a wait before it is on a failed timeline). A retired ledger was idle, or its stream
+    /// gone, when retired: it changes no more.
+    pub(crate) fn settled_before(&self, to: u64) -> MarkState {
         let st = self.lock();
-        let range = from..to;
-        if st.poison.as_ref().is_some_and(|(p, _)| range.contains(p)) {
+        if st.poison.as_ref().is_some_and(|(p, _)| *p < to) {
             return MarkState::Failed;
         }
         let mut now = Reached::new(&st.timelines);
         let mut state = MarkState::Reached;
-        for w in st.all_waits().filter(|w| range.contains(&w.seq)) {
+        for w in st.all_waits().filter(|w| w.seq < to) {
             if now.resolves(w.timeline, w.value) {
                 continue;
             }
-            // Released by its timeline's failure (the stream may be poisoned from an earlier
-            // wait already, which hides this one's failure from the poison mark).
             if now.failed(w.timeline) {
                 state = MarkState::Failed;
                 break;

@@ -111,11 +111,10 @@ pub(crate) fn apply(mut work: Vec<Propagation>) {
     }
 }
 
-/// The timeline waits enqueued on a stream between two places (see [`stream_mark`]).
+/// A place on a stream: the timeline waits enqueued there before it (see [`stream_mark`]).
 #[derive(Clone)]
 pub(crate) struct StreamMark {
     ledger: Arc<Ledger>,
-    from: u64,
     to: u64,
 }
 
@@ -123,61 +122,20 @@ impl StreamMark {
     /// Where those waits stand now (a lock of the stream's ledger and a read of each timeline
     /// it names; never blocks).
     pub(crate) fn state(&self) -> MarkState {
-        self.ledger.settled_between(self.from, self.to)
-    }
-
-    /// Cover the waits of `other` too, if it is of the same stream (then `true`).
-    pub(crate) fn merge(&mut self, other: &StreamMark) -> bool {
-        if !Arc::ptr_eq(&self.ledger, &other.ledger) {
-            return false;
-        }
-        self.from = self.from.min(other.from);
-        self.to = self.to.max(other.to);
-        true
-    }
-
-    /// Leave out the waits before `place` (of the same stream; else nothing changes).
-    pub(crate) fn start_at(&mut self, place: &StreamMark) {
-        if Arc::ptr_eq(&self.ledger, &place.ledger) {
-            self.from = self.from.max(place.to);
-        }
-    }
-
-    /// The current place on the same stream (`None`: its ledger was retired, every wait on
-    /// it was reached).
-    pub(crate) fn place_now(&self) -> Option<StreamMark> {
-        Some(StreamMark {
-            ledger: self.ledger.clone(),
-            from: 0,
-            to: self.ledger.place().ok()?,
-        })
+        self.ledger.settled_before(self.to)
     }
 }
 
-/// A mark at stream `stream_id`'s current place, covering every timeline wait enqueued on it
-/// so far that a failure may still release (`None`: none can; the stream never waited on a
-/// timeline, or every wait was reached). Work enqueued after the mark runs after what those
+/// A mark at stream `stream_id`'s current place, if a timeline wait enqueued on it so far may
+/// still be released by a failure (`None`: none can; the stream never waited on a timeline,
+/// or its waits were reached and pruned). Work enqueued after the mark runs after what those
 /// waits stand for only once [`StreamMark::state`] says they were reached.
 pub(crate) fn stream_mark(stream_id: u64) -> Option<StreamMark> {
     with_ledger(stream_id, false, |l| match l {
         None => Ok(None),
         Some(l) => Ok(l.mark()?.map(|to| StreamMark {
             ledger: l.clone(),
-            from: 0,
             to,
-        })),
-    })
-}
-
-/// The current place on stream `stream_id`, for [`StreamMark::start_at`] (`None`: the stream
-/// has no ledger; every wait listed later is after this place).
-pub(crate) fn stream_place(stream_id: u64) -> Option<StreamMark> {
-    with_ledger(stream_id, false, |l| match l {
-        None => Ok(None),
-        Some(l) => Ok(Some(StreamMark {
-            ledger: l.clone(),
-            from: 0,
-            to: l.place()?,
         })),
     })
 }

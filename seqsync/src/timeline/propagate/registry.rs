@@ -253,16 +253,23 @@ impl Ledger {
 }
 
 /// Stream `stream_id` is gone, with nothing left to run on it: drop its ledger from the
-/// registry whatever it holds (a poisoned ledger is never retired by a sweep, since the
-/// stream would fail what it signals next; with the stream gone, nothing is signalled).
-/// Marks that hold the ledger keep it.
+/// registry, poisoned or not (a sweep never retires a poisoned ledger, since the stream would
+/// fail what it signals next; with the stream gone, nothing is signalled), unless an entry
+/// listed there can still matter (a wait not reached, a signal not landed: work enqueued
+/// there that its owner did not know of). Marks that hold the ledger keep it.
 pub(crate) fn forget(stream_id: u64) {
     let mut reg = lock_registry();
+    let Some(l) = reg.ledgers.get(&stream_id).cloned() else {
+        return;
+    };
+    let mut dropped = Vec::new();
     // The epoch moves before the mark: whoever sees the mark sees the move.
     EPOCH.fetch_add(1, Ordering::Release);
-    if let Some(l) = reg.ledgers.remove(&stream_id) {
-        l.retire();
+    if l.retire_if_settled(&mut dropped) {
+        reg.ledgers.remove(&stream_id);
     }
+    drop(reg);
+    drop(dropped);
 }
 
 impl Registry {

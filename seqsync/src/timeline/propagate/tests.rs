@@ -221,50 +221,57 @@ fn a_forgotten_stream_s_poisoned_ledger_leaves_the_registry() {
     assert!(find(id).is_none());
 }
 
-/// A mark covers the waits enqueued between a place and itself: reached, pending, or failed
-/// (also when the stream was poisoned by an earlier wait, which hides the later failure from
-/// the poison mark); waits before the place or after the mark do not count.
+/// A mark covers the waits enqueued on its stream before it: pending until reached; failed
+/// once one of them is released by a failure, also when an earlier failure had poisoned the
+/// stream already; waits after the mark do not count.
 #[test]
-fn a_mark_sees_the_waits_between_its_place_and_itself() {
+fn a_mark_sees_the_waits_before_it() {
     let b = host();
     let s = b.new_stream("s").unwrap();
     let id = crate::backend::Backend::stream_id(&b, &s);
-    let (early, t, late) = (
-        Timeline::new(&b, "early", 0).unwrap(),
+    assert!(stream_mark(id).is_none(), "no wait listed yet");
+    let (t, late) = (
         Timeline::new(&b, "t", 0).unwrap(),
         Timeline::new(&b, "late", 0).unwrap(),
     );
-    early.wait_on(&s, 1).unwrap();
-    early.fail(Error::Cancelled("early".into())); // poisons s before the place
-    let mut m = stream_mark(id).expect("the stream has waits listed");
-    assert_eq!(
-        m.state(),
-        MarkState::Failed,
-        "from the start: the early failure"
-    );
-    let place = stream_place(id).unwrap();
     t.wait_on(&s, 1).unwrap();
-    let end = stream_mark(id).unwrap();
+    let m = stream_mark(id).expect("a wait is listed");
     late.wait_on(&s, 1).unwrap();
     late.fail(Error::Cancelled("late".into())); // after the mark: not its business
-    m = end.clone();
-    m.start_at(&place);
     assert_eq!(m.state(), MarkState::Pending, "t not reached yet");
     t.signal(1).unwrap();
     assert_eq!(m.state(), MarkState::Reached);
-    // The same with t failing instead.
+    // A wait before a mark on a poisoned stream, released by a failure of its own.
     let t2 = Timeline::new(&b, "t2", 0).unwrap();
-    let place = stream_place(id).unwrap();
     t2.wait_on(&s, 1).unwrap();
-    let mut m2 = stream_mark(id).unwrap();
-    m2.start_at(&place);
-    t2.fail(Error::Cancelled("t2".into()));
-    assert_eq!(m2.state(), MarkState::Failed);
-    // Places of another stream change nothing.
-    let other = b.new_stream("other").unwrap();
-    let other_id = crate::backend::Backend::stream_id(&b, &other);
-    early.wait_on(&other, 1).unwrap();
-    let mut m3 = end;
-    m3.start_at(&stream_place(other_id).unwrap());
-    assert_eq!(m3.state(), MarkState::Failed, "still from the start of s");
+    let m2 = stream_mark(id).unwrap();
+    assert_eq!(
+        m2.state(),
+        MarkState::Failed,
+        "poisoned by `late` before the mark"
+    );
+    let s2 = b.new_stream("s2").unwrap();
+    let id2 = crate::backend::Backend::stream_id(&b, &s2);
+    let t3 = Timeline::new(&b, "t3", 0).unwrap();
+    t3.wait_on(&s2, 1).unwrap();
+    let m3 = stream_mark(id2).unwrap();
+    t3.fail(Error::Cancelled("t3".into()));
+    assert_eq!(m3.state(), MarkState::Failed);
+    drop(t2);
+}
+
+/// A gone stream's ledger is kept while a wait listed there is not reached (work its owner
+/// did not know of still depends on it), and forgotten once it is.
+#[test]
+fn a_forgotten_stream_s_ledger_stays_while_a_wait_is_pending() {
+    let b = host();
+    let s = b.new_stream("s").unwrap();
+    let t = Timeline::new(&b, "t", 0).unwrap();
+    t.wait_on(&s, 1).unwrap();
+    let id = crate::backend::Backend::stream_id(&b, &s);
+    forget(id);
+    assert!(find(id).is_some(), "forgotten with a wait pending");
+    t.signal(1).unwrap();
+    forget(id);
+    assert!(find(id).is_none());
 }
