@@ -188,6 +188,23 @@ impl<B: Backend> Backend for ValidatingBackend<B> {
         self.inner.launch_host(&stream.inner, f)
     }
 
+    /// Forwards (as `launch_host`).
+    fn launch_host_always(
+        &self,
+        stream: &Self::Stream,
+        f: Box<dyn FnOnce(Option<std::sync::Arc<str>>) + Send + 'static>,
+    ) -> Result<()> {
+        self.inner.launch_host_always(&stream.inner, f)
+    }
+
+    fn host_work_may_block(&self) -> bool {
+        self.inner.host_work_may_block()
+    }
+
+    fn check_stream(&self, stream: &Self::Stream) -> Result<()> {
+        self.inner.check_stream(&stream.inner)
+    }
+
     /// Forwards.
     fn launch_host_wait(
         &self,

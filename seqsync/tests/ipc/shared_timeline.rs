@@ -216,6 +216,21 @@ fn a_stream_dropped_before_the_shared_timeline_it_waits_on_does_not_hang() {
     );
 }
 
+/// Through a wrapping backend (the hazard checker's), a shared timeline still fails when the
+/// stream that would signal it failed first: the wrapper passes on how the host backend runs
+/// host work (which reports a failed stream's signal instead of skipping it).
+#[test]
+fn a_failed_stream_fails_a_shared_timeline_it_signals_through_a_validating_backend() {
+    let vb = seqsync::hazard::ValidatingBackend::new(HostBackend::new());
+    let s = vb.new_stream("s").unwrap();
+    let tl = SharedTimeline::create(&vb, &unique("validating"), 0).unwrap();
+    vb.launch_host(&s, Box::new(|| panic!("boom"))).unwrap();
+    tl.signal_on(&s, 1).unwrap();
+    let _ = vb.synchronize_stream(&s);
+    let e = tl.wait(1, Duration::from_secs(5)).unwrap_err();
+    assert!(matches!(e, Error::TimelineFailed { .. }), "{e}");
+}
+
 #[test]
 fn names_are_checked_and_a_ring_and_a_timeline_do_not_share_them() {
     let host = HostBackend::new();

@@ -8,6 +8,7 @@
 mod common;
 
 mod handoff;
+mod handoff_edges;
 mod handoff_graph;
 mod pool;
 mod pool_frees;

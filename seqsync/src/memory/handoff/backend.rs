@@ -152,14 +152,19 @@ impl<B: Backend> TrackingBackend<B> {
     /// Wrap a stream of the inner backend (no task owns it until one submits to it).
     pub fn wrap_stream(&self, inner: B::Stream, name: &str) -> TrackedStream<B> {
         let inner = Arc::new(inner);
+        // The tracker's lock first, then the list of streams: the order `prepare` takes them
+        // in (a submission planning its waits looks streams up under the tracker's lock).
+        let mut state = self.lock();
         let mut streams = self
             .shared
             .streams
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let id = self.lock().add_stream();
+        let id = state.add_stream();
         debug_assert_eq!(id.index(), streams.len());
         streams.push(Arc::downgrade(&inner));
+        drop(streams);
+        drop(state);
         TrackedStream {
             inner,
             id,
@@ -178,13 +183,24 @@ impl<B: Backend> TrackingBackend<B> {
         self.lock().stats
     }
 
-    fn check_stream(&self, stream: &TrackedStream<B>) -> Result<()> {
+    fn check_own(&self, stream: &TrackedStream<B>) -> Result<()> {
         if Arc::ptr_eq(&stream.backend.shared, &self.shared) {
             Ok(())
         } else {
             Err(Error::invalid(
                 "handoff",
                 format!("stream '{}' belongs to another tracker", stream.name),
+            ))
+        }
+    }
+
+    fn check_event(&self, event: &TrackedEvent<B>) -> Result<()> {
+        if Arc::ptr_eq(&event.registry, &self.shared.registry) {
+            Ok(())
+        } else {
+            Err(Error::invalid(
+                "handoff",
+                format!("event #{} belongs to another tracker", event.id),
             ))
         }
     }
@@ -274,7 +290,7 @@ impl<B: Backend> TrackingBackend<B> {
         uses: &[Use<'_>],
         f: impl FnOnce(&B::Stream, &Ctx<'_>) -> R,
     ) -> Result<Submitted<R>> {
-        self.check_stream(stream)?;
+        self.check_own(stream)?;
         self.check_uses(uses)?;
         let kinds = uses.iter().map(|u| (u.id, u.kind));
         let waits = with_current(|task| {
@@ -301,7 +317,7 @@ impl<B: Backend> TrackingBackend<B> {
     /// # Errors
     /// As [`submit`](Self::submit).
     pub fn raw<'a, T>(&self, buffer: &'a Tracked<T>, stream: &TrackedStream<B>) -> Result<&'a T> {
-        self.check_stream(stream)?;
+        self.check_own(stream)?;
         if !Arc::ptr_eq(buffer.registry(), &self.shared.registry) {
             return Err(Error::invalid(
                 "handoff",
@@ -339,11 +355,43 @@ impl<B: Backend> Backend for TrackingBackend<B> {
         stream: &Self::Stream,
         f: Box<dyn FnOnce() + Send + 'static>,
     ) -> Result<()> {
-        self.check_stream(stream)?;
+        self.check_own(stream)?;
         // The entry only has to come first: the work is no use of a tracked value, so where
         // it lands among other threads' closes does not matter.
         with_current(|task| self.lock().enter_stream(stream.id, task));
         self.inner.launch_host(&stream.inner, f)
+    }
+
+    /// As [`launch_host`](Self::launch_host).
+    fn launch_host_always(
+        &self,
+        stream: &Self::Stream,
+        f: Box<dyn FnOnce(Option<Arc<str>>) + Send + 'static>,
+    ) -> Result<()> {
+        self.check_own(stream)?;
+        with_current(|task| self.lock().enter_stream(stream.id, task));
+        self.inner.launch_host_always(&stream.inner, f)
+    }
+
+    /// As [`launch_host`](Self::launch_host).
+    fn launch_host_wait(
+        &self,
+        stream: &Self::Stream,
+        f: Box<dyn FnOnce() + Send + 'static>,
+    ) -> Result<()> {
+        self.check_own(stream)?;
+        with_current(|task| self.lock().enter_stream(stream.id, task));
+        self.inner.launch_host_wait(&stream.inner, f)
+    }
+
+    fn host_work_may_block(&self) -> bool {
+        self.inner.host_work_may_block()
+    }
+
+    /// A stream of another tracker (or of another kind, for the inner backend) is refused.
+    fn check_stream(&self, stream: &Self::Stream) -> Result<()> {
+        self.check_own(stream)?;
+        self.inner.check_stream(&stream.inner)
     }
 
     fn create_event(&self, options: EventOptions) -> Result<Self::Event> {
@@ -370,7 +418,8 @@ impl<B: Backend> Backend for TrackingBackend<B> {
     /// measured, that was no faster on the host (a lock section is needed either way, and the
     /// mark adds stores), so the call stays under the lock.
     fn record(&self, event: &Self::Event, stream: &Self::Stream) -> Result<()> {
-        self.check_stream(stream)?;
+        self.check_own(stream)?;
+        self.check_event(event)?;
         with_current(|task| {
             let mut state = self.lock();
             self.inner.record(&event.inner, &stream.inner)?;
@@ -393,7 +442,8 @@ impl<B: Backend> Backend for TrackingBackend<B> {
     /// (they check the event's generation after their call instead), nor does
     /// [`launch_host`](Self::launch_host) (its work stamps nothing).
     fn wait(&self, stream: &Self::Stream, event: &Self::Event) -> Result<()> {
-        self.check_stream(stream)?;
+        self.check_own(stream)?;
+        self.check_event(event)?;
         with_current(|task| {
             let mut state = self.lock();
             self.inner.wait(&stream.inner, &event.inner)?;
@@ -405,6 +455,7 @@ impl<B: Backend> Backend for TrackingBackend<B> {
     /// Synchronizes without holding the tracker's lock; what the event covered is then
     /// *completed*, unless it was recorded again meanwhile.
     fn synchronize(&self, event: &Self::Event) -> Result<()> {
+        self.check_event(event)?;
         let view = self.lock().event_view(event.id);
         self.inner.synchronize(&event.inner)?;
         self.lock().event_completed(event.id, view);
@@ -416,6 +467,7 @@ impl<B: Backend> Backend for TrackingBackend<B> {
         event: &Self::Event,
         interrupt: &dyn Interrupt,
     ) -> Result<SyncOutcome> {
+        self.check_event(event)?;
         let view = self.lock().event_view(event.id);
         let outcome = self
             .inner
@@ -428,6 +480,7 @@ impl<B: Backend> Backend for TrackingBackend<B> {
 
     /// A `true` answer makes what the event covered *completed*, as a synchronize does.
     fn query(&self, event: &Self::Event) -> Result<bool> {
+        self.check_event(event)?;
         let view = self.lock().event_view(event.id);
         let done = self.inner.query(&event.inner)?;
         if done {
@@ -439,7 +492,7 @@ impl<B: Backend> Backend for TrackingBackend<B> {
     /// Closes the stream's epoch, synchronizes without the lock, then marks the closed part
     /// *completed* (if the calling thread is the only live task submitting to the stream).
     fn synchronize_stream(&self, stream: &Self::Stream) -> Result<()> {
-        self.check_stream(stream)?;
+        self.check_own(stream)?;
         let snapshot = with_current(|task| self.lock().start_stream_sync(stream.id, task));
         self.inner.synchronize_stream(&stream.inner)?;
         if let Some(s) = snapshot {
@@ -461,7 +514,7 @@ impl<B: Backend> Backend for TrackingBackend<B> {
     }
 
     fn signal_on(&self, stream: &Self::Stream, sem: &Self::Semaphore, value: u64) -> Result<()> {
-        self.check_stream(stream)?;
+        self.check_own(stream)?;
         self.inner.signal_on(&stream.inner, sem, value)
     }
 
@@ -470,7 +523,7 @@ impl<B: Backend> Backend for TrackingBackend<B> {
     }
 
     fn wait_on(&self, stream: &Self::Stream, sem: &Self::Semaphore, value: u64) -> Result<()> {
-        self.check_stream(stream)?;
+        self.check_own(stream)?;
         self.inner.wait_on(&stream.inner, sem, value)
     }
 }

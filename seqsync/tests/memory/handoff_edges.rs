@@ -1,0 +1,106 @@
+//! A tracker's own edges: an event of another tracker is refused by every call that takes
+//! one (it would read or fake another event's facts, or index past this tracker's events);
+//! wrapping streams while submissions plan their waits takes the tracker's locks in one order.
+use seqsync::backend::Backend;
+use seqsync::memory::handoff::TrackingBackend;
+use seqsync::HostBackend;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+#[test]
+fn synchronizing_another_trackers_event_does_not_complete_this_trackers_work() {
+    let host = HostBackend::new();
+    let ta = TrackingBackend::new(host.clone());
+    let tb = TrackingBackend::new(host.clone());
+    let s = ta.wrap_stream(host.new_stream("s").unwrap(), "s");
+    let t = ta.wrap_stream(host.new_stream("t").unwrap(), "t");
+    let x = ta.track(Arc::new(AtomicU32::new(0)));
+    let ea = ta.create_event(Default::default()).unwrap(); // slot 0 of ta
+    let eb = tb.create_event(Default::default()).unwrap(); // slot 0 of tb, never recorded
+    ta.submit(&s, &[x.write()], |s, cx| {
+        let x = x.get(cx).clone();
+        s.launch(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            x.store(1, Ordering::SeqCst);
+        });
+    })
+    .unwrap();
+    ta.record(&ea, &s).unwrap();
+    // Refused (an event of another tracker); accepted, it would return at once (never
+    // recorded) and mark `ea`'s snapshot (s, epoch 1) completed: the read below would skip its
+    // wait for the write.
+    let r = ta.synchronize(&eb);
+    let seen = Arc::new(AtomicU32::new(99));
+    let sub = ta
+        .submit(&t, &[x.read()], |t, cx| {
+            let (x, seen) = (x.get(cx).clone(), seen.clone());
+            t.launch(move || seen.store(x.load(Ordering::SeqCst), Ordering::SeqCst));
+        })
+        .unwrap();
+    ta.synchronize_stream(&t).unwrap();
+    assert!(
+        r.is_err() || sub.waits == 1,
+        "read on t skipped the wait for s's write (waits {}, stats {:?})",
+        sub.waits,
+        ta.stats()
+    );
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        1,
+        "t read before s's write landed"
+    );
+    ta.synchronize_stream(&s).unwrap();
+}
+
+#[test]
+fn querying_another_trackers_event_is_an_error_not_a_panic() {
+    let host = HostBackend::new();
+    let ta = TrackingBackend::new(host.clone());
+    let tb = TrackingBackend::new(host.clone()); // no events: slab empty
+    let ea = ta.create_event(Default::default()).unwrap();
+    // Looked up among `tb`'s events, it would index past them.
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tb.query(&ea)));
+    assert!(r.is_ok(), "tb.query(&event_of_ta) panicked");
+    assert!(r.unwrap().is_err());
+}
+
+#[test]
+fn wrapping_streams_while_submits_wait_does_not_deadlock() {
+    let host = HostBackend::new();
+    let tb = TrackingBackend::new(host.clone());
+    let stop = Arc::new(AtomicBool::new(false));
+    let (done_tx, done_rx) = mpsc::channel();
+    {
+        let (tb, host, stop) = (tb.clone(), host.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let w = tb.wrap_stream(host.new_stream("w").unwrap(), "w");
+                drop(w);
+            }
+        });
+    }
+    {
+        let tb = tb.clone();
+        let s: Vec<_> = (0..3)
+            .map(|i| tb.wrap_stream(host.new_stream(&format!("s{i}")).unwrap(), "s"))
+            .collect();
+        std::thread::spawn(move || {
+            let x = tb.track(());
+            for _ in 0..3_000 {
+                tb.submit(&s[1], &[x.read()], |_, _| ()).unwrap();
+                tb.submit(&s[2], &[x.read()], |_, _| ()).unwrap();
+                // Two waits (s1, s2) planned under the tracker's lock: the list of streams is
+                // taken under it.
+                tb.submit(&s[0], &[x.write()], |_, _| ()).unwrap();
+            }
+            let _ = done_tx.send(());
+        });
+    }
+    let r = done_rx.recv_timeout(Duration::from_secs(60));
+    stop.store(true, Ordering::Relaxed);
+    assert!(
+        r.is_ok(),
+        "submit and wrap_stream deadlocked (lock order streams/state)"
+    );
+}
