@@ -850,7 +850,8 @@ impl<B: Backend> SharedRing<B> {
             return r.or_else(|e| self.shared.fail(e));
         }
         let shared = self.shared.clone();
-        let r = self.backend.launch_host(
+        // Blocks until another process is done: a stream dropped meanwhile does not wait.
+        let r = self.backend.launch_host_wait(
             stream,
             Box::new(move || {
                 if let Err(e) = shared.await_done(idx, seq) {
