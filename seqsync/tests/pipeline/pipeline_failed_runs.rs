@@ -122,3 +122,44 @@ fn an_empty_thread_ends_after_a_stage_error() {
         .expect("run() did not return after its only stage failed");
     assert!(matches!(r, Err(Error::Stage { .. })), "{r:?}");
 }
+
+/// Hung stream work that no thread synchronizes on: every thread ends, and the run's stall
+/// timeout bounds the wait for the streams' last work too (it returns `Stalled`).
+#[test]
+fn hung_unsynchronized_stream_work_does_not_hang_a_watched_run() {
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let release_rx = Arc::new(Mutex::new(release_rx));
+    let (done_tx, done_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let spec = PipelineSpec::builder()
+            .thread("t0")
+            .stage("k", StageSpec::on_stream("s")) // no .sync(): nobody waits on the host
+            .build()
+            .unwrap();
+        let plan = derive(&spec).unwrap();
+        let host = HostBackend::new();
+        let streams = pipeline::new_streams(&host, &plan).unwrap();
+        let stages = Stages::<HostBackend>::new().stage("k", move |cx| {
+            let rx = release_rx.clone();
+            cx.stream.unwrap().launch(move || {
+                let _ = rx.lock().unwrap().recv();
+            });
+            Ok(())
+        });
+        let r = pipeline::run(RunConfig {
+            plan: &plan,
+            backend: &host,
+            streams: &streams,
+            stages: &stages,
+            batches: 3,
+            stall_timeout: Some(Duration::from_millis(200)),
+        });
+        let _ = done_tx.send(r.map(|_| ()));
+    });
+    let outcome = done_rx.recv_timeout(Duration::from_secs(5));
+    for _ in 0..3 {
+        let _ = release_tx.send(());
+    }
+    let r = outcome.expect("run() with a 200 ms stall_timeout hung waiting for its streams");
+    assert!(matches!(r, Err(Error::Stalled { .. })), "{r:?}");
+}

@@ -7,7 +7,9 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use seqsync::pipeline::{self, derive, Op, PipelineSpec, Plan, RunStats, StageSpec, Stages};
+use seqsync::pipeline::{
+    self, derive, Op, PipelineSpec, Plan, RunConfig, RunStats, StageSpec, Stages,
+};
 use seqsync::HostBackend;
 
 const MS: Duration = Duration::from_millis(1);
@@ -299,4 +301,30 @@ fn threads_that_drift_apart_drop_end_to_end_samples_and_count_them() {
     // Host stages need no slots: each counts every batch.
     measured(&stats, "a", batches as u64);
     measured(&stats, "b", batches as u64);
+}
+
+/// A thread with no stages (allowed) starts no batch: the batches still end end to end.
+#[test]
+fn an_idle_thread_does_not_drop_every_end_to_end_sample() {
+    let spec = PipelineSpec::builder()
+        .thread("idle")
+        .thread("t0")
+        .stage("work", StageSpec::on_host())
+        .build()
+        .unwrap();
+    let plan = derive(&spec).unwrap();
+    let host = HostBackend::new();
+    let streams = pipeline::new_streams(&host, &plan).unwrap();
+    let stages = Stages::<HostBackend>::new().stage("work", |_| Ok(()));
+    let stats = pipeline::run(RunConfig {
+        plan: &plan,
+        backend: &host,
+        streams: &streams,
+        stages: &stages,
+        batches: 10,
+        stall_timeout: None,
+    })
+    .unwrap();
+    assert_eq!(stats.latency.end_to_end_dropped, 0, "{:?}", stats.latency);
+    assert_eq!(stats.latency.end_to_end.map(|l| l.count), Some(10));
 }

@@ -354,7 +354,9 @@ impl Collector {
                 .fold(plan.threads.len() + 2, |a, n| {
                     a.saturating_add(n).saturating_add(1)
                 });
-            let needed = u32::try_from(plan.threads.len() + ends).unwrap_or(u32::MAX);
+            // A thread with nothing to do returns at once and starts no batch.
+            let starting = plan.threads.iter().filter(|t| !t.ops.is_empty()).count();
+            let needed = u32::try_from(starting + ends).unwrap_or(u32::MAX);
             Mutex::new(Pending::new(span, needed, End::Last))
         });
         Collector { stages, batches }

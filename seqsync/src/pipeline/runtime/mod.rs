@@ -107,7 +107,9 @@ pub struct RunConfig<'r, 'a, B: Backend> {
     /// (finished a ring call or a stage closure) for `timeout`, and [`run`] returns
     /// [`Error::Stalled`] naming what each thread was blocked on and who had to act. The
     /// timeout must exceed the longest a stage closure or a ring call may legitimately take.
-    /// `None`: no watchdog (a run that cannot progress blocks forever).
+    /// Once every thread is done, each stream's last work must end within it too (else
+    /// [`Error::Stalled`] names the stream). `None`: no watchdog (a run that cannot progress
+    /// blocks forever).
     pub stall_timeout: Option<Duration>,
 }
 
@@ -359,7 +361,21 @@ pub fn run<B: Backend>(config: RunConfig<'_, '_, B>) -> Result<RunStats> {
     // After a failure, the streams may hold work that never ends (the stall's hung work): they
     // are waited for a bounded time, and the failure is what the run returns either way.
     let failed = stalled.is_some() || first.is_some() || results.iter().any(|(_, e)| e.is_some());
-    let drained = drain(backend, streams, failed.then_some(DRAIN_AFTER_FAILURE));
+    let drained = if failed {
+        drain(backend, streams, Some(DRAIN_AFTER_FAILURE)).map(drop)
+    } else {
+        // Every thread is done; with a stall timeout, the streams' last work must end within
+        // it too (hung work that no thread waited for would otherwise hang the run here).
+        match drain(backend, streams, stall_timeout) {
+            Ok(Some(stream)) => Err(Error::Stalled {
+                timeout_ms: stall_timeout.map_or(0, |t| t.as_millis().min(u64::MAX as u128) as u64),
+                threads: vec![format!(
+                    "stream {stream}: its work did not end after every thread was done"
+                )],
+            }),
+            r => r.map(drop),
+        }
+    };
     let wall = start.elapsed();
     let mut stopped = None;
     let mut threads = Vec::with_capacity(results.len());
@@ -390,29 +406,31 @@ pub fn run<B: Backend>(config: RunConfig<'_, '_, B>) -> Result<RunStats> {
 const DRAIN_AFTER_FAILURE: Duration = Duration::from_secs(1);
 
 /// Waits until everything enqueued on every stream has run; with `limit`, at most that long
-/// in all (`Ok` then: the run's error is what counts).
+/// in all: `Ok(Some(name))` names the first stream whose work had not ended by then.
 fn drain<B: Backend>(
     backend: &B,
     streams: &HashMap<String, B::Stream>,
     limit: Option<Duration>,
-) -> Result<()> {
-    let mut first = Ok(());
+) -> Result<Option<String>> {
+    let mut first = Ok(None);
     let Some(limit) = limit else {
         for s in streams.values() {
             let r = backend.synchronize_stream(s);
-            if first.is_ok() {
-                first = r;
+            if matches!(first, Ok(None)) {
+                first = r.map(|()| None);
             }
         }
         return first;
     };
     let until = Instant::now() + limit;
-    for s in streams.values() {
+    for (name, s) in streams {
         let event = backend.create_event(crate::backend::EventOptions::default())?;
         backend.record(&event, s)?;
         let r = backend.synchronize_interruptible(&event, &Deadline(until));
-        if first.is_ok() {
-            first = r.map(drop);
+        if matches!(first, Ok(None)) {
+            first = r.map(|o| {
+                (o == crate::backend::SyncOutcome::Interrupted).then(|| format!("'{name}'"))
+            });
         }
     }
     first
