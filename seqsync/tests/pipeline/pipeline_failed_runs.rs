@@ -163,3 +163,47 @@ fn hung_unsynchronized_stream_work_does_not_hang_a_watched_run() {
     let r = outcome.expect("run() with a 200 ms stall_timeout hung waiting for its streams");
     assert!(matches!(r, Err(Error::Stalled { .. })), "{r:?}");
 }
+
+/// A panic payload whose own drop panics.
+struct Bomb;
+impl Drop for Bomb {
+    fn drop(&mut self) {
+        panic!("payload drop");
+    }
+}
+
+/// A stage panics with a payload whose drop panics too: the run still stops every ring and
+/// returns the panic.
+#[test]
+fn a_panic_payload_that_panics_on_drop_still_stops_the_run() {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let spec = PipelineSpec::builder()
+            .buffer("x", 2)
+            .thread("t0")
+            .stage("c", StageSpec::on_stream("sc").reads("x"))
+            .thread("t1")
+            .stage("p", StageSpec::on_stream("sp").writes("x"))
+            .build()
+            .unwrap();
+        let plan = derive(&spec).unwrap();
+        let host = HostBackend::new();
+        let streams = pipeline::new_streams(&host, &plan).unwrap();
+        let stages = Stages::<HostBackend>::new()
+            .stage("c", |_| Ok(()))
+            .stage("p", |_| std::panic::panic_any(Bomb));
+        let r = pipeline::run(RunConfig {
+            plan: &plan,
+            backend: &host,
+            streams: &streams,
+            stages: &stages,
+            batches: 10,
+            stall_timeout: None,
+        });
+        let _ = tx.send(r.map(|_| ()));
+    });
+    let r = rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("run() hung: the rings were never stopped");
+    assert!(r.is_err());
+}

@@ -292,12 +292,13 @@ pub fn run<B: Backend>(config: RunConfig<'_, '_, B>) -> Result<RunStats> {
                                 run_thread(name, steps, rings, batches, &mut stats, told)
                             }))
                             .unwrap_or_else(|p| {
+                                let message = panic_message(&*p);
+                                // A payload whose drop panics too must not unwind past the
+                                // stop of the rings below.
+                                let _ = catch_unwind(AssertUnwindSafe(move || drop(p)));
                                 Err(Failed {
                                     seq: stats.iterations,
-                                    error: stage_err(
-                                        name,
-                                        format!("thread panicked: {}", panic_message(&*p)),
-                                    ),
+                                    error: stage_err(name, format!("thread panicked: {message}")),
                                 })
                             });
                             let err = match outcome {
