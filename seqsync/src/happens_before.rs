@@ -72,6 +72,15 @@ impl VectorClock {
         }
     }
 
+    /// Entry-wise minimum with `other`: afterwards this clock covers only what both covered
+    /// (what is ordered before either of two events, whichever comes first).
+    pub fn meet(&mut self, other: &VectorClock) {
+        self.ticks.truncate(other.ticks.len());
+        for (mine, theirs) in self.ticks.iter_mut().zip(&other.ticks) {
+            *mine = (*mine).min(*theirs);
+        }
+    }
+
     /// Raise `actor`'s entry to at least `tick`: afterwards the clock covers `actor`'s history
     /// up to `tick`.
     pub fn advance(&mut self, actor: ActorId, tick: u64) {

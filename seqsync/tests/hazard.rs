@@ -2,10 +2,14 @@
 //! hand on `EventRingbuf<ValidatingBackend<HostBackend>>`, intact and with each of its eleven
 //! waits/synchronizes removed in turn.
 
+use std::sync::mpsc;
+use std::time::Duration;
+
 use seqsync::backend::host::Chaos;
 use seqsync::backend::Backend;
 use seqsync::hazard::{Hazard, HazardKind, ValidatingBackend};
 use seqsync::internal::hazard::{Access, AccessKind, ActorKind, HazardChecker};
+use seqsync::timeline::Timeline;
 use seqsync::{Blocking, EventRingbuf, HostBackend};
 
 // ---- the model, driven by hand --------------------------------------------------------------
@@ -664,4 +668,37 @@ fn a_pipeline_host_stage_feeding_a_stream_stage_is_clean() {
     .unwrap();
     let hazards = vb.checker().hazards();
     assert!(hazards.is_empty(), "false hazards:\n{}", lines(&hazards));
+}
+
+/// A stream wait on a timeline is released by whichever signal at or above its value lands
+/// first: a higher signal of another, unordered stream may, so the waiter is ordered after
+/// what every such signal covers, not after the lowest one alone.
+#[test]
+fn a_wait_released_by_another_streams_higher_signal_is_not_ordered_after_the_lower_one() {
+    let vb = ValidatingBackend::new(HostBackend::new());
+    let (a, b, t) = (
+        vb.new_stream("a").unwrap(),
+        vb.new_stream("b").unwrap(),
+        vb.new_stream("t").unwrap(),
+    );
+    let tl = Timeline::new(&vb, "tl", 0).unwrap();
+    let (go, gate) = mpsc::channel::<()>();
+    let held = move || {
+        let _ = gate.recv_timeout(Duration::from_secs(10));
+    };
+    vb.launch_host(&a, Box::new(held)).unwrap();
+    vb.access(&a, Access::write("produce", "x", 0, 0));
+    tl.signal_on(&a, 5).unwrap();
+    tl.signal_on(&b, 10).unwrap(); // nothing before it on b: lands at once
+    tl.wait_on(&t, 3).unwrap(); // released by b's 10; a is still held
+    vb.access(&t, Access::read("consume", "x", 0, 0));
+    // Proof of the race: t's work is done while a's write has not run.
+    vb.synchronize_stream(&t).unwrap();
+    let racy = !vb.checker().is_clean();
+    go.send(()).unwrap();
+    vb.synchronize_stream(&a).unwrap();
+    assert!(
+        racy,
+        "t read x[0] before a wrote it, and the checker reported nothing"
+    );
 }

@@ -10,7 +10,7 @@ use crate::backend::{
     SemaphoreWaker, SyncOutcome,
 };
 use crate::error::{Error, Result};
-use crate::happens_before::ActorId;
+use crate::happens_before::{ActorId, VectorClock};
 
 /// A backend that checks for hazards: every record, stream wait, host synchronize (and query
 /// that reports completion) goes to the inner backend and to a shared [`HazardChecker`];
@@ -318,18 +318,31 @@ impl<B: Backend> Backend for ValidatingBackend<B> {
         self.inner.defers_timeline_ops(&stream.inner)
     }
 
+    /// Forwards; the stream is ordered after what every signal enqueued so far for `value` or
+    /// above covers (their meet): the word only grows, so whichever of them lands first
+    /// releases the wait. None enqueued yet (a wait before its signal): after nothing.
     fn wait_on(&self, stream: &Self::Stream, sem: &Self::Semaphore, value: u64) -> Result<()> {
         self.inner.wait_on(&stream.inner, &sem.inner, value)?;
-        let point = sem
+        let points: Vec<EventId> = sem
             .points
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .range(value..)
-            .next()
-            .map(|(_, id)| *id);
-        if let Some(id) = point {
+            .map(|(_, id)| *id)
+            .collect();
+        let mut meet: Option<VectorClock> = None;
+        for id in points {
+            let Some(snapshot) = self.checker.snapshot(id) else {
+                continue;
+            };
+            match &mut meet {
+                None => meet = Some(snapshot),
+                Some(m) => m.meet(&snapshot),
+            }
+        }
+        if let Some(m) = meet {
             let by = self.checker.current_thread();
-            self.checker.stream_wait(by, stream.actor, id);
+            self.checker.stream_wait_after(by, stream.actor, &m);
         }
         Ok(())
     }

@@ -245,6 +245,14 @@ impl HazardChecker {
         }
     }
 
+    /// Host thread `by` makes stream `stream` wait for whichever of several points comes
+    /// first: it is ordered after what all of their `snapshot`s cover (their meet).
+    pub(crate) fn stream_wait_after(&self, by: ActorId, stream: ActorId, snapshot: &VectorClock) {
+        let mut state = self.lock();
+        state.enqueue(by, stream, "stream wait", false);
+        state.actor_mut(stream).clock.join(snapshot);
+    }
+
     /// Host thread `by` has synchronized on `event` (as recorded now): it is ordered after
     /// everything the event's snapshot covers.
     pub fn host_synchronize(&self, by: ActorId, event: EventId) {
