@@ -1,6 +1,7 @@
 //! A tracker's own edges: an event of another tracker is refused by every call that takes
 //! one (it would read or fake another event's facts, or index past this tracker's events);
-//! wrapping streams while submissions plan their waits takes the tracker's locks in one order.
+//! wrapping streams while submissions plan their waits takes the tracker's locks in one order;
+//! a submission whose wait fails stamps nothing.
 use seqsync::backend::Backend;
 use seqsync::memory::handoff::TrackingBackend;
 use seqsync::HostBackend;
@@ -103,4 +104,43 @@ fn wrapping_streams_while_submits_wait_does_not_deadlock() {
         r.is_ok(),
         "submit and wrap_stream deadlocked (lock order streams/state)"
     );
+}
+
+/// A submission whose wait the backend refuses leaves the buffer's history as it was: a
+/// retry needs (and gets, or is refused) the same wait, never none.
+#[test]
+fn a_submit_whose_wait_failed_does_not_let_the_retry_skip_it() {
+    let host = HostBackend::new();
+    let ta = TrackingBackend::new(host.clone());
+    let tb = TrackingBackend::new(host.clone());
+    let outer = TrackingBackend::new(ta.clone());
+    let s1 = outer.wrap_stream(ta.new_stream("s1").unwrap(), "s1");
+    let s2 = outer.wrap_stream(tb.new_stream("s2").unwrap(), "s2"); // same type, other inner tracker
+    let x = outer.track(Arc::new(AtomicU32::new(0)));
+    outer
+        .submit(&s2, &[x.write()], |s, cx| {
+            let x = x.get(cx).clone();
+            s.inner().launch(move || {
+                std::thread::sleep(Duration::from_millis(300));
+                x.store(2, Ordering::SeqCst);
+            });
+        })
+        .unwrap();
+    // Needs a wait on s2: ta.record(spare, s2.inner) fails ("belongs to another tracker").
+    let first = outer.submit(&s1, &[x.write()], |_, _| ());
+    assert!(first.is_err());
+    // The retry fails the same way: the failed submission left no stamp behind.
+    let retry = outer.submit(&s1, &[x.write()], |s, cx| {
+        let x = x.get(cx).clone();
+        s.inner().launch(move || x.store(1, Ordering::SeqCst));
+    });
+    match &retry {
+        Ok(r) => assert_eq!(
+            r.waits, 1,
+            "retry skipped the wait the failed submit needed"
+        ),
+        Err(e) => assert!(e.to_string().contains("another tracker"), "{e}"),
+    }
+    drop(s1);
+    drop(s2);
 }

@@ -226,7 +226,7 @@ impl<B: Backend> TrackingBackend<B> {
         uses: impl Iterator<Item = (usize, AccessKind)> + Clone,
         task: Option<&Arc<super::task::Task>>,
     ) -> Result<usize> {
-        let plan = state.plan(stream.id, uses, task);
+        let plan = state.plan(stream.id, uses.clone(), task);
         for &old in &plan.waits {
             let handle = self
                 .shared
@@ -245,6 +245,7 @@ impl<B: Backend> TrackingBackend<B> {
             self.inner.wait(&stream.inner, event)?;
             state.waited_for_stream(stream.id, old, task);
         }
+        state.stamp_planned(stream.id, uses);
         Ok(plan.waits.len())
     }
 

@@ -318,7 +318,9 @@ impl State {
     }
 
     /// `task` is about to submit work on `t` using `uses`: the earlier streams it must wait
-    /// for; stamps the uses (the first stamp) and updates the counts.
+    /// for, and the counts. Nothing is stamped yet: [`stamp_planned`](Self::stamp_planned)
+    /// does that once the waits are enqueued (a submission whose waits fail leaves the
+    /// buffers' histories as they were, so a retry waits again).
     pub(crate) fn plan(
         &mut self,
         t: ActorId,
@@ -327,8 +329,7 @@ impl State {
     ) -> Plan {
         self.enter(t, task);
         let mut waits: Vec<ActorId> = Vec::new();
-        let epoch = self.streams[t.index()].epoch;
-        for (id, kind) in uses.clone() {
+        for (id, kind) in uses {
             let ordered = &self.streams[t.index()].ordered;
             let b = self.buffers.get_mut(id);
             for u in &b.uses {
@@ -357,6 +358,21 @@ impl State {
                     waits.push(u.stream);
                 }
             }
+        }
+        self.stats.waits += waits.len() as u64;
+        Plan { waits }
+    }
+
+    /// The waits [`plan`](Self::plan) asked for are enqueued: stamp the uses on `t` (the first
+    /// stamp).
+    pub(crate) fn stamp_planned(
+        &mut self,
+        t: ActorId,
+        uses: impl Iterator<Item = (usize, AccessKind)>,
+    ) {
+        let epoch = self.streams[t.index()].epoch;
+        for (id, kind) in uses {
+            let b = self.buffers.get_mut(id);
             if b.raw.is_some_and(|r| r != t) {
                 b.raw = None; // it moves: the wait covers everything on the old stream
             }
@@ -367,8 +383,6 @@ impl State {
             }
             b.stamp(t, epoch, kind);
         }
-        self.stats.waits += waits.len() as u64;
-        Plan { waits }
     }
 
     /// The tracker recorded its own event on `s` and made `t` wait for it (the fallback: `t`
