@@ -530,7 +530,7 @@ pub trait Backend: Clone + Send + Sync + 'static {
     }
 
     /// Can this backend enqueue on `stream` at all? A backend over several kinds of device
-    /// ([`AnyBackend`](crate::AnyBackend)) refuses a stream of another kind here, so that a
+    /// ([`AnyBackend`]) refuses a stream of another kind here, so that a
     /// timeline refuses the call before it changes anything. Always `Ok` for one kind (the
     /// default).
     #[inline(always)]
