@@ -319,7 +319,10 @@ impl Shared {
                     self.failed().map(Err)
                 }
             },
-            || self.check_peers(stream_wait.then_some(v)).map(Err),
+            || {
+                self.repair_frozen();
+                self.check_peers(stream_wait.then_some(v)).map(Err)
+            },
         );
         r.unwrap_or_else(|| {
             Err(Error::Timeout {
@@ -331,6 +334,19 @@ impl Shared {
                 timeout: timeout.unwrap_or(Duration::MAX),
             })
         })
+    }
+}
+
+impl Shared {
+    /// The segment is every process's to write: a value frozen with no failure begun would
+    /// hold every wait above it for good. The timeline is failed instead, saying why.
+    fn repair_frozen(&self) {
+        if frozen_without_failure(self.seg.header()) {
+            self.fail(Error::FailedElsewhere {
+                pid: 0,
+                message: "the segment's value was frozen by a failure never begun".into(),
+            });
+        }
     }
 }
 
@@ -350,6 +366,13 @@ impl FailTarget for Shared {
     }
 }
 
+/// Does the segment say the value is frozen (a failure's mark) while no failure was begun?
+/// A failure begins the stop before it freezes the value, so only a corrupt segment does.
+fn frozen_without_failure(h: &super::segment::Header) -> bool {
+    // The value first: a failure under way that froze it had begun its stop before.
+    h.value.load(Ordering::SeqCst) & FAILED_BIT != 0 && h.stop_state() == 0
+}
+
 /// The watchdog of a timeline whose segment this process's device streams use: it spreads a
 /// failure made in another process to this process's streams, fails the timeline for a dead
 /// peer or a device wait nobody can release any more, and ends (giving the peer entry back)
@@ -360,6 +383,7 @@ fn watch(shared: &Shared) {
     loop {
         std::thread::sleep(CHECK_EVERY);
         match h.stop_state() {
+            0 if frozen_without_failure(h) => shared.repair_frozen(),
             0 => {
                 let top = shared.max_waited.load(Ordering::Acquire);
                 shared.check_peers((shared.value() < top).then_some(top));
@@ -502,6 +526,12 @@ impl<B: Backend> SharedTimeline<B> {
         check_name(name)?;
         let fd = rendezvous::fetch(Kind::Timeline, name)?;
         let seg = Segment::open(name, Kind::Timeline, fd)?;
+        if frozen_without_failure(seg.header()) {
+            return Err(Error::BadSegment {
+                ring: name.to_owned(),
+                message: "its value is frozen by a failure that was never begun".into(),
+            });
+        }
         Self::joined(backend, name, seg, Role::Opener, None)
     }
 
@@ -758,5 +788,30 @@ impl<B: Backend> SharedTimeline<B> {
         std::mem::forget(s.clone());
         let _ = s.device.set(map);
         Ok(s.device.get().expect("set above"))
+    }
+}
+
+#[cfg(all(test, not(seqsync_loom)))]
+mod tests {
+    use super::*;
+    use crate::HostBackend;
+
+    /// A segment whose value another process froze (the failure mark) without beginning a
+    /// failure: a new opener refuses it, and a wait in a process that has it open fails
+    /// instead of waiting for good.
+    #[test]
+    fn a_value_frozen_without_a_failure_is_refused_at_open_and_fails_waits() {
+        let host = HostBackend::new();
+        let name = format!("frozen-{}", std::process::id());
+        let t = SharedTimeline::create(&host, &name, 0).unwrap();
+        t.shared
+            .seg
+            .header()
+            .value
+            .fetch_or(FAILED_BIT, Ordering::SeqCst);
+        let e = SharedTimeline::open(&host, &name).err().expect("refused");
+        assert!(matches!(e, Error::BadSegment { .. }), "{e}");
+        let e = t.wait(1, Duration::from_secs(10)).unwrap_err();
+        assert!(matches!(e, Error::TimelineFailed { .. }), "{e}");
     }
 }
