@@ -809,7 +809,9 @@ mod tests {
             .header()
             .value
             .fetch_or(FAILED_BIT, Ordering::SeqCst);
-        let e = SharedTimeline::open(&host, &name).err().expect("refused");
+        let Err(e) = SharedTimeline::open(&host, &name) else {
+            panic!("a frozen segment was opened");
+        };
         assert!(matches!(e, Error::BadSegment { .. }), "{e}");
         let e = t.wait(1, Duration::from_secs(10)).unwrap_err();
         assert!(matches!(e, Error::TimelineFailed { .. }), "{e}");
