@@ -144,3 +144,44 @@ fn a_submit_whose_wait_failed_does_not_let_the_retry_skip_it() {
     drop(s1);
     drop(s2);
 }
+
+/// A stream made after another was dropped may take its place in the tracker: a write on the
+/// new stream is still waited for by a read elsewhere (the old stream's completion covers none
+/// of the new one's work).
+#[test]
+fn a_stream_made_after_one_was_dropped_is_waited_for_as_its_own() {
+    let host = HostBackend::new();
+    let tb = TrackingBackend::new(host.clone());
+    let x = tb.track(Arc::new(AtomicU32::new(0)));
+    let old = tb.wrap_stream(host.new_stream("old").unwrap(), "old");
+    tb.submit(&old, &[x.write()], |s, cx| {
+        let x = x.get(cx).clone();
+        s.launch(move || x.store(1, Ordering::SeqCst));
+    })
+    .unwrap();
+    drop(old);
+    let new = tb.wrap_stream(host.new_stream("new").unwrap(), "new");
+    tb.submit(&new, &[x.write()], |s, cx| {
+        let x = x.get(cx).clone();
+        s.launch(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            x.store(2, Ordering::SeqCst);
+        });
+    })
+    .unwrap();
+    let t = tb.wrap_stream(host.new_stream("t").unwrap(), "t");
+    let seen = Arc::new(AtomicU32::new(0));
+    let r = tb
+        .submit(&t, &[x.read()], |t, cx| {
+            let (x, seen) = (x.get(cx).clone(), seen.clone());
+            t.launch(move || seen.store(x.load(Ordering::SeqCst), Ordering::SeqCst));
+        })
+        .unwrap();
+    tb.synchronize_stream(&t).unwrap();
+    assert_eq!(r.waits, 1);
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        2,
+        "read before the new stream's write"
+    );
+}

@@ -161,8 +161,14 @@ impl<B: Backend> TrackingBackend<B> {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         let id = state.add_stream();
-        debug_assert_eq!(id.index(), streams.len());
-        streams.push(Arc::downgrade(&inner));
+        match streams.get_mut(id.index()) {
+            // The id of a stream dropped before.
+            Some(old) => *old = Arc::downgrade(&inner),
+            None => {
+                debug_assert_eq!(id.index(), streams.len());
+                streams.push(Arc::downgrade(&inner));
+            }
+        }
         drop(streams);
         drop(state);
         TrackedStream {
