@@ -113,27 +113,58 @@ fn dropping_the_pool_never_waits_for_a_pending_free() {
     assert!(dropped, "the pool's drop waited for the stream");
 }
 
-/// The last reader of a block waits, on a timeline, for its slow writer; the free waits on
-/// the reader's point. Upstream then fails the timeline while the writer still writes: the
-/// reader's wait is released early, and so is the free's point. The block is never handed
-/// out again (leaked and counted), not even on the free's own stream.
-#[test]
-fn a_free_behind_a_point_whose_wait_a_failure_released_never_frees() {
+/// A block written on `writer` by slow work (`ms`), which then signals `input` 1; its last
+/// reader waits for `input` 1 on `reader`, and the block is freed on `freer` after the
+/// reader's point.
+struct Handed {
+    pool: Pool<HostBackend>,
+    writer: seqsync::backend::host::HostStream,
+    reader: seqsync::backend::host::HostStream,
+    freer: seqsync::backend::host::HostStream,
+    input: Timeline<HostBackend>,
+    addr: u64,
+}
+
+fn handed_over(ms: u64) -> Handed {
     let host = HostBackend::new();
     let (writer, reader, freer) = (
         host.new_stream("writer").unwrap(),
         host.new_stream("reader").unwrap(),
         host.new_stream("freer").unwrap(),
     );
-    let p = Pool::new(&host, "p", PoolConfig::default()).unwrap();
+    let pool = Pool::new(&host, "p", PoolConfig::default()).unwrap();
     let input = Timeline::new(&host, "input", 0).unwrap();
-    let a = p.alloc(&writer, 1024, &[]).unwrap().block;
+    let a = pool.alloc(&writer, 1024, &[]).unwrap().block;
     let addr = a.addr();
-    writer.launch(|| std::thread::sleep(Duration::from_millis(200)));
+    writer.launch(move || std::thread::sleep(Duration::from_millis(ms)));
     input.signal_on(&writer, 1).unwrap();
     input.wait_on(&reader, 1).unwrap();
-    let read = p.record(&reader).unwrap();
-    p.free(&freer, a, &[Wait::Point(&read)]).unwrap();
+    let read = pool.record(&reader).unwrap();
+    pool.free(&freer, a, &[Wait::Point(&read)]).unwrap();
+    Handed {
+        pool,
+        writer,
+        reader,
+        freer,
+        input,
+        addr,
+    }
+}
+
+/// The last reader of a block waits, on a timeline, for its slow writer; the free waits on
+/// the reader's point. Upstream then fails the timeline while the writer still writes: the
+/// reader's wait is released early, and so is the free's point. The block is never handed
+/// out again (leaked and counted), not even on the free's own stream.
+#[test]
+fn a_free_behind_a_point_whose_wait_a_failure_released_never_frees() {
+    let Handed {
+        pool: p,
+        writer,
+        reader: _reader,
+        freer,
+        input,
+        addr,
+    } = handed_over(200);
     assert_eq!(p.stats().quarantined, 1, "held until `input` reaches 1");
     input.fail(Error::Cancelled("upstream cancelled".into()));
     freer.synchronize().unwrap();
@@ -152,21 +183,14 @@ fn a_free_behind_a_point_whose_wait_a_failure_released_never_frees() {
 /// waits stands on none of them.
 #[test]
 fn a_free_behind_a_point_whose_wait_is_reached_frees_once_the_host_sees_it() {
-    let host = HostBackend::new();
-    let (writer, reader, freer) = (
-        host.new_stream("writer").unwrap(),
-        host.new_stream("reader").unwrap(),
-        host.new_stream("freer").unwrap(),
-    );
-    let p = Pool::new(&host, "p", PoolConfig::default()).unwrap();
-    let input = Timeline::new(&host, "input", 0).unwrap();
-    let a = p.alloc(&writer, 1024, &[]).unwrap().block;
-    let addr = a.addr();
-    writer.launch(|| std::thread::sleep(Duration::from_millis(50)));
-    input.signal_on(&writer, 1).unwrap();
-    input.wait_on(&reader, 1).unwrap();
-    let read = p.record(&reader).unwrap();
-    p.free(&freer, a, &[Wait::Point(&read)]).unwrap();
+    let Handed {
+        pool: p,
+        reader,
+        freer,
+        input,
+        addr,
+        ..
+    } = handed_over(50);
     assert_eq!(p.stats().quarantined, 1);
     input.wait(1, Duration::from_secs(10)).unwrap();
     let b = p.alloc(&freer, 1024, &[]).unwrap().block;

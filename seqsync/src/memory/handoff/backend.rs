@@ -200,6 +200,15 @@ impl<B: Backend> TrackingBackend<B> {
         }
     }
 
+    /// Host work is about to be enqueued on `stream`: the calling thread counts as a task
+    /// submitting to it. The entry only has to come first: the work is no use of a tracked
+    /// value, so where it lands among other threads' closes does not matter.
+    fn enter_for_host_work(&self, stream: &TrackedStream<B>) -> Result<()> {
+        self.check_own(stream)?;
+        with_current(|task| self.lock().enter_stream(stream.id, task));
+        Ok(())
+    }
+
     fn check_event(&self, event: &TrackedEvent<B>) -> Result<()> {
         if Arc::ptr_eq(&event.registry, &self.shared.registry) {
             Ok(())
@@ -362,10 +371,7 @@ impl<B: Backend> Backend for TrackingBackend<B> {
         stream: &Self::Stream,
         f: Box<dyn FnOnce() + Send + 'static>,
     ) -> Result<()> {
-        self.check_own(stream)?;
-        // The entry only has to come first: the work is no use of a tracked value, so where
-        // it lands among other threads' closes does not matter.
-        with_current(|task| self.lock().enter_stream(stream.id, task));
+        self.enter_for_host_work(stream)?;
         self.inner.launch_host(&stream.inner, f)
     }
 
@@ -375,8 +381,7 @@ impl<B: Backend> Backend for TrackingBackend<B> {
         stream: &Self::Stream,
         f: Box<dyn FnOnce(Option<Arc<str>>) + Send + 'static>,
     ) -> Result<()> {
-        self.check_own(stream)?;
-        with_current(|task| self.lock().enter_stream(stream.id, task));
+        self.enter_for_host_work(stream)?;
         self.inner.launch_host_always(&stream.inner, f)
     }
 
@@ -386,8 +391,7 @@ impl<B: Backend> Backend for TrackingBackend<B> {
         stream: &Self::Stream,
         f: Box<dyn FnOnce() + Send + 'static>,
     ) -> Result<()> {
-        self.check_own(stream)?;
-        with_current(|task| self.lock().enter_stream(stream.id, task));
+        self.enter_for_host_work(stream)?;
         self.inner.launch_host_wait(&stream.inner, f)
     }
 

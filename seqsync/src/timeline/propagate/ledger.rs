@@ -62,6 +62,15 @@ pub(crate) enum MarkState {
     Failed,
 }
 
+/// When a ledger may be retired ([`Ledger::retire_if_idle`], [`Ledger::retire_if_settled`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Retire {
+    /// Its stream lives on: nothing pending and no poison.
+    Idle,
+    /// Its stream is gone: nothing pending, poisoned or not.
+    Settled,
+}
+
 /// The ledger was retired by a sweep: look the stream's ledger up again.
 #[derive(Debug)]
 pub(crate) struct Retired;
@@ -155,38 +164,34 @@ impl Ledger {
     /// finds it) and say so. The timelines it looked at go to `dropped`, to be dropped
     /// outside the locks.
     pub(super) fn retire_if_idle(&self, dropped: &mut Vec<Arc<dyn FailTarget>>) -> bool {
-        let mut st = self.lock();
-        let st = &mut *st;
-        let mut now = Reached::new(&st.timelines);
-        let idle = st.poison.is_none()
-            && st.all_waits().all(|w| now.resolves(w.timeline, w.value))
-            && st
-                .signals
-                .iter()
-                .all(|s| now.resolves(s.timeline, s.value) || now.failed(s.timeline));
-        dropped.extend(now.into_upgraded());
-        st.retired = idle;
-        idle
+        self.retire_if(dropped, Retire::Idle)
     }
 
     /// For a stream that is gone: retire the ledger if every entry is settled (each wait
-    /// reached or failed, each signal landed or failed), poisoned or not, and say so. The timelines it
-    /// looked at go to `dropped`, to be dropped outside the locks.
+    /// reached or failed, each signal landed or failed), poisoned or not, and say so. The
+    /// timelines it looked at go to `dropped`, to be dropped outside the locks.
     pub(super) fn retire_if_settled(&self, dropped: &mut Vec<Arc<dyn FailTarget>>) -> bool {
+        self.retire_if(dropped, Retire::Settled)
+    }
+
+    fn retire_if(&self, dropped: &mut Vec<Arc<dyn FailTarget>>, when: Retire) -> bool {
         let mut st = self.lock();
         let st = &mut *st;
         let mut now = Reached::new(&st.timelines);
-        // A wait on a failed timeline is settled too: its failure was applied (the poison).
-        let settled = st
-            .all_waits()
-            .all(|w| now.resolves(w.timeline, w.value) || now.failed(w.timeline))
-            && st
-                .signals
-                .iter()
-                .all(|s| now.resolves(s.timeline, s.value) || now.failed(s.timeline));
+        // Gone, a stream's wait on a failed timeline is settled too: its failure was applied
+        // (the poison), and nothing is signalled there any more.
+        let retire = match when {
+            Retire::Idle => st.poison.is_none(),
+            Retire::Settled => true,
+        } && st.all_waits().all(|w| {
+            now.resolves(w.timeline, w.value) || (when == Retire::Settled && now.failed(w.timeline))
+        }) && st
+            .signals
+            .iter()
+            .all(|s| now.resolves(s.timeline, s.value) || now.failed(s.timeline));
         dropped.extend(now.into_upgraded());
-        st.retired = settled;
-        settled
+        st.retired = retire;
+        retire
     }
 
     /// A panic under the lock (a prune's read of a timeline's value, made before the prune
