@@ -279,6 +279,15 @@ pub enum Error {
         mechanism: String,
     },
 
+    /// Work running on a host stream waited for work behind it on the same stream (a
+    /// synchronize of its own stream, or of an event recorded there after it): it would wait
+    /// for itself forever. The wait returns this at once instead.
+    #[error("stream '{stream}': its own work waited for work queued behind it on the same stream")]
+    WaitsForItself {
+        /// The stream.
+        stream: String,
+    },
+
     /// The pipeline runtime's stall watchdog fired: no thread made progress for the timeout.
     /// Every ring was stopped; `threads` says, per thread, what it was blocked on and who
     /// had to act.

@@ -76,9 +76,12 @@ impl<E> ValidatingEvent<E> {
 /// A timeline word of a [`ValidatingBackend`]: the inner word, plus a checker event per value
 /// signalled on a stream.
 ///
-/// A stream wait orders the stream after the lowest signal `>=` its value that is already
-/// enqueued. A wait enqueued before its signal, and host signals and waits, add no ordering to
-/// the checker (which then errs on the side of reporting a hazard).
+/// A stream wait orders the stream after what every signal `>=` its value already enqueued
+/// covers (their meet: the word only grows, so whichever lands first releases the wait; a
+/// host signal that reached the value already means no wait is enqueued at all). A wait
+/// enqueued before any such signal, and host waits, add no ordering to the checker (which then
+/// errs on the side of reporting a hazard). Not seen: a signal enqueued after the wait, on a
+/// stream not ordered after the others, that lands first.
 pub struct ValidatingSemaphore<S> {
     inner: S,
     points: Mutex<BTreeMap<u64, EventId>>,

@@ -185,3 +185,27 @@ fn a_stream_made_after_one_was_dropped_is_waited_for_as_its_own() {
         "read before the new stream's write"
     );
 }
+
+/// A tracked stream whose last handle is dropped by its own work: the drop does not wait for
+/// itself, and nothing of the stream counts as completed.
+#[test]
+fn a_tracked_stream_dropped_by_its_own_work_does_not_hang() {
+    let host = HostBackend::new();
+    let tb = TrackingBackend::new(host.clone());
+    let s = Arc::new(tb.wrap_stream(host.new_stream("s").unwrap(), "s"));
+    let held = Arc::new(std::sync::Mutex::new(Some(s.clone())));
+    let (go, gate) = mpsc::channel::<()>();
+    let (done, finished) = mpsc::channel::<()>();
+    let h = held.clone();
+    s.inner().launch(move || {
+        gate.recv().unwrap();
+        drop(h.lock().unwrap().take());
+        done.send(()).unwrap();
+    });
+    drop(s);
+    go.send(()).unwrap();
+    assert!(
+        finished.recv_timeout(Duration::from_secs(10)).is_ok(),
+        "the tracked stream's drop waited for itself"
+    );
+}

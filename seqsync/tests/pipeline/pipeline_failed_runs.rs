@@ -207,3 +207,33 @@ fn a_panic_payload_that_panics_on_drop_still_stops_the_run() {
         .expect("run() hung: the rings were never stopped");
     assert!(r.is_err());
 }
+
+/// Stream work queued by every batch at once (no host synchronize: a ring slot frees once its
+/// wait is enqueued), each batch well within the stall timeout but all of them not: the run
+/// ends normally.
+#[test]
+fn queued_stream_work_longer_than_the_stall_timeout_in_all_is_not_a_stall() {
+    let spec = PipelineSpec::builder()
+        .thread("t0")
+        .stage("k", StageSpec::on_stream("s"))
+        .build()
+        .unwrap();
+    let plan = derive(&spec).unwrap();
+    let host = HostBackend::new();
+    let streams = pipeline::new_streams(&host, &plan).unwrap();
+    let stages = Stages::<HostBackend>::new().stage("k", |cx| {
+        cx.stream
+            .unwrap()
+            .launch(|| std::thread::sleep(Duration::from_millis(30)));
+        Ok(())
+    });
+    let r = pipeline::run(RunConfig {
+        plan: &plan,
+        backend: &host,
+        streams: &streams,
+        stages: &stages,
+        batches: 20,
+        stall_timeout: Some(Duration::from_millis(200)),
+    });
+    assert!(r.is_ok(), "{:?}", r.err());
+}

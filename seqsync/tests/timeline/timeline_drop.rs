@@ -173,3 +173,22 @@ fn a_stream_dropped_by_its_own_closure_ends() {
     );
     assert!(held.lock().unwrap().is_none());
 }
+
+/// Work on a stream that synchronizes its own stream would wait for itself: the synchronize
+/// returns `WaitsForItself` at once, and the stream goes on.
+#[test]
+fn a_stream_s_own_work_that_synchronizes_it_is_told_instead_of_hanging() {
+    let host = HostBackend::new();
+    let s = Arc::new(host.new_stream("s").unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let me = s.clone();
+    s.launch(move || tx.send(me.synchronize()).unwrap());
+    let r = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the synchronize waited for itself");
+    assert!(
+        matches!(r, Err(Error::WaitsForItself { ref stream }) if stream == "s"),
+        "{r:?}"
+    );
+    s.synchronize().unwrap();
+}

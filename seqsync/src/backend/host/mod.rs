@@ -238,6 +238,9 @@ impl Backend for HostBackend {
         interrupt: &dyn Interrupt,
     ) -> Result<SyncOutcome> {
         if self.inner.polling {
+            if let Some((stream, pos)) = event.snapshot() {
+                stream.check_not_waiting_for_itself(pos)?;
+            }
             return super::synchronize_by_polling(|| self.query(event), interrupt);
         }
         match event.snapshot() {

@@ -63,6 +63,9 @@ pub(crate) struct StreamShared {
     work_cv: Condvar,
     /// Waiters (host synchronizes, other streams' gates) wait here for progress.
     done_cv: Condvar,
+    /// The worker thread, once it runs: a wait made on it for work behind the running
+    /// operation would wait for itself.
+    worker: std::sync::OnceLock<std::thread::ThreadId>,
 }
 
 /// How long an interruptible host wait sleeps between checks of its interrupt. A stopped ring
@@ -94,6 +97,7 @@ impl StreamShared {
 
     /// Block until the first `pos` operations have completed, or `interrupt` fires.
     pub(crate) fn wait_for(&self, pos: u64, interrupt: &dyn Interrupt) -> Result<SyncOutcome> {
+        self.check_not_waiting_for_itself(pos)?;
         let mut state = self.lock();
         while self.completed() < pos {
             if interrupt.interrupted() {
@@ -106,6 +110,17 @@ impl StreamShared {
                 .0;
         }
         self.outcome(&state, pos).map(|()| SyncOutcome::Complete)
+    }
+
+    /// [`Error::WaitsForItself`] if the calling thread is this stream's worker and the first
+    /// `pos` operations include the one it runs or one behind it.
+    pub(crate) fn check_not_waiting_for_itself(&self, pos: u64) -> Result<()> {
+        if self.completed() < pos && self.worker.get() == Some(&std::thread::current().id()) {
+            return Err(Error::WaitsForItself {
+                stream: self.name.clone(),
+            });
+        }
+        Ok(())
     }
 
     /// Non-blocking: `Some(outcome)` once the first `pos` operations have completed.
@@ -201,6 +216,7 @@ impl HostStream {
             completed: AtomicU64::new(0),
             work_cv: Condvar::new(),
             done_cv: Condvar::new(),
+            worker: std::sync::OnceLock::new(),
         });
         let worker_shared = shared.clone();
         // A name the OS cannot take (a NUL) names the thread by the stream's number instead.
@@ -313,6 +329,7 @@ impl StreamShared {
 }
 
 fn run_worker(shared: &Arc<StreamShared>, mut chaos: Option<(Chaos, SplitMix64)>) {
+    let _ = shared.worker.set(std::thread::current().id());
     let mut index: u64 = 0;
     loop {
         let op = {

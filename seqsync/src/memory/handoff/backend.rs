@@ -84,8 +84,14 @@ impl<B: Backend> TrackedStream<B> {
 
 impl<B: Backend> Drop for TrackedStream<B> {
     fn drop(&mut self) {
-        // Never fail in drop: a failed stream's work is over too, as far as waiting goes.
-        let _ = self.backend.inner.synchronize_stream(&self.inner);
+        // Never fail in drop: a failed stream's work is over too, as far as waiting goes. But
+        // dropped by its own work, the stream still has that work (and what follows) to run:
+        // nothing counts as completed, and its id stays taken.
+        if let Err(Error::WaitsForItself { .. }) =
+            self.backend.inner.synchronize_stream(&self.inner)
+        {
+            return;
+        }
         self.backend.lock().stream_dropped(self.id);
     }
 }

@@ -328,6 +328,12 @@ impl State {
         let epoch = self.stream(s).epoch;
         self.completed.advance(s, epoch);
         self.stream(s).epoch += 1;
+        // A raw pointer taken on it is over with it: the next stream on this id owes nothing.
+        for b in self.buffers.items.iter_mut().flatten() {
+            if b.raw == Some(s) {
+                b.raw = None;
+            }
+        }
         self.free_streams.push(s);
     }
 
@@ -434,6 +440,28 @@ mod tests {
 
     /// Streams made and dropped one after another reuse ids: the model keeps as many streams
     /// (and clock entries) as were alive at once, not one per stream ever made.
+    /// A raw pointer taken on a stream that is then dropped does not taint the next stream
+    /// made on its id: a write elsewhere needs no wait for it.
+    #[test]
+    fn a_dropped_stream_s_raw_taint_goes_with_it() {
+        let mut st = State::default();
+        let b = st.buffers.insert(BufferState::default());
+        let x = st.add_stream();
+        let plan = st.plan(x, std::iter::once((b, AccessKind::Write)), None);
+        assert!(plan.waits.is_empty());
+        st.stamp_planned(x, std::iter::once((b, AccessKind::Write)));
+        st.taint(b, x);
+        st.stream_dropped(x);
+        let y = st.add_stream();
+        assert_eq!(y, x, "the id is reused");
+        let z = st.add_stream();
+        let plan = st.plan(z, std::iter::once((b, AccessKind::Write)), None);
+        assert!(
+            plan.waits.is_empty(),
+            "waited for the new stream on the old id"
+        );
+    }
+
     #[test]
     fn dropped_streams_ids_are_reused() {
         let mut st = State::default();

@@ -107,8 +107,8 @@ pub struct RunConfig<'r, 'a, B: Backend> {
     /// (finished a ring call or a stage closure) for `timeout`, and [`run`] returns
     /// [`Error::Stalled`] naming what each thread was blocked on and who had to act. The
     /// timeout must exceed the longest a stage closure or a ring call may legitimately take.
-    /// Once every thread is done, each stream's last work must end within it too (else
-    /// [`Error::Stalled`] names the stream). `None`: no watchdog (a run that cannot progress
+    /// Once every thread is done, the streams' work still queued must end within it once per
+    /// batch and stage (else [`Error::Stalled`] names the stream). `None`: no watchdog (a run that cannot progress
     /// blocks forever).
     pub stall_timeout: Option<Duration>,
 }
@@ -365,9 +365,18 @@ pub fn run<B: Backend>(config: RunConfig<'_, '_, B>) -> Result<RunStats> {
     let drained = if failed {
         drain(backend, streams, Some(DRAIN_AFTER_FAILURE)).map(drop)
     } else {
-        // Every thread is done; with a stall timeout, the streams' last work must end within
-        // it too (hung work that no thread waited for would otherwise hang the run here).
-        match drain(backend, streams, stall_timeout) {
+        // Every thread is done, but the streams may hold every batch's work still (a ring
+        // slot frees once a wait is enqueued): with a stall timeout, that work may take it
+        // once per batch and stage at most, so hung work that no thread waited for does not
+        // hang the run here.
+        let work =
+            u32::try_from((batches.max(1) as u64).saturating_mul(plan.stages.len().max(1) as u64))
+                .unwrap_or(u32::MAX);
+        match drain(
+            backend,
+            streams,
+            stall_timeout.map(|t| t.saturating_mul(work)),
+        ) {
             Ok(Some(stream)) => Err(Error::Stalled {
                 timeout_ms: stall_timeout.map_or(0, |t| t.as_millis().min(u64::MAX as u128) as u64),
                 threads: vec![format!(

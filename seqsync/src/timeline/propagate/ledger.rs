@@ -36,6 +36,9 @@ struct LedgerState {
     last_wait: Option<Entry>,
     /// Removed from the registry by a sweep: entries must go to the stream's new ledger.
     retired: bool,
+    /// Its stream is gone, but an entry was still pending then: a sweep retires it once its
+    /// entries are settled, poisoned or not (see [`Ledger::retire_if_settled`]).
+    gone: bool,
     /// Prune `waits` / `signals` of resolved entries when one grows to its limit (amortized:
     /// the next limits are twice what is left).
     prune_waits_at: u32,
@@ -161,7 +164,7 @@ impl Ledger {
 
     /// For a sweep: retire the ledger if it is idle (no poison, every wait satisfied, every
     /// signal landed: a signal still in flight stays where a dropped timeline's settling
-    /// finds it) and say so. The timelines it looked at go to `dropped`, to be dropped
+    /// finds it), or, if its stream is gone, settled; and say so. The timelines it looked at go to `dropped`, to be dropped
     /// outside the locks.
     pub(super) fn retire_if_idle(&self, dropped: &mut Vec<Arc<dyn FailTarget>>) -> bool {
         self.retire_if(dropped, Retire::Idle)
@@ -180,17 +183,19 @@ impl Ledger {
         let mut now = Reached::new(&st.timelines);
         // Gone, a stream's wait on a failed timeline is settled too: its failure was applied
         // (the poison), and nothing is signalled there any more.
-        let retire = match when {
-            Retire::Idle => st.poison.is_none(),
-            Retire::Settled => true,
-        } && st.all_waits().all(|w| {
-            now.resolves(w.timeline, w.value) || (when == Retire::Settled && now.failed(w.timeline))
-        }) && st
-            .signals
-            .iter()
-            .all(|s| now.resolves(s.timeline, s.value) || now.failed(s.timeline));
+        let settled_rule = when == Retire::Settled || st.gone;
+        let retire = (settled_rule || st.poison.is_none())
+            && st.all_waits().all(|w| {
+                now.resolves(w.timeline, w.value) || (settled_rule && now.failed(w.timeline))
+            })
+            && st
+                .signals
+                .iter()
+                .all(|s| now.resolves(s.timeline, s.value) || now.failed(s.timeline));
         dropped.extend(now.into_upgraded());
         st.retired = retire;
+        // Gone with entries pending: a later sweep retires it once they are settled.
+        st.gone |= when == Retire::Settled;
         retire
     }
 
@@ -303,19 +308,20 @@ impl Ledger {
 
     /// A mark at the stream's current place, for a later [`settled_before`](Self::settled_before):
     /// `None` when no wait listed can still be released by a failure (none is listed, and no
-    /// failure has poisoned the stream). Every entry listed so far has a lower sequence
-    /// number. (A wait listed later on the same timeline with nothing between may join the
-    /// last entry and raise its value: the mark then waits for the higher value, which only
-    /// holds a block back longer.)
+    /// failure has poisoned the stream). The mark takes a sequence number of its own, so every
+    /// entry listed so far has a lower one and no later wait joins them (a join would raise
+    /// the value the mark waits for).
     pub(crate) fn mark(&self) -> Result<Option<u64>, Retired> {
-        let st = self.lock();
+        let mut st = self.lock();
         if st.retired {
             return Err(Retired);
         }
         if st.wait_count() == 0 && st.poison.is_none() {
             return Ok(None);
         }
-        Ok(Some(st.next_seq))
+        let seq = st.next_seq;
+        st.next_seq += 1;
+        Ok(Some(seq))
     }
 
     /// Where the waits enqueued on the stream before mark `to` stand: all reached; some not

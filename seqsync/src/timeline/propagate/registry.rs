@@ -265,6 +265,7 @@ pub(crate) fn forget(stream_id: u64) {
     let mut dropped = Vec::new();
     // The epoch moves before the mark: whoever sees the mark sees the move.
     EPOCH.fetch_add(1, Ordering::Release);
+    // Not settled yet: marked gone, for a later sweep to retire once it is.
     if l.retire_if_settled(&mut dropped) {
         reg.ledgers.remove(&stream_id);
     }

@@ -236,11 +236,14 @@ fn a_mark_sees_the_waits_before_it() {
     );
     t.wait_on(&s, 1).unwrap();
     let m = stream_mark(id).expect("a wait is listed");
+    // A later wait on the same timeline does not raise what the mark waits for.
+    t.wait_on(&s, 10).unwrap();
     late.wait_on(&s, 1).unwrap();
     late.fail(Error::Cancelled("late".into())); // after the mark: not its business
     assert_eq!(m.state(), MarkState::Pending, "t not reached yet");
     t.signal(1).unwrap();
     assert_eq!(m.state(), MarkState::Reached);
+    t.signal(10).unwrap();
     // A wait before a mark on a poisoned stream, released by a failure of its own.
     let t2 = Timeline::new(&b, "t2", 0).unwrap();
     t2.wait_on(&s, 1).unwrap();
@@ -274,4 +277,20 @@ fn a_forgotten_stream_s_ledger_stays_while_a_wait_is_pending() {
     t.signal(1).unwrap();
     forget(id);
     assert!(find(id).is_none());
+    // Poisoned and pending when forgotten: the next sweep that finds it settled retires it
+    // (no sweep ever retires a poisoned ledger whose stream lives).
+    let s2 = b.new_stream("s2").unwrap();
+    let (u, p) = (
+        Timeline::new(&b, "u", 0).unwrap(),
+        Timeline::new(&b, "p", 0).unwrap(),
+    );
+    p.wait_on(&s2, 1).unwrap();
+    p.fail(Error::Cancelled("p".into()));
+    u.wait_on(&s2, 1).unwrap();
+    let id2 = crate::backend::Backend::stream_id(&b, &s2);
+    forget(id2);
+    assert!(find(id2).is_some(), "forgotten with a wait pending");
+    u.signal(1).unwrap();
+    let mut dropped = Vec::new();
+    assert!(find(id2).unwrap().retire_if_idle(&mut dropped));
 }
