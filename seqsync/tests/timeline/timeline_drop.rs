@@ -192,3 +192,26 @@ fn a_stream_s_own_work_that_synchronizes_it_is_told_instead_of_hanging() {
     );
     s.synchronize().unwrap();
 }
+
+/// A closure that panics with a payload whose own drop panics fails its stream like any other
+/// panic: the stream's waiters are told, nobody hangs.
+#[test]
+fn a_panic_payload_that_panics_on_drop_fails_the_stream() {
+    struct Bomb;
+    impl Drop for Bomb {
+        fn drop(&mut self) {
+            panic!("payload drop");
+        }
+    }
+    let host = HostBackend::new();
+    let s = host.new_stream("s").unwrap();
+    s.launch(|| std::panic::panic_any(Bomb));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let s = Arc::new(s);
+    let s2 = s.clone();
+    std::thread::spawn(move || tx.send(s2.synchronize()).unwrap());
+    let r = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the stream's synchronize hung");
+    assert!(r.is_err());
+}

@@ -328,6 +328,14 @@ impl StreamShared {
     }
 }
 
+/// A closure's panic, as the stream's failure message; its payload dropped where a panic of its
+/// own drop cannot kill the worker (its waiters would hang).
+fn panicked(payload: Box<dyn std::any::Any + Send>) -> Arc<str> {
+    let message = format!("closure panicked: {}", panic_message(&*payload));
+    let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
+    message.into()
+}
+
 fn run_worker(shared: &Arc<StreamShared>, mut chaos: Option<(Chaos, SplitMix64)>) {
     let _ = shared.worker.set(std::thread::current().id());
     let mut index: u64 = 0;
@@ -360,20 +368,14 @@ fn run_worker(shared: &Arc<StreamShared>, mut chaos: Option<(Chaos, SplitMix64)>
                     let _ = catch_unwind(AssertUnwindSafe(move || drop(f)));
                 } else {
                     if let Err(payload) = catch_unwind(AssertUnwindSafe(f)) {
-                        shared.fail(
-                            index,
-                            format!("closure panicked: {}", panic_message(&*payload)).into(),
-                        );
+                        shared.fail(index, panicked(payload));
                     }
                 }
             }
             Job::Always(f) => {
                 let failure = shared.failure_message();
                 if let Err(payload) = catch_unwind(AssertUnwindSafe(move || f(failure))) {
-                    shared.fail(
-                        index,
-                        format!("closure panicked: {}", panic_message(&*payload)).into(),
-                    );
+                    shared.fail(index, panicked(payload));
                 }
             }
             Job::Wait(f) => {
@@ -381,10 +383,7 @@ fn run_worker(shared: &Arc<StreamShared>, mut chaos: Option<(Chaos, SplitMix64)>
                     let _ = catch_unwind(AssertUnwindSafe(move || drop(f)));
                 } else if let Err(payload) = catch_unwind(AssertUnwindSafe(|| shared.parked(f))) {
                     shared.lock().parked = false;
-                    shared.fail(
-                        index,
-                        format!("closure panicked: {}", panic_message(&*payload)).into(),
-                    );
+                    shared.fail(index, panicked(payload));
                 }
             }
             Job::Follow { on, pos } => {
