@@ -20,10 +20,13 @@ pub(crate) fn run_threads<G: Send>(
     watch: &Watch<'_>,
 ) -> (Vec<(&'static str, Result<()>)>, Option<G>) {
     let panicked = |name: &str, p: Box<dyn std::any::Any + Send>| -> Error {
-        crate::invalid(
+        let e = crate::invalid(
             "demo",
             format!("thread {name} panicked: {}", crate::panic_message(&*p)),
-        )
+        );
+        // A payload whose own drop panics must not unwind past the stop of the others.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(p)));
+        e
     };
     let stopped = |name: &str, r: &Result<()>| {
         if let Err(e) = r {

@@ -143,6 +143,8 @@ unsafe extern "C" fn graph_host_trampoline(user_data: *mut c_void) {
             "seqsync: a CUDA graph host node panicked: {}",
             panic_message(&*p)
         );
+        // A payload whose own drop panics must not unwind into the driver either.
+        let _ = catch_unwind(AssertUnwindSafe(move || drop(p)));
     }
 }
 
