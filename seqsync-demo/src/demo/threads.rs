@@ -25,7 +25,10 @@ pub(crate) fn run_threads<G: Send>(
             format!("thread {name} panicked: {}", crate::panic_message(&*p)),
         );
         // A payload whose own drop panics must not unwind past the stop of the others.
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(p)));
+        if let Err(again) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(p)))
+        {
+            std::mem::forget(again);
+        }
         e
     };
     let stopped = |name: &str, r: &Result<()>| {

@@ -209,3 +209,41 @@ fn a_tracked_stream_dropped_by_its_own_work_does_not_hang() {
         "the tracked stream's drop waited for itself"
     );
 }
+
+/// A tracked stream dropped by its own work, which goes on writing a buffer: a read elsewhere
+/// still waits for that write (the stream stays tracked until its work so far has run).
+#[test]
+fn a_tracked_stream_dropped_by_its_own_work_is_still_waited_for() {
+    let host = HostBackend::new();
+    let tb = TrackingBackend::new(host.clone());
+    let x = tb.track(Arc::new(AtomicU32::new(0)));
+    let s = Arc::new(tb.wrap_stream(host.new_stream("s").unwrap(), "s"));
+    let held = Arc::new(std::sync::Mutex::new(Some(s.clone())));
+    let (dropped_tx, dropped) = mpsc::channel::<()>();
+    let h = held.clone();
+    tb.submit(&s, &[x.write()], |inner, cx| {
+        let x = x.get(cx).clone();
+        inner.launch(move || {
+            drop(h.lock().unwrap().take());
+            dropped_tx.send(()).unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+            x.store(1, Ordering::SeqCst);
+        });
+    })
+    .unwrap();
+    drop(s);
+    dropped.recv_timeout(Duration::from_secs(10)).unwrap();
+    let t = tb.wrap_stream(host.new_stream("t").unwrap(), "t");
+    let seen = Arc::new(AtomicU32::new(9));
+    tb.submit(&t, &[x.read()], |t, cx| {
+        let (x, seen) = (x.get(cx).clone(), seen.clone());
+        t.launch(move || seen.store(x.load(Ordering::SeqCst), Ordering::SeqCst));
+    })
+    .unwrap();
+    tb.synchronize_stream(&t).unwrap();
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        1,
+        "read before the dropped stream's write"
+    );
+}

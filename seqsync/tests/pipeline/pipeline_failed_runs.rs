@@ -237,3 +237,29 @@ fn queued_stream_work_longer_than_the_stall_timeout_in_all_is_not_a_stall() {
     });
     assert!(r.is_ok(), "{:?}", r.err());
 }
+
+/// A stall timeout too long for any deadline (`Duration::MAX`): the run ends normally.
+#[test]
+fn the_longest_stall_timeout_is_no_deadline() {
+    let spec = PipelineSpec::builder()
+        .thread("t0")
+        .stage("k", StageSpec::on_stream("s"))
+        .build()
+        .unwrap();
+    let plan = derive(&spec).unwrap();
+    let host = HostBackend::new();
+    let streams = pipeline::new_streams(&host, &plan).unwrap();
+    let stages = Stages::<HostBackend>::new().stage("k", |cx| {
+        cx.stream.unwrap().launch(|| ());
+        Ok(())
+    });
+    let r = pipeline::run(RunConfig {
+        plan: &plan,
+        backend: &host,
+        streams: &streams,
+        stages: &stages,
+        batches: 5,
+        stall_timeout: Some(Duration::MAX),
+    });
+    assert!(r.is_ok(), "{:?}", r.err());
+}

@@ -215,3 +215,34 @@ fn a_panic_payload_that_panics_on_drop_fails_the_stream() {
         .expect("the stream's synchronize hung");
     assert!(r.is_err());
 }
+
+/// Work on a stream that synchronizes an event recorded on its own stream after it would wait
+/// for itself (on a host backend that polls events too): `WaitsForItself` at once; an event
+/// recorded before it is waited for as usual.
+#[test]
+fn a_stream_s_own_work_that_waits_for_a_later_event_of_it_is_told() {
+    use seqsync::backend::{Backend, EventOptions};
+    for host in [HostBackend::new(), HostBackend::polling()] {
+        let s = Arc::new(host.new_stream("s").unwrap());
+        let (before, after) = (
+            Arc::new(host.create_event(EventOptions::default()).unwrap()),
+            Arc::new(host.create_event(EventOptions::default()).unwrap()),
+        );
+        host.record(&before, &s).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (go, gate) = std::sync::mpsc::channel::<()>();
+        let (h, b, a) = (host.clone(), before.clone(), after.clone());
+        s.launch(move || {
+            gate.recv().unwrap(); // `after` is recorded behind this closure by then
+            tx.send((h.synchronize(&b), h.synchronize(&a))).unwrap();
+        });
+        host.record(&after, &s).unwrap();
+        go.send(()).unwrap();
+        let (b, a) = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("a synchronize waited for itself");
+        assert!(b.is_ok(), "{b:?}");
+        assert!(matches!(a, Err(Error::WaitsForItself { .. })), "{a:?}");
+        s.synchronize().unwrap();
+    }
+}

@@ -144,7 +144,9 @@ unsafe extern "C" fn graph_host_trampoline(user_data: *mut c_void) {
             panic_message(&*p)
         );
         // A payload whose own drop panics must not unwind into the driver either.
-        let _ = catch_unwind(AssertUnwindSafe(move || drop(p)));
+        if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(p))) {
+            std::mem::forget(again);
+        }
     }
 }
 

@@ -238,10 +238,13 @@ impl Backend for HostBackend {
         interrupt: &dyn Interrupt,
     ) -> Result<SyncOutcome> {
         if self.inner.polling {
-            if let Some((stream, pos)) = event.snapshot() {
-                stream.check_not_waiting_for_itself(pos)?;
-            }
-            return super::synchronize_by_polling(|| self.query(event), interrupt);
+            // The recording checked is the one polled (a record meanwhile does not move it).
+            let Some((stream, pos)) = event.snapshot() else {
+                return Ok(SyncOutcome::Complete);
+            };
+            stream.check_not_waiting_for_itself(pos)?;
+            let done = || stream.poll(pos).transpose().map(|o| o.is_some());
+            return super::synchronize_by_polling(done, interrupt);
         }
         match event.snapshot() {
             None => Ok(SyncOutcome::Complete),

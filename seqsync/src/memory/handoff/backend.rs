@@ -86,10 +86,19 @@ impl<B: Backend> Drop for TrackedStream<B> {
     fn drop(&mut self) {
         // Never fail in drop: a failed stream's work is over too, as far as waiting goes. But
         // dropped by its own work, the stream still has that work (and what follows) to run:
-        // nothing counts as completed, and its id stays taken.
+        // it stays tracked (a use elsewhere still waits for it) until a last closure of its
+        // own marks it dropped, and only then lets it go.
         if let Err(Error::WaitsForItself { .. }) =
             self.backend.inner.synchronize_stream(&self.inner)
         {
+            let (backend, id, keep) = (self.backend.clone(), self.id, self.inner.clone());
+            let last = Box::new(move || {
+                backend.lock().stream_dropped(id);
+                drop(keep);
+            });
+            // Not enqueued (a backend error): its id stays taken and nothing counts as
+            // completed, which only costs waits.
+            let _ = self.backend.inner.launch_host(&self.inner, last);
             return;
         }
         self.backend.lock().stream_dropped(self.id);

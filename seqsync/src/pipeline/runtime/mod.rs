@@ -295,7 +295,10 @@ pub fn run<B: Backend>(config: RunConfig<'_, '_, B>) -> Result<RunStats> {
                                 let message = panic_message(&*p);
                                 // A payload whose drop panics too must not unwind past the
                                 // stop of the rings below.
-                                let _ = catch_unwind(AssertUnwindSafe(move || drop(p)));
+                                if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(p)))
+                                {
+                                    std::mem::forget(again);
+                                }
                                 Err(Failed {
                                     seq: stats.iterations,
                                     error: stage_err(name, format!("thread panicked: {message}")),
@@ -432,7 +435,10 @@ fn drain<B: Backend>(
         }
         return first;
     };
-    let until = Instant::now() + limit;
+    // A limit past what an instant can hold: no limit.
+    let Some(until) = Instant::now().checked_add(limit) else {
+        return drain(backend, streams, None);
+    };
     for (name, s) in streams {
         let event = backend.create_event(crate::backend::EventOptions::default())?;
         backend.record(&event, s)?;

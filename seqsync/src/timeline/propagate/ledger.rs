@@ -217,6 +217,8 @@ impl Ledger {
         if st.retired {
             return Err(Retired);
         }
+        // A stream forgotten as gone that still waits is alive after all.
+        st.gone = false;
         // A wait right after a wait on the same timeline, with nothing enqueued on the stream
         // between them, only raises that wait's value: a failure below the higher value
         // poisons the stream from the first wait on, which is the same signals as from the
@@ -261,6 +263,7 @@ impl Ledger {
         if st.retired {
             return Err(Refused::Retired);
         }
+        st.gone = false;
         if let Some((_, cause)) = &st.poison {
             return Err(Refused::Poisoned(cause.clone()));
         }
@@ -297,6 +300,7 @@ impl Ledger {
         if st.retired {
             return Err(Retired);
         }
+        st.gone = false;
         let seq = st.next_seq;
         st.next_seq += 1;
         if st.poison.is_none() {

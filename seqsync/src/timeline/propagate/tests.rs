@@ -293,4 +293,19 @@ fn a_forgotten_stream_s_ledger_stays_while_a_wait_is_pending() {
     u.signal(1).unwrap();
     let mut dropped = Vec::new();
     assert!(find(id2).unwrap().retire_if_idle(&mut dropped));
+    // Forgotten with a wait pending, but the stream is still used: a later failure poisons
+    // it, and no sweep retires its ledger (it would lose the poison).
+    let s3 = b.new_stream("s3").unwrap();
+    let (v, w) = (
+        Timeline::new(&b, "v", 0).unwrap(),
+        Timeline::new(&b, "w", 0).unwrap(),
+    );
+    v.wait_on(&s3, 1).unwrap();
+    let id3 = crate::backend::Backend::stream_id(&b, &s3);
+    forget(id3);
+    w.wait_on(&s3, 1).unwrap();
+    v.signal(1).unwrap();
+    w.fail(Error::Cancelled("w".into()));
+    assert!(!find(id3).unwrap().retire_if_idle(&mut dropped));
+    assert!(is_poisoned(id3));
 }
