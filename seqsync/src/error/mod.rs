@@ -444,6 +444,16 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "a non-string panic".into())
 }
 
+/// Drop a caught panic's payload where its own drop cannot unwind further: a payload whose
+/// drop panics is dropped under a guard, and that second panic's payload is leaked (its drop
+/// could panic too).
+pub(crate) fn drop_panic_payload(payload: Box<dyn std::any::Any + Send>) {
+    let guarded = std::panic::AssertUnwindSafe(move || drop(payload));
+    if let Err(again) = std::panic::catch_unwind(guarded) {
+        std::mem::forget(again);
+    }
+}
+
 /// The most threads a stall's message describes (the error's `threads` has every one).
 pub(crate) const STALL_THREADS_SHOWN: usize = 16;
 

@@ -794,14 +794,15 @@ impl<B: Backend> SharedTimeline<B> {
 #[cfg(all(test, not(seqsync_loom)))]
 mod tests {
     use super::*;
-    use crate::HostBackend;
+    use crate::{AnyBackend, BackendKind};
 
     /// A segment whose value another process froze (the failure mark) without beginning a
     /// failure: a new opener refuses it, and a wait in a process that has it open fails
     /// instead of waiting for good.
     #[test]
     fn a_value_frozen_without_a_failure_is_refused_at_open_and_fails_waits() {
-        let host = HostBackend::new();
+        // The host backend, through the `Backend` trait (this layer names no concrete one).
+        let host = AnyBackend::new(BackendKind::Host).unwrap();
         let name = format!("frozen-{}", std::process::id());
         let t = SharedTimeline::create(&host, &name, 0).unwrap();
         t.shared

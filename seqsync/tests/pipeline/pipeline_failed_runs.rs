@@ -7,26 +7,29 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-#[test]
-fn a_stall_on_hung_stream_work_returns_stalled() {
-    let (release_tx, release_rx) = mpsc::channel::<()>();
-    let release_rx = Arc::new(Mutex::new(release_rx));
+/// One thread with one stage on stream `s` (synchronized by the thread if `sync`), whose
+/// closure enqueues `work` for each of `batches` batches; `run()` on a thread of its own, with
+/// `stall_timeout`. Its result, or `None` if it did not return within 5 s.
+fn one_stream_stage(
+    sync: bool,
+    work: impl Fn() -> Box<dyn FnOnce() + Send> + Send + Sync + 'static,
+    batches: i64,
+    stall_timeout: Option<Duration>,
+) -> Option<seqsync::Result<()>> {
     let (done_tx, done_rx) = mpsc::channel();
     std::thread::spawn(move || {
+        let stage = StageSpec::on_stream("s");
+        let stage = if sync { stage.sync() } else { stage };
         let spec = PipelineSpec::builder()
             .thread("t0")
-            .stage("k", StageSpec::on_stream("s").sync())
+            .stage("k", stage)
             .build()
             .unwrap();
         let plan = derive(&spec).unwrap();
         let host = HostBackend::new();
         let streams = pipeline::new_streams(&host, &plan).unwrap();
         let stages = Stages::<HostBackend>::new().stage("k", move |cx| {
-            let rx = release_rx.clone();
-            // The "kernel" never finishes until the test releases it.
-            cx.stream.unwrap().launch(move || {
-                let _ = rx.lock().unwrap().recv();
-            });
+            cx.stream.unwrap().launch(work());
             Ok(())
         });
         let r = pipeline::run(RunConfig {
@@ -34,15 +37,38 @@ fn a_stall_on_hung_stream_work_returns_stalled() {
             backend: &host,
             streams: &streams,
             stages: &stages,
-            batches: 3,
-            stall_timeout: Some(Duration::from_millis(200)),
+            batches,
+            stall_timeout,
         });
         let _ = done_tx.send(r.map(|_| ()));
     });
-    let outcome = done_rx.recv_timeout(Duration::from_secs(5));
+    done_rx.recv_timeout(Duration::from_secs(5)).ok()
+}
+
+/// Stream work that never finishes until the test sends on the returned channel (once per
+/// batch).
+fn hung_work() -> (
+    mpsc::Sender<()>,
+    impl Fn() -> Box<dyn FnOnce() + Send> + Send + Sync + 'static,
+) {
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let release_rx = Arc::new(Mutex::new(release_rx));
+    let work = move || -> Box<dyn FnOnce() + Send> {
+        let rx = release_rx.clone();
+        Box::new(move || {
+            let _ = rx.lock().unwrap().recv();
+        })
+    };
+    (release_tx, work)
+}
+
+#[test]
+fn a_stall_on_hung_stream_work_returns_stalled() {
+    let (release, work) = hung_work();
+    let outcome = one_stream_stage(true, work, 3, Some(Duration::from_millis(200)));
     // Unblock the hung work so the process can exit either way.
     for _ in 0..3 {
-        let _ = release_tx.send(());
+        let _ = release.send(());
     }
     let r = outcome.expect("run() did not return within 5 s of a 200 ms stall (hangs in drain)");
     assert!(matches!(r, Err(Error::Stalled { .. })), "{r:?}");
@@ -127,38 +153,10 @@ fn an_empty_thread_ends_after_a_stage_error() {
 /// timeout bounds the wait for the streams' last work too (it returns `Stalled`).
 #[test]
 fn hung_unsynchronized_stream_work_does_not_hang_a_watched_run() {
-    let (release_tx, release_rx) = mpsc::channel::<()>();
-    let release_rx = Arc::new(Mutex::new(release_rx));
-    let (done_tx, done_rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let spec = PipelineSpec::builder()
-            .thread("t0")
-            .stage("k", StageSpec::on_stream("s")) // no .sync(): nobody waits on the host
-            .build()
-            .unwrap();
-        let plan = derive(&spec).unwrap();
-        let host = HostBackend::new();
-        let streams = pipeline::new_streams(&host, &plan).unwrap();
-        let stages = Stages::<HostBackend>::new().stage("k", move |cx| {
-            let rx = release_rx.clone();
-            cx.stream.unwrap().launch(move || {
-                let _ = rx.lock().unwrap().recv();
-            });
-            Ok(())
-        });
-        let r = pipeline::run(RunConfig {
-            plan: &plan,
-            backend: &host,
-            streams: &streams,
-            stages: &stages,
-            batches: 3,
-            stall_timeout: Some(Duration::from_millis(200)),
-        });
-        let _ = done_tx.send(r.map(|_| ()));
-    });
-    let outcome = done_rx.recv_timeout(Duration::from_secs(5));
+    let (release, work) = hung_work();
+    let outcome = one_stream_stage(false, work, 3, Some(Duration::from_millis(200)));
     for _ in 0..3 {
-        let _ = release_tx.send(());
+        let _ = release.send(());
     }
     let r = outcome.expect("run() with a 200 ms stall_timeout hung waiting for its streams");
     assert!(matches!(r, Err(Error::Stalled { .. })), "{r:?}");
@@ -213,53 +211,18 @@ fn a_panic_payload_that_panics_on_drop_still_stops_the_run() {
 /// ends normally.
 #[test]
 fn queued_stream_work_longer_than_the_stall_timeout_in_all_is_not_a_stall() {
-    let spec = PipelineSpec::builder()
-        .thread("t0")
-        .stage("k", StageSpec::on_stream("s"))
-        .build()
-        .unwrap();
-    let plan = derive(&spec).unwrap();
-    let host = HostBackend::new();
-    let streams = pipeline::new_streams(&host, &plan).unwrap();
-    let stages = Stages::<HostBackend>::new().stage("k", |cx| {
-        cx.stream
-            .unwrap()
-            .launch(|| std::thread::sleep(Duration::from_millis(30)));
-        Ok(())
-    });
-    let r = pipeline::run(RunConfig {
-        plan: &plan,
-        backend: &host,
-        streams: &streams,
-        stages: &stages,
-        batches: 20,
-        stall_timeout: Some(Duration::from_millis(200)),
-    });
+    let work = || -> Box<dyn FnOnce() + Send> {
+        Box::new(|| std::thread::sleep(Duration::from_millis(30)))
+    };
+    let r = one_stream_stage(false, work, 20, Some(Duration::from_millis(200)));
+    let r = r.expect("the run hung");
     assert!(r.is_ok(), "{:?}", r.err());
 }
 
 /// A stall timeout too long for any deadline (`Duration::MAX`): the run ends normally.
 #[test]
 fn the_longest_stall_timeout_is_no_deadline() {
-    let spec = PipelineSpec::builder()
-        .thread("t0")
-        .stage("k", StageSpec::on_stream("s"))
-        .build()
-        .unwrap();
-    let plan = derive(&spec).unwrap();
-    let host = HostBackend::new();
-    let streams = pipeline::new_streams(&host, &plan).unwrap();
-    let stages = Stages::<HostBackend>::new().stage("k", |cx| {
-        cx.stream.unwrap().launch(|| ());
-        Ok(())
-    });
-    let r = pipeline::run(RunConfig {
-        plan: &plan,
-        backend: &host,
-        streams: &streams,
-        stages: &stages,
-        batches: 5,
-        stall_timeout: Some(Duration::MAX),
-    });
+    let work = || -> Box<dyn FnOnce() + Send> { Box::new(|| ()) };
+    let r = one_stream_stage(false, work, 5, Some(Duration::MAX)).expect("the run hung");
     assert!(r.is_ok(), "{:?}", r.err());
 }

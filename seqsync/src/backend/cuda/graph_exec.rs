@@ -144,9 +144,7 @@ unsafe extern "C" fn graph_host_trampoline(user_data: *mut c_void) {
             panic_message(&*p)
         );
         // A payload whose own drop panics must not unwind into the driver either.
-        if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(p))) {
-            std::mem::forget(again);
-        }
+        crate::error::drop_panic_payload(p);
     }
 }
 

@@ -332,10 +332,7 @@ impl StreamShared {
 /// own drop cannot kill the worker (its waiters would hang).
 fn panicked(payload: Box<dyn std::any::Any + Send>) -> Arc<str> {
     let message = format!("closure panicked: {}", panic_message(&*payload));
-    if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
-        // Its drop's payload is leaked, not dropped: that drop could panic too.
-        std::mem::forget(again);
-    }
+    crate::error::drop_panic_payload(payload);
     message.into()
 }
 

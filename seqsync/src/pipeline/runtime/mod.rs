@@ -295,10 +295,7 @@ pub fn run<B: Backend>(config: RunConfig<'_, '_, B>) -> Result<RunStats> {
                                 let message = panic_message(&*p);
                                 // A payload whose drop panics too must not unwind past the
                                 // stop of the rings below.
-                                if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(p)))
-                                {
-                                    std::mem::forget(again);
-                                }
+                                crate::error::drop_panic_payload(p);
                                 Err(Failed {
                                     seq: stats.iterations,
                                     error: stage_err(name, format!("thread panicked: {message}")),
