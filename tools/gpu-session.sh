@@ -6,7 +6,7 @@
 #           tar xzf .gpu-bundle.tgz && bash tools/gpu-session.sh PART...
 #
 # Parts (each prints one line per result; what a part writes goes under $OUT when set):
-#   tests    the suites with GPU tests, whole (SEQSYNC_REQUIRE_GPU=1: a missing GPU fails), the
+#   tests    (within $TESTS_SECONDS, default 540) the suites with GPU tests, whole (SEQSYNC_REQUIRE_GPU=1: a missing GPU fails), the
 #            CUDA and GPU tests of the others, then the CUDA tests of the timeline, graph,
 #            memory, demo and ipc suites under each timeline mechanism (events, hybrid,
 #            memops); within 540 s, naming what it had no time for
@@ -39,7 +39,7 @@ suite() {
 tests() (
   # A subshell: the variable stays with this part.
   export SEQSYNC_REQUIRE_GPU=1
-  DEADLINE=$(( $(date +%s) + 540 ))
+  DEADLINE=$(( $(date +%s) + ${TESTS_SECONDS:-540} ))
   for t in backend ring timeline graph memory ipc demo cuda_fault; do suite "$t" "$t"; done
   for t in cli source seqsync-lib seqsync_demo-lib; do suite "$t (cuda, gpu)" "$t" cuda gpu; done
   for m in events hybrid memops; do
