@@ -128,3 +128,61 @@ fn chaos_delays_but_keeps_order() {
         "chaos added no delay"
     );
 }
+
+#[test]
+fn a_full_queue_holds_the_enqueuer_back_while_the_worker_moves() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let host = HostBackend::new();
+    let s = host.new_stream("slow").unwrap();
+    let ran = Arc::new(AtomicUsize::new(0));
+    let n = seqsync::backend::host::HostStream::QUEUE_BOUND + 1500;
+    for _ in 0..n {
+        let r = ran.clone();
+        s.launch(move || {
+            std::thread::sleep(Duration::from_micros(50));
+            r.fetch_add(1, Ordering::SeqCst);
+        });
+    }
+    // The enqueuer ran ahead of the worker by at most the bound (and the one running).
+    let behind = n - ran.load(Ordering::SeqCst);
+    assert!(
+        behind <= seqsync::backend::host::HostStream::QUEUE_BOUND + 1,
+        "{behind} operations queued: the queue grew past its bound"
+    );
+    s.synchronize().unwrap();
+    assert_eq!(ran.load(Ordering::SeqCst), n);
+}
+
+#[test]
+fn a_full_queue_behind_a_wait_for_the_enqueuing_thread_does_not_hang() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let host = HostBackend::new();
+    let s = host.new_stream("gated").unwrap();
+    let go = seqsync::timeline::Timeline::new(&host, "go", 0).unwrap();
+    // The worker waits for a value this thread signals only once the queue is full.
+    go.wait_on(&s, 1).unwrap();
+    let ran = Arc::new(AtomicUsize::new(0));
+    let n = seqsync::backend::host::HostStream::QUEUE_BOUND + 10;
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::scope(|scope| {
+        let (s, ran) = (&s, &ran);
+        scope.spawn(move || {
+            for _ in 0..n {
+                let r = ran.clone();
+                s.launch(move || {
+                    r.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+            let _ = done_tx.send(());
+        });
+        let enqueued = done_rx.recv_timeout(Duration::from_secs(10));
+        // Released either way, so that a failure here does not hang the test too.
+        go.signal(1).unwrap();
+        assert!(
+            enqueued.is_ok(),
+            "the enqueues waited for room the worker could not make"
+        );
+    });
+    s.synchronize().unwrap();
+    assert_eq!(ran.load(Ordering::SeqCst), n);
+}

@@ -5,7 +5,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::chaos::{Chaos, SplitMix64};
 use crate::backend::{Interrupt, SyncOutcome};
@@ -48,6 +48,9 @@ pub(crate) struct State {
     parked: bool,
     /// The worker has run everything after the shutdown and is returning.
     exited: bool,
+    /// When the worker last took an operation or finished one: an enqueue on a full queue
+    /// waits only while this is recent ([`STALL_GRACE`]).
+    moved_at: Instant,
 }
 
 /// The part of a stream that events and other streams' gates hold on to.
@@ -71,6 +74,19 @@ pub(crate) struct StreamShared {
 /// How long an interruptible host wait sleeps between checks of its interrupt. A stopped ring
 /// also wakes it through its own condition variable only where it can; this bounds the rest.
 const INTERRUPT_POLL: Duration = Duration::from_micros(200);
+
+/// Operations a stream holds before its worker takes them. Produced by any thread that
+/// enqueues, consumed by the stream's one worker; the size is about a CUDA launch queue's, so
+/// that a host that enqueues faster than the stream runs is held back as it would be on a GPU
+/// (a pipeline of stream stages only would otherwise grow the queue with every batch), and a
+/// full queue's closures stay a few hundred KiB.
+pub(crate) const QUEUE_BOUND: usize = 4096;
+
+/// How long a full queue's worker may take neither a new operation nor finish one before an
+/// enqueue stops waiting for room and enqueues anyway: the worker may be waiting for something
+/// the enqueuing thread itself would do next (a timeline signal, a lock it holds), and a wait
+/// for room must not turn that into a hang.
+pub(crate) const STALL_GRACE: Duration = Duration::from_millis(250);
 
 impl StreamShared {
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
@@ -137,14 +153,44 @@ impl StreamShared {
 
     /// [`enqueue`](Self::enqueue), returning the job's place in the stream's order (what an
     /// event recorded right after it would hold).
+    ///
+    /// A full queue ([`QUEUE_BOUND`]) makes the caller wait for room first (see
+    /// [`make_room`](Self::make_room)).
     pub(crate) fn enqueue_at(&self, job: Job) -> u64 {
         let mut state = self.lock();
+        if state.queue.len() >= QUEUE_BOUND {
+            state = self.make_room(state);
+        }
         state.queue.push_back(job);
         state.enqueued += 1;
         let pos = state.enqueued;
         drop(state);
         self.work_cv.notify_one();
         pos
+    }
+
+    /// Wait while the queue is full and its worker moves: it took or finished an operation
+    /// within [`STALL_GRACE`]. Never on the worker itself (a closure that enqueues on its own
+    /// stream would wait for itself), nor for a worker that has stopped moving (it may wait
+    /// for this very thread): the operation is then enqueued past the bound.
+    #[cold]
+    fn make_room<'a>(&'a self, mut state: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        if self.worker.get() == Some(&std::thread::current().id()) {
+            return state;
+        }
+        while state.queue.len() >= QUEUE_BOUND
+            && !state.exited
+            && state.moved_at.elapsed() < STALL_GRACE
+        {
+            // Woken as each operation ends; the timeout only bounds a missed wake-up and
+            // lets the grace expire.
+            state = self
+                .done_cv
+                .wait_timeout(state, Duration::from_millis(10))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        state
     }
 
     fn fail(&self, op_index: u64, message: Arc<str>) {
@@ -174,6 +220,14 @@ impl StreamShared {
 /// recorded after the panic, and every stream that waits on such an event, gets an
 /// [`Error::Backend`] naming the stream and the panic message. Nobody hangs.
 ///
+/// A stream holds at most 4096 operations its worker has not taken yet: as on a CUDA stream
+/// whose launch queue is full, an enqueue beyond that waits until the worker takes one, so a
+/// host that enqueues faster than the stream runs is held back instead of growing the queue
+/// with every batch. The wait lasts only while the worker moves: one that took and finished
+/// nothing for 250 ms may be waiting for the enqueuing thread itself (a timeline value it
+/// would signal next), and the operation is then enqueued past the bound instead of hanging.
+/// A closure that enqueues on its own stream never waits.
+///
 /// ```
 /// use std::sync::{Arc, atomic::{AtomicU32, Ordering}};
 /// let host = seqsync::HostBackend::new();
@@ -201,6 +255,10 @@ impl std::fmt::Debug for HostStream {
 }
 
 impl HostStream {
+    /// Operations a stream holds that its worker has not taken yet before an enqueue waits
+    /// for room (see the type's docs).
+    pub const QUEUE_BOUND: usize = QUEUE_BOUND;
+
     pub(crate) fn spawn(name: &str, chaos: Option<(Chaos, SplitMix64)>) -> Result<HostStream> {
         let shared = Arc::new(StreamShared {
             name: name.to_owned(),
@@ -212,6 +270,7 @@ impl HostStream {
                 shutdown: false,
                 parked: false,
                 exited: false,
+                moved_at: Instant::now(),
             }),
             completed: AtomicU64::new(0),
             work_cv: Condvar::new(),
@@ -344,6 +403,7 @@ fn run_worker(shared: &Arc<StreamShared>, mut chaos: Option<(Chaos, SplitMix64)>
             let mut state = shared.lock();
             loop {
                 if let Some(op) = state.queue.pop_front() {
+                    state.moved_at = Instant::now();
                     break op;
                 }
                 if state.shutdown {
@@ -400,7 +460,8 @@ fn run_worker(shared: &Arc<StreamShared>, mut chaos: Option<(Chaos, SplitMix64)>
             }
         }
         index += 1;
-        let state = shared.lock();
+        let mut state = shared.lock();
+        state.moved_at = Instant::now();
         shared.completed.store(index, Ordering::Release);
         drop(state);
         shared.done_cv.notify_all();
