@@ -77,9 +77,9 @@ scan() {
   # Where the launches wait for their slots (device: enqueued up to S batches ahead), first.
   for w in host device; do for b in 65536 262144; do scan_one $b --slot-wait $w; done; done
   scan_one 1048576 --release device --slot-wait device
-  for d in 3 4 6 8 12 16; do for k in 4 8; do scan_one 65536 --graph-depth $d --graph-batches $k; done; done
-  for d in 3 4 6 8; do for k in 2 4; do scan_one 262144 --graph-depth $d --graph-batches $k; done; done
-  for d in 3 4 6; do for k in 1 2; do scan_one 1048576 --graph-depth $d --graph-batches $k; done; done
+  for d in 2 3 4 6 8; do for k in 4 8 16; do scan_one 65536 --graph-depth $d --graph-batches $k; done; done
+  for d in 2 3 4 6; do for k in 2 4 8; do scan_one 262144 --graph-depth $d --graph-batches $k; done; done
+  for d in 2 3 4 6; do for k in 1 2 4; do scan_one 1048576 --graph-depth $d --graph-batches $k; done; done
   scan_one 4194304
 }
 
