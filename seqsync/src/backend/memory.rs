@@ -65,6 +65,23 @@ pub trait MemoryBackend: Backend {
     fn async_pool_usage(&self, pool: &Self::AsyncPool) -> Result<MemoryUsage>;
 }
 
+/// What to do as a stream goes (its last handle dropped), given its id: set once, by the layer
+/// that keeps state per stream id (the timelines' failure ledgers), so that a backend, which
+/// knows nothing of that layer, still lets it drop the state of streams that are gone.
+static STREAM_GONE: std::sync::OnceLock<fn(u64)> = std::sync::OnceLock::new();
+
+/// Call `f` with the id of every stream that goes from now on (the first `f` set stays).
+pub(crate) fn on_stream_gone(f: fn(u64)) {
+    let _ = STREAM_GONE.set(f);
+}
+
+/// Stream `id` is gone: tell whoever asked ([`on_stream_gone`]).
+pub(crate) fn stream_gone(id: u64) {
+    if let Some(f) = STREAM_GONE.get() {
+        f(id);
+    }
+}
+
 /// A fresh stream id: one counter for every backend, so ids never collide.
 pub(crate) fn next_stream_id() -> u64 {
     static NEXT: AtomicU64 = AtomicU64::new(1);

@@ -288,6 +288,18 @@ pub enum Error {
         stream: String,
     },
 
+    /// A pool of streams ([`Queues`](crate::graph::Queues)) would need a stream beyond its
+    /// limit: that many of its streams hold submissions not done yet. Nothing was enqueued;
+    /// synchronize (or let earlier submissions finish) before submitting more.
+    #[error(
+        "queues: every one of the {limit} streams a pool may hold has work not done yet; \
+         wait for earlier submissions before submitting more"
+    )]
+    TooManyStreams {
+        /// The most streams a pool holds.
+        limit: usize,
+    },
+
     /// The pipeline runtime's stall watchdog fired: no thread made progress for the timeout.
     /// Every ring was stopped; `threads` says, per thread, what it was blocked on and who
     /// had to act.

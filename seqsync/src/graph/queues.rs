@@ -250,6 +250,11 @@ impl<B: CommandBackend> Drop for Queues<B> {
 }
 
 impl<B: CommandBackend> Queues<B> {
+    /// The most streams a pool holds: a submission that would need more (every stream busy
+    /// with work not done yet) is refused with
+    /// [`Error::TooManyStreams`](crate::Error::TooManyStreams), before anything is enqueued.
+    pub const MAX_STREAMS: usize = 1024;
+
     /// An empty pool on `backend`.
     pub fn new(backend: B) -> Self {
         Queues {
@@ -333,6 +338,14 @@ impl<B: CommandBackend> Queues<B> {
                 poisoned_idle.push(i);
             }
         }
+        // Beyond the limit only where a poisoned idle stream is replaced in place.
+        if self.streams.len() + (n - map.len()).saturating_sub(poisoned_idle.len())
+            > Self::MAX_STREAMS
+        {
+            return Err(crate::Error::TooManyStreams {
+                limit: Self::MAX_STREAMS,
+            });
+        }
         let mut created = 0;
         while map.len() < n {
             let stream = self
@@ -361,14 +374,18 @@ impl<B: CommandBackend> Queues<B> {
         Ok((map, created))
     }
 
-    /// Is pool stream `i` poisoned, no queue's anchor, and done with everything it was given
-    /// (so nothing is lost by replacing it with a fresh stream)?
+    /// Is pool stream `i` no queue's anchor, done with everything it was given, and either
+    /// poisoned or failed (a closure of it panicked: it runs nothing more)? Nothing is lost by
+    /// replacing it with a fresh stream then.
     fn is_replaceable(&self, i: usize) -> bool {
         let s = &self.streams[i];
         s.anchor_of.is_none()
             && !s.broken
-            && crate::timeline::is_poisoned(&self.backend, &s.stream)
-            && matches!(self.backend.query(&s.end), Ok(true))
+            && match self.backend.query(&s.end) {
+                Ok(done) => done && crate::timeline::is_poisoned(&self.backend, &s.stream),
+                // Reached, and failed on the way.
+                Err(_) => true,
+            }
     }
 
     /// Enqueue every command of `exe` on the pool's streams, with `affinity`.
@@ -376,6 +393,8 @@ impl<B: CommandBackend> Queues<B> {
     /// # Errors
     /// A failing backend call, or an out-of-bounds copy or fill. Streams that got part of the
     /// submission are not reused by later ones.
+    /// [`Error::TooManyStreams`](crate::Error::TooManyStreams) where the submission would
+    /// need a stream beyond [`MAX_STREAMS`](Self::MAX_STREAMS) (nothing is enqueued).
     pub fn submit(&mut self, exe: &mut Executable<B>, affinity: Affinity) -> Result<Submission> {
         self.submit_with(exe, &Submit::on(affinity))
     }
@@ -422,6 +441,7 @@ impl<B: CommandBackend> Queues<B> {
         // the queue's previous submission: on one stream.
         let streams = exe.schedule.streams.len().max(usize::from(empty));
         let (map, new_streams) = self.map_streams(streams, queue)?;
+        self.check_streams(&map, how)?;
         let result = self.enqueue(exe, &map, how);
         match result {
             Ok(queue_waits) => Ok(Submission {
@@ -506,15 +526,24 @@ impl<B: CommandBackend> Queues<B> {
         Ok(queue_waits)
     }
 
-    /// Block until everything submitted so far has run.
+    /// Block until everything submitted so far has run, on every stream (also past one whose
+    /// work failed).
     ///
     /// # Errors
-    /// A failed backend call, or work that failed (a panicking host closure).
+    /// A failed backend call, or work that failed (a panicking host closure): the first
+    /// stream's in pool order. A failed stream keeps its failure until a later submission
+    /// replaces it with a fresh stream, so a synchronize after it reports it again.
     pub fn synchronize(&self) -> Result<()> {
+        // Every stream, also past a failed one: the first failure is returned once all of them
+        // ran what they were given.
+        let mut first = Ok(());
         for s in &self.streams {
-            self.backend.synchronize_stream(&s.stream)?;
+            let r = self.backend.synchronize_stream(&s.stream);
+            if first.is_ok() {
+                first = r;
+            }
         }
-        Ok(())
+        first
     }
 
     /// Enqueue one replay of an instantiated graph on a pool stream, with `affinity`.
@@ -550,6 +579,7 @@ impl<B: CommandBackend> Queues<B> {
         how.check_admission()?;
         let queue = how.affinity.single();
         let (map, new_streams) = self.map_streams(1, queue)?;
+        self.check_streams(&map, how)?;
         let p = map[0];
         let result = (|| {
             let waits = self.queue_waits(p, queue)?;
@@ -575,6 +605,19 @@ impl<B: CommandBackend> Queues<B> {
                 Err(e)
             }
         }
+    }
+
+    /// Refuse, before anything is enqueued, timelines that would refuse the pool's streams
+    /// (a timeline of another backend: the pool's streams are all of its own).
+    fn check_streams(&self, map: &[usize], how: &Submit<'_, B>) -> Result<()> {
+        let Some(&p) = map.first() else {
+            return Ok(());
+        };
+        let stream = &self.streams[p].stream;
+        how.waits
+            .iter()
+            .chain(how.signals)
+            .try_for_each(|(t, _)| t.check_stream(stream))
     }
 
     /// Make pool stream `p` wait for the end of `queue`'s previous submission (on its anchor,

@@ -273,6 +273,7 @@ impl<B: Backend> Wait<'_, B> {
             // that holds only timeline operations (CUDA `events`) cannot, so the call is
             // refused before anything is enqueued.
             Wait::Timeline(t, v) => {
+                t.check_wait_on(stream, *v)?;
                 t.query()?;
                 t.check_holds_commands(Some(stream), *v)
             }

@@ -240,11 +240,21 @@ impl<B: MemoryBackend> Pool<B> {
             free: VecDeque::new(),
             carving: None,
         });
-        // 1. Reuse: the most recently freed block the requester is ordered after.
-        let dominated = entry
-            .free
-            .iter()
-            .rposition(|f| st.clocks.ordered_after(sid, &f.death));
+        // 1. Reuse: the most recently freed block the requester is ordered after (one whose
+        // free a failure has released since is never handed out: `released_by_failure`).
+        let dominated = loop {
+            let i = entry
+                .free
+                .iter()
+                .rposition(|f| st.clocks.ordered_after(sid, &f.death));
+            match i {
+                Some(i) if released_by_failure(&entry.free[i]) => {
+                    let f = entry.free.remove(i).expect("index from rposition");
+                    leak(&mut st.slabs, &mut st.stats, &mut st.leaked, f);
+                }
+                found => break found,
+            }
+        };
         // `old`: the freed entry a reused block came from, to put back if the call fails.
         let (addr, slab, old) = if let Some(i) = dominated {
             let f = entry.free.remove(i).expect("index from rposition");
@@ -352,15 +362,10 @@ impl<B: MemoryBackend> Pool<B> {
     fn oldest_healthy_free(&self, st: &mut State<B>, class: usize) -> Option<Freed<B>> {
         let entry = st.classes.get_mut(&class)?;
         while let Some(f) = entry.free.pop_front() {
-            if self.backend.query(f.death.event()).is_ok() {
+            if self.backend.query(f.death.event()).is_ok() && !released_by_failure(&f) {
                 return Some(f);
             }
-            // Its slab counts it live again: never given back under whoever still uses it.
-            if let Some(s) = st.slabs[f.slab].as_mut() {
-                s.live += 1;
-            }
-            st.stats.leaked += 1;
-            st.leaked.insert(f.addr);
+            leak(&mut st.slabs, &mut st.stats, &mut st.leaked, f);
         }
         None
     }
@@ -451,8 +456,11 @@ impl<B: MemoryBackend> Pool<B> {
     /// held back until those waits are reached. If a timeline fails first, the block is never
     /// handed out again ([`PoolStats::leaked`]; its slab stays reserved and is leaked when the
     /// pool drops, rather than freed under a writer or reader that the same failure
-    /// released). Waits enqueued outside the wait list (on `stream` itself before the free,
-    /// or behind a plain [`Wait::Event`]) tell the pool nothing: name them in the list.
+    /// released). Timeline waits enqueued on `stream` before the free outside the wait list (a
+    /// reader's stream that waited for its writer's timeline) are seen only if a failure
+    /// released them before the block would be handed out again (it is leaked then); a
+    /// failure after that, and a plain [`Wait::Event`], tell the pool nothing: name such
+    /// waits in the list.
     ///
     /// # Errors
     /// - [`Error::DoubleFree`]: the block was freed already.
@@ -623,6 +631,32 @@ impl<B: MemoryBackend> Pool<B> {
         st.stats.reserved_high = st.stats.reserved_current;
         st.stats.used_high = st.stats.used_current;
     }
+}
+
+/// Did a failure release a timeline wait enqueued on the free's stream before the free (one
+/// outside its wait list: a reader's stream that waited for its writer's timeline, say)? The
+/// free's point may then have been passed while that writer still runs: the block is never
+/// handed out again. A failure that comes after the block was handed out is not seen: name
+/// such waits in the free's list (they quarantine it until reached).
+fn released_by_failure<B: MemoryBackend>(f: &Freed<B>) -> bool {
+    f.death
+        .mark()
+        .is_some_and(|m| m.state() == crate::timeline::MarkState::Failed)
+}
+
+/// Give up on freed block `f` for good: its slab counts it live again (never given back under
+/// whoever may still use it), and it is counted leaked.
+fn leak<B: MemoryBackend>(
+    slabs: &mut [Option<Slab<B>>],
+    stats: &mut PoolStats,
+    leaked: &mut HashSet<u64>,
+    f: Freed<B>,
+) {
+    if let Some(s) = slabs[f.slab].as_mut() {
+        s.live += 1;
+    }
+    stats.leaked += 1;
+    leaked.insert(f.addr);
 }
 
 /// Hand the quarantined blocks whose timeline values are all reached back to their classes

@@ -235,6 +235,19 @@ impl<B: Backend> Timeline<B> {
         self.check_value(v)
     }
 
+    /// `Err` where [`wait_on`](Self::wait_on) of `v` on `stream` would be refused for its
+    /// value or its stream (one of another backend).
+    pub(crate) fn check_wait_on(&self, stream: &B::Stream, v: u64) -> Result<()> {
+        self.check_value(v)?;
+        self.check_stream(stream)
+    }
+
+    /// `Err` where a stream operation of this timeline would refuse `stream` (one of another
+    /// backend).
+    pub(crate) fn check_stream(&self, stream: &B::Stream) -> Result<()> {
+        self.shared.backend.check_stream(stream)
+    }
+
     /// Are both handles of one timeline?
     pub(crate) fn same(&self, other: &Timeline<B>) -> bool {
         Arc::ptr_eq(&self.shared, &other.shared)

@@ -70,3 +70,95 @@ fn a_replay_after_one_on_a_failed_stream_runs_and_signals() {
     t.wait(1, Duration::from_secs(5)).unwrap();
     assert_eq!(ran.load(Ordering::SeqCst), 1);
 }
+
+/// A synchronize after a failure on one pool stream still waits for every other stream's
+/// work before it returns the failure.
+#[test]
+fn a_synchronize_after_a_failure_waits_for_every_stream() {
+    let host = HostBackend::new();
+    let mut q = Queues::new(host.clone());
+    fail_queue_0(&mut q);
+    let ran = Arc::new(AtomicUsize::new(0));
+    let mut slow = CommandBuffer::<HostBackend>::new();
+    let r = ran.clone();
+    slow.host(
+        "slow",
+        move || {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            r.fetch_add(1, Ordering::SeqCst);
+        },
+        &[],
+    );
+    let mut slow = slow.finish().unwrap().lower(Lowering::Streams);
+    q.submit(&mut slow, Affinity::queue(1)).unwrap();
+    assert!(q.synchronize().is_err(), "queue 0's failure is reported");
+    assert_eq!(
+        ran.load(Ordering::SeqCst),
+        1,
+        "the synchronize returned before queue 1's work ran"
+    );
+}
+
+/// Streams whose work failed are replaced in place once idle: a run of panicking submissions
+/// does not grow the pool (each stream a thread on the host backend).
+#[test]
+fn a_run_of_panicking_submissions_does_not_grow_the_pool() {
+    let host = HostBackend::new();
+    let mut q = Queues::new(host.clone());
+    let mut bad = CommandBuffer::<HostBackend>::new();
+    bad.host("boom", || panic!("boom"), &[]);
+    let mut bad = bad.finish().unwrap().lower(Lowering::Streams);
+    for _ in 0..40 {
+        q.submit(&mut bad, Affinity::ANY).unwrap();
+        assert!(q.synchronize().is_err());
+    }
+    assert!(
+        q.len() <= 2,
+        "{} streams for one submission at a time",
+        q.len()
+    );
+    // And the pool still runs work.
+    let ran = Arc::new(AtomicUsize::new(0));
+    let mut good = counting(&ran).finish().unwrap().lower(Lowering::Streams);
+    let sub = q.submit(&mut good, Affinity::ANY).unwrap();
+    q.stream(sub.streams[0]).synchronize().unwrap();
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+}
+
+/// Submissions still in flight each hold a stream; past `MAX_STREAMS` of them the next is
+/// refused by name, with nothing enqueued, and once they are done streams are free again.
+#[test]
+fn submissions_in_flight_past_the_stream_limit_are_refused_by_name() {
+    use seqsync::graph::Submit;
+    use seqsync::timeline::Timeline;
+    let host = HostBackend::new();
+    let mut q = Queues::new(host.clone());
+    let gate = Timeline::new(&host, "gate", 0).unwrap();
+    let ran = Arc::new(AtomicUsize::new(0));
+    let mut exe = counting(&ran).finish().unwrap().lower(Lowering::Streams);
+    let how = Submit {
+        affinity: Affinity::ANY,
+        waits: &[(&gate, 1)],
+        signals: &[],
+    };
+    let limit = Queues::<HostBackend>::MAX_STREAMS;
+    for _ in 0..limit {
+        q.submit_with(&mut exe, &how).unwrap();
+    }
+    let e = q.submit_with(&mut exe, &how).unwrap_err();
+    assert!(
+        matches!(e, seqsync::Error::TooManyStreams { limit: l } if l == limit),
+        "{e}"
+    );
+    assert_eq!(q.len(), limit);
+    gate.signal(1).unwrap();
+    q.synchronize().unwrap();
+    assert_eq!(
+        ran.load(Ordering::SeqCst),
+        limit,
+        "the refused one ran nothing"
+    );
+    q.submit_with(&mut exe, &how).unwrap();
+    q.synchronize().unwrap();
+    assert_eq!(q.len(), limit);
+}

@@ -1197,7 +1197,82 @@ fn a_free_on_a_stream_holding_deferred_waits_is_refused_where_they_hold_nothing<
     b.sync_stream(&sig);
 }
 
+/// An allocation or free refused for a wait list entry (a value out of range) enqueues none
+/// of the list: the stream is not left holding the first entry's wait, which nobody signals.
+fn a_refused_wait_list_enqueues_nothing<B: MemOps>(b: &B) {
+    use seqsync::backend::EventOptions;
+    let p = pool(b, PoolConfig::default());
+    let s = b.stream();
+    let (t, u) = (
+        Timeline::new(b, "t", 0).unwrap(),
+        Timeline::new(b, "u", 0).unwrap(),
+    );
+    let late = seqsync::timeline::MAX_VALUE + 1;
+    let e = p
+        .alloc(&s, 64, &[Wait::Timeline(&t, 1), Wait::Timeline(&u, late)])
+        .unwrap_err();
+    assert!(matches!(e, Error::ValueOutOfRange { .. }), "{e}");
+    let x = p.alloc(&s, 64, &[]).unwrap();
+    let e = p
+        .free(
+            &s,
+            x.block,
+            &[Wait::Timeline(&t, 1), Wait::Timeline(&u, late)],
+        )
+        .unwrap_err();
+    assert!(matches!(e, Error::ValueOutOfRange { .. }), "{e}");
+    // Work after the refusals runs without `t` reaching 1.
+    b.fill_u32(&s, x.block.addr(), 16, 5);
+    let done = b.create_event(EventOptions::default()).unwrap();
+    b.record(&done, &s).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !b.query(&done).unwrap() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let ran = b.query(&done).unwrap();
+    t.signal(1).unwrap(); // releases a wait left behind, if any, so that the test ends
+    assert!(ran, "a refused call left a wait on the stream");
+    assert!(b.read_u32(&s, x.block.addr(), 16).iter().all(|&v| v == 5));
+    p.free(&s, x.block, &[]).unwrap();
+}
+
+/// A free on a reader's stream that waited for its writer's timeline outside the free's wait
+/// list: the timeline fails while the writer still writes, which releases the reader's stream
+/// past the free. The block is not handed out again (it would be written by the old writer).
+fn a_free_past_a_wait_released_by_a_failure_is_not_reused<B: MemOps>(b: &B) {
+    let p = pool(b, PoolConfig::default());
+    let (w, r) = (b.stream(), b.stream());
+    let t = Timeline::new(b, "written", 0).unwrap();
+    let x = p
+        .alloc_with(&w, 4096, &[], AllocFlags::default().signal())
+        .unwrap();
+    b.busy(&w, Duration::from_millis(100));
+    b.fill_u32(&w, x.block.addr(), 1024, 1);
+    t.signal_on(&w, 1).unwrap();
+    p.wait(&r, x.ready.as_ref().unwrap()).unwrap();
+    t.wait_on(&r, 1).unwrap(); // the reader waits for its writer
+    p.free(&r, x.block, &[]).unwrap();
+    t.fail(Error::Cancelled("the writer's watchdog".into()));
+    // On the free's own stream: a reuse would need no wait at all.
+    let next = p.alloc(&r, 4096, &[]).unwrap();
+    assert_ne!(
+        next.block.addr(),
+        x.block.addr(),
+        "handed out under its writer"
+    );
+    assert_eq!(p.stats().leaked, 1);
+    b.fill_u32(&r, next.block.addr(), 1024, 9);
+    b.sync_stream(&w);
+    assert!(b
+        .read_u32(&r, next.block.addr(), 1024)
+        .iter()
+        .all(|&v| v == 9));
+    p.free(&r, next.block, &[]).unwrap();
+}
+
 on_both_backends!(
+    a_refused_wait_list_enqueues_nothing,
+    a_free_past_a_wait_released_by_a_failure_is_not_reused,
     a_free_on_a_stream_holding_deferred_waits_is_refused_where_they_hold_nothing,
     a_held_free_does_not_keep_its_timeline_from_failing_when_dropped,
     a_free_waiting_before_its_signal_is_refused_where_it_cannot_be_held,

@@ -24,10 +24,17 @@ pub fn stream_id(stream: &Arc<CudaStream>) -> u64 {
 
 fn registry_id(stream: &Arc<CudaStream>) -> u64 {
     static IDS: Mutex<Option<StreamIds>> = Mutex::new(None);
-    IDS.lock()
+    let mut gone = Vec::new();
+    let id = IDS
+        .lock()
         .unwrap_or_else(|e| e.into_inner())
         .get_or_insert_with(StreamIds::default)
-        .id(stream)
+        .id(stream, &mut gone);
+    // Outside the lock: whoever keeps state per stream id hears of the streams found gone.
+    for g in gone {
+        crate::backend::stream_gone(g);
+    }
+    id
 }
 
 thread_local! {
@@ -78,19 +85,28 @@ struct StreamIds {
 }
 
 impl StreamIds {
-    fn id(&mut self, stream: &Arc<CudaStream>) -> u64 {
+    /// The id of `stream`; the ids of streams found gone meanwhile go to `gone` (a stream's
+    /// entry is looked at as a new stream takes its address, or every 64 new streams).
+    fn id(&mut self, stream: &Arc<CudaStream>, gone: &mut Vec<u64>) -> u64 {
         let key = Arc::as_ptr(stream) as usize;
         if let Some((weak, id)) = self.ids.get(&key) {
             // Two live allocations never share an address: a live entry is this stream.
             if weak.strong_count() > 0 {
                 return *id;
             }
+            gone.push(*id);
         }
         let id = next_stream_id();
         self.ids.insert(key, (Arc::downgrade(stream), id));
         self.inserted += 1;
         if self.inserted.is_multiple_of(64) {
-            self.ids.retain(|_, (w, _)| w.strong_count() > 0);
+            self.ids.retain(|_, (w, id)| {
+                let live = w.strong_count() > 0;
+                if !live {
+                    gone.push(*id);
+                }
+                live
+            });
         }
         id
     }

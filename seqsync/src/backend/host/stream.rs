@@ -337,6 +337,9 @@ impl Drop for HostStream {
     /// thread ends once the rest has run. A stream dropped before the timeline it waits on
     /// (whose drop releases that wait) does not hang.
     fn drop(&mut self) {
+        // Its failure bookkeeping goes once settled (see `stream_gone`); the work left still
+        // runs.
+        crate::backend::stream_gone(self.shared.id);
         let mut state = self.shared.lock();
         state.shutdown = true;
         self.shared.work_cv.notify_all();

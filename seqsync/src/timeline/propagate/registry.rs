@@ -31,7 +31,12 @@ fn new_registry() -> Registry {
 #[cfg(not(seqsync_loom))]
 fn registry() -> &'static Mutex<Registry> {
     static LEDGERS: OnceLock<Mutex<Registry>> = OnceLock::new();
-    LEDGERS.get_or_init(|| Mutex::new(new_registry()))
+    LEDGERS.get_or_init(|| {
+        // From the first ledger on, a stream that goes has its ledger forgotten (retired once
+        // settled): a poisoned stream's, which no sweep retires, would stay for good.
+        crate::backend::on_stream_gone(forget);
+        Mutex::new(new_registry())
+    })
 }
 
 /// Moves (under the registry's lock) whenever a ledger is added to or removed from it.

@@ -221,6 +221,21 @@ fn a_forgotten_stream_s_poisoned_ledger_leaves_the_registry() {
     assert!(find(id).is_none());
 }
 
+/// A stream dropped by its owner (not through a pool of streams) forgets its ledger too: a
+/// poisoned one, which no sweep retires, would otherwise stay for the life of the process.
+#[test]
+fn a_dropped_stream_s_poisoned_ledger_leaves_the_registry() {
+    let b = host();
+    let s = b.new_stream("s").unwrap();
+    let t = Timeline::new(&b, "t", 0).unwrap();
+    t.fail(Error::Cancelled("t".into()));
+    t.wait_on(&s, 1).unwrap();
+    let id = crate::backend::Backend::stream_id(&b, &s);
+    assert!(find(id).is_some_and(|l| l.is_poisoned().unwrap()));
+    drop(s);
+    assert!(find(id).is_none(), "the dropped stream's ledger stayed");
+}
+
 /// A mark covers the waits enqueued on its stream before it: pending until reached; failed
 /// once one of them is released by a failure, also when an earlier failure had poisoned the
 /// stream already; waits after the mark do not count.
