@@ -8,6 +8,7 @@ use super::size_class::{class_size, largest_class_within};
 use super::{AllocFlags, Allocation, Block, Point, PoolConfig, PoolStats, StreamAllocator, Wait};
 use crate::backend::MemoryBackend;
 use crate::error::{Error, Result};
+use crate::timeline::{MarkState, StreamMark};
 
 /// A stream-ordered pool: [`alloc`](Self::alloc) and [`free`](Self::free) are enqueued on
 /// streams with wait lists, return at once, and never block the host.
@@ -97,6 +98,8 @@ struct Freed<B: MemoryBackend> {
     slab: usize,
     /// The point after which the block is free.
     death: Point<B>,
+    /// Freed on the stream that allocated it: that stream's mark at the allocation.
+    born: Option<StreamMark>,
 }
 
 /// A freed block held back until its free's timeline values are reached.
@@ -106,12 +109,15 @@ struct Quarantined<B: MemoryBackend> {
     until: Until<B>,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone)]
 struct Live {
     slab: usize,
     class: usize,
     /// Its [`Block::generation`].
     generation: u64,
+    /// The allocating stream's id and its mark then, if a timeline wait on it could still be
+    /// released by a failure: a failure before the allocation concerns no use of the block.
+    born: Option<(u64, StreamMark)>,
 }
 
 impl<B: MemoryBackend> std::fmt::Debug for Pool<B> {
@@ -331,12 +337,14 @@ impl<B: MemoryBackend> Pool<B> {
         st.stats.allocs += 1;
         // Generations count allocations: never 0 (a raw block's), never repeated.
         let generation = st.stats.allocs;
+        let born = crate::timeline::stream_mark(&self.backend, stream).map(|m| (sid, m));
         st.live.insert(
             addr,
             Live {
                 slab,
                 class,
                 generation,
+                born,
             },
         );
         if let Some(s) = st.slabs[slab].as_mut() {
@@ -480,7 +488,7 @@ impl<B: MemoryBackend> Pool<B> {
             .live
             .get(&block.addr)
             .filter(|l| block.is_generation(l.generation))
-            .copied()
+            .cloned()
         else {
             // Not live, or live again under another allocation: this block was freed.
             return Err(self.not_live(st, block.addr));
@@ -493,6 +501,7 @@ impl<B: MemoryBackend> Pool<B> {
             addr: block.addr,
             slab: live.slab,
             death: death.clone(),
+            born: live.born.filter(|(at, _)| *at == sid).map(|(_, m)| m),
         };
         match Until::of(waits) {
             // Its slab keeps counting it live until it settles.
@@ -641,7 +650,7 @@ impl<B: MemoryBackend> Pool<B> {
 fn released_by_failure<B: MemoryBackend>(f: &Freed<B>) -> bool {
     f.death
         .mark()
-        .is_some_and(|m| m.state() == crate::timeline::MarkState::Failed)
+        .is_some_and(|m| m.state_since(f.born.as_ref()) == MarkState::Failed)
 }
 
 /// Give up on freed block `f` for good: its slab counts it live again (never given back under

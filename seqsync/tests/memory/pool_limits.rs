@@ -224,6 +224,31 @@ fn blocks_allocated_after_a_failure_are_reused_on_the_poisoned_stream() {
     s.synchronize().unwrap();
 }
 
+/// On that poisoned stream, a wait enqueued after the allocation and released by a new
+/// failure does count: the block is not handed out again (its writer may still write).
+#[test]
+fn a_failure_after_the_allocation_on_a_poisoned_stream_still_holds_the_block() {
+    let host = HostBackend::new();
+    let (s, w) = (host.new_stream("s").unwrap(), host.new_stream("w").unwrap());
+    let p = Pool::new(&host, "p", PoolConfig::fixed_blocks(4096, 2)).unwrap();
+    let old = Timeline::new(&host, "old", 0).unwrap();
+    old.wait_on(&s, 1).unwrap();
+    old.fail(Error::Cancelled("long ago".into()));
+    let x = p.alloc(&s, 4096, &[]).unwrap().block;
+    let t = Timeline::new(&host, "written", 0).unwrap();
+    w.launch(|| std::thread::sleep(std::time::Duration::from_millis(50)));
+    t.signal_on(&w, 1).unwrap();
+    t.wait_on(&s, 1).unwrap();
+    p.free(&s, x, &[]).unwrap();
+    t.fail(Error::Cancelled("the writer's watchdog".into()));
+    let y = p.alloc(&s, 4096, &[]).unwrap().block;
+    assert_ne!(y.addr(), x.addr(), "handed out under its writer");
+    let st = p.stats();
+    assert_eq!((st.leaked, st.quarantined), (1, 0), "{st:?}");
+    w.synchronize().unwrap();
+    s.synchronize().unwrap();
+}
+
 /// Timeline waits not named in a free's wait list hold nothing back: a stream with a wait
 /// pending (enqueued ahead of its signal) frees and reuses a block at once, whatever stream
 /// allocated it.

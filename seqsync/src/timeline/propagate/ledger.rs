@@ -333,13 +333,23 @@ impl Ledger {
     /// a wait before it is on a failed timeline). A retired ledger was idle, or its stream
     /// gone, when retired: it changes no more.
     pub(crate) fn settled_before(&self, to: u64) -> MarkState {
+        self.settled_between(0, to)
+    }
+
+    /// As [`settled_before`](Self::settled_before), for the waits enqueued after mark `from`
+    /// and before mark `to` only (a poison from before `from` does not count).
+    pub(crate) fn settled_between(&self, from: u64, to: u64) -> MarkState {
         let st = self.lock();
-        if st.poison.as_ref().is_some_and(|(p, _)| *p < to) {
+        if st
+            .poison
+            .as_ref()
+            .is_some_and(|(p, _)| (from..to).contains(p))
+        {
             return MarkState::Failed;
         }
         let mut now = Reached::new(&st.timelines);
         let mut state = MarkState::Reached;
-        for w in st.all_waits().filter(|w| w.seq < to) {
+        for w in st.all_waits().filter(|w| (from..to).contains(&w.seq)) {
             if now.resolves(w.timeline, w.value) {
                 continue;
             }

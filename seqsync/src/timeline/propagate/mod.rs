@@ -124,6 +124,19 @@ impl StreamMark {
     pub(crate) fn state(&self) -> MarkState {
         self.ledger.settled_before(self.to)
     }
+
+    /// As [`state`](Self::state), for the waits enqueued after mark `since` only (an earlier
+    /// mark of the same stream): a failure that released a wait before it does not count.
+    /// `None`, or a mark of a ledger since retired (everything listed now came after it):
+    /// every wait before this mark counts.
+    pub(crate) fn state_since(&self, since: Option<&StreamMark>) -> MarkState {
+        match since {
+            Some(m) if Arc::ptr_eq(&m.ledger, &self.ledger) => {
+                self.ledger.settled_between(m.to, self.to)
+            }
+            _ => self.state(),
+        }
+    }
 }
 
 /// A mark at stream `stream_id`'s current place, if a timeline wait enqueued on it so far may
