@@ -42,7 +42,6 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::device::{Device, Stream};
-use super::graph_engine::DEPTH;
 use super::graph_engine::{record, sync_streams, GraphEdge};
 use super::pipeline::{
     failed_by_stop, first_error, stopped, Checker, ProcessWorkers, RunOptions, Variant,
@@ -77,22 +76,18 @@ pub fn auto_launch_batches(batch_bytes: usize) -> usize {
     launch_batches((GROUP_BYTES / batch_bytes.max(1)).clamp(1, AUTO_MAX_BATCHES))
 }
 
-/// Bytes of batches a saturated run should have in its slots when `--graph-depth` is not
-/// given: the h2g thread may launch a batch only once the batch `S` slots before it was
-/// processed, and what the device has queued must outlast that round trip (the launch's
-/// completion seen on the host, the check, the next launch) ...
-const IN_FLIGHT_BYTES: usize = 3 << 19;
-
-/// ... in at least [`DEPTH`] and at most this many launch groups: more slots only add latency.
-const MAX_AUTO_DEPTH: usize = 8;
+/// Launch groups in flight when `--graph-depth` is not given: the h2g thread may launch a batch
+/// only once the batch `S` slots before it was processed, and what the device has queued must
+/// outlast that round trip (the launch's completion seen on the host, the check, the next
+/// launch). Six groups were the best or within the noise of the best at 64 KiB, 256 KiB and
+/// 1 MiB with the automatic K (BENCHMARKS.md §13, run H): three held 256 KiB and 1 MiB at
+/// half and two thirds of the device bound.
+const AUTO_DEPTH: usize = 6;
 
 /// Launch groups in flight for batches of `batch_bytes` and launches of at most `k` batches
-/// when not given: enough groups to hold `IN_FLIGHT_BYTES` (1.5 MiB), [`DEPTH`] (3) to
-/// `MAX_AUTO_DEPTH` (8).
-pub fn auto_depth(batch_bytes: usize, k: usize) -> usize {
-    IN_FLIGHT_BYTES
-        .div_ceil(batch_bytes.saturating_mul(k).max(1))
-        .clamp(DEPTH, MAX_AUTO_DEPTH)
+/// when not given: [`AUTO_DEPTH`] (6) whatever the size.
+pub fn auto_depth(_batch_bytes: usize, _k: usize) -> usize {
+    AUTO_DEPTH
 }
 
 /// The largest power of two at most `k` (at least 1): the adaptive engine's K for a requested
@@ -524,15 +519,15 @@ mod tests {
     }
 
     #[test]
-    fn the_automatic_depth_holds_a_mib_and_a_half_in_3_to_8_groups() {
-        // 64 KiB, K 4: 256 KiB a group, 6 groups.
-        assert_eq!(auto_depth(64 << 10, 4), 6);
-        // 256 KiB, K 4 and 1 MiB, K 2: at least 3.
-        assert_eq!(auto_depth(256 << 10, 4), 3);
-        assert_eq!(auto_depth(1 << 20, 2), 3);
-        // Tiny batches: at most 8; huge ones: no overflow.
-        assert_eq!(auto_depth(1 << 10, 1), 8);
-        assert_eq!(auto_depth(usize::MAX, 64), 3);
+    fn the_automatic_depth_is_six_groups_at_every_size() {
+        for (bytes, k) in [
+            (64 << 10, 4),
+            (256 << 10, 4),
+            (1 << 20, 2),
+            (usize::MAX, 64),
+        ] {
+            assert_eq!(auto_depth(bytes, k), 6);
+        }
     }
 
     #[test]
