@@ -91,7 +91,8 @@ pub(crate) struct DemoArgs {
     /// batches, at most 4).
     #[arg(long, value_name = "K")]
     graph_batches: Option<usize>,
-    /// --engine adaptive: launch groups of K in flight (2..=16; slots = depth x K; default 6).
+    /// --engine adaptive: launch groups of K in flight (2..=16; slots = depth x K; default 6, fewer
+    /// where 6 x K batches exceed 512 MiB).
     #[arg(long, value_name = "D")]
     graph_depth: Option<usize>,
     /// --engine adaptive: where a batch's arrival releases its launch: device (the launch is

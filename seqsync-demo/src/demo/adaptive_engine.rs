@@ -42,6 +42,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::device::{Device, Stream};
+use super::graph_engine::DEPTH;
 use super::graph_engine::{record, sync_streams, GraphEdge};
 use super::pipeline::{
     failed_by_stop, first_error, stopped, Checker, ProcessWorkers, RunOptions, Variant,
@@ -81,13 +82,18 @@ pub fn auto_launch_batches(batch_bytes: usize) -> usize {
 /// outlast that round trip (the launch's completion seen on the host, the check, the next
 /// launch). Six groups were the best or within the noise of the best at 64 KiB, 256 KiB and
 /// 1 MiB with the automatic K (BENCHMARKS.md §13, run H): three held 256 KiB and 1 MiB at
-/// half and two thirds of the device bound.
+/// half and two thirds of the device bound ...
 const AUTO_DEPTH: usize = 6;
 
+/// ... unless six groups would put more than this in one buffer's slots (huge batches), down
+/// to [`DEPTH`] groups.
+const MAX_SLOT_BYTES: usize = 512 << 20;
+
 /// Launch groups in flight for batches of `batch_bytes` and launches of at most `k` batches
-/// when not given: [`AUTO_DEPTH`] (6) whatever the size.
-pub fn auto_depth(_batch_bytes: usize, _k: usize) -> usize {
-    AUTO_DEPTH
+/// when not given: six, fewer where six groups would hold more than 512 MiB of batches in a
+/// buffer, at least three.
+pub fn auto_depth(batch_bytes: usize, k: usize) -> usize {
+    (MAX_SLOT_BYTES / batch_bytes.saturating_mul(k).max(1)).clamp(DEPTH, AUTO_DEPTH)
 }
 
 /// The largest power of two at most `k` (at least 1): the adaptive engine's K for a requested
@@ -519,15 +525,14 @@ mod tests {
     }
 
     #[test]
-    fn the_automatic_depth_is_six_groups_at_every_size() {
-        for (bytes, k) in [
-            (64 << 10, 4),
-            (256 << 10, 4),
-            (1 << 20, 2),
-            (usize::MAX, 64),
-        ] {
+    fn the_automatic_depth_is_six_groups_within_512_mib_a_buffer() {
+        for (bytes, k) in [(64 << 10, 4), (256 << 10, 4), (1 << 20, 2), (64 << 20, 1)] {
             assert_eq!(auto_depth(bytes, k), 6);
         }
+        // 128 MiB batches: four groups hold 512 MiB; huge ones: at least three, no overflow.
+        assert_eq!(auto_depth(128 << 20, 1), 4);
+        assert_eq!(auto_depth(1 << 30, 1), 3);
+        assert_eq!(auto_depth(usize::MAX, 64), 3);
     }
 
     #[test]

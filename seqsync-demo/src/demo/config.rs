@@ -53,8 +53,9 @@ pub struct DemoConfig {
     /// [`Engine::Graph`]: batches per graph (`None`: [`auto_graph_batches`](super::auto_graph_batches)).
     pub graph_batches: Option<usize>,
     /// [`Engine::Adaptive`]: launch groups of K in flight (slots `graph_depth * K` in every
-    /// buffer; `None`: [`auto_adaptive_depth`](super::auto_adaptive_depth), 6). Fewer: less
-    /// latency when saturated, less overlap.
+    /// buffer; `None`: [`auto_adaptive_depth`](super::auto_adaptive_depth), 6, fewer for
+    /// batches too large for 512 MiB of slots). Fewer: less latency when saturated, less
+    /// overlap.
     pub graph_depth: Option<usize>,
     /// [`Engine::Adaptive`]: where a batch's arrival releases its launch (`None`: on the
     /// device, [`Release::Device`], for batches below 1 MiB where the timelines' mechanism

@@ -575,8 +575,9 @@ impl<B: MemoryBackend> Pool<B> {
             let class = st.classes.get(&slab.class).expect("a slab's class exists");
             let mut done = true;
             for f in class.free.iter().filter(|f| f.slab == i) {
-                // A free on a stream that failed never completes: its slab stays.
-                if !self.backend.query(f.death.event()).unwrap_or(false) {
+                // A free on a stream that failed never completes, and one passed early (a
+                // failure released a wait before it) may still have a writer: its slab stays.
+                if !self.backend.query(f.death.event()).unwrap_or(false) || released_by_failure(f) {
                     done = false;
                     break;
                 }
@@ -737,7 +738,9 @@ impl<B: MemoryBackend> Drop for Pool<B> {
         let mut pending = vec![false; st.slabs.len()];
         for class in st.classes.values() {
             for f in &class.free {
-                if !matches!(self.backend.query(f.death.event()), Ok(true)) {
+                if !matches!(self.backend.query(f.death.event()), Ok(true))
+                    || released_by_failure(f)
+                {
                     pending[f.slab] = true;
                 }
             }

@@ -241,6 +241,15 @@ fn a_failure_after_the_allocation_on_a_poisoned_stream_still_holds_the_block() {
     t.wait_on(&s, 1).unwrap();
     p.free(&s, x, &[]).unwrap();
     t.fail(Error::Cancelled("the writer's watchdog".into()));
+    // Gone too: its waits no longer say the failure; the stream's ledger must.
+    drop(t);
+    // The failure released `s`: it has passed the free by the time this returns.
+    let _ = s.synchronize();
+    assert_eq!(
+        p.trim_to(0).unwrap(),
+        0,
+        "its slab was given back under its writer"
+    );
     let y = p.alloc(&s, 4096, &[]).unwrap().block;
     assert_ne!(y.addr(), x.addr(), "handed out under its writer");
     let st = p.stats();

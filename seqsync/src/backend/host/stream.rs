@@ -407,6 +407,11 @@ fn run_worker(shared: &Arc<StreamShared>, mut chaos: Option<(Chaos, SplitMix64)>
             loop {
                 if let Some(op) = state.queue.pop_front() {
                     state.moved_at = Instant::now();
+                    if state.queue.len() + 1 == QUEUE_BOUND {
+                        // Room for one: an enqueuer waiting for it goes on now, not only
+                        // once this operation ends.
+                        shared.done_cv.notify_all();
+                    }
                     break op;
                 }
                 if state.shutdown {

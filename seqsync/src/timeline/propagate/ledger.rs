@@ -47,6 +47,10 @@ struct LedgerState {
     waits: Vec<Entry>,
     /// The earliest failed wait's sequence number, and its failure.
     poison: Option<(u64, Arc<Error>)>,
+    /// The latest sequence number at which a failure released a wait (or a wait was enqueued
+    /// on a failed timeline): with `poison`, what [`Ledger::settled_between`] needs to see a
+    /// failure after one that poisoned the stream already.
+    last_release: u64,
     signals: VecDeque<Entry>,
     /// One `Weak` per timeline that an entry names, so that an entry costs no reference count
     /// (a stream mostly waits on and signals a few timelines: a scan of a short list).
@@ -303,6 +307,7 @@ impl Ledger {
         st.gone = false;
         let seq = st.next_seq;
         st.next_seq += 1;
+        st.last_release = st.last_release.max(seq);
         if st.poison.is_none() {
             // Every signal listed came before: none fails.
             st.poison = Some((seq, cause));
@@ -337,13 +342,16 @@ impl Ledger {
     }
 
     /// As [`settled_before`](Self::settled_before), for the waits enqueued after mark `from`
-    /// and before mark `to` only (a poison from before `from` does not count).
+    /// and before mark `to` only (a failure that released only waits before `from` does not
+    /// count).
     pub(crate) fn settled_between(&self, from: u64, to: u64) -> MarkState {
         let st = self.lock();
+        // Releases between the earliest and the latest are not kept: any overlap with
+        // `from..to` counts (at worst a release after `to` is taken for one before it).
         if st
             .poison
             .as_ref()
-            .is_some_and(|(p, _)| (from..to).contains(p))
+            .is_some_and(|(p, _)| *p < to && st.last_release >= from)
         {
             return MarkState::Failed;
         }
@@ -379,6 +387,7 @@ impl Ledger {
         let failed: Vec<(Weak<dyn FailTarget>, u64)> = {
             let mut guard = self.lock();
             let st = &mut *guard;
+            st.last_release = st.last_release.max(seq);
             if st.poison.as_ref().is_some_and(|(p, _)| *p <= seq) {
                 return Vec::new(); // everything after `seq` already failed
             }
