@@ -48,9 +48,10 @@ pub(crate) struct State {
     parked: bool,
     /// The worker has run everything after the shutdown and is returning.
     exited: bool,
-    /// When the worker last took an operation or finished one: an enqueue on a full queue
-    /// waits only while this is recent ([`STALL_GRACE`]).
-    moved_at: Instant,
+    /// The worker's count of operations taken when an enqueue last stopped waiting for room
+    /// because it took none for [`STALL_GRACE`]: later enqueues do not wait again until it
+    /// takes one.
+    stalled_at: Option<u64>,
 }
 
 /// The part of a stream that events and other streams' gates hold on to.
@@ -82,8 +83,8 @@ const INTERRUPT_POLL: Duration = Duration::from_micros(200);
 /// full queue's closures stay a few hundred KiB.
 pub(crate) const QUEUE_BOUND: usize = 4096;
 
-/// How long a full queue's worker may take neither a new operation nor finish one before an
-/// enqueue stops waiting for room and enqueues anyway: the worker may be waiting for something
+/// How long a full queue's worker may take no operation while an enqueue waits for room before
+/// the enqueue stops waiting and enqueues anyway: the worker may be waiting for something
 /// the enqueuing thread itself would do next (a timeline signal, a lock it holds), and a wait
 /// for room must not turn that into a hang.
 pub(crate) const STALL_GRACE: Duration = Duration::from_millis(250);
@@ -169,26 +170,37 @@ impl StreamShared {
         pos
     }
 
-    /// Wait while the queue is full and its worker moves: it took or finished an operation
-    /// within [`STALL_GRACE`]. Never on the worker itself (a closure that enqueues on its own
-    /// stream would wait for itself), nor for a worker that has stopped moving (it may wait
-    /// for this very thread): the operation is then enqueued past the bound.
+    /// Wait while the queue is full and its worker moves: it takes an operation at least every
+    /// [`STALL_GRACE`]. Never on the worker itself (a closure that enqueues on its own stream
+    /// would wait for itself), nor for a worker that has stopped taking operations (it may
+    /// wait for this very thread): the operation is then enqueued past the bound, and so are
+    /// later ones until the worker takes one again. Time is read here only, never by the
+    /// worker.
     #[cold]
     fn make_room<'a>(&'a self, mut state: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
         if self.worker.get() == Some(&std::thread::current().id()) {
             return state;
         }
-        while state.queue.len() >= QUEUE_BOUND
-            && !state.exited
-            && state.moved_at.elapsed() < STALL_GRACE
-        {
-            // Woken as each operation ends; the timeout only bounds a missed wake-up and
-            // lets the grace expire.
+        let taken = |st: &State| st.enqueued - st.queue.len() as u64;
+        let (mut seen, mut since) = (taken(&state), Instant::now());
+        while state.queue.len() >= QUEUE_BOUND && !state.exited {
+            if state.stalled_at == Some(seen) {
+                break;
+            }
+            if since.elapsed() >= STALL_GRACE {
+                state.stalled_at = Some(seen);
+                break;
+            }
+            // Woken as the worker takes the operation that makes room; the timeout only
+            // bounds a missed wake-up and lets the grace expire.
             state = self
                 .done_cv
                 .wait_timeout(state, Duration::from_millis(10))
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
+            if taken(&state) != seen {
+                (seen, since) = (taken(&state), Instant::now());
+            }
         }
         state
     }
@@ -223,9 +235,10 @@ impl StreamShared {
 /// A stream holds at most 4096 operations its worker has not taken yet: as on a CUDA stream
 /// whose launch queue is full, an enqueue beyond that waits until the worker takes one, so a
 /// host that enqueues faster than the stream runs is held back instead of growing the queue
-/// with every batch. The wait lasts only while the worker moves: one that took and finished
-/// nothing for 250 ms may be waiting for the enqueuing thread itself (a timeline value it
-/// would signal next), and the operation is then enqueued past the bound instead of hanging.
+/// with every batch. The wait lasts only while the worker moves: one that took nothing for
+/// 250 ms may be waiting for the enqueuing thread itself (a timeline value it would signal
+/// next), and the operation is then enqueued past the bound instead of hanging (later ones too,
+/// until the worker takes one).
 /// A closure that enqueues on its own stream never waits.
 ///
 /// ```
@@ -270,7 +283,7 @@ impl HostStream {
                 shutdown: false,
                 parked: false,
                 exited: false,
-                moved_at: Instant::now(),
+                stalled_at: None,
             }),
             completed: AtomicU64::new(0),
             work_cv: Condvar::new(),
@@ -406,7 +419,6 @@ fn run_worker(shared: &Arc<StreamShared>, mut chaos: Option<(Chaos, SplitMix64)>
             let mut state = shared.lock();
             loop {
                 if let Some(op) = state.queue.pop_front() {
-                    state.moved_at = Instant::now();
                     if state.queue.len() + 1 == QUEUE_BOUND {
                         // Room for one: an enqueuer waiting for it goes on now, not only
                         // once this operation ends.
@@ -468,8 +480,7 @@ fn run_worker(shared: &Arc<StreamShared>, mut chaos: Option<(Chaos, SplitMix64)>
             }
         }
         index += 1;
-        let mut state = shared.lock();
-        state.moved_at = Instant::now();
+        let state = shared.lock();
         shared.completed.store(index, Ordering::Release);
         drop(state);
         shared.done_cv.notify_all();
