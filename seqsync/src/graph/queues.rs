@@ -237,18 +237,6 @@ pub struct Queues<B: CommandBackend> {
     queues: HashMap<u32, QueueEnd<B>>,
 }
 
-impl<B: CommandBackend> Drop for Queues<B> {
-    /// The streams go (their work still runs); the failure bookkeeping of those with nothing
-    /// left to run goes with them.
-    fn drop(&mut self) {
-        for s in &self.streams {
-            if !s.broken && matches!(self.backend.query(&s.end), Ok(true)) {
-                crate::timeline::forget_stream(&self.backend, &s.stream);
-            }
-        }
-    }
-}
-
 impl<B: CommandBackend> Queues<B> {
     /// The most streams a pool holds: a submission that would need more (every stream busy
     /// with work not done yet) is refused with
@@ -360,10 +348,10 @@ impl<B: CommandBackend> Queues<B> {
                 anchor_of: None,
             };
             // A stream that a failure poisoned, with nothing left to run, is replaced in
-            // place: a run of failures does not grow the pool.
+            // place: a run of failures does not grow the pool. Its failure bookkeeping goes
+            // with it (a stream that goes tells the timelines).
             if let Some(i) = poisoned_idle.pop() {
-                let old = std::mem::replace(&mut self.streams[i], fresh);
-                crate::timeline::forget_stream(&self.backend, &old.stream);
+                self.streams[i] = fresh;
                 map.push(i);
             } else {
                 self.streams.push(fresh);

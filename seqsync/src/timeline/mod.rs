@@ -581,13 +581,6 @@ pub(crate) fn stream_mark<B: Backend>(backend: &B, stream: &B::Stream) -> Option
     propagate::stream_mark(backend.stream_id(stream))
 }
 
-/// `stream` is about to go, with nothing left to run on it: forget its failure bookkeeping if
-/// nothing listed there can still matter (a poisoned stream's would otherwise stay for the
-/// life of the process).
-pub(crate) fn forget_stream<B: Backend>(backend: &B, stream: &B::Stream) {
-    propagate::forget(backend.stream_id(stream));
-}
-
 /// Is `stream` poisoned: did a failure release a timeline wait enqueued on it, so that every
 /// timeline it signals from now on fails (see [Failure](self#failure))? A stream shared by
 /// unrelated work (a pool of streams) must not be used for new work once it is.

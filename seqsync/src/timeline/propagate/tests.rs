@@ -211,14 +211,20 @@ fn a_ledger_left_with_signals_of_a_failed_timeline_is_retired() {
 #[test]
 fn a_forgotten_stream_s_poisoned_ledger_leaves_the_registry() {
     let b = host();
-    let s = b.new_stream("s").unwrap();
-    let t = Timeline::new(&b, "t", 0).unwrap();
-    t.fail(Error::Cancelled("t".into()));
-    t.wait_on(&s, 1).unwrap();
-    let id = crate::backend::Backend::stream_id(&b, &s);
-    assert!(find(id).is_some_and(|l| l.is_poisoned().unwrap()));
+    let (_s, id) = poisoned_stream(&b);
     forget(id);
     assert!(find(id).is_none());
+}
+
+/// A stream whose ledger a failure poisoned (a wait on a failed timeline), and its id.
+fn poisoned_stream(b: &AnyBackend) -> (crate::backend::AnyStream, u64) {
+    let s = b.new_stream("s").unwrap();
+    let t = Timeline::new(b, "t", 0).unwrap();
+    t.fail(Error::Cancelled("t".into()));
+    t.wait_on(&s, 1).unwrap();
+    let id = crate::backend::Backend::stream_id(b, &s);
+    assert!(find(id).is_some_and(|l| l.is_poisoned().unwrap()));
+    (s, id)
 }
 
 /// A stream dropped by its owner (not through a pool of streams) forgets its ledger too: a
@@ -226,12 +232,7 @@ fn a_forgotten_stream_s_poisoned_ledger_leaves_the_registry() {
 #[test]
 fn a_dropped_stream_s_poisoned_ledger_leaves_the_registry() {
     let b = host();
-    let s = b.new_stream("s").unwrap();
-    let t = Timeline::new(&b, "t", 0).unwrap();
-    t.fail(Error::Cancelled("t".into()));
-    t.wait_on(&s, 1).unwrap();
-    let id = crate::backend::Backend::stream_id(&b, &s);
-    assert!(find(id).is_some_and(|l| l.is_poisoned().unwrap()));
+    let (s, id) = poisoned_stream(&b);
     drop(s);
     assert!(find(id).is_none(), "the dropped stream's ledger stayed");
 }
