@@ -95,6 +95,11 @@ pub(crate) struct DemoArgs {
     /// where 6 x K batches exceed 512 MiB).
     #[arg(long, value_name = "D")]
     graph_depth: Option<usize>,
+    /// --engine adaptive: batches a graph node covers (a power of two at most K; a launch of m
+    /// batches is m / span runs of five nodes; default: the automatic K). The device bound
+    /// merges over the same span.
+    #[arg(long, value_name = "SPAN")]
+    graph_span: Option<usize>,
     /// --engine adaptive: where a batch's arrival releases its launch: device (the launch is
     /// enqueued ahead, behind a stream wait that get_data's signal ends; the default below
     /// 1 MiB batches, and refused under SEQSYNC_TIMELINE_MECHANISM=events, whose waits do not
@@ -301,6 +306,7 @@ pub(crate) fn config_of(
         drop_wait: a.drop_wait,
         graph_batches: a.graph_batches,
         graph_depth: a.graph_depth,
+        graph_span: a.graph_span,
         release: a.release,
         slot_wait: a.slot_wait,
         process_threads: a.process_threads,
@@ -475,7 +481,12 @@ pub(crate) fn print_summary(r: &DemoReport, trace: Option<&std::path::Path>) {
                     Some(w) => format!("{released}, slots waited for on the {}", w.name()),
                     None => released,
                 };
-                format!(" (at most {k} batches a launch, {mean:.2} on average{released})")
+                let span = r
+                    .graph_span
+                    .filter(|&s| s < k)
+                    .map(|s| format!(" in nodes of {s}"))
+                    .unwrap_or_default();
+                format!(" (at most {k} batches a launch{span}, {mean:.2} on average{released})")
             }
             (Some(k), None) => format!(" ({k} batches per graph)"),
             _ => String::new(),

@@ -7,9 +7,9 @@
 //! `s % S`. A launch carries `m` consecutive batches from `s`, with `m` a power of two that
 //! divides `s` (so the slots `s % S ..` do not wrap): one graph per (first slot, `m`) pair,
 //! instantiated and uploaded before the run and replayed with nothing to update. A graph has
-//! five nodes, each over its `m` consecutive slots (one copy in, f, g, h and copy out for all
-//! of them: on CUDA one copy or kernel over the span, which costs about what one batch of
-//! that size does). Before each launch the h2g thread waits for batch `s` to arrive, then
+//! five nodes for each run of `span` consecutive slots of its `m` (one copy in, f, g, h and
+//! copy out for all of them: on CUDA one copy or kernel over the span, which costs about what
+//! one batch of that size does; `span` is K unless told, `--graph-span`). Before each launch the h2g thread waits for batch `s` to arrive, then
 //! takes `m` = the largest such power of two no larger than the batches already waiting, `K`
 //! and what is left; launch `i` goes on stream `i % STREAMS`.
 //!
@@ -117,10 +117,12 @@ fn launch_size(s: i64, waiting: i64, k: usize, left: i64) -> usize {
 type Graphs<D> = HashMap<(usize, usize), GraphExecutable<<D as Device>::B>>;
 
 /// Every graph a run of `batches` batches can launch: per power of two `m <= k`, one per
-/// first slot that is a multiple of `m` (and holds a batch).
+/// first slot that is a multiple of `m` (and holds a batch), its nodes each over `span`
+/// consecutive batches (at most `m`).
 fn record_all<D: Device>(
     dev: &D,
     k: usize,
+    span: usize,
     slots: usize,
     batches: i64,
     drop: Option<GraphEdge>,
@@ -130,7 +132,8 @@ fn record_all<D: Device>(
     while m <= k {
         for first in (0..slots).step_by(m) {
             if (first as i64) < batches {
-                graphs.insert((first, m), record(dev, m, first / m, m, m, drop)?);
+                let exe = record(dev, m, first / m, m, span.min(m), drop)?;
+                graphs.insert((first, m), exe);
             }
         }
         m *= 2;
@@ -247,12 +250,13 @@ impl std::str::FromStr for SlotWait {
     }
 }
 
-/// How an adaptive run launches: at most `k` batches a launch (a power of two), `depth`
-/// launch groups of slots, the release and slot wait, and `process_threads` process_data
-/// threads.
+/// How an adaptive run launches: at most `k` batches a launch (a power of two), each node
+/// over `span` consecutive batches (a power of two, at most `k`), `depth` launch groups of
+/// slots, the release and slot wait, and `process_threads` process_data threads.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Launching {
     pub(crate) k: usize,
+    pub(crate) span: usize,
     pub(crate) depth: usize,
     pub(crate) release: Release,
     pub(crate) slot_wait: SlotWait,
@@ -315,6 +319,7 @@ pub(crate) fn run<D: Device>(
     debug_assert!(opt.variant == Variant::Seed && opt.drop.is_none());
     let Launching {
         k,
+        span,
         depth,
         release,
         slot_wait,
@@ -338,7 +343,8 @@ pub(crate) fn run<D: Device>(
     let release = Release::for_mechanism(Some(release), &arrived.mechanism(), l.n * 4)?;
     let slots_on_device = SlotWait::for_release(Some(slot_wait), release)? == SlotWait::Device;
     let batches = opt.batches;
-    let graphs = record_all(dev, k, slots, batches, drop)?;
+    let span = launch_batches(span.min(k));
+    let graphs = record_all(dev, k, span, slots, batches, drop)?;
     let streams: Vec<Stream<D>> = (0..STREAMS)
         .map(|i| b.new_stream(&format!("s_adaptive{i}")))
         .collect::<Result<_>>()?;
@@ -575,6 +581,35 @@ mod tests {
                 Release::Device
             );
         }
+    }
+
+    #[test]
+    fn every_graph_has_five_nodes_for_each_run_of_the_span() {
+        use crate::demo::device::{HostDevice, Layout};
+        use seqsync::backend::host::HostBackend;
+        let slots = 16;
+        let dev = HostDevice::new(
+            HostBackend::new(),
+            Layout {
+                n: 64,
+                nin: slots,
+                nx: slots,
+                ny: slots,
+                nout: slots,
+                npatterns: slots,
+                nhout: slots,
+                intensity: 1,
+                verify_samples: 0,
+            },
+        );
+        // K 8 in nodes of 2: launches of 8 and 4 batches are 4 and 2 runs, smaller ones one.
+        let graphs = record_all(&dev, 8, 2, slots, 100, None).unwrap();
+        for m in [1, 2, 4, 8] {
+            let exe = &graphs[&(0, m)];
+            assert_eq!(exe.graph().dag().len(), 5 * m.div_ceil(2), "m {m}");
+        }
+        // One graph per (first slot, size): 16 + 8 + 4 + 2.
+        assert_eq!(graphs.len(), 30);
     }
 
     #[test]

@@ -57,6 +57,13 @@ pub struct DemoConfig {
     /// batches too large for 512 MiB of slots). Fewer: less latency when saturated, less
     /// overlap.
     pub graph_depth: Option<usize>,
+    /// [`Engine::Adaptive`]: batches a graph node covers (a launch of `m` batches is
+    /// `m / span` runs of five nodes, each node over `span` consecutive batches; a power of
+    /// two, at most K; `None`: the automatic K,
+    /// [`auto_launch_batches`](super::adaptive_engine::auto_launch_batches)). The device bound
+    /// merges its batches over the same span, so K above the span adds batches a launch at
+    /// the device cost the bound counts.
+    pub graph_span: Option<usize>,
     /// [`Engine::Adaptive`]: where a batch's arrival releases its launch (`None`: on the
     /// device, [`Release::Device`], for batches below 1 MiB where the timelines' mechanism
     /// holds launches behind a wait, else on the host: [`Release::for_mechanism`]).
@@ -103,6 +110,7 @@ impl Default for DemoConfig {
             drop_wait: None,
             graph_batches: None,
             graph_depth: None,
+            graph_span: None,
             release: None,
             slot_wait: None,
             process_threads: None,

@@ -111,6 +111,15 @@ pub(crate) fn graph_k(config: &DemoConfig, batch_bytes: usize) -> usize {
     }
 }
 
+/// Batches a node of an [`Engine::Adaptive`] launch covers: `graph_span` or the automatic K,
+/// rounded down to a power of two, at most the engine's K.
+pub(crate) fn graph_span(config: &DemoConfig, batch_bytes: usize) -> usize {
+    let span = config
+        .graph_span
+        .unwrap_or_else(|| adaptive_engine::auto_launch_batches(batch_bytes));
+    adaptive_engine::launch_batches(span.min(graph_k(config, batch_bytes)))
+}
+
 /// Launch groups of K in flight: [`graph_engine::DEPTH`]; for [`Engine::Adaptive`]
 /// `graph_depth`, or by default [`adaptive_engine::auto_depth`] of the batch size and K.
 pub(crate) fn graph_depth(config: &DemoConfig, batch_bytes: usize) -> usize {

@@ -6,7 +6,7 @@ use std::time::Instant;
 use seqsync::Result;
 
 use super::device::Device;
-use super::dispatch::{graph_depth, graph_k};
+use super::dispatch::{graph_depth, graph_k, graph_span};
 use super::pipeline::{self, RunOptions, Verification};
 use super::trace::{self, HostSpans};
 use super::{adaptive_engine, baseline, bounds, engine, graph_engine, pool_pipeline};
@@ -39,6 +39,7 @@ pub(super) fn run_on<D: Device>(
         .engine
         .uses_graphs()
         .then(|| graph_k(config, batch_bytes));
+    let graph_span = (config.engine == Engine::Adaptive).then(|| graph_span(config, batch_bytes));
     // Engine::Adaptive: the release asked for, or the one the backend's timelines allow.
     let release = match config.engine {
         Engine::Adaptive => Some(Release::on(
@@ -78,6 +79,7 @@ pub(super) fn run_on<D: Device>(
         (None, None, Some(k)) if config.engine == Engine::Adaptive => {
             let how = adaptive_engine::Launching {
                 k,
+                span: graph_span.expect("resolved for the adaptive engine"),
                 depth: graph_depth(config, batch_bytes),
                 release: release.expect("resolved for the adaptive engine"),
                 slot_wait: slot_wait.expect("resolved for the adaptive engine"),
@@ -209,6 +211,7 @@ pub(super) fn run_on<D: Device>(
         ratio_to_handwritten: None,
         pool: pool_stats.into_inner().unwrap_or_else(|e| e.into_inner()),
         graph_batches,
+        graph_span,
         batches_per_launch: launches
             .into_inner()
             .unwrap_or_else(|e| e.into_inner())
@@ -275,12 +278,13 @@ fn add_baselines<D: Device>(
     report.ratio_to_resource_bound = Some(report.gbps / resource);
     report.ratio_to_bound = Some(report.gbps / bound);
     report.stages = stages;
-    // Merged as the adaptive engine merges a launch's batches: its automatic K at this size,
-    // or its own K when it runs (the same bound for every engine of a sweep).
+    // Merged as the adaptive engine merges a launch's batches: its automatic span at this
+    // size, or its own span when it runs and merges more (the same bound for every engine of
+    // a sweep).
     let batch_bytes = dev.layout().n * 4;
     let mut span = adaptive_engine::auto_launch_batches(batch_bytes);
     if config.engine == Engine::Adaptive {
-        span = span.max(graph_k(config, batch_bytes));
+        span = span.max(graph_span(config, batch_bytes));
     }
     if let Some(d) = bounds::device_bound(dev, config.batches, span)? {
         let device = gb(d.seconds, d.batches as i64);

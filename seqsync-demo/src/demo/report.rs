@@ -102,6 +102,9 @@ pub struct DemoReport {
     pub pool: Option<seqsync::memory::PoolStats>,
     /// [`Engine::Graph`]: batches per graph (K); [`Engine::Adaptive`]: most batches per launch.
     pub graph_batches: Option<usize>,
+    /// [`Engine::Adaptive`]: batches a graph node covers (the device bound merges over the
+    /// same span, or over the automatic one where that is larger).
+    pub graph_span: Option<usize>,
     /// [`Engine::Adaptive`]: batches per launch in the (first) timed run, on average (K when
     /// saturated, towards 1 when each batch is launched as it arrives).
     pub batches_per_launch: Option<f64>,

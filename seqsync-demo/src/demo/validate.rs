@@ -37,6 +37,17 @@ impl DemoConfig {
                 )));
             }
         }
+        if let Some(span) = self.graph_span {
+            if self.engine != Engine::Adaptive {
+                return Err(invalid("--graph-span needs --engine adaptive".into()));
+            }
+            if span == 0 || span > graph_engine::MAX_GRAPH_BATCHES {
+                return Err(invalid(format!(
+                    "--graph-span {span} is outside 1..={}",
+                    graph_engine::MAX_GRAPH_BATCHES
+                )));
+            }
+        }
         if let Some(n) = self.process_threads {
             if self.engine != Engine::Adaptive {
                 return Err(invalid("--process-threads needs --engine adaptive".into()));

@@ -461,6 +461,102 @@ fn adaptive_engine_graph_depth_sets_the_slots_and_is_checked() {
     assert!(e.contains("--graph-depth needs --engine adaptive"), "{e}");
 }
 
+#[test]
+fn adaptive_engine_with_nodes_over_fewer_batches_than_a_launch_verifies_every_batch() {
+    // K 8 in nodes of 2: a saturated launch is four runs of five nodes; under chaos, paced
+    // too (launches of every size, each cut into runs of at most 2).
+    for (seed, rate) in [(11, None), (12, Some(4000.0))] {
+        let r = run(&DemoConfig {
+            chaos: Some(seed),
+            batches: 80,
+            graph_span: Some(2),
+            rate,
+            ..config(8)
+        })
+        .unwrap();
+        assert!(r.all_verified(), "seed {seed}: {r:?}");
+        assert_eq!((r.graph_batches, r.graph_span), (Some(8), Some(2)), "{r:?}");
+    }
+    // Saturated: still K batches a launch.
+    let r = run(&DemoConfig {
+        batches: 64,
+        graph_span: Some(2),
+        ..config(8)
+    })
+    .unwrap();
+    assert_eq!(r.batches_per_launch, Some(8.0), "{r:?}");
+}
+
+#[test]
+fn adaptive_engine_dropping_an_edge_from_nodes_of_a_shorter_span_fails_verification() {
+    // Every run of the span has its own edges: dropping one from each must show.
+    for edge in [GraphEdge::CopyInF, GraphEdge::FH, GraphEdge::HCopyOut] {
+        let r = run(&DemoConfig {
+            drop_edge: Some(edge),
+            graph_span: Some(2),
+            ..config(8)
+        })
+        .unwrap();
+        assert!(
+            r.wrong > 0,
+            "{edge:?} dropped, yet every batch verified: {r:?}"
+        );
+    }
+}
+
+#[test]
+fn adaptive_engine_graph_span_is_a_power_of_two_within_k_and_is_checked() {
+    // Rounded down to a power of two, at most K.
+    let r = run(&DemoConfig {
+        graph_span: Some(3),
+        ..config(8)
+    })
+    .unwrap();
+    assert_eq!(r.graph_span, Some(2), "{r:?}");
+    let r = run(&DemoConfig {
+        graph_span: Some(64),
+        ..config(4)
+    })
+    .unwrap();
+    assert!(r.all_verified(), "{r:?}");
+    assert_eq!(r.graph_span, Some(4), "{r:?}");
+    // By default the span is the automatic K (4 at 16 KiB), whatever K, at most K.
+    assert_eq!(run(&config(8)).unwrap().graph_span, Some(4));
+    assert_eq!(run(&config(2)).unwrap().graph_span, Some(2));
+    let err = |c: DemoConfig| run(&c).unwrap_err().to_string();
+    let e = err(DemoConfig {
+        graph_span: Some(0),
+        ..config(4)
+    });
+    assert!(e.contains("--graph-span 0 is outside 1..=64"), "{e}");
+    let e = err(DemoConfig {
+        graph_span: Some(usize::MAX),
+        ..config(4)
+    });
+    assert!(e.contains("is outside 1..=64"), "{e}");
+    let e = err(DemoConfig {
+        engine: Engine::Graph,
+        graph_span: Some(2),
+        ..config(4)
+    });
+    assert!(e.contains("--graph-span needs --engine adaptive"), "{e}");
+}
+
+#[test]
+fn the_device_bound_merges_over_the_adaptive_engines_span() {
+    // K 16 in nodes of 8: the bound's graph merges over 8 (above the automatic 4 of 16 KiB
+    // batches), not over K, whichever of its two graphs is faster.
+    let r = run(&DemoConfig {
+        graph_span: Some(8),
+        baselines: true,
+        batches: 32,
+        ..config(16)
+    })
+    .unwrap();
+    assert!(r.all_verified(), "{r:?}");
+    assert!(matches!(r.device_bound_span, Some(1 | 8)), "{r:?}");
+}
+
 /// On the GPU: both releases, saturated and paced, every element of every batch checked.
 /// With the events mechanism (`SEQSYNC_TIMELINE_MECHANISM=events`), whose stream waits do
 /// not hold graph launches, the device release is refused with a named error and the default

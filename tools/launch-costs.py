@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Host cost of a graph launch, and device overlap of consecutive launches (CuPy, on a GPU).
+
+usage: tools/launch-costs.py [BYTES ...]      (default 65536 262144 1048576)
+
+For each batch size, a graph like one adaptive launch of the seed's pipeline (copy in from
+pinned host memory, three kernels, copy out to pinned host memory; all in one chain) and a
+graph of the three kernels alone, then:
+
+- `call_us`: the host time of one `graph.launch` call (median of 2000; Python's own call
+  cost is the `noop_us` line), on one stream and rotating over 8 streams;
+- `gbps`: batches through the device when 2000 launches are enqueued back to back, on one
+  stream (each launch after the previous: the stages' sum) and over 8 streams (consecutive
+  launches may overlap: copy in of one during the kernels of another);
+- the same for plain stream calls (memcpyAsync, three kernels, memcpyAsync) per batch.
+
+Diagnostic only (issue 22): where a small batch's host and device time go.
+"""
+import statistics
+import sys
+import time
+
+import cupy as cp
+
+N = 2000
+STREAMS = 8
+rt = cp.cuda.runtime
+
+kern = cp.ElementwiseKernel("uint32 x", "uint32 y", "y = x * 2654435761u + 1u", "mix")
+
+
+def stage(stream, hin, din, dx, dout, hout, nbytes, copies=True):
+    with stream:
+        if copies:
+            rt.memcpyAsync(din.data.ptr, hin.ptr, nbytes, rt.memcpyHostToDevice, stream.ptr)
+        kern(din, dx)
+        kern(dx, din)
+        kern(din, dout)
+        if copies:
+            rt.memcpyAsync(hout.ptr, dout.data.ptr, nbytes, rt.memcpyDeviceToHost, stream.ptr)
+
+
+def capture(stream, *args, copies=True):
+    stream.begin_capture()
+    stage(stream, *args, copies=copies)
+    return stream.end_capture()
+
+
+def timed_calls(fn, streams):
+    """Median host time of one call of fn(stream), rotating over streams; and the wall time
+    of N calls with the device's completion."""
+    per = []
+    for s in streams:
+        s.synchronize()
+    t_all = time.perf_counter()
+    for i in range(N):
+        s = streams[i % len(streams)]
+        t0 = time.perf_counter_ns()
+        fn(s)
+        per.append(time.perf_counter_ns() - t0)
+    for s in streams:
+        s.synchronize()
+    wall = time.perf_counter() - t_all
+    return statistics.median(per) / 1e3, wall
+
+
+def main():
+    sizes = [int(a) for a in sys.argv[1:]] or [65536, 262144, 1048576]
+    print(cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "driver",
+          cp.cuda.runtime.driverGetVersion())
+    per = []
+    for _ in range(N):
+        t0 = time.perf_counter_ns()
+        (lambda s: None)(None)
+        per.append(time.perf_counter_ns() - t0)
+    print(f"noop_us {statistics.median(per) / 1e3:.2f}")
+    streams = [cp.cuda.Stream(non_blocking=True) for _ in range(STREAMS)]
+    for nbytes in sizes:
+        n = nbytes // 4
+        # Buffers and graphs of its own for every stream: launches of one graph run one at a
+        # time, whatever the streams.
+        bufs = []
+        for _ in range(STREAMS):
+            hin = cp.cuda.alloc_pinned_memory(nbytes)
+            hout = cp.cuda.alloc_pinned_memory(nbytes)
+            din, dx, dout = (cp.zeros(n, dtype=cp.uint32) for _ in range(3))
+            bufs.append((hin, din, dx, dout, hout, nbytes))
+        stage(streams[0], *bufs[0])  # compile the kernel outside any capture
+        streams[0].synchronize()
+        for copies in (True, False):
+            graphs = {}
+            for i, s in enumerate(streams):
+                graphs[s.ptr] = capture(s, *bufs[i], copies=copies)
+                graphs[s.ptr].launch(s)
+                s.synchronize()
+            name = "graph copies+kernels" if copies else "graph kernels only"
+            for rot in (1, STREAMS):
+                call, wall = timed_calls(lambda s: graphs[s.ptr].launch(s), streams[:rot])
+                print(f"{nbytes >> 10:5d}K {name:22s} streams {rot}: call_us {call:6.2f} "
+                      f"batch_us {wall / N * 1e6:7.2f} gbps {N * nbytes / wall / 1e9:6.2f}",
+                      flush=True)
+        by_stream = {s.ptr: bufs[i] for i, s in enumerate(streams)}
+        for rot in (1, STREAMS):
+            call, wall = timed_calls(lambda s: stage(s, *by_stream[s.ptr]), streams[:rot])
+            print(f"{nbytes >> 10:5d}K {'plain stream calls':22s} streams {rot}: "
+                  f"call_us {call:6.2f} batch_us {wall / N * 1e6:7.2f} "
+                  f"gbps {N * nbytes / wall / 1e9:6.2f}", flush=True)
+
+if __name__ == "__main__":
+    main()
