@@ -15,6 +15,9 @@
 #   scan     the adaptive engine's slot wait (host, device) then depth x K per size, saturated,
 #            no baselines: GB/s, latency and where it went (before_launch, slot_wait,
 #            on_device, before_check, check p50)
+#   span     K (batches a launch) above the span (batches a node, the device bound's merge) at
+#            64 and 256 KiB, saturated, no baselines: does amortizing a launch over more runs
+#            of the same nodes lift throughput?
 #   sweep    `seqsync demo --sweep` on CUDA: the README's plot, to $OUT/sweep.{json,svg}
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -83,6 +86,12 @@ scan() {
   scan_one 4194304
 }
 
+span() {
+  for b in 65536 262144; do
+    for k in 4 8 16; do for d in 3 6; do scan_one $b --graph-span 4 --graph-batches $k --graph-depth $d; done; done
+  done
+}
+
 sweep() {
   "$B" demo --backend cuda --sweep --sweep-out "$OUT/sweep" 2>&1 | tail -40
 }
@@ -91,7 +100,7 @@ sweep() {
 for part in "$@"; do
   echo "===== $part"
   case $part in
-    tests|targets|scan|sweep) $part ;;
-    *) echo "unknown part '$part': expected tests, targets, scan or sweep"; exit 2 ;;
+    tests|targets|scan|span|sweep) $part ;;
+    *) echo "unknown part '$part': expected tests, targets, scan, span or sweep"; exit 2 ;;
   esac
 done
