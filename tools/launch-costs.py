@@ -75,6 +75,20 @@ def main():
         per.append(time.perf_counter_ns() - t0)
     print(f"noop_us {statistics.median(per) / 1e3:.2f}")
     streams = [cp.cuda.Stream(non_blocking=True) for _ in range(STREAMS)]
+    # The other calls of an adaptive launch: an event record (blocking sync, no timing) and a
+    # stream wait on a host word already reached (cuStreamWaitValue64, where cuda.bindings is).
+    ev = cp.cuda.Event(block=True, disable_timing=True)
+    call, _ = timed_calls(lambda s: ev.record(s), streams[:1])
+    print(f"event record call_us {call:.2f}", flush=True)
+    try:
+        from cuda.bindings import driver as drv
+        word = cp.cuda.alloc_pinned_memory(8)
+        flags = drv.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ
+        call, _ = timed_calls(
+            lambda s: drv.cuStreamWaitValue64(s.ptr, word.ptr, 0, flags), streams[:1])
+        print(f"cuStreamWaitValue64 call_us {call:.2f}", flush=True)
+    except Exception as e:  # diagnostic only: say why, go on
+        print(f"cuStreamWaitValue64: not measured ({type(e).__name__}: {e})", flush=True)
     for nbytes in sizes:
         n = nbytes // 4
         # Buffers and graphs of its own for every stream: launches of one graph run one at a
