@@ -72,7 +72,7 @@ const GROUP_BYTES: usize = 2 << 20;
 const AUTO_MAX_BATCHES: usize = 4;
 
 /// K for `batch_bytes` when not given: the largest power of two of batches within
-/// [`GROUP_BYTES`] (2 MiB) and [`AUTO_MAX_BATCHES`] (4), at least 1.
+/// 2 MiB (`GROUP_BYTES`) and 4 (`AUTO_MAX_BATCHES`), at least 1.
 pub fn auto_launch_batches(batch_bytes: usize) -> usize {
     launch_batches((GROUP_BYTES / batch_bytes.max(1)).clamp(1, AUTO_MAX_BATCHES))
 }

@@ -60,7 +60,7 @@ pub struct DemoConfig {
     /// [`Engine::Adaptive`]: batches a graph node covers (a launch of `m` batches is
     /// `m / span` runs of five nodes, each node over `span` consecutive batches; a power of
     /// two, at most K; `None`: the automatic K,
-    /// [`auto_launch_batches`](super::adaptive_engine::auto_launch_batches)). The device bound
+    /// [`auto_adaptive_batches`](super::auto_adaptive_batches)). The device bound
     /// merges its batches over the same span, so K above the span adds batches a launch at
     /// the device cost the bound counts.
     pub graph_span: Option<usize>,

@@ -67,7 +67,8 @@ pub(crate) use validate::available_memory;
 mod workload;
 
 pub use adaptive_engine::{
-    auto_depth as auto_adaptive_depth, Release, SlotWait, DEVICE_RELEASE_BELOW,
+    auto_depth as auto_adaptive_depth, auto_launch_batches as auto_adaptive_batches, Release,
+    SlotWait, DEVICE_RELEASE_BELOW,
 };
 pub use baseline::StageTiming;
 pub use config::DemoConfig;
