@@ -37,13 +37,46 @@ impl HostMemory {
         HostMemory(Arc::new(Mutex::new(vec![0; words])))
     }
 
-    /// Lock the words (a closure of a host kernel may read and write them).
-    pub fn lock(&self) -> MutexGuard<'_, Vec<u32>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    /// Lock the words (a closure of a host kernel may read and write them). Their number is
+    /// fixed at creation, as a device allocation's size is: commands checked against it once
+    /// stay in bounds.
+    pub fn lock(&self) -> HostWords<'_> {
+        HostWords(self.0.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     fn len(&self) -> usize {
         self.lock().len()
+    }
+}
+
+/// The words of a [`HostMemory`], locked: a slice (read and written in place, never resized).
+///
+/// ```
+/// use seqsync::internal::backend::host::HostMemory;
+/// let m = HostMemory::zeroed(4);
+/// m.lock()[3] = 7;
+/// assert_eq!(&m.lock()[..], &[0, 0, 0, 7]);
+/// ```
+///
+/// Its size cannot change under commands checked against it:
+///
+/// ```compile_fail
+/// use seqsync::internal::backend::host::HostMemory;
+/// let m = HostMemory::zeroed(4);
+/// m.lock().truncate(2);
+/// ```
+pub struct HostWords<'a>(MutexGuard<'a, Vec<u32>>);
+
+impl std::ops::Deref for HostWords<'_> {
+    type Target = [u32];
+    fn deref(&self) -> &[u32] {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for HostWords<'_> {
+    fn deref_mut(&mut self) -> &mut [u32] {
+        &mut self.0
     }
 }
 
@@ -199,7 +232,7 @@ impl CommandBackend for HostBackend {
     }
 
     fn read_words(&self, memory: &HostMemory) -> Result<Vec<u32>> {
-        Ok(memory.lock().clone())
+        Ok(memory.lock().to_vec())
     }
 
     fn write_words(&self, memory: &HostMemory, data: &[u32]) -> Result<()> {
