@@ -75,11 +75,73 @@ pub(crate) fn on_stream_gone(f: fn(u64)) {
     let _ = STREAM_GONE.set(f);
 }
 
-/// Stream `id` is gone: tell whoever asked ([`on_stream_gone`]).
+/// Stream `id` is gone: tell whoever asked ([`on_stream_gone`]), and note it in the journal
+/// ([`streams_gone_since`]).
 pub(crate) fn stream_gone(id: u64) {
     if let Some(f) = STREAM_GONE.get() {
         f(id);
     }
+    let mut j = GONE.lock().unwrap_or_else(|e| e.into_inner());
+    if j.recent.len() == GONE_KEPT {
+        j.recent.pop_front();
+    }
+    j.recent.push_back(id);
+    GONE_COUNT.fetch_add(1, Ordering::Release);
+}
+
+/// The streams that went lately, for state kept per stream id by many owners (each pool's
+/// clocks) that look now and then: written by [`stream_gone`] (any thread whose drop ends a
+/// stream), read by [`streams_gone_since`] (an owner, at its next call). [`GONE_KEPT`] ids:
+/// an owner that looks less often than that many streams go learns that it missed some.
+struct GoneJournal {
+    recent: std::collections::VecDeque<u64>,
+}
+
+/// Ids the journal keeps.
+const GONE_KEPT: usize = 4096;
+
+static GONE: std::sync::Mutex<GoneJournal> = std::sync::Mutex::new(GoneJournal {
+    recent: std::collections::VecDeque::new(),
+});
+
+/// Streams gone so far (the journal's count; read without its lock on the fast path).
+static GONE_COUNT: AtomicU64 = AtomicU64::new(0);
+
+/// What [`streams_gone_since`] found.
+pub(crate) enum GoneSince {
+    /// No stream went since.
+    Nothing,
+    /// These ids went since (oldest first), and the count to look from next time.
+    Ids(Vec<u64>, u64),
+    /// More went than the journal keeps: some ids are lost. The count to look from next time.
+    Missed(u64),
+}
+
+/// The journal's count now: what an owner made now has seen.
+pub(crate) fn streams_gone_now() -> u64 {
+    GONE_COUNT.load(Ordering::Acquire)
+}
+
+/// The streams gone since the journal's count was `seen`.
+#[inline]
+pub(crate) fn streams_gone_since(seen: u64) -> GoneSince {
+    if GONE_COUNT.load(Ordering::Acquire) == seen {
+        return GoneSince::Nothing;
+    }
+    gone_since_slow(seen)
+}
+
+#[cold]
+fn gone_since_slow(seen: u64) -> GoneSince {
+    let j = GONE.lock().unwrap_or_else(|e| e.into_inner());
+    // Under the lock, the count and the journal agree.
+    let now = GONE_COUNT.load(Ordering::Acquire);
+    let new = now.saturating_sub(seen);
+    if new > j.recent.len() as u64 {
+        return GoneSince::Missed(now);
+    }
+    let skip = j.recent.len() - new as usize;
+    GoneSince::Ids(j.recent.iter().skip(skip).copied().collect(), now)
 }
 
 /// A fresh stream id: one counter for every backend, so ids never collide.

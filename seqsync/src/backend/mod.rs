@@ -58,7 +58,10 @@ pub use command::{CommandBackend, CopyOp, FillOp};
 pub use memory::MemoryBackend;
 
 pub(crate) use interrupt::{synchronize_by_polling, Interrupt, NeverInterrupt, SyncOutcome};
-pub(crate) use memory::{next_stream_id, on_stream_gone, stream_gone, MemoryUsage};
+pub(crate) use memory::{
+    next_stream_id, on_stream_gone, stream_gone, streams_gone_now, streams_gone_since, GoneSince,
+    MemoryUsage,
+};
 pub(crate) use semaphore::{Mechanism, Semaphore, SemaphoreWaker};
 
 /// Host memory mapped for a backend's streams ([`Backend::map_host`]): what the backend made

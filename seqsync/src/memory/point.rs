@@ -112,11 +112,14 @@ impl Frontier {
         }
     }
 
-    /// Follow everything `other` follows.
-    pub(crate) fn join(&mut self, other: &Frontier) {
-        for &(s, q) in &other.0 {
-            self.advance(s, q);
-        }
+    /// Forget the streams in `gone` (sorted): nothing is known to follow them any more.
+    fn forget(&mut self, gone: &[u64]) {
+        self.0.retain(|(s, _)| gone.binary_search(s).is_err());
+    }
+
+    /// Forget every stream.
+    fn clear(&mut self) {
+        self.0.clear();
     }
 }
 
@@ -311,10 +314,22 @@ struct StreamClock {
 /// One pool's clock domain: the streams it has seen, and its idle events. Every method is
 /// called under the pool's lock, so the points of a stream get their seqs in the order they
 /// are recorded on it.
+///
+/// Streams that go are forgotten at the pool's next call ([`Clocks::forget_gone`]) once no
+/// free block stands on them (a point on a forgotten stream is then simply not known to be
+/// followed, the cautious answer), so the clocks hold the live streams and those of the free
+/// blocks only, however many streams come and go.
 pub(crate) struct Clocks<B: Backend> {
     domain: u64,
     streams: HashMap<u64, StreamClock>,
     events: Arc<EventCache<B>>,
+    /// The backend's journal of streams gone, as far as read.
+    gone_seen: u64,
+    /// Streams gone that a free block's point stands on: still known (see
+    /// [`Clocks::forget_gone`]).
+    gone_kept: Vec<u64>,
+    /// Calls of [`Clocks::forget_gone`] (to look at `gone_kept` now and then).
+    calls: u64,
 }
 
 impl<B: Backend> Clocks<B> {
@@ -324,7 +339,65 @@ impl<B: Backend> Clocks<B> {
             domain: NEXT_DOMAIN.fetch_add(1, Ordering::Relaxed),
             streams: HashMap::new(),
             events: EventCache::new(),
+            gone_seen: crate::backend::streams_gone_now(),
+            gone_kept: Vec::new(),
+            calls: 0,
         }
+    }
+
+    /// Forget the streams gone since the last look (their own entries at once), and what
+    /// other streams follow of them, except where `referenced` says a point of the pool's
+    /// (a free block's) stands on that stream: those stay known until no block stands there
+    /// any more. Where more streams went than the backend's journal keeps, every frontier is
+    /// emptied instead (nothing is then known to be ordered after anything: cautious, and
+    /// correct), and the entries of the ids lost stay (a live stream's seq must never go
+    /// back). Looks again at the streams kept for their blocks whenever the journal moves,
+    /// and every 64 calls while some are kept.
+    pub(crate) fn forget_gone(&mut self, referenced: impl Fn(u64) -> bool) {
+        use crate::backend::GoneSince;
+        self.calls = self.calls.wrapping_add(1);
+        let mut candidates = match crate::backend::streams_gone_since(self.gone_seen) {
+            GoneSince::Nothing if self.gone_kept.is_empty() || self.calls % 64 != 0 => return,
+            GoneSince::Nothing => Vec::new(),
+            GoneSince::Ids(ids, now) => {
+                self.gone_seen = now;
+                ids
+            }
+            GoneSince::Missed(now) => {
+                self.gone_seen = now;
+                for c in self.streams.values_mut() {
+                    c.frontier.clear();
+                }
+                Vec::new()
+            }
+        };
+        for id in &candidates {
+            self.streams.remove(id);
+        }
+        candidates.append(&mut self.gone_kept);
+        let (kept, mut forgotten): (Vec<u64>, Vec<u64>) =
+            candidates.into_iter().partition(|&id| referenced(id));
+        self.gone_kept = kept;
+        if forgotten.is_empty() {
+            return;
+        }
+        forgotten.sort_unstable();
+        for c in self.streams.values_mut() {
+            c.frontier.forget(&forgotten);
+        }
+    }
+
+    /// Streams with an entry, and the longest frontier (what the clocks hold).
+    #[cfg(test)]
+    pub(crate) fn size(&self) -> (usize, usize) {
+        let longest = self.streams.values().map(|c| c.frontier.0.len()).max();
+        (self.streams.len(), longest.unwrap_or(0))
+    }
+
+    /// May a frontier hold `stream`? A stream the pool knows (live), or one gone whose
+    /// blocks still stand on it.
+    fn known(&self, stream: u64) -> bool {
+        self.streams.contains_key(&stream) || self.gone_kept.contains(&stream)
     }
 
     /// Fail if a wait's producer has already failed (a non-blocking query of each event), so
@@ -360,11 +433,18 @@ impl<B: Backend> Clocks<B> {
     /// `sid`'s later work is ordered after `point` (a wait on it was just enqueued).
     pub(crate) fn learn(&mut self, sid: u64, point: &Point<B>) {
         if point.domain() == self.domain && point.stream_id() != sid {
-            self.streams
-                .entry(sid)
-                .or_default()
-                .frontier
-                .join(point.clock());
+            // Only streams still known: a point's clock may name streams forgotten since.
+            let known: Vec<(u64, u64)> = point
+                .clock()
+                .0
+                .iter()
+                .copied()
+                .filter(|&(s, _)| self.known(s))
+                .collect();
+            let frontier = &mut self.streams.entry(sid).or_default().frontier;
+            for (s, q) in known {
+                frontier.advance(s, q);
+            }
         }
     }
 
@@ -408,14 +488,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn frontier_join_takes_the_max_per_stream() {
+    fn a_frontier_keeps_the_max_per_stream_and_forgets_streams_gone() {
         let mut a = Frontier::default();
         a.advance(3, 5);
         a.advance(1, 2);
-        let mut b = Frontier::default();
-        b.advance(3, 4);
-        b.advance(2, 7);
-        a.join(&b);
+        a.advance(3, 4);
+        a.advance(2, 7);
         assert_eq!((a.get(1), a.get(2), a.get(3), a.get(9)), (2, 7, 5, 0));
+        a.forget(&[1, 3]);
+        assert_eq!((a.get(1), a.get(2), a.get(3)), (0, 7, 0));
+        a.clear();
+        assert_eq!(a, Frontier::default());
     }
 }

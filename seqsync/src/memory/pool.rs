@@ -241,6 +241,7 @@ impl<B: MemoryBackend> Pool<B> {
         let mut guard = self.lock();
         let st = &mut *guard;
         settle_quarantine(st);
+        forget_gone_streams(st);
         st.clocks.enqueue_waits(&self.backend, stream, sid, waits)?;
         let entry = st.classes.entry(class).or_insert_with(|| Class {
             free: VecDeque::new(),
@@ -494,6 +495,7 @@ impl<B: MemoryBackend> Pool<B> {
             return Err(self.not_live(st, block.addr));
         };
         Clocks::check_waits(&self.backend, stream, waits)?;
+        forget_gone_streams(st);
         st.clocks.enqueue_waits(&self.backend, stream, sid, waits)?;
         let death = st.clocks.record(&self.backend, stream, sid)?;
         st.live.remove(&block.addr);
@@ -619,6 +621,7 @@ impl<B: MemoryBackend> Pool<B> {
     pub fn wait(&self, stream: &B::Stream, point: &Point<B>) -> Result<()> {
         let sid = self.backend.stream_id(stream);
         let mut st = self.lock();
+        forget_gone_streams(&mut st);
         st.clocks
             .enqueue_waits(&self.backend, stream, sid, &[Wait::Point(point)])
     }
@@ -627,7 +630,9 @@ impl<B: MemoryBackend> Pool<B> {
     /// last reader of a block records one, and the block's free waits on it).
     pub fn record(&self, stream: &B::Stream) -> Result<Point<B>> {
         let sid = self.backend.stream_id(stream);
-        self.lock().clocks.record(&self.backend, stream, sid)
+        let mut st = self.lock();
+        forget_gone_streams(&mut st);
+        st.clocks.record(&self.backend, stream, sid)
     }
 
     /// The statistics.
@@ -667,6 +672,19 @@ fn leak<B: MemoryBackend>(
     }
     stats.leaked += 1;
     leaked.insert(f.addr);
+}
+
+/// Let the clocks forget the streams gone, but for those a free or quarantined block's point
+/// stands on (see [`Clocks::forget_gone`]).
+fn forget_gone_streams<B: MemoryBackend>(st: &mut State<B>) {
+    let (classes, quarantine) = (&st.classes, &st.quarantine);
+    st.clocks.forget_gone(|id| {
+        classes
+            .values()
+            .flat_map(|c| c.free.iter())
+            .chain(quarantine.iter().map(|q| &q.freed))
+            .any(|f| f.death.stream_id() == id)
+    });
 }
 
 /// Hand the quarantined blocks whose timeline values are all reached back to their classes
@@ -753,5 +771,37 @@ impl<B: MemoryBackend> Drop for Pool<B> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::host::HostBackend;
+
+    /// A new stream for every block, each allocation waiting on the last free (on a stream
+    /// gone since): every block is reused, and the clocks hold a few streams whatever the
+    /// number of iterations (they held one entry per stream ever seen, each following all
+    /// the streams before it: memory quadratic in the iterations).
+    #[test]
+    fn the_clocks_forget_streams_gone_and_keep_reusing_across_them() {
+        let host = HostBackend::new();
+        let pool = Pool::new(&host, "p", PoolConfig::default()).unwrap();
+        let mut last: Option<Point<HostBackend>> = None;
+        for i in 0..300 {
+            let s = host.new_stream("s").unwrap();
+            let waits: Vec<Wait<'_, HostBackend>> = last.iter().map(Wait::Point).collect();
+            let x = pool.alloc(&s, 256, &waits).unwrap().block;
+            drop(waits);
+            last = Some(pool.free(&s, x, &[]).unwrap());
+            drop(s);
+            let (streams, longest) = pool.lock().clocks.size();
+            assert!(
+                streams <= 3 && longest <= 3,
+                "iteration {i}: {streams} streams, a frontier of {longest}"
+            );
+        }
+        let st = pool.stats();
+        assert_eq!((st.fresh, st.reuse), (1, 299), "{st:?}");
     }
 }
