@@ -357,7 +357,9 @@ impl<B: Backend> Clocks<B> {
         use crate::backend::GoneSince;
         self.calls = self.calls.wrapping_add(1);
         let mut candidates = match crate::backend::streams_gone_since(self.gone_seen) {
-            GoneSince::Nothing if self.gone_kept.is_empty() || self.calls % 64 != 0 => return,
+            GoneSince::Nothing if self.gone_kept.is_empty() || !self.calls.is_multiple_of(64) => {
+                return
+            }
             GoneSince::Nothing => Vec::new(),
             GoneSince::Ids(ids, now) => {
                 self.gone_seen = now;
