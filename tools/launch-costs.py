@@ -12,7 +12,8 @@ graph of the three kernels alone, then:
 - `gbps`: batches through the device when 2000 launches are enqueued back to back, on one
   stream (each launch after the previous: the stages' sum) and over 8 streams (consecutive
   launches may overlap: copy in of one during the kernels of another);
-- the same for plain stream calls (memcpyAsync, three kernels, memcpyAsync) per batch.
+- the same with the copies done by kernels over mapped pinned memory (zero-copy) instead of
+  memcpy nodes.
 
 Diagnostic only (issue 22): where a small batch's host and device time go.
 """
@@ -21,6 +22,7 @@ import sys
 import time
 
 import cupy as cp
+import numpy as np
 
 N = 2000
 STREAMS = 8
@@ -29,14 +31,30 @@ rt = cp.cuda.runtime
 kern = cp.ElementwiseKernel("uint32 x", "uint32 y", "y = x * 2654435761u + 1u", "mix")
 
 
+copy = cp.ElementwiseKernel("uint32 x", "uint32 y", "y = x", "copy_words")
+
+
+def mapped(pinned, nbytes):
+    """The pinned host buffer as a device array (zero-copy: the device reads and writes
+    host memory over the bus)."""
+    dptr = rt.hostGetDevicePointer(pinned.ptr, 0)
+    mem = cp.cuda.UnownedMemory(dptr, nbytes, pinned)
+    return cp.ndarray(nbytes // 4, dtype=cp.uint32, memptr=cp.cuda.MemoryPointer(mem, 0))
+
+
 def stage(stream, hin, din, dx, dout, hout, nbytes, copies=True):
+    """copies: True (memcpy), "kernel" (copy kernels over mapped host memory) or False."""
     with stream:
-        if copies:
+        if copies == "kernel":
+            copy(mapped(hin, nbytes), din)
+        elif copies:
             rt.memcpyAsync(din.data.ptr, hin.ptr, nbytes, rt.memcpyHostToDevice, stream.ptr)
         kern(din, dx)
         kern(dx, din)
         kern(din, dout)
-        if copies:
+        if copies == "kernel":
+            copy(dout, mapped(hout, nbytes))
+        elif copies:
             rt.memcpyAsync(hout.ptr, dout.data.ptr, nbytes, rt.memcpyDeviceToHost, stream.ptr)
 
 
@@ -96,29 +114,38 @@ def main():
         bufs = []
         for _ in range(STREAMS):
             hin = cp.cuda.alloc_pinned_memory(nbytes)
+            np.frombuffer(hin, dtype=np.uint8, count=nbytes)[:] = np.arange(nbytes) % 251
             hout = cp.cuda.alloc_pinned_memory(nbytes)
             din, dx, dout = (cp.zeros(n, dtype=cp.uint32) for _ in range(3))
             bufs.append((hin, din, dx, dout, hout, nbytes))
-        stage(streams[0], *bufs[0])  # compile the kernel outside any capture
+        stage(streams[0], *bufs[0])  # compile the kernels outside any capture
+        stage(streams[0], *bufs[0], copies="kernel")
         streams[0].synchronize()
-        for copies in (True, False):
+        for copies in (True, "kernel", False):
             graphs = {}
+            for b in bufs:  # outputs cleared: a copy that wrote nothing shows
+                np.frombuffer(b[4], dtype=np.uint8, count=nbytes)[:] = 0
             for i, s in enumerate(streams):
                 graphs[s.ptr] = capture(s, *bufs[i], copies=copies)
                 graphs[s.ptr].launch(s)
                 s.synchronize()
-            name = "graph copies+kernels" if copies else "graph kernels only"
+            name = {True: "graph copies+kernels", "kernel": "graph copy kernels+kernels",
+                    False: "graph kernels only"}[copies]
+            if copies:
+                # What stream 0's batch came out as: the same through either kind of copy.
+                out = np.frombuffer(bufs[0][4], dtype=np.uint8, count=nbytes).tobytes()
+                if copies is True:
+                    reference = out
+                check = "" if copies is True else \
+                    (" (output as memcpy's)" if out == reference else " OUTPUT DIFFERS")
+            else:
+                check = ""
             for rot in (1, STREAMS):
                 call, wall = timed_calls(lambda s: graphs[s.ptr].launch(s), streams[:rot])
-                print(f"{nbytes >> 10:5d}K {name:22s} streams {rot}: call_us {call:6.2f} "
-                      f"batch_us {wall / N * 1e6:7.2f} gbps {N * nbytes / wall / 1e9:6.2f}",
+                print(f"{nbytes >> 10:5d}K {name:27s} streams {rot}: call_us {call:6.2f} "
+                      f"batch_us {wall / N * 1e6:7.2f} gbps {N * nbytes / wall / 1e9:6.2f}{check}",
                       flush=True)
-        by_stream = {s.ptr: bufs[i] for i, s in enumerate(streams)}
-        for rot in (1, STREAMS):
-            call, wall = timed_calls(lambda s: stage(s, *by_stream[s.ptr]), streams[:rot])
-            print(f"{nbytes >> 10:5d}K {'plain stream calls':22s} streams {rot}: "
-                  f"call_us {call:6.2f} batch_us {wall / N * 1e6:7.2f} "
-                  f"gbps {N * nbytes / wall / 1e9:6.2f}", flush=True)
+
 
 if __name__ == "__main__":
     main()
