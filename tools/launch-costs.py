@@ -37,7 +37,7 @@ copy = cp.ElementwiseKernel("uint32 x", "uint32 y", "y = x", "copy_words")
 def mapped(pinned, nbytes):
     """The pinned host buffer as a device array (zero-copy: the device reads and writes
     host memory over the bus)."""
-    dptr = rt.hostGetDevicePointer(pinned.ptr, 0)
+    dptr = pinned.ptr  # unified addressing: the host address is the device one
     mem = cp.cuda.UnownedMemory(dptr, nbytes, pinned)
     return cp.ndarray(nbytes // 4, dtype=cp.uint32, memptr=cp.cuda.MemoryPointer(mem, 0))
 

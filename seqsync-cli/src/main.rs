@@ -9,7 +9,8 @@ use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use seqsync::BackendKind;
 use seqsync_demo::demo::{
-    self, DemoConfig, DemoReport, DroppedWait, Engine, GraphEdge, Release, SlotWait, Variant,
+    self, CopyBy, DemoConfig, DemoReport, DroppedWait, Engine, GraphEdge, Release, SlotWait,
+    Variant,
 };
 
 mod bench;
@@ -100,6 +101,12 @@ pub(crate) struct DemoArgs {
     /// merges over the same span.
     #[arg(long, value_name = "SPAN")]
     graph_span: Option<usize>,
+    /// --engine graph or adaptive: how graph nodes copy batches between host and device:
+    /// memcpy (copy nodes, the copy engines; the default) or kernel (kernel nodes reading and
+    /// writing the pinned host buffers in place: cheaper to launch). The device bound is the
+    /// faster with these copies and with memcpy.
+    #[arg(long = "copy", value_parser = crate::parse::<CopyBy>)]
+    copy_by: Option<CopyBy>,
     /// --engine adaptive: where a batch's arrival releases its launch: device (the launch is
     /// enqueued ahead, behind a stream wait that get_data's signal ends; the default below
     /// 1 MiB batches, and refused under SEQSYNC_TIMELINE_MECHANISM=events, whose waits do not
@@ -307,6 +314,7 @@ pub(crate) fn config_of(
         graph_batches: a.graph_batches,
         graph_depth: a.graph_depth,
         graph_span: a.graph_span,
+        copy_by: a.copy_by,
         release: a.release,
         slot_wait: a.slot_wait,
         process_threads: a.process_threads,
@@ -522,9 +530,13 @@ pub(crate) fn print_summary(r: &DemoReport, trace: Option<&std::path::Path>) {
     let rows = [
         (
             format!(
-                "device bound ({} batches, {} a node)",
+                "device bound ({} batches, {} a node{})",
                 r.device_bound_batches.unwrap_or(0),
-                r.device_bound_span.unwrap_or(1)
+                r.device_bound_span.unwrap_or(1),
+                r.device_bound_copy
+                    .filter(|&c| c != CopyBy::Memcpy)
+                    .map(|c| format!(", copies by {}", c.name()))
+                    .unwrap_or_default()
             ),
             r.device_bound_gbps,
             "pipeline/device bound",

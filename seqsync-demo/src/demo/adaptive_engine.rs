@@ -600,6 +600,7 @@ mod tests {
                 nhout: slots,
                 intensity: 1,
                 verify_samples: 0,
+                copy_by: Default::default(),
             },
         );
         // K 8 in nodes of 2: launches of 8 and 4 batches are 4 and 2 runs, smaller ones one.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use seqsync::backend::BackendKind;
 use seqsync::pipeline::PipelineSpec;
 
-use super::{DroppedWait, Engine, GraphEdge, Release, SlotWait, Variant};
+use super::{CopyBy, DroppedWait, Engine, GraphEdge, Release, SlotWait, Variant};
 
 /// Everything `seqsync demo` can be told.
 #[derive(Clone)]
@@ -64,6 +64,10 @@ pub struct DemoConfig {
     /// merges its batches over the same span, so K above the span adds batches a launch at
     /// the device cost the bound counts.
     pub graph_span: Option<usize>,
+    /// [`Engine::Graph`] and [`Engine::Adaptive`]: how graph nodes copy batches between host
+    /// and device (`None`: [`CopyBy::Memcpy`]); the device bound is the faster with these
+    /// copies and with memcpy nodes.
+    pub copy_by: Option<CopyBy>,
     /// [`Engine::Adaptive`]: where a batch's arrival releases its launch (`None`: on the
     /// device, [`Release::Device`], for batches below 1 MiB where the timelines' mechanism
     /// holds launches behind a wait, else on the host: [`Release::for_mechanism`]).
@@ -111,6 +115,7 @@ impl Default for DemoConfig {
             graph_batches: None,
             graph_depth: None,
             graph_span: None,
+            copy_by: None,
             release: None,
             slot_wait: None,
             process_threads: None,

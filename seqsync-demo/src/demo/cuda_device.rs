@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use seqsync::cudarc::driver::{sys, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
+use super::copy_by::CopyBy;
 use super::device::{Device, Layout, Mark, Reference};
 use super::workload::{self, HEADER};
 use seqsync::backend::cuda::{CudaBackend, CudaKernel, DeviceBuffer, KernelParam, PinnedBuffer};
@@ -31,6 +32,8 @@ pub(crate) struct CudaDevice {
     f: CudaFunction,
     g: CudaFunction,
     h: CudaFunction,
+    /// The copy kernel of [`CopyBy::Kernel`].
+    copy: CudaFunction,
     /// The launch shape of one batch's kernels.
     launch: LaunchConfig,
     /// Most blocks a kernel gets (8 per SM): the kernels are grid-stride loops, so more
@@ -76,8 +79,10 @@ impl CudaDevice {
         }
         let hin = Arc::new(hin);
         let hout = Arc::new(backend.alloc_pinned(layout.nhout.max(1) * n)?);
-        let k =
-            backend.load_kernels(workload::CUDA_SOURCE, &["f_kernel", "g_kernel", "h_kernel"])?;
+        let k = backend.load_kernels(
+            workload::CUDA_SOURCE,
+            &["f_kernel", "g_kernel", "h_kernel", "copy_kernel"],
+        )?;
         let sms = backend
             .context()
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
@@ -85,6 +90,23 @@ impl CudaDevice {
                 seqsync::internal::backend::cuda::driver_error("cuDeviceGetAttribute", e)
             })?;
         let max_blocks = (sms.max(1) as u32).saturating_mul(8);
+        if layout.copy_by == CopyBy::Kernel {
+            // Kernels read and write the pinned host buffers at their host addresses.
+            let unified = backend
+                .context()
+                .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING)
+                .map_err(|e| {
+                    seqsync::internal::backend::cuda::driver_error("cuDeviceGetAttribute", e)
+                })?;
+            if unified == 0 {
+                return Err(crate::invalid(
+                    "demo",
+                    "--copy kernel needs a device with unified addressing (the host buffers' \
+                     addresses read and written by kernels)"
+                        .to_string(),
+                ));
+            }
+        }
         Ok(CudaDevice {
             d_in: alloc(layout.nin)?,
             x: alloc(layout.nx)?,
@@ -97,6 +119,7 @@ impl CudaDevice {
             f: k[0].clone(),
             g: k[1].clone(),
             h: k[2].clone(),
+            copy: k[3].clone(),
             launch: launch_config(n, max_blocks),
             max_blocks,
             reference: Reference::new(layout),
@@ -162,6 +185,18 @@ impl CudaDevice {
             buf.len() / n.max(1)
         );
         buf.device_ptr() + (slot * n * 4) as u64
+    }
+
+    /// The address of slots `slot..slot + count` of pinned `buf`, checked to be in range: on
+    /// a device with unified addressing, the device's address of them too.
+    fn pinned_at(&self, buf: &PinnedBuffer, slot: usize, count: usize) -> u64 {
+        let n = self.layout.n;
+        assert!(
+            (slot + count) * n <= buf.len(),
+            "host slots {slot}..{} are out of range",
+            slot + count
+        );
+        buf.as_ptr() as u64 + (slot * n * 4) as u64
     }
 
     /// The host address of slot `slot` of `buf`, checked to be in range.
@@ -307,6 +342,13 @@ impl Device for CudaDevice {
             .map_err(|e| seqsync::internal::backend::cuda::driver_error("cuMemcpyDtoHAsync", e))
     }
     fn op_copy_in(&self, hin: usize, slot: usize, count: usize) -> Command<CudaBackend> {
+        if self.layout.copy_by == CopyBy::Kernel {
+            let ptrs = [
+                self.pinned_at(&self.hin, hin, count),
+                self.at(&self.d_in, slot, count),
+            ];
+            return self.op_kernel(&self.copy, &ptrs, count);
+        }
         self.copy(
             (self.hin_mem.clone(), hin),
             (self.d_in.clone(), slot),
@@ -342,6 +384,13 @@ impl Device for CudaDevice {
         self.op_kernel(&self.h, &ptrs, count)
     }
     fn op_copy_out(&self, slot: usize, hout: usize, count: usize) -> Command<CudaBackend> {
+        if self.layout.copy_by == CopyBy::Kernel {
+            let ptrs = [
+                self.at(&self.out, slot, count),
+                self.pinned_at(&self.hout, hout, count),
+            ];
+            return self.op_kernel(&self.copy, &ptrs, count);
+        }
         self.copy(
             (self.out.clone(), slot),
             (self.hout_mem.clone(), hout),

@@ -6,6 +6,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use super::copy_by::CopyBy;
 use super::workload::{self, HEADER};
 use seqsync::backend::{Backend, MemoryBackend};
 use seqsync::internal::backend::{Command, GraphBackend};
@@ -33,6 +34,9 @@ pub(crate) struct Layout {
     pub intensity: u32,
     /// Body elements checked per batch (all when the body is no larger).
     pub verify_samples: usize,
+    /// How graph nodes copy between host and device ([`Device::op_copy_in`],
+    /// [`Device::op_copy_out`]).
+    pub copy_by: CopyBy,
 }
 
 impl Layout {

@@ -90,6 +90,7 @@ pub(crate) fn resolve(config: &DemoConfig) -> Result<(DemoConfig, BackendKind, L
         },
         intensity: config.intensity,
         verify_samples: config.verify_samples,
+        copy_by: config.copy_by.unwrap_or_default(),
     };
     Ok((config.clone(), kind, layout, batch_bytes))
 }

@@ -197,6 +197,7 @@ pub(super) fn run_on<D: Device>(
         device_bound_gbps: None,
         device_bound_batches: None,
         device_bound_span: None,
+        device_bound_copy: None,
         ratio_to_device_bound: None,
         isolated_latency_us: None,
         p50_over_isolated: None,
@@ -212,6 +213,7 @@ pub(super) fn run_on<D: Device>(
         pool: pool_stats.into_inner().unwrap_or_else(|e| e.into_inner()),
         graph_batches,
         graph_span,
+        copy_by: config.engine.uses_graphs().then_some(dev.layout().copy_by),
         batches_per_launch: launches
             .into_inner()
             .unwrap_or_else(|e| e.into_inner())
@@ -291,6 +293,7 @@ fn add_baselines<D: Device>(
         report.device_bound_gbps = Some(device);
         report.device_bound_batches = Some(d.batches);
         report.device_bound_span = Some(d.span);
+        report.device_bound_copy = Some(d.copy_by);
         report.ratio_to_device_bound = Some(report.gbps / device);
     }
     let isolated = bounds::isolated_latency(dev, bounds::ISOLATED_ROUNDS)?;

@@ -47,6 +47,7 @@ mod adaptive_engine;
 mod baseline;
 mod bounds;
 mod config;
+mod copy_by;
 #[cfg(feature = "cuda")]
 mod cuda_device;
 mod device;
@@ -72,6 +73,7 @@ pub use adaptive_engine::{
 };
 pub use baseline::StageTiming;
 pub use config::DemoConfig;
+pub use copy_by::CopyBy;
 pub use dispatch::run;
 pub use engine::{seed_shape, seed_spec, Engine};
 pub use graph_engine::{auto_graph_batches, GraphEdge, DEPTH as GRAPH_DEPTH};

@@ -72,6 +72,8 @@ pub struct DemoReport {
     /// Consecutive batches that shared a set of five nodes in the faster of the device bound's
     /// graphs (1: a set each).
     pub device_bound_span: Option<usize>,
+    /// How the faster of the device bound's graphs copied: memcpy, or the run's own copies.
+    pub device_bound_copy: Option<super::CopyBy>,
     /// `gbps / device_bound_gbps`.
     pub ratio_to_device_bound: Option<f64>,
     /// One batch alone through the pipeline on an idle device, copy-in issued to check
@@ -105,6 +107,8 @@ pub struct DemoReport {
     /// [`Engine::Adaptive`]: batches a graph node covers (the device bound merges over the
     /// same span, or over the automatic one where that is larger).
     pub graph_span: Option<usize>,
+    /// The graph engines: how their nodes copied batches between host and device.
+    pub copy_by: Option<super::CopyBy>,
     /// [`Engine::Adaptive`]: batches per launch in the (first) timed run, on average (K when
     /// saturated, towards 1 when each batch is launched as it arrives).
     pub batches_per_launch: Option<f64>,

@@ -37,6 +37,9 @@ impl DemoConfig {
                 )));
             }
         }
+        if self.copy_by.is_some() && !self.engine.uses_graphs() {
+            return Err(invalid("--copy needs --engine graph or adaptive".into()));
+        }
         if let Some(span) = self.graph_span {
             if self.engine != Engine::Adaptive {
                 return Err(invalid("--graph-span needs --engine adaptive".into()));

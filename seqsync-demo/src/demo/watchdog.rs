@@ -162,6 +162,7 @@ mod tests {
             nhout: 2,
             intensity,
             verify_samples: 64,
+            copy_by: Default::default(),
         }
     }
 

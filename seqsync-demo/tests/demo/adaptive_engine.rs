@@ -5,7 +5,7 @@
 
 use seqsync::BackendKind;
 use seqsync_demo::demo::{
-    auto_adaptive_depth, run, DemoConfig, Engine, GraphEdge, Release, SlotWait,
+    auto_adaptive_depth, run, CopyBy, DemoConfig, Engine, GraphEdge, Release, SlotWait,
     DEVICE_RELEASE_BELOW,
 };
 
@@ -555,6 +555,93 @@ fn the_device_bound_merges_over_the_adaptive_engines_span() {
     .unwrap();
     assert!(r.all_verified(), "{r:?}");
     assert!(matches!(r.device_bound_span, Some(1 | 8)), "{r:?}");
+}
+
+#[test]
+fn graph_engines_copying_by_kernels_verify_every_batch_and_report_it() {
+    for engine in [Engine::Adaptive, Engine::Graph] {
+        for seed in [21, 22] {
+            let r = run(&DemoConfig {
+                engine,
+                chaos: Some(seed),
+                batches: 60,
+                copy_by: Some(CopyBy::Kernel),
+                ..config(4)
+            })
+            .unwrap();
+            assert!(r.all_verified(), "{engine:?}, seed {seed}: {r:?}");
+            assert_eq!(r.copy_by, Some(CopyBy::Kernel), "{r:?}");
+        }
+    }
+    // The bound: the faster with memcpy nodes and with the run's own copies, named.
+    let r = run(&DemoConfig {
+        copy_by: Some(CopyBy::Kernel),
+        baselines: true,
+        batches: 30,
+        ..config(4)
+    })
+    .unwrap();
+    assert!(r.device_bound_gbps.is_some(), "{r:?}");
+    assert!(r.device_bound_copy.is_some(), "{r:?}");
+    // By default: memcpy, and no copy mode for the engines without graphs.
+    assert_eq!(run(&config(4)).unwrap().copy_by, Some(CopyBy::Memcpy));
+    let e = run(&DemoConfig {
+        engine: Engine::HandWritten,
+        copy_by: Some(CopyBy::Kernel),
+        graph_batches: None,
+        ..config(4)
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("--copy needs --engine graph or adaptive"), "{e}");
+}
+
+/// On the GPU: copies by kernels over the pinned host buffers, every element of every batch
+/// checked (saturated, paced, with the device bound, which verifies every batch of both its
+/// copies), and a dropped edge between copy and kernel caught.
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn adaptive_engine_copying_by_kernels_verifies_every_element_on_cuda() {
+    for (bytes, rate, baselines) in [
+        (64 << 10, None, true),
+        (256 << 10, Some(20_000.0), false),
+        (1 << 20, None, false),
+        // Not a multiple of 16 bytes a batch: the copy kernel's word-by-word path.
+        ((64 << 10) + 4, None, false),
+    ] {
+        let r = run(&DemoConfig {
+            backend: BackendKind::Cuda,
+            batches: 300,
+            batch_bytes: Some(bytes),
+            verify_samples: 0,
+            rate,
+            baselines,
+            copy_by: Some(CopyBy::Kernel),
+            graph_batches: None,
+            ..config(4)
+        })
+        .unwrap();
+        assert!(r.all_verified(), "{bytes} B, rate {rate:?}: {r:?}");
+        assert_eq!(r.copy_by, Some(CopyBy::Kernel));
+        if baselines {
+            assert!(r.device_bound_copy.is_some(), "{r:?}");
+        }
+    }
+    for edge in [GraphEdge::CopyInF, GraphEdge::HCopyOut] {
+        let r = run(&DemoConfig {
+            backend: BackendKind::Cuda,
+            batches: 300,
+            batch_bytes: Some(1 << 20),
+            drop_edge: Some(edge),
+            copy_by: Some(CopyBy::Kernel),
+            ..config(4)
+        })
+        .unwrap();
+        assert!(r.wrong > 0, "{edge:?} dropped, yet all verified: {r:?}");
+    }
 }
 
 /// On the GPU: both releases, saturated and paced, every element of every batch checked.
