@@ -102,9 +102,9 @@ pub(crate) struct DemoArgs {
     #[arg(long, value_name = "SPAN")]
     graph_span: Option<usize>,
     /// --engine graph or adaptive: how graph nodes copy batches between host and device:
-    /// memcpy (copy nodes, the copy engines; the default) or kernel (kernel nodes reading and
-    /// writing the pinned host buffers in place: cheaper to launch). The device bound is the
-    /// faster with these copies and with memcpy.
+    /// memcpy (copy nodes, the copy engines; the default from 1 MiB batches) or kernel (kernel
+    /// nodes reading and writing the pinned host buffers in place: cheaper to launch; the
+    /// default below 1 MiB). The device bound is the faster with these copies and with memcpy.
     #[arg(long = "copy", value_parser = crate::parse::<CopyBy>)]
     copy_by: Option<CopyBy>,
     /// --engine adaptive: where a batch's arrival releases its launch: device (the launch is

@@ -4,7 +4,8 @@ use serde::Serialize;
 
 use seqsync::{Error, Result};
 
-/// How a graph node copies batches between pinned host memory and the device.
+/// How a graph node copies batches between pinned host memory and the device (the engines
+/// that enqueue copies on streams themselves, and the baselines, always use the copy engines).
 ///
 /// On CUDA a copy node costs more to launch than a kernel node and stands longer between the
 /// nodes around it (BENCHMARKS.md §13, run I): with [`CopyBy::Kernel`] a batch's graph is five
@@ -27,9 +28,30 @@ pub enum CopyBy {
     Kernel,
 }
 
+/// Batch bytes below which the graph engines copy by kernels unless told: on the H100 at
+/// 64 KiB they doubled the adaptive engine's throughput and cut its p99 to a third, at
+/// 256 KiB gained a fifth, and at 1 MiB lost to the copy engines (BENCHMARKS.md §13, run I).
+pub const KERNEL_COPY_BELOW: usize = 1 << 20;
+
 impl CopyBy {
-    /// Both, the default first.
+    /// Both, memcpy first.
     pub const ALL: [CopyBy; 2] = [CopyBy::Memcpy, CopyBy::Kernel];
+
+    /// The copies of a graph engine's nodes for batches of `batch_bytes` when not told:
+    /// kernels below [`KERNEL_COPY_BELOW`], memcpy from it.
+    ///
+    /// ```
+    /// use seqsync_demo::demo::{CopyBy, KERNEL_COPY_BELOW};
+    /// assert_eq!(CopyBy::auto(64 << 10), CopyBy::Kernel);
+    /// assert_eq!(CopyBy::auto(KERNEL_COPY_BELOW), CopyBy::Memcpy);
+    /// ```
+    pub fn auto(batch_bytes: usize) -> CopyBy {
+        if batch_bytes < KERNEL_COPY_BELOW {
+            CopyBy::Kernel
+        } else {
+            CopyBy::Memcpy
+        }
+    }
 
     /// The name used on the command line.
     pub fn name(self) -> &'static str {

@@ -175,6 +175,24 @@ impl CudaDevice {
         })
     }
 
+    /// A copy node of `count` batches from host input `hin` to slot `slot` of `in`.
+    fn memcpy_in(&self, hin: usize, slot: usize, count: usize) -> Command<CudaBackend> {
+        self.copy(
+            (self.hin_mem.clone(), hin),
+            (self.d_in.clone(), slot),
+            count,
+        )
+    }
+
+    /// A copy node of `count` batches from slot `slot` of `out` to host output `hout`.
+    fn memcpy_out(&self, slot: usize, hout: usize, count: usize) -> Command<CudaBackend> {
+        self.copy(
+            (self.out.clone(), slot),
+            (self.hout_mem.clone(), hout),
+            count,
+        )
+    }
+
     /// The device address of slot `slot` of `buf`, checked to have room for `count` slots.
     fn at(&self, buf: &DeviceBuffer, slot: usize, count: usize) -> u64 {
         let n = self.layout.n;
@@ -252,7 +270,9 @@ impl Device for CudaDevice {
     fn copy_in(&self, s: &Arc<CudaStream>, hin: usize, slot: usize) -> Result<()> {
         // The pipeline's rings order this copy after the last readers of `in[slot]` and before
         // its next readers, and keep the host slot unchanged until it completes.
-        self.op_copy_in(hin, slot, 1).enqueue(&self.backend, s)
+        // By the copy engines whatever the graphs' copies ([`Layout::copy_by`] is for graph
+        // nodes): the engines that call this, and the baselines, stay as they were measured.
+        self.memcpy_in(hin, slot, 1).enqueue(&self.backend, s)
     }
     fn launch_f(&self, s: &Arc<CudaStream>, slot_in: usize, slot_x: usize) -> Result<()> {
         let (src, dst) = (self.at(&self.d_in, slot_in, 1), self.at(&self.x, slot_x, 1));
@@ -315,7 +335,8 @@ impl Device for CudaDevice {
     fn copy_out(&self, s: &Arc<CudaStream>, slot: usize, hout: usize) -> Result<()> {
         // The rings order this copy after h wrote `out[slot]` and before h rewrites it, and the
         // host reads slot `hout` only after synchronizing on the copy's event.
-        self.op_copy_out(slot, hout, 1).enqueue(&self.backend, s)
+        // By the copy engines, as `copy_in`.
+        self.memcpy_out(slot, hout, 1).enqueue(&self.backend, s)
     }
     fn copy_in_to(&self, s: &Arc<CudaStream>, hin: usize, dst: u64) -> Result<()> {
         let n = self.layout.n;
@@ -349,11 +370,7 @@ impl Device for CudaDevice {
             ];
             return self.op_kernel(&self.copy, &ptrs, count);
         }
-        self.copy(
-            (self.hin_mem.clone(), hin),
-            (self.d_in.clone(), slot),
-            count,
-        )
+        self.memcpy_in(hin, slot, count)
     }
     fn op_f(&self, slot_in: usize, slot_x: usize, count: usize) -> Command<CudaBackend> {
         let ptrs = [
@@ -391,11 +408,7 @@ impl Device for CudaDevice {
             ];
             return self.op_kernel(&self.copy, &ptrs, count);
         }
-        self.copy(
-            (self.out.clone(), slot),
-            (self.hout_mem.clone(), hout),
-            count,
-        )
+        self.memcpy_out(slot, hout, count)
     }
     fn check_output(&self, hout: usize, seq: i64) -> bool {
         let at = self.host_at(&self.hout, hout);

@@ -9,7 +9,7 @@ use super::device::{HostDevice, Layout};
 use super::measure::run_on;
 use super::validate::invalid;
 use super::{adaptive_engine, auto_graph_batches, graph_engine, seed_shape, workload};
-use super::{DemoConfig, DemoReport, Engine, Variant};
+use super::{CopyBy, DemoConfig, DemoReport, Engine, Variant};
 
 /// A config resolved for a run: the slot counts of its spec or engine, the backend kind, the
 /// layout of its buffers and the batch size; checked.
@@ -90,7 +90,11 @@ pub(crate) fn resolve(config: &DemoConfig) -> Result<(DemoConfig, BackendKind, L
         },
         intensity: config.intensity,
         verify_samples: config.verify_samples,
-        copy_by: config.copy_by.unwrap_or_default(),
+        // The graph engines' node copies (the others copy on streams, by the copy engines).
+        copy_by: match config.engine.uses_graphs() {
+            true => config.copy_by.unwrap_or_else(|| CopyBy::auto(batch_bytes)),
+            false => CopyBy::Memcpy,
+        },
     };
     Ok((config.clone(), kind, layout, batch_bytes))
 }

@@ -73,7 +73,7 @@ pub use adaptive_engine::{
 };
 pub use baseline::StageTiming;
 pub use config::DemoConfig;
-pub use copy_by::CopyBy;
+pub use copy_by::{CopyBy, KERNEL_COPY_BELOW};
 pub use dispatch::run;
 pub use engine::{seed_shape, seed_spec, Engine};
 pub use graph_engine::{auto_graph_batches, GraphEdge, DEPTH as GRAPH_DEPTH};

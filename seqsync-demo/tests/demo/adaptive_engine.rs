@@ -6,7 +6,7 @@
 use seqsync::BackendKind;
 use seqsync_demo::demo::{
     auto_adaptive_depth, run, CopyBy, DemoConfig, Engine, GraphEdge, Release, SlotWait,
-    DEVICE_RELEASE_BELOW,
+    DEVICE_RELEASE_BELOW, KERNEL_COPY_BELOW,
 };
 
 fn config(k: usize) -> DemoConfig {
@@ -583,8 +583,24 @@ fn graph_engines_copying_by_kernels_verify_every_batch_and_report_it() {
     .unwrap();
     assert!(r.device_bound_gbps.is_some(), "{r:?}");
     assert!(r.device_bound_copy.is_some(), "{r:?}");
-    // By default: memcpy, and no copy mode for the engines without graphs.
-    assert_eq!(run(&config(4)).unwrap().copy_by, Some(CopyBy::Memcpy));
+    // By default: kernels below 1 MiB batches, memcpy from it; no copy mode for the engines
+    // without graphs.
+    assert_eq!(run(&config(4)).unwrap().copy_by, Some(CopyBy::Kernel));
+    let big = run(&DemoConfig {
+        batch_bytes: Some(KERNEL_COPY_BELOW),
+        batches: 8,
+        ..config(4)
+    })
+    .unwrap();
+    assert!(big.all_verified(), "{big:?}");
+    assert_eq!(big.copy_by, Some(CopyBy::Memcpy));
+    let hand = run(&DemoConfig {
+        engine: Engine::HandWritten,
+        graph_batches: None,
+        ..config(4)
+    })
+    .unwrap();
+    assert_eq!(hand.copy_by, None);
     let e = run(&DemoConfig {
         engine: Engine::HandWritten,
         copy_by: Some(CopyBy::Kernel),
@@ -598,7 +614,7 @@ fn graph_engines_copying_by_kernels_verify_every_batch_and_report_it() {
 
 /// On the GPU: copies by kernels over the pinned host buffers, every element of every batch
 /// checked (saturated, paced, with the device bound, which verifies every batch of both its
-/// copies), and a dropped edge between copy and kernel caught.
+/// copies). (Dropped edges are a host-backend test switch: the chaos there makes them show.)
 #[test]
 #[cfg_attr(
     not(feature = "gpu-tests"),
@@ -629,18 +645,6 @@ fn adaptive_engine_copying_by_kernels_verifies_every_element_on_cuda() {
         if baselines {
             assert!(r.device_bound_copy.is_some(), "{r:?}");
         }
-    }
-    for edge in [GraphEdge::CopyInF, GraphEdge::HCopyOut] {
-        let r = run(&DemoConfig {
-            backend: BackendKind::Cuda,
-            batches: 300,
-            batch_bytes: Some(1 << 20),
-            drop_edge: Some(edge),
-            copy_by: Some(CopyBy::Kernel),
-            ..config(4)
-        })
-        .unwrap();
-        assert!(r.wrong > 0, "{edge:?} dropped, yet all verified: {r:?}");
     }
 }
 
