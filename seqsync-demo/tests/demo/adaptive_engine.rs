@@ -268,13 +268,20 @@ fn adaptive_engine_reports_where_each_batchs_latency_went() {
         assert_eq!(names[..5], ADD_UP, "{release:?}");
         assert_eq!(names[5..], ["in_order", "slot_wait"]);
         assert!(phases.iter().all(|p| p.count == 90), "{phases:?}");
-        // Per batch the five add up to its latency (up to the clock read after the check):
-        // each is at most the longest latency, and together they reach it.
+        // Per batch the five add up to its latency (up to the clock read after the check, and
+        // a preemption between the two reads: 1 ms of slack on a loaded machine): each is at
+        // most the longest latency, and together they reach it.
         let max = r.latency_max_us.unwrap();
         let sum: f64 = phases[..5].iter().map(|p| p.max_us).sum();
-        assert!(sum >= max * 0.99, "{release:?}: {sum} < {max}: {phases:?}");
+        assert!(
+            sum >= max * 0.99 - 1000.0,
+            "{release:?}: {sum} < {max}: {phases:?}"
+        );
         for p in &phases[..5] {
-            assert!(p.max_us <= max * 1.01 + 50.0, "{release:?}: {p:?} > {max}");
+            assert!(
+                p.max_us <= max * 1.01 + 1000.0,
+                "{release:?}: {p:?} > {max}"
+            );
         }
         // The work of a launch (chaos pauses, a host stream) shows on the device.
         assert!(phases[2].p50_us > 0.0, "{phases:?}");

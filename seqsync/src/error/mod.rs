@@ -289,15 +289,26 @@ pub enum Error {
     },
 
     /// A pool of streams ([`Queues`](crate::graph::Queues)) would need a stream beyond its
-    /// limit: that many of its streams hold submissions not done yet. Nothing was enqueued;
-    /// synchronize (or let earlier submissions finish) before submitting more.
+    /// limit: the submission needs `needed` streams at once, and `busy` of the pool's streams
+    /// hold submissions not done yet. Nothing was enqueued. Where `needed` alone passes
+    /// `limit`, no wait helps: submit a graph with fewer parallel branches (its lowering needs
+    /// a stream per branch); else synchronize, or let earlier submissions finish, first.
     #[error(
-        "queues: every one of the {limit} streams a pool may hold has work not done yet; \
-         wait for earlier submissions before submitting more"
+        "queues: a submission needing {needed} streams at once, with {busy} streams busy with \
+         work not done yet, passes the {limit} a pool may hold{}",
+        if .needed > .limit {
+            "; the graph alone needs more: give it fewer parallel branches"
+        } else {
+            "; wait for earlier submissions before submitting more"
+        }
     )]
     TooManyStreams {
         /// The most streams a pool holds.
         limit: usize,
+        /// Streams the submission needs at once.
+        needed: usize,
+        /// The pool's streams holding submissions not done yet.
+        busy: usize,
     },
 
     /// The pipeline runtime's stall watchdog fired: no thread made progress for the timeout.

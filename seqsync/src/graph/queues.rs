@@ -330,8 +330,11 @@ impl<B: CommandBackend> Queues<B> {
         if self.streams.len() + (n - map.len()).saturating_sub(poisoned_idle.len())
             > Self::MAX_STREAMS
         {
+            // Every stream was looked at (fewer than `n` were free): the others are busy.
             return Err(crate::Error::TooManyStreams {
                 limit: Self::MAX_STREAMS,
+                needed: n,
+                busy: (self.streams.len() - map.len()).saturating_sub(poisoned_idle.len()),
             });
         }
         let mut created = 0;

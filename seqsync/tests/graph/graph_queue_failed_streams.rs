@@ -147,7 +147,12 @@ fn submissions_in_flight_past_the_stream_limit_are_refused_by_name() {
     }
     let e = q.submit_with(&mut exe, &how).unwrap_err();
     assert!(
-        matches!(e, seqsync::Error::TooManyStreams { limit: l } if l == limit),
+        matches!(e, seqsync::Error::TooManyStreams { limit: l, needed: 1, busy }
+            if l == limit && busy == limit),
+        "{e}"
+    );
+    assert!(
+        e.to_string().contains("wait for earlier submissions"),
         "{e}"
     );
     assert_eq!(q.len(), limit);
@@ -161,4 +166,36 @@ fn submissions_in_flight_past_the_stream_limit_are_refused_by_name() {
     q.submit_with(&mut exe, &how).unwrap();
     q.synchronize().unwrap();
     assert_eq!(q.len(), limit);
+}
+
+/// A graph whose lowering alone needs more streams than a pool may hold (more independent
+/// branches than `MAX_STREAMS`) is refused by name on an empty pool, saying that no wait
+/// helps, with nothing run.
+#[test]
+fn a_graph_wider_than_the_stream_limit_is_refused_saying_no_wait_helps() {
+    let host = HostBackend::new();
+    let mut q = Queues::new(host.clone());
+    let limit = Queues::<HostBackend>::MAX_STREAMS;
+    let ran = Arc::new(AtomicUsize::new(0));
+    let mut cb = CommandBuffer::<HostBackend>::new();
+    for i in 0..limit + 10 {
+        let r = ran.clone();
+        cb.host(
+            &format!("branch {i}"),
+            move || {
+                r.fetch_add(1, Ordering::SeqCst);
+            },
+            &[],
+        );
+    }
+    let mut exe = cb.finish().unwrap().lower(Lowering::Streams);
+    let e = q.submit(&mut exe, Affinity::ANY).unwrap_err();
+    assert!(
+        matches!(e, seqsync::Error::TooManyStreams { limit: l, needed, busy: 0 }
+            if l == limit && needed > limit),
+        "{e}"
+    );
+    assert!(e.to_string().contains("fewer parallel branches"), "{e}");
+    q.synchronize().unwrap();
+    assert_eq!(ran.load(Ordering::SeqCst), 0, "nothing ran");
 }
