@@ -415,7 +415,16 @@ impl<B: MemoryBackend> Pool<B> {
             0
         };
         let Some(total) = bytes.checked_add(extra) else {
-            return Ok(None);
+            // No free block or room to wait for makes this one possible: say so, not
+            // "exhausted".
+            return Err(Error::invalid(
+                &self.name,
+                format!(
+                    "a slab of {bytes} bytes at alignment {} needs {bytes} + {extra} bytes, \
+                     more than the address space",
+                    self.config.alignment
+                ),
+            ));
         };
         let memory = self.backend.alloc_memory(total)?;
         let base = self

@@ -283,3 +283,22 @@ fn a_pending_wait_on_the_freeing_stream_does_not_hold_a_free_back() {
     t.signal(1).unwrap();
     s.synchronize().unwrap();
 }
+
+/// An alignment so large that a slab of one block and its alignment passes the address space:
+/// refused by name, not reported as an exhausted pool (which would ask to free blocks).
+#[test]
+fn an_alignment_beyond_the_address_space_is_refused_not_exhausted() {
+    let host = HostBackend::new();
+    let s = host.new_stream("s").unwrap();
+    let cfg = PoolConfig {
+        alignment: 1usize << (usize::BITS - 1),
+        ..PoolConfig::default()
+    };
+    let p = Pool::new(&host, "huge", cfg).unwrap();
+    let e = p.alloc(&s, 1, &[]).unwrap_err();
+    assert!(
+        matches!(&e, Error::InvalidArgument { message, .. } if message.contains("address space")),
+        "{e}"
+    );
+    assert_eq!(p.stats().allocs, 0);
+}
