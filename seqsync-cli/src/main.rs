@@ -104,7 +104,8 @@ pub(crate) struct DemoArgs {
     /// --engine graph or adaptive: how graph nodes copy batches between host and device:
     /// memcpy (copy nodes, the copy engines; the default from 1 MiB batches) or kernel (kernel
     /// nodes reading and writing the pinned host buffers in place: cheaper to launch; the
-    /// default below 1 MiB). The device bound is the faster with these copies and with memcpy.
+    /// default below 1 MiB). The device bound and the isolated latency take the faster of
+    /// both, whatever the engine's.
     #[arg(long = "copy", value_parser = crate::parse::<CopyBy>)]
     copy_by: Option<CopyBy>,
     /// --engine adaptive: where a batch's arrival releases its launch: device (the launch is

@@ -9,7 +9,8 @@
 //! instantiated and uploaded before the run and replayed with nothing to update. A graph has
 //! five nodes for each run of `span` consecutive slots of its `m` (one copy in, f, g, h and
 //! copy out for all of them: on CUDA one copy or kernel over the span, which costs about what
-//! one batch of that size does; `span` is K unless told, `--graph-span`). Before each launch the h2g thread waits for batch `s` to arrive, then
+//! one batch of that size does; `span` is the automatic K at that batch size, at most K,
+//! unless told: `--graph-span`). Before each launch the h2g thread waits for batch `s` to arrive, then
 //! takes `m` = the largest such power of two no larger than the batches already waiting, `K`
 //! and what is left; launch `i` goes on stream `i % STREAMS`.
 //!

@@ -50,7 +50,7 @@ const ISOLATED_WARMUP: usize = 5;
 pub(crate) struct DeviceBound {
     pub batches: usize,
     pub span: usize,
-    /// How the faster graph's nodes copied (memcpy, or the run's own copies where faster).
+    /// How the faster graph's nodes copied (copy nodes or copy kernels).
     pub copy_by: CopyBy,
     pub seconds: f64,
 }
@@ -99,12 +99,8 @@ pub(crate) fn device_bound<D: Device>(
         ..l
     };
     let mut best: Option<DeviceBound> = None;
-    // Memcpy nodes, and the run's own copies if they differ: the faster counts.
-    let mut copies = vec![CopyBy::Memcpy];
-    if l.copy_by != CopyBy::Memcpy {
-        copies.push(l.copy_by);
-    }
-    for copy_by in copies {
+    // Copy nodes and copy kernels, whatever the run's own copies: the faster counts.
+    for copy_by in CopyBy::ALL {
         // Its buffers come on top of the run's: where they cannot be had (device memory),
         // there is no bound with them, and the run's own report stands.
         let Ok(bound) = dev.with_layout(Layout { copy_by, ..layout }) else {

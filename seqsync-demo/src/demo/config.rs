@@ -65,8 +65,8 @@ pub struct DemoConfig {
     /// the device cost the bound counts.
     pub graph_span: Option<usize>,
     /// [`Engine::Graph`] and [`Engine::Adaptive`]: how graph nodes copy batches between host
-    /// and device (`None`: [`CopyBy::auto`], kernels below 1 MiB batches); the device bound
-    /// is the faster with these copies and with memcpy nodes.
+    /// and device (`None`: [`CopyBy::auto`], kernels below 1 MiB batches). The device bound
+    /// and the isolated latency take the faster of both, whatever the engine's.
     pub copy_by: Option<CopyBy>,
     /// [`Engine::Adaptive`]: where a batch's arrival releases its launch (`None`: on the
     /// device, [`Release::Device`], for batches below 1 MiB where the timelines' mechanism

@@ -5,7 +5,8 @@ use serde::Serialize;
 use seqsync::{Error, Result};
 
 /// How a graph node copies batches between pinned host memory and the device (the engines
-/// that enqueue copies on streams themselves, and the baselines, always use the copy engines).
+/// that enqueue copies on streams themselves, and the baselines, always use the copy engines;
+/// the device bound and the isolated latency take the faster of both).
 ///
 /// On CUDA a copy node costs more to launch than a kernel node and stands longer between the
 /// nodes around it (BENCHMARKS.md §13, run I): with [`CopyBy::Kernel`] a batch's graph is five

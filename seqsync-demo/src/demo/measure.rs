@@ -5,12 +5,12 @@ use std::time::Instant;
 
 use seqsync::Result;
 
-use super::device::Device;
+use super::device::{Device, Layout};
 use super::dispatch::{graph_depth, graph_k, graph_span};
 use super::pipeline::{self, RunOptions, Verification};
 use super::trace::{self, HostSpans};
 use super::{adaptive_engine, baseline, bounds, engine, graph_engine, pool_pipeline};
-use super::{DemoConfig, DemoReport, Engine, GraphEdge, Release, SlotWait, Variant};
+use super::{CopyBy, DemoConfig, DemoReport, Engine, GraphEdge, Release, SlotWait, Variant};
 
 pub(super) fn run_on<D: Device>(
     dev: &D,
@@ -281,8 +281,9 @@ fn add_baselines<D: Device>(
     report.ratio_to_bound = Some(report.gbps / bound);
     report.stages = stages;
     // Merged as the adaptive engine merges a launch's batches: its automatic span at this
-    // size, or its own span when it runs and merges more (the same bound for every engine of
-    // a sweep).
+    // size, or its own span when it runs and merges more; copy nodes or copy kernels,
+    // whichever is faster (the same bound for every engine of a sweep at the automatic
+    // span).
     let batch_bytes = dev.layout().n * 4;
     let mut span = adaptive_engine::auto_launch_batches(batch_bytes);
     if config.engine == Engine::Adaptive {
@@ -296,7 +297,28 @@ fn add_baselines<D: Device>(
         report.device_bound_copy = Some(d.copy_by);
         report.ratio_to_device_bound = Some(report.gbps / device);
     }
-    let isolated = bounds::isolated_latency(dev, bounds::ISOLATED_ROUNDS)?;
+    // The lower with copy nodes and with copy kernels (a one-slot device of each), whatever
+    // this engine's copies: the same floor for every engine of a sweep.
+    let mut isolated = f64::INFINITY;
+    for copy_by in CopyBy::ALL {
+        let one = Layout {
+            nin: 1,
+            nx: 1,
+            ny: 1,
+            nout: 1,
+            npatterns: 1,
+            nhout: 1,
+            copy_by,
+            ..*dev.layout()
+        };
+        let Ok(d) = dev.with_layout(one) else {
+            continue;
+        };
+        isolated = isolated.min(bounds::isolated_latency(&d, bounds::ISOLATED_ROUNDS)?);
+    }
+    if !isolated.is_finite() {
+        isolated = bounds::isolated_latency(dev, bounds::ISOLATED_ROUNDS)?;
+    }
     report.isolated_latency_us = Some(isolated);
     report.p50_over_isolated = report.latency_p50_us.map(|l| l / isolated);
     report.p99_over_isolated = report.latency_p99_us.map(|l| l / isolated);

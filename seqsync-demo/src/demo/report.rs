@@ -72,7 +72,7 @@ pub struct DemoReport {
     /// Consecutive batches that shared a set of five nodes in the faster of the device bound's
     /// graphs (1: a set each).
     pub device_bound_span: Option<usize>,
-    /// How the faster of the device bound's graphs copied: memcpy, or the run's own copies.
+    /// How the faster of the device bound's graphs copied: copy nodes or copy kernels.
     pub device_bound_copy: Option<super::CopyBy>,
     /// `gbps / device_bound_gbps`.
     pub ratio_to_device_bound: Option<f64>,

@@ -113,8 +113,9 @@ pub(crate) enum GoneSince {
     Nothing,
     /// These ids went since (oldest first), and the count to look from next time.
     Ids(Vec<u64>, u64),
-    /// More went than the journal keeps: some ids are lost. The count to look from next time.
-    Missed(u64),
+    /// More went than the journal keeps: some ids are lost; these are the ones it kept
+    /// (oldest first), and the count to look from next time.
+    Missed(Vec<u64>, u64),
 }
 
 /// The journal's count now: what an owner made now has seen.
@@ -138,7 +139,7 @@ fn gone_since_slow(seen: u64) -> GoneSince {
     let now = GONE_COUNT.load(Ordering::Acquire);
     let new = now.saturating_sub(seen);
     if new > j.recent.len() as u64 {
-        return GoneSince::Missed(now);
+        return GoneSince::Missed(j.recent.iter().copied().collect(), now);
     }
     let skip = j.recent.len() - new as usize;
     GoneSince::Ids(j.recent.iter().skip(skip).copied().collect(), now)

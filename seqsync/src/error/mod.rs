@@ -290,12 +290,14 @@ pub enum Error {
 
     /// A pool of streams ([`Queues`](crate::graph::Queues)) would need a stream beyond its
     /// limit: the submission needs `needed` streams at once, and `busy` of the pool's streams
-    /// hold submissions not done yet. Nothing was enqueued. Where `needed` alone passes
-    /// `limit`, no wait helps: submit a graph with fewer parallel branches (its lowering needs
-    /// a stream per branch); else synchronize, or let earlier submissions finish, first.
+    /// are not free for it (work not done yet, or kept for a queue's order, or broken by a
+    /// failure that no replacement has cleared). Nothing was enqueued. Where `needed` alone
+    /// passes `limit`, no wait helps: submit a graph with fewer parallel branches (its
+    /// lowering needs a stream per branch); else synchronize, or let earlier submissions
+    /// finish, first.
     #[error(
-        "queues: a submission needing {needed} streams at once, with {busy} streams busy with \
-         work not done yet, passes the {limit} a pool may hold{}",
+        "queues: a submission needing {needed} streams at once, with {busy} streams not free \
+         (work not done, a queue's, or broken), passes the {limit} a pool may hold{}",
         if .needed > .limit {
             "; the graph alone needs more: give it fewer parallel branches"
         } else {
@@ -307,7 +309,7 @@ pub enum Error {
         limit: usize,
         /// Streams the submission needs at once.
         needed: usize,
-        /// The pool's streams holding submissions not done yet.
+        /// The pool's streams not free for it.
         busy: usize,
     },
 

@@ -1,7 +1,7 @@
 //! Points (events a pool recorded, with what they are ordered after), wait lists, and the
 //! per-stream clocks that let a pool prove a requester is already ordered after a free.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
@@ -318,7 +318,9 @@ struct StreamClock {
 /// Streams that go are forgotten at the pool's next call ([`Clocks::forget_gone`]) once no
 /// free block stands on them (a point on a forgotten stream is then simply not known to be
 /// followed, the cautious answer), so the clocks hold the live streams and those of the free
-/// blocks only, however many streams come and go.
+/// blocks, however many streams come and go: but for streams whose going the backend tells
+/// late (CUDA notes streams gone as new ones register) and, where more than the backend's
+/// journal keeps (4096) went between two calls of a pool, the entries of those it lost.
 pub(crate) struct Clocks<B: Backend> {
     domain: u64,
     streams: HashMap<u64, StreamClock>,
@@ -327,7 +329,7 @@ pub(crate) struct Clocks<B: Backend> {
     gone_seen: u64,
     /// Streams gone that a free block's point stands on: still known (see
     /// [`Clocks::forget_gone`]).
-    gone_kept: Vec<u64>,
+    gone_kept: HashSet<u64>,
     /// Calls of [`Clocks::forget_gone`] (to look at `gone_kept` now and then).
     calls: u64,
 }
@@ -340,23 +342,24 @@ impl<B: Backend> Clocks<B> {
             streams: HashMap::new(),
             events: EventCache::new(),
             gone_seen: crate::backend::streams_gone_now(),
-            gone_kept: Vec::new(),
+            gone_kept: HashSet::new(),
             calls: 0,
         }
     }
 
-    /// Forget the streams gone since the last look (their own entries at once), and what
-    /// other streams follow of them, except where `referenced` says a point of the pool's
-    /// (a free block's) stands on that stream: those stay known until no block stands there
-    /// any more. Where more streams went than the backend's journal keeps, every frontier is
-    /// emptied instead (nothing is then known to be ordered after anything: cautious, and
-    /// correct), and the entries of the ids lost stay (a live stream's seq must never go
-    /// back). Looks again at the streams kept for their blocks whenever the journal moves,
-    /// and every 64 calls while some are kept.
-    pub(crate) fn forget_gone(&mut self, referenced: impl Fn(u64) -> bool) {
+    /// Forget the streams gone since the last look that this pool has an entry for (their
+    /// own entries at once), and what other streams follow of them, except for the streams
+    /// in `deaths()` (those a free block's point stands on, asked for only when something is
+    /// to be forgotten): those stay known until no block stands there any more. Where more
+    /// streams went than the backend's journal keeps, every frontier is also emptied (nothing
+    /// is then known to be ordered after anything: cautious, and correct), and the entries of
+    /// the ids lost stay (a live stream's seq must never go back). Looks again at the streams
+    /// kept for their blocks whenever the journal moves, and every 64 calls while some are
+    /// kept.
+    pub(crate) fn forget_gone(&mut self, deaths: impl FnOnce() -> HashSet<u64>) {
         use crate::backend::GoneSince;
         self.calls = self.calls.wrapping_add(1);
-        let mut candidates = match crate::backend::streams_gone_since(self.gone_seen) {
+        let ids = match crate::backend::streams_gone_since(self.gone_seen) {
             GoneSince::Nothing if self.gone_kept.is_empty() || !self.calls.is_multiple_of(64) => {
                 return
             }
@@ -365,21 +368,32 @@ impl<B: Backend> Clocks<B> {
                 self.gone_seen = now;
                 ids
             }
-            GoneSince::Missed(now) => {
+            GoneSince::Missed(ids, now) => {
                 self.gone_seen = now;
                 for c in self.streams.values_mut() {
                     c.frontier.clear();
                 }
-                Vec::new()
+                ids
             }
         };
-        for id in &candidates {
-            self.streams.remove(id);
+        // Only a stream with an entry (it recorded a point here) can stand in a frontier.
+        let mut candidates: Vec<u64> = ids
+            .into_iter()
+            .filter(|id| self.streams.remove(id).is_some())
+            .collect();
+        if candidates.is_empty() && self.gone_kept.is_empty() {
+            return;
         }
-        candidates.append(&mut self.gone_kept);
-        let (kept, mut forgotten): (Vec<u64>, Vec<u64>) =
-            candidates.into_iter().partition(|&id| referenced(id));
-        self.gone_kept = kept;
+        let deaths = deaths();
+        candidates.extend(self.gone_kept.drain());
+        let mut forgotten = Vec::new();
+        for id in candidates {
+            if deaths.contains(&id) {
+                self.gone_kept.insert(id);
+            } else {
+                forgotten.push(id);
+            }
+        }
         if forgotten.is_empty() {
             return;
         }

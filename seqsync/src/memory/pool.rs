@@ -214,6 +214,8 @@ impl<B: MemoryBackend> Pool<B> {
     /// - [`Error::AllocSize`]: `size` is 0 or above [`max_alloc`](Self::max_alloc).
     /// - [`Error::Exhausted`]: nothing can serve it (see the type's docs); nothing changed
     ///   but the waits enqueued.
+    /// - [`Error::InvalidArgument`]: a new slab for it would pass the address space (its
+    ///   block and the alignment); nothing changed but the waits enqueued.
     /// - a wait's error: its producer failed (checked before anything is enqueued), or the
     ///   backend refused the wait.
     pub fn alloc_with(
@@ -687,12 +689,13 @@ fn leak<B: MemoryBackend>(
 /// stands on (see [`Clocks::forget_gone`]).
 fn forget_gone_streams<B: MemoryBackend>(st: &mut State<B>) {
     let (classes, quarantine) = (&st.classes, &st.quarantine);
-    st.clocks.forget_gone(|id| {
+    st.clocks.forget_gone(|| {
         classes
             .values()
             .flat_map(|c| c.free.iter())
             .chain(quarantine.iter().map(|q| &q.freed))
-            .any(|f| f.death.stream_id() == id)
+            .map(|f| f.death.stream_id())
+            .collect()
     });
 }
 
