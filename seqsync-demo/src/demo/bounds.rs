@@ -99,8 +99,9 @@ pub(crate) fn device_bound<D: Device>(
         ..l
     };
     let mut best: Option<DeviceBound> = None;
-    // Copy nodes and copy kernels, whatever the run's own copies: the faster counts.
-    for copy_by in CopyBy::ALL {
+    // Copy nodes and copy kernels where they differ (CUDA), whatever the run's own copies:
+    // the faster counts.
+    for copy_by in dev.distinct_copies() {
         // Its buffers come on top of the run's: where they cannot be had (device memory),
         // there is no bound with them, and the run's own report stands.
         let Ok(bound) = dev.with_layout(Layout { copy_by, ..layout }) else {

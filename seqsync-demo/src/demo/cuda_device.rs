@@ -257,6 +257,9 @@ impl Device for CudaDevice {
     fn with_layout(&self, layout: Layout) -> Result<Self> {
         CudaDevice::new(self.backend.clone(), layout)
     }
+    fn distinct_copies(&self) -> Vec<CopyBy> {
+        CopyBy::ALL.to_vec()
+    }
     fn fill_input(&self, seq: i64) {
         let at = self.host_at(&self.hin, seq as usize % self.layout.npatterns);
         // SAFETY: the pipeline calls get_data only once the previous copy out of this slot has

@@ -144,6 +144,13 @@ pub(crate) trait Device: Send + Sync + 'static {
     where
         Self: Sized;
 
+    /// The copies worth measuring both ways for a bound: every [`CopyBy`] where they are
+    /// different work (CUDA), else only `layout().copy_by` (the host backend, where both are
+    /// the same copy).
+    fn distinct_copies(&self) -> Vec<CopyBy> {
+        vec![self.layout().copy_by]
+    }
+
     /// get_data: write seq's header into host input buffer `seq % npatterns` (its body
     /// pattern is already there). The caller guarantees no copy from it is in flight.
     fn fill_input(&self, seq: i64);

@@ -10,7 +10,7 @@ use super::dispatch::{graph_depth, graph_k, graph_span};
 use super::pipeline::{self, RunOptions, Verification};
 use super::trace::{self, HostSpans};
 use super::{adaptive_engine, baseline, bounds, engine, graph_engine, pool_pipeline};
-use super::{CopyBy, DemoConfig, DemoReport, Engine, GraphEdge, Release, SlotWait, Variant};
+use super::{DemoConfig, DemoReport, Engine, GraphEdge, Release, SlotWait, Variant};
 
 pub(super) fn run_on<D: Device>(
     dev: &D,
@@ -297,10 +297,11 @@ fn add_baselines<D: Device>(
         report.device_bound_copy = Some(d.copy_by);
         report.ratio_to_device_bound = Some(report.gbps / device);
     }
-    // The lower with copy nodes and with copy kernels (a one-slot device of each), whatever
-    // this engine's copies: the same floor for every engine of a sweep.
+    // The lower with copy nodes and with copy kernels where they differ (CUDA; a one-slot
+    // device of each), whatever this engine's copies: the same floor for every engine of a
+    // sweep.
     let mut isolated = f64::INFINITY;
-    for copy_by in CopyBy::ALL {
+    for copy_by in dev.distinct_copies() {
         let one = Layout {
             nin: 1,
             nx: 1,
