@@ -81,28 +81,24 @@ pub(crate) fn stream_gone(id: u64) {
     if let Some(f) = STREAM_GONE.get() {
         f(id);
     }
-    let mut j = GONE.lock().unwrap_or_else(|e| e.into_inner());
-    if j.recent.len() == GONE_KEPT {
-        j.recent.pop_front();
+    let mut recent = GONE.lock().unwrap_or_else(|e| e.into_inner());
+    if recent.len() == GONE_KEPT {
+        recent.pop_front();
     }
-    j.recent.push_back(id);
+    recent.push_back(id);
     GONE_COUNT.fetch_add(1, Ordering::Release);
-}
-
-/// The streams that went lately, for state kept per stream id by many owners (each pool's
-/// clocks) that look now and then: written by [`stream_gone`] (any thread whose drop ends a
-/// stream), read by [`streams_gone_since`] (an owner, at its next call). [`GONE_KEPT`] ids:
-/// an owner that looks less often than that many streams go learns that it missed some.
-struct GoneJournal {
-    recent: std::collections::VecDeque<u64>,
 }
 
 /// Ids the journal keeps.
 const GONE_KEPT: usize = 4096;
 
-static GONE: std::sync::Mutex<GoneJournal> = std::sync::Mutex::new(GoneJournal {
-    recent: std::collections::VecDeque::new(),
-});
+/// The journal: the streams that went lately, oldest first, for state kept per stream id by
+/// many owners (each pool's clocks) that look now and then. Written by [`stream_gone`] (any
+/// thread whose drop ends a stream), read by [`streams_gone_since`] (an owner, at its next
+/// call). [`GONE_KEPT`] ids: an owner that looks less often than that many streams go learns
+/// that it missed some.
+static GONE: std::sync::Mutex<std::collections::VecDeque<u64>> =
+    std::sync::Mutex::new(std::collections::VecDeque::new());
 
 /// Streams gone so far (the journal's count; read without its lock on the fast path).
 static GONE_COUNT: AtomicU64 = AtomicU64::new(0);
@@ -134,15 +130,15 @@ pub(crate) fn streams_gone_since(seen: u64) -> GoneSince {
 
 #[cold]
 fn gone_since_slow(seen: u64) -> GoneSince {
-    let j = GONE.lock().unwrap_or_else(|e| e.into_inner());
+    let recent = GONE.lock().unwrap_or_else(|e| e.into_inner());
     // Under the lock, the count and the journal agree.
     let now = GONE_COUNT.load(Ordering::Acquire);
     let new = now.saturating_sub(seen);
-    if new > j.recent.len() as u64 {
-        return GoneSince::Missed(j.recent.iter().copied().collect(), now);
+    if new > recent.len() as u64 {
+        return GoneSince::Missed(recent.iter().copied().collect(), now);
     }
-    let skip = j.recent.len() - new as usize;
-    GoneSince::Ids(j.recent.iter().skip(skip).copied().collect(), now)
+    let skip = recent.len() - new as usize;
+    GoneSince::Ids(recent.iter().skip(skip).copied().collect(), now)
 }
 
 /// A fresh stream id: one counter for every backend, so ids never collide.
