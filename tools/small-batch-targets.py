@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Issue 22's targets for `seqsync demo --engine adaptive`, one line of JSON per batch size.
+"""Issue 22's targets for `seqsync demo --engine adaptive` (or the engine in $ENGINE, e.g.
+ENGINE=resident), one line of JSON per batch size.
 
-usage: tools/small-batch-targets.py SEQSYNC [BYTES:"EXTRA FLAGS" ...]
+usage: [ENGINE=E] tools/small-batch-targets.py SEQSYNC [BYTES:"EXTRA FLAGS" ...]
 
 For each batch size (64 KiB, 256 KiB, 1 MiB; or only those given, each with extra flags for the
 adaptive engine, e.g. 65536:"--graph-depth 6"), on the CUDA backend, every batch verified:
@@ -18,10 +19,12 @@ and, for (1) and (3), where the batches' latency went (`phases_p50_p99`: the rep
 Batches: 6000 / 1500 / 375 (about 400 MB each). Stdlib only: runs where only Python is.
 """
 import json
+import os
 import subprocess
 import sys
 
 BATCHES = {65536: 6000, 262144: 1500, 1048576: 375}
+ENGINE = os.environ.get("ENGINE", "adaptive")
 
 
 def demo(seqsync, args):
@@ -51,24 +54,24 @@ def main():
     for size in sizes:
         extra = extras.get(size, [])
         base = ["--batch-bytes", str(size), "--batches", str(BATCHES[size])]
-        a = demo(seqsync, base + ["--engine", "adaptive"] + extra)
+        a = demo(seqsync, base + ["--engine", ENGINE] + extra)
         h = demo(seqsync, base + ["--engine", "handwritten", "--no-baselines"])
         if not a or not h:
             continue
         rate = 0.8 * a["batches"] / a["wall_s"]
-        r = demo(seqsync, base + ["--engine", "adaptive", "--no-baselines",
+        r = demo(seqsync, base + ["--engine", ENGINE, "--no-baselines",
                                   "--rate", f"{rate:.0f}"] + extra)
         iso = a["isolated_latency_us"]
         print(json.dumps({
-            "bytes": size, "extra": " ".join(extra), "gbps": a["gbps"],
-            "device_bound": a["device_bound_gbps"], "span": a["device_bound_span"],
+            "engine": ENGINE, "bytes": size, "extra": " ".join(extra), "gbps": a["gbps"],
+            "device_bound": a["device_bound_gbps"], "span": a["device_bound_span"], "bound_by": a.get("device_bound_by"),
             "x_bound": a["ratio_to_device_bound"], "p50": a["latency_p50_us"],
             "p99": a["latency_p99_us"], "hw_gbps": h["gbps"], "hw_p99": h["latency_p99_us"],
             "x_hw_p99": a["latency_p99_us"] / h["latency_p99_us"], "isolated": iso,
             "rate": rate, "r_p50": r and r["latency_p50_us"], "r_p99": r and r["latency_p99_us"],
             "r_x_iso": r and r["latency_p99_us"] / iso,
-            "r_batches_per_launch": r and r["batches_per_launch"],
-            "batches_per_launch": a["batches_per_launch"], "release": a["release"],
+            "r_batches_per_launch": r and r.get("batches_per_launch"),
+            "batches_per_launch": a.get("batches_per_launch"), "release": a.get("release"),
             "process_threads": a.get("process_threads"), "slots": a["nin"],
             "verified": [a["verified"], h["verified"], r and r["verified"]],
             "phases_p50_p99": phases(a), "r_phases_p50_p99": r and phases(r),

@@ -84,7 +84,8 @@ pub(crate) struct DemoArgs {
     /// handwritten (the seed's rings and loops written out), pipeline (the seed spec run by
     /// the pipeline runtime), graph (K batches' bodies per CUDA graph, replayed) or adaptive
     /// (a graph per ring slot and launch size: each batch launched as it arrives, up to K a
-    /// launch while batches wait); all but handwritten run variant seed only.
+    /// launch while batches wait) or resident (one kernel for the whole run that takes each
+    /// batch as it arrives: no launch per batch); all but handwritten run variant seed only.
     #[arg(long, default_value = "handwritten", value_parser = crate::parse::<Engine>)]
     engine: Engine,
     /// --engine graph: batches per graph (default: enough for 4 MiB, at most 64); --engine
@@ -121,11 +122,15 @@ pub(crate) struct DemoArgs {
     /// which it needs) or host (the h2g thread waits, then launches).
     #[arg(long, value_parser = crate::parse::<SlotWait>)]
     slot_wait: Option<SlotWait>,
-    /// --engine adaptive: threads running process_data (each batch's check), reporting
+    /// --engine adaptive or resident: threads running process_data (each batch's check), reporting
     /// batches processed in seq order (1..=64; default: the cores left beside the engine's
     /// three threads, 1 to 4).
     #[arg(long, value_name = "N")]
     process_threads: Option<usize>,
+    /// --engine resident: slots of every buffer, host input and output batches included
+    /// (1..=65536; default: 8 MiB of batches, 8 to 256).
+    #[arg(long, value_name = "S")]
+    slots: Option<usize>,
     /// Host output batches for --variant host-ring.
     #[arg(long, default_value_t = 4)]
     host_slots: usize,
@@ -319,6 +324,7 @@ pub(crate) fn config_of(
         release: a.release,
         slot_wait: a.slot_wait,
         process_threads: a.process_threads,
+        slots: a.slots,
         drop_edge: a.drop_edge,
         ipc_mechanism: a.ipc_mechanism,
         rate: a.rate,
@@ -530,15 +536,21 @@ pub(crate) fn print_summary(r: &DemoReport, trace: Option<&std::path::Path>) {
     let ratio = |v: Option<f64>| v.map(|v| r.gbps / v);
     let rows = [
         (
-            format!(
-                "device bound ({} batches, {} a node{})",
-                r.device_bound_batches.unwrap_or(0),
-                r.device_bound_span.unwrap_or(1),
-                r.device_bound_copy
-                    .filter(|&c| c != CopyBy::Memcpy)
-                    .map(|c| format!(", copies by {}", c.name()))
-                    .unwrap_or_default()
-            ),
+            match r.device_bound_by {
+                Some("resident") => format!(
+                    "device bound ({} batches, resident kernel)",
+                    r.device_bound_batches.unwrap_or(0)
+                ),
+                _ => format!(
+                    "device bound ({} batches, {} a node{})",
+                    r.device_bound_batches.unwrap_or(0),
+                    r.device_bound_span.unwrap_or(1),
+                    r.device_bound_copy
+                        .filter(|&c| c != CopyBy::Memcpy)
+                        .map(|c| format!(", copies by {}", c.name()))
+                        .unwrap_or_default()
+                ),
+            },
             r.device_bound_gbps,
             "pipeline/device bound",
         ),

@@ -75,10 +75,14 @@ pub struct DemoConfig {
     /// [`Engine::Adaptive`]: where a launch waits for the slots it rewrites (`None`: on the
     /// device with the device release, else on the host: [`SlotWait::for_release`]).
     pub slot_wait: Option<SlotWait>,
-    /// [`Engine::Adaptive`]: threads running process_data (the check of each batch), which
+    /// [`Engine::Adaptive`] and [`Engine::Resident`]: threads running process_data (the check of each batch), which
     /// report batches processed in seq order (`None`: the cores left beside the engine's three
     /// threads, 1 to 4).
     pub process_threads: Option<usize>,
+    /// [`Engine::Resident`]: slots of every buffer, host input and output batches included
+    /// (`None`: [`auto_resident_slots`](super::auto_resident_slots), 8 MiB of batches, 8 to
+    /// 256).
+    pub slots: Option<usize>,
     /// Test only, [`Engine::Graph`] on the host backend: leave one edge out of every batch's
     /// body (verification must then fail).
     pub drop_edge: Option<GraphEdge>,
@@ -119,6 +123,7 @@ impl Default for DemoConfig {
             release: None,
             slot_wait: None,
             process_threads: None,
+            slots: None,
             drop_edge: None,
             ipc_mechanism: None,
             rate: None,

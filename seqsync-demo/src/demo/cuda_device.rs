@@ -7,6 +7,7 @@ use seqsync::cudarc::driver::{sys, CudaFunction, CudaStream, LaunchConfig, PushK
 
 use super::copy_by::CopyBy;
 use super::device::{Device, Layout, Mark, Reference};
+use super::resident_words::ResidentWords;
 use super::workload::{self, HEADER};
 use seqsync::backend::cuda::{CudaBackend, CudaKernel, DeviceBuffer, KernelParam, PinnedBuffer};
 use seqsync::backend::{Backend, CopyOp, EventOptions};
@@ -34,6 +35,14 @@ pub(crate) struct CudaDevice {
     h: CudaFunction,
     /// The copy kernel of [`CopyBy::Kernel`].
     copy: CudaFunction,
+    /// The resident engine's kernel, and the one that zeroes its device words.
+    resident: CudaFunction,
+    resident_reset: CudaFunction,
+    /// Multiprocessors: the resident kernel's blocks.
+    sms: u32,
+    /// The device reads and writes pinned host memory at its host address (copy kernels, the
+    /// resident kernel).
+    unified: bool,
     /// The launch shape of one batch's kernels.
     launch: LaunchConfig,
     /// Most blocks a kernel gets (8 per SM): the kernels are grid-stride loops, so more
@@ -48,6 +57,10 @@ pub(crate) struct CudaDevice {
 /// Threads a block.
 const BLOCK: u32 = 256;
 
+/// The resident kernel's own device words besides one per slot (its ticket, what it saw of
+/// `arrived` and `stop`).
+const DEVICE_WORDS: usize = 3;
+
 /// The launch shape of a kernel over `elements` u32s: a thread an element, in blocks of
 /// [`BLOCK`], at most `max_blocks` blocks.
 fn launch_config(elements: usize, max_blocks: u32) -> LaunchConfig {
@@ -59,6 +72,25 @@ fn launch_config(elements: usize, max_blocks: u32) -> LaunchConfig {
         block_dim: (BLOCK, 1, 1),
         shared_mem_bytes: 0,
     }
+}
+
+/// A kernel that reads and writes the pinned host buffers in place, on a device that cannot.
+fn no_unified_addressing(what: &str) -> Error {
+    crate::invalid(
+        "demo",
+        format!(
+            "{what} needs a device with unified addressing (the host buffers' addresses read \
+             and written by kernels)"
+        ),
+    )
+}
+
+/// Elements of a batch one block of the resident kernel takes at once: a quarter of the batch,
+/// within 4096 and 16384 elements (16 to 64 KiB), a multiple of four (16-byte loads). Smaller
+/// tiles spread a small batch over more multiprocessors (lower latency); larger ones cost
+/// less per byte (BENCHMARKS.md §13, the resident kernel).
+fn resident_tile(n: usize) -> u64 {
+    ((n / 4).clamp(4096, 16384) / 4 * 4) as u64
 }
 
 fn launch_error(e: seqsync::cudarc::driver::DriverError) -> Error {
@@ -81,7 +113,14 @@ impl CudaDevice {
         let hout = Arc::new(backend.alloc_pinned(layout.nhout.max(1) * n)?);
         let k = backend.load_kernels(
             workload::CUDA_SOURCE,
-            &["f_kernel", "g_kernel", "h_kernel", "copy_kernel"],
+            &[
+                "f_kernel",
+                "g_kernel",
+                "h_kernel",
+                "copy_kernel",
+                "resident_kernel",
+                "resident_reset",
+            ],
         )?;
         let sms = backend
             .context()
@@ -90,22 +129,15 @@ impl CudaDevice {
                 seqsync::internal::backend::cuda::driver_error("cuDeviceGetAttribute", e)
             })?;
         let max_blocks = (sms.max(1) as u32).saturating_mul(8);
-        if layout.copy_by == CopyBy::Kernel {
-            // Kernels read and write the pinned host buffers at their host addresses.
-            let unified = backend
-                .context()
-                .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING)
-                .map_err(|e| {
-                    seqsync::internal::backend::cuda::driver_error("cuDeviceGetAttribute", e)
-                })?;
-            if unified == 0 {
-                return Err(crate::invalid(
-                    "demo",
-                    "--copy kernel needs a device with unified addressing (the host buffers' \
-                     addresses read and written by kernels)"
-                        .to_string(),
-                ));
-            }
+        let unified = backend
+            .context()
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING)
+            .map_err(|e| {
+                seqsync::internal::backend::cuda::driver_error("cuDeviceGetAttribute", e)
+            })?
+            != 0;
+        if layout.copy_by == CopyBy::Kernel && !unified {
+            return Err(no_unified_addressing("--copy kernel"));
         }
         Ok(CudaDevice {
             d_in: alloc(layout.nin)?,
@@ -120,6 +152,10 @@ impl CudaDevice {
             g: k[1].clone(),
             h: k[2].clone(),
             copy: k[3].clone(),
+            resident: k[4].clone(),
+            resident_reset: k[5].clone(),
+            sms: sms.max(1) as u32,
+            unified,
             launch: launch_config(n, max_blocks),
             max_blocks,
             reference: Reference::new(layout),
@@ -412,6 +448,81 @@ impl Device for CudaDevice {
             return self.op_kernel(&self.copy, &ptrs, count);
         }
         self.memcpy_out(slot, hout, count)
+    }
+    fn resident_words(&self, slots: usize) -> Result<ResidentWords> {
+        let len = ResidentWords::len_for(slots);
+        // u64 words as pairs of u32s; pinned memory is page-aligned and zeroed.
+        let host = self.backend.alloc_pinned(2 * len)?;
+        let device = self.backend.alloc_device(2 * (DEVICE_WORDS + slots))?;
+        let (ptr, device_words) = (host.as_ptr().cast::<u64>(), device.device_ptr());
+        // SAFETY: `ptr` is 2 * len zeroed u32s (len u64s), page-aligned, owned by `host`, which
+        // the words keep; the host touches them only through the words.
+        Ok(unsafe { ResidentWords::from_raw(ptr, slots, device_words, Box::new((host, device))) })
+    }
+    fn launch_resident(
+        &self,
+        s: &Arc<CudaStream>,
+        words: &Arc<ResidentWords>,
+        batches: i64,
+        arrival_wait: bool,
+    ) -> Result<()> {
+        let l = &self.layout;
+        let slots = words.slots();
+        if !arrival_wait {
+            return Err(crate::invalid(
+                "demo",
+                "leaving out the resident kernel's wait for arrivals is a test switch for the \
+                 host backend"
+                    .to_string(),
+            ));
+        }
+        if !self.unified {
+            return Err(no_unified_addressing("--engine resident"));
+        }
+        if slots == 0 || slots > l.npatterns || slots > l.nhout || words.device_words() == 0 {
+            return Err(crate::invalid(
+                "demo",
+                format!("the resident kernel's {slots} slots do not fit this device's buffers"),
+            ));
+        }
+        let (hin, hout) = (
+            self.pinned_at(&self.hin, 0, slots),
+            self.pinned_at(&self.hout, 0, slots),
+        );
+        let (n, k, tile) = (l.n as u64, l.intensity, resident_tile(l.n));
+        let (slots_u, batches_u) = (slots as u64, batches.max(0) as u64);
+        let (ctl, dev_words) = (words.address(), words.device_words());
+        let count = (DEVICE_WORDS + slots) as u64;
+        let mut reset = s.launch_builder(&self.resident_reset);
+        reset.arg(&dev_words).arg(&count);
+        // SAFETY: resident_reset(u64*, u64) zeroes `count` u64s of the words' device memory,
+        // which the words own (kept alive until the stream is synchronized: the caller); no
+        // other kernel uses them (one resident kernel per set of words).
+        unsafe { reset.launch(launch_config(count as usize, self.max_blocks)) }
+            .map_err(launch_error)?;
+        let mut b = s.launch_builder(&self.resident);
+        b.arg(&hin)
+            .arg(&hout)
+            .arg(&n)
+            .arg(&k)
+            .arg(&slots_u)
+            .arg(&batches_u)
+            .arg(&tile)
+            .arg(&ctl)
+            .arg(&dev_words);
+        let grid = LaunchConfig {
+            grid_dim: (self.sms, 1, 1),
+            block_dim: (BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: resident_kernel(const u32*, u32*, u64, u32, u64, u64, u64, volatile u64*,
+        // u64*) reads host inputs and writes host outputs of `slots` slots of n u32s (pinned,
+        // in range: pinned_at), and the words (live until the stream is synchronized: the
+        // caller). The caller's protocol keeps the host off a slot while the kernel may use it:
+        // a batch's input is written before its arrival is signalled and not again until the
+        // batch `slots` later is due (after this one was checked, hence done), and its output
+        // is read only after its done word.
+        unsafe { b.launch(grid) }.map(|_| ()).map_err(launch_error)
     }
     fn check_output(&self, hout: usize, seq: i64) -> bool {
         let at = self.host_at(&self.hout, hout);

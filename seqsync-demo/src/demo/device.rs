@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::copy_by::CopyBy;
+use super::resident_words::{poll, ResidentWords};
 use super::workload::{self, HEADER};
 use seqsync::backend::{Backend, MemoryBackend};
 use seqsync::internal::backend::{Command, GraphBackend};
@@ -215,6 +216,25 @@ pub(crate) trait Device: Send + Sync + 'static {
         -> Command<Self::B>;
     /// The g2h copy as an op.
     fn op_copy_out(&self, slot: usize, hout: usize, count: usize) -> Command<Self::B>;
+
+    /// The resident engine's shared words for a kernel over `slots` slots (zeroed).
+    fn resident_words(&self, slots: usize) -> Result<ResidentWords>;
+    /// Launch the resident kernel on `s` for batches `0..batches`: batch `seq` is read from
+    /// host input `seq % slots` once `words.arrived() > seq`, computed (copy in, f, g, h, copy
+    /// out) into host output `seq % slots`, then `words.done(seq % slots)` is `seq + 1`; it
+    /// ends after the last batch or on `words.stop()`. Returns once launched. `arrival_wait`
+    /// false (a test switch, host backend only) leaves the wait for the arrival out.
+    ///
+    /// The caller keeps `words` alive until `s` was synchronized, fills batch `seq` in only
+    /// once the batch `slots` before it was checked, and reads an output only once its done
+    /// word says so.
+    fn launch_resident(
+        &self,
+        s: &Stream<Self>,
+        words: &Arc<ResidentWords>,
+        batches: i64,
+        arrival_wait: bool,
+    ) -> Result<()>;
 
     /// With chaos on (host), sleep a random time.
     fn chaos_pause(&self) {}
@@ -528,6 +548,65 @@ impl Device for HostDevice {
             // SAFETY: as in launch_f_at.
             let src = unsafe { at(src, n) };
             lock(&b.hout[hout]).copy_from_slice(src);
+        });
+        Ok(())
+    }
+    fn resident_words(&self, slots: usize) -> Result<ResidentWords> {
+        Ok(ResidentWords::on_host(slots))
+    }
+    fn launch_resident(
+        &self,
+        s: &HostStream,
+        words: &Arc<ResidentWords>,
+        batches: i64,
+        arrival_wait: bool,
+    ) -> Result<()> {
+        let l = self.layout;
+        let slots = words.slots();
+        if slots == 0
+            || [l.nin, l.nx, l.ny, l.nout, l.npatterns, l.nhout]
+                .iter()
+                .any(|&n| n < slots)
+        {
+            return Err(crate::invalid(
+                "demo",
+                format!("the resident kernel's {slots} slots do not fit this device's buffers"),
+            ));
+        }
+        let (w, b, k, backend) = (
+            words.clone(),
+            self.bufs.clone(),
+            l.intensity,
+            self.backend.clone(),
+        );
+        // The host backend's resident kernel: one thread (the stream's) takes each batch in
+        // turn, the whole batch a tile, through the same buffers as the other engines.
+        s.launch(move || {
+            for seq in 0..batches {
+                let slot = seq as usize % slots;
+                let ready = || !arrival_wait || w.arrived() > seq as u64;
+                // A stop ends only the wait for a batch that has not arrived.
+                if !poll(ready, || w.stopped()) {
+                    return;
+                }
+                backend.chaos_pause();
+                lock(&b.d_in[slot]).copy_from_slice(&lock(&b.hin[slot]));
+                for (x, &v) in lock(&b.x[slot]).iter_mut().zip(lock(&b.d_in[slot]).iter()) {
+                    *x = workload::f_elem(v, k);
+                }
+                for (y, &v) in lock(&b.y[slot]).iter_mut().zip(lock(&b.d_in[slot]).iter()) {
+                    *y = workload::g_elem(v, k);
+                }
+                {
+                    let (x, y) = (lock(&b.x[slot]), lock(&b.y[slot]));
+                    for ((o, &xv), &yv) in lock(&b.out[slot]).iter_mut().zip(x.iter()).zip(y.iter())
+                    {
+                        *o = workload::h_elem(xv, yv, k);
+                    }
+                }
+                lock(&b.hout[slot]).copy_from_slice(&lock(&b.out[slot]));
+                w.set_done(slot, seq as u64 + 1);
+            }
         });
         Ok(())
     }

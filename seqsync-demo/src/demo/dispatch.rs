@@ -8,7 +8,8 @@ use seqsync::Result;
 use super::device::{HostDevice, Layout};
 use super::measure::run_on;
 use super::validate::invalid;
-use super::{adaptive_engine, auto_graph_batches, graph_engine, seed_shape, workload};
+use super::workload;
+use super::{adaptive_engine, auto_graph_batches, graph_engine, resident_engine, seed_shape};
 use super::{CopyBy, DemoConfig, DemoReport, Engine, Variant};
 
 /// A config resolved for a run: the slot counts of its spec or engine, the backend kind, the
@@ -16,7 +17,7 @@ use super::{CopyBy, DemoConfig, DemoReport, Engine, Variant};
 pub(crate) fn resolve(config: &DemoConfig) -> Result<(DemoConfig, BackendKind, Layout, usize)> {
     let shaped;
     let config = match (&config.spec, config.engine) {
-        (Some(spec), Engine::Pipeline | Engine::Graph | Engine::Adaptive) => {
+        (Some(spec), Engine::Pipeline | Engine::Graph | Engine::Adaptive | Engine::Resident) => {
             let (nin, nx, ny, nout) = seed_shape(spec)?;
             shaped = DemoConfig {
                 nin,
@@ -59,6 +60,19 @@ pub(crate) fn resolve(config: &DemoConfig) -> Result<(DemoConfig, BackendKind, L
             ..config.clone()
         };
         &graphed
+    } else if config.engine == Engine::Resident {
+        config.validate_graph_options()?;
+        let slots = config
+            .slots
+            .unwrap_or_else(|| resident_engine::auto_slots(batch_bytes));
+        graphed = DemoConfig {
+            nin: slots,
+            nx: slots,
+            ny: slots,
+            nout: slots,
+            ..config.clone()
+        };
+        &graphed
     } else {
         config
     };
@@ -76,12 +90,12 @@ pub(crate) fn resolve(config: &DemoConfig) -> Result<(DemoConfig, BackendKind, L
         nx: config.nx,
         ny: config.ny,
         nout: config.nout,
-        npatterns: if config.engine.uses_graphs() {
+        npatterns: if config.engine.slots_everywhere() {
             config.nin
         } else {
             workload::prime_above(lags.into_iter().max().unwrap_or(1))
         },
-        nhout: if config.engine.uses_graphs() {
+        nhout: if config.engine.slots_everywhere() {
             config.nin
         } else if config.variant == Variant::HostRing {
             config.host_slots

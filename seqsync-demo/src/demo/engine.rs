@@ -32,15 +32,21 @@ pub enum Engine {
     /// One graph per ring slot and launch size: each batch launched as it arrives, K batches a
     /// launch only while batches wait (variant seed only).
     Adaptive,
+    /// One kernel resident on the device for the whole run, taking each batch as it arrives
+    /// (a store on the host releases it, no launch): copy in, f, g, h and copy out of each
+    /// element in one thread, the host buffers read and written in place (variant seed only;
+    /// on CUDA it needs unified addressing).
+    Resident,
 }
 
 impl Engine {
     /// Every engine.
-    pub const ALL: [Engine; 4] = [
+    pub const ALL: [Engine; 5] = [
         Engine::HandWritten,
         Engine::Pipeline,
         Engine::Graph,
         Engine::Adaptive,
+        Engine::Resident,
     ];
 
     /// The name used on the command line.
@@ -50,6 +56,7 @@ impl Engine {
             Engine::Pipeline => "pipeline",
             Engine::Graph => "graph",
             Engine::Adaptive => "adaptive",
+            Engine::Resident => "resident",
         }
     }
 
@@ -57,6 +64,17 @@ impl Engine {
     /// [`GRAPH_DEPTH`](super::GRAPH_DEPTH); [`Engine::Adaptive`]: its own or automatic depth).
     pub fn uses_graphs(self) -> bool {
         matches!(self, Engine::Graph | Engine::Adaptive)
+    }
+
+    /// Has the same slots in every buffer, host input and output batches included (batch `s`
+    /// in slot `s % S` everywhere): the graph engines and [`Engine::Resident`].
+    pub fn slots_everywhere(self) -> bool {
+        self.uses_graphs() || self == Engine::Resident
+    }
+
+    /// Checks batches on process_data worker threads (`--process-threads`).
+    pub fn has_process_threads(self) -> bool {
+        matches!(self, Engine::Adaptive | Engine::Resident)
     }
 }
 
@@ -68,9 +86,13 @@ impl std::str::FromStr for Engine {
             "pipeline" => Ok(Engine::Pipeline),
             "graph" => Ok(Engine::Graph),
             "adaptive" => Ok(Engine::Adaptive),
+            "resident" => Ok(Engine::Resident),
             o => Err(crate::invalid(
                 "demo",
-                format!("unknown engine '{o}': expected handwritten, pipeline, graph or adaptive"),
+                format!(
+                    "unknown engine '{o}': expected handwritten, pipeline, graph, adaptive or \
+                     resident"
+                ),
             )),
         }
     }

@@ -63,12 +63,16 @@ pub enum GraphEdge {
     /// The g2h copy after h.
     HCopyOut,
     /// Between graphs: the h2g thread's waits before reusing a slot group (the graph ring at
-    /// lag [`DEPTH`], which then has one consumer, and the `processed` counter).
+    /// lag [`DEPTH`], which then has one consumer, and the `processed` counter);
+    /// [`Engine::Resident`](super::Engine::Resident): get_data's wait for the batch a ring
+    /// before to be processed.
     GroupWaits,
-    /// [`Engine::Adaptive`](super::Engine::Adaptive) with the device release only: each
-    /// launch's wait on the device for its batches' arrival.
+    /// [`Engine::Adaptive`](super::Engine::Adaptive) with the device release: each launch's
+    /// wait on the device for its batches' arrival; [`Engine::Resident`](super::Engine::Resident):
+    /// the kernel's wait for each batch's arrival.
     ArrivalWait,
-    /// [`Engine::Adaptive`](super::Engine::Adaptive): its process_data threads report a batch
+    /// [`Engine::Adaptive`](super::Engine::Adaptive) and
+    /// [`Engine::Resident`](super::Engine::Resident): their process_data threads report a batch
     /// processed (which frees its slots) only once every batch before it was processed too.
     ProcessedInOrder,
 }

@@ -9,7 +9,9 @@ use super::device::{Device, Layout};
 use super::dispatch::{graph_depth, graph_k, graph_span};
 use super::pipeline::{self, RunOptions, Verification};
 use super::trace::{self, HostSpans};
-use super::{adaptive_engine, baseline, bounds, engine, graph_engine, pool_pipeline};
+use super::{
+    adaptive_engine, baseline, bounds, engine, graph_engine, pool_pipeline, resident_engine,
+};
 use super::{DemoConfig, DemoReport, Engine, GraphEdge, Release, SlotWait, Variant};
 
 pub(super) fn run_on<D: Device>(
@@ -33,7 +35,7 @@ pub(super) fn run_on<D: Device>(
             config.spec.as_ref(),
             [config.nin, config.nx, config.ny, config.nout],
         )?),
-        Engine::HandWritten | Engine::Graph | Engine::Adaptive => None,
+        Engine::HandWritten | Engine::Graph | Engine::Adaptive | Engine::Resident => None,
     };
     let graph_batches = config
         .engine
@@ -54,7 +56,7 @@ pub(super) fn run_on<D: Device>(
     let slot_wait = release
         .map(|r| SlotWait::for_release(config.slot_wait, r))
         .transpose()?;
-    let process_threads = (config.engine == Engine::Adaptive).then(|| {
+    let process_threads = config.engine.has_process_threads().then(|| {
         config
             .process_threads
             .unwrap_or_else(pipeline::auto_process_threads)
@@ -76,6 +78,12 @@ pub(super) fn run_on<D: Device>(
             }
             Ok((wall, v))
         }
+        (None, None, None) if config.engine == Engine::Resident => resident_engine::run(
+            dev,
+            o,
+            process_threads.expect("resolved for the resident engine"),
+            config.drop_edge,
+        ),
         (None, None, Some(k)) if config.engine == Engine::Adaptive => {
             let how = adaptive_engine::Launching {
                 k,
@@ -198,6 +206,7 @@ pub(super) fn run_on<D: Device>(
         device_bound_batches: None,
         device_bound_span: None,
         device_bound_copy: None,
+        device_bound_by: None,
         ratio_to_device_bound: None,
         isolated_latency_us: None,
         p50_over_isolated: None,
@@ -295,6 +304,7 @@ fn add_baselines<D: Device>(
         report.device_bound_batches = Some(d.batches);
         report.device_bound_span = Some(d.span);
         report.device_bound_copy = Some(d.copy_by);
+        report.device_bound_by = Some(if d.resident { "resident" } else { "graph" });
         report.ratio_to_device_bound = Some(report.gbps / device);
     }
     // The lower with copy nodes and with copy kernels where they differ (CUDA; a one-slot

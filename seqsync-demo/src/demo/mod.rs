@@ -9,18 +9,20 @@
 //! `process_data` checks the output against a CPU reference. The same run measures the
 //! pipeline against each stage alone, a serialized baseline and a hand-rolled baseline.
 //!
-//! Four engines drive it: [`Engine::HandWritten`] (the rings and loops written out as in the
+//! Five engines drive it: [`Engine::HandWritten`] (the rings and loops written out as in the
 //! seed), [`Engine::Pipeline`] (the seed spec, [`seed_spec`], derived and run by
-//! [`seqsync::pipeline::run`]), [`Engine::Graph`] (K batches' bodies per replayed graph) and
+//! [`seqsync::pipeline::run`]), [`Engine::Graph`] (K batches' bodies per replayed graph),
 //! [`Engine::Adaptive`] (a graph per ring slot and launch size, K a launch only while batches
-//! wait). With baselines on, the engines' reports also carry the hand-written pipeline measured
+//! wait) and [`Engine::Resident`] (one kernel for the whole run, taking each batch as it
+//! arrives). With baselines on, the engines' reports also carry the hand-written pipeline measured
 //! in the same run (`handwritten_gbps`), the device bound and the isolated latency.
 //!
 //! Files: `config.rs` ([`DemoConfig`]), `validate.rs` (its checks), `dispatch.rs` ([`run`]:
 //! resolve the config and pick the backend), `measure.rs` (timed runs, baselines, bounds),
 //! `report.rs` ([`DemoReport`]); the pipeline itself in `pipeline/` (hand-written),
 //! `engine.rs` (pipeline runtime), `graph_engine.rs` (command graphs), `adaptive_engine.rs`
-//! (per-slot graphs, adaptive launches), `threads.rs` and `watchdog.rs` (the host threads of
+//! (per-slot graphs, adaptive launches), `resident_engine.rs` and `resident_words.rs` (the
+//! resident kernel and the words it shares with the host), `threads.rs` and `watchdog.rs` (the host threads of
 //! these two and the hand-written engine, and their stall watchdog),
 //! `bounds.rs` (device bound, isolated latency),
 //! `pool_pipeline.rs`
@@ -59,6 +61,8 @@ mod pipeline;
 mod pool_pipeline;
 mod processes;
 mod report;
+mod resident_engine;
+mod resident_words;
 mod sweep;
 mod threads;
 mod trace;
@@ -82,4 +86,5 @@ pub use processes::{
     run_consumer, run_producer, ConsumerReport, TwoProcessReport, READY as CONSUMER_READY,
 };
 pub use report::DemoReport;
+pub use resident_engine::auto_slots as auto_resident_slots;
 pub use sweep::{svg as sweep_svg, sweep, SweepReport, SweepRow, SWEEP_SIZES};

@@ -64,8 +64,9 @@ pub struct DemoReport {
     /// graph, no host in the loop (the fastest of three launches), every batch verified; the
     /// faster of nodes per batch and nodes per run of
     /// [`device_bound_span`](Self::device_bound_span) batches (as the adaptive engine merges
-    /// a launch's batches). On the host backend that graph runs serially on one stream: not a
-    /// bound there.
+    /// a launch's batches), or the resident kernel with every batch arrived before it starts
+    /// where that is faster ([`device_bound_by`](Self::device_bound_by)). On the host backend
+    /// these run serially on one stream: not a bound there.
     pub device_bound_gbps: Option<f64>,
     /// Batches the device bound's graph carried.
     pub device_bound_batches: Option<usize>,
@@ -74,6 +75,9 @@ pub struct DemoReport {
     pub device_bound_span: Option<usize>,
     /// How the faster of the device bound's graphs copied: copy nodes or copy kernels.
     pub device_bound_copy: Option<super::CopyBy>,
+    /// What set the device bound: `graph` (the faster graph) or `resident` (the resident
+    /// kernel with every batch arrived before it starts, faster than both graphs).
+    pub device_bound_by: Option<&'static str>,
     /// `gbps / device_bound_gbps`.
     pub ratio_to_device_bound: Option<f64>,
     /// One batch alone through the pipeline on an idle device, copy-in issued to check

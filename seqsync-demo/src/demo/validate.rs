@@ -52,13 +52,23 @@ impl DemoConfig {
             }
         }
         if let Some(n) = self.process_threads {
-            if self.engine != Engine::Adaptive {
-                return Err(invalid("--process-threads needs --engine adaptive".into()));
+            if !self.engine.has_process_threads() {
+                return Err(invalid(
+                    "--process-threads needs --engine adaptive or resident".into(),
+                ));
             }
             if !(1..=MAX_PROCESS_THREADS).contains(&n) {
                 return Err(invalid(format!(
                     "--process-threads {n} is outside 1..={MAX_PROCESS_THREADS}"
                 )));
+            }
+        }
+        if let Some(n) = self.slots {
+            if self.engine != Engine::Resident {
+                return Err(invalid("--slots needs --engine resident".into()));
+            }
+            if !(1..=MAX_SLOTS).contains(&n) {
+                return Err(invalid(format!("--slots {n} is outside 1..={MAX_SLOTS}")));
             }
         }
         Ok(())
@@ -126,9 +136,30 @@ impl DemoConfig {
         if self.engine != Engine::HandWritten && self.drop_wait.is_some() {
             return Err(invalid("--drop-wait needs --engine handwritten".into()));
         }
-        if self.drop_edge.is_some() && (!self.engine.uses_graphs() || kind != BackendKind::Host) {
+        if self.drop_edge.is_some()
+            && (!self.engine.slots_everywhere() || kind != BackendKind::Host)
+        {
             return Err(invalid(
-                "--drop-edge is a test switch for --engine graph or adaptive on the host backend"
+                "--drop-edge is a test switch for --engine graph, adaptive or resident on the \
+                 host backend"
+                    .into(),
+            ));
+        }
+        if self.engine == Engine::Resident
+            && matches!(
+                self.drop_edge,
+                Some(
+                    GraphEdge::CopyInF
+                        | GraphEdge::CopyInG
+                        | GraphEdge::FH
+                        | GraphEdge::GH
+                        | GraphEdge::HCopyOut
+                )
+            )
+        {
+            return Err(invalid(
+                "--engine resident runs a batch's stages in one thread, one after the other: \
+                 it can drop group-waits, arrival-wait or processed-in-order"
                     .into(),
             ));
         }
@@ -139,16 +170,20 @@ impl DemoConfig {
             return Err(invalid("--slot-wait needs --engine adaptive".into()));
         }
         if self.drop_edge == Some(GraphEdge::ArrivalWait)
+            && self.engine != Engine::Resident
             && (self.engine != Engine::Adaptive
                 || self.release.unwrap_or_default() != Release::Device)
         {
             return Err(invalid(
-                "--drop-edge arrival-wait needs --engine adaptive with --release device".into(),
+                "--drop-edge arrival-wait needs --engine adaptive with --release device, or \
+                 --engine resident"
+                    .into(),
             ));
         }
-        if self.drop_edge == Some(GraphEdge::ProcessedInOrder) && self.engine != Engine::Adaptive {
+        if self.drop_edge == Some(GraphEdge::ProcessedInOrder) && !self.engine.has_process_threads()
+        {
             return Err(invalid(
-                "--drop-edge processed-in-order needs --engine adaptive".into(),
+                "--drop-edge processed-in-order needs --engine adaptive or resident".into(),
             ));
         }
         self.validate_graph_options()?;
@@ -175,8 +210,8 @@ impl DemoConfig {
         // Host memory: every buffer on the host backend; the pinned host batches on CUDA
         // (device memory failures come back as errors, host allocation failures would abort);
         // and the reference, 4 bytes per checked element per input pattern.
-        let (patterns, outputs) = if self.engine.uses_graphs() {
-            // The graph engines' layouts: a host input and output batch per slot.
+        let (patterns, outputs) = if self.engine.slots_everywhere() {
+            // The graph and resident engines' layouts: a host input and output batch per slot.
             (self.nin, self.nin)
         } else {
             let lags = self

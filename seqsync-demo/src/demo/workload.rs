@@ -87,21 +87,31 @@ pub fn prime_above(min: usize) -> usize {
 /// The same f, g, h as CUDA C, compiled at run time with NVRTC. Each kernel is a grid-stride
 /// loop over `n` elements.
 pub const CUDA_SOURCE: &str = r#"
+__device__ __forceinline__ unsigned f_elem(unsigned v, unsigned k) {
+    for (unsigned j = 0; j < k; j++) v = v * 1664525u + 1013904223u;
+    return v;
+}
+__device__ __forceinline__ unsigned g_elem(unsigned v, unsigned k) {
+    for (unsigned j = 0; j < k; j++) { v ^= v << 13; v ^= v >> 17; v ^= v << 5; }
+    return v;
+}
+__device__ __forceinline__ unsigned h_elem(unsigned x, unsigned yy, unsigned k) {
+    unsigned v = x ^ ((yy << 7) | (yy >> 25));
+    for (unsigned j = 0; j < k; j++) {
+        v = v * 0x2545F491u;
+        v = ((v << 11) | (v >> 21)) ^ 0x9E3779B9u;
+    }
+    return v;
+}
 extern "C" __global__ void f_kernel(const unsigned *in, unsigned *x, unsigned long long n, unsigned k) {
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
-         i += (unsigned long long)gridDim.x * blockDim.x) {
-        unsigned v = in[i];
-        for (unsigned j = 0; j < k; j++) v = v * 1664525u + 1013904223u;
-        x[i] = v;
-    }
+         i += (unsigned long long)gridDim.x * blockDim.x)
+        x[i] = f_elem(in[i], k);
 }
 extern "C" __global__ void g_kernel(const unsigned *in, unsigned *y, unsigned long long n, unsigned k) {
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
-         i += (unsigned long long)gridDim.x * blockDim.x) {
-        unsigned v = in[i];
-        for (unsigned j = 0; j < k; j++) { v ^= v << 13; v ^= v >> 17; v ^= v << 5; }
-        y[i] = v;
-    }
+         i += (unsigned long long)gridDim.x * blockDim.x)
+        y[i] = g_elem(in[i], k);
 }
 // A copy of n u32s (k unused: the kernels' common signature), 16 bytes a load where both
 // addresses allow it: between device memory and pinned host memory read or written in place.
@@ -121,14 +131,110 @@ extern "C" __global__ void copy_kernel(const unsigned *src, unsigned *dst, unsig
 extern "C" __global__ void h_kernel(const unsigned *x, const unsigned *y, unsigned *out,
                                     unsigned long long n, unsigned k) {
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
-         i += (unsigned long long)gridDim.x * blockDim.x) {
-        unsigned yy = y[i];
-        unsigned v = x[i] ^ ((yy << 7) | (yy >> 25));
-        for (unsigned j = 0; j < k; j++) {
-            v = v * 0x2545F491u;
-            v = ((v << 11) | (v >> 21)) ^ 0x9E3779B9u;
+         i += (unsigned long long)gridDim.x * blockDim.x)
+        out[i] = h_elem(x[i], y[i], k);
+}
+
+// ---- the resident kernel (Engine::Resident; the words: resident_words.rs) ----
+//
+// ctl (pinned host memory, u64): [0] arrived (host), [1] stop (host), [2 + slot] done (device:
+// 1 + the newest batch complete in that slot). words (device memory, zeroed by
+// resident_reset before the launch): [0] the next ticket, [1] arrived as seen, [2] stop as
+// seen, [3 + slot] tiles done in that slot, ever.
+//
+// Ticket t is tile t % tiles of batch t / tiles (tiles = ceil(n / tile)): blocks take them in
+// order, so the oldest batch is worked on first. One block polls the host's words (the first
+// tile of the next batch to arrive), the others the copies in device memory.
+
+__device__ __forceinline__ unsigned fgh_elem(unsigned v, unsigned k) {
+    return h_elem(f_elem(v, k), g_elem(v, k), k);
+}
+// A short pause between polls (~0.1 us), as __nanosleep is not in every architecture.
+__device__ __forceinline__ void resident_pause() {
+    long long t0 = clock64();
+    while (clock64() - t0 < 200) {}
+}
+extern "C" __global__ void resident_reset(unsigned long long *words, unsigned long long count) {
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < count;
+         i += (unsigned long long)gridDim.x * blockDim.x)
+        words[i] = 0;
+}
+extern "C" __global__ void resident_kernel(const unsigned *hin, unsigned *hout,
+        unsigned long long n, unsigned k, unsigned long long slots, unsigned long long batches,
+        unsigned long long tile, volatile unsigned long long *ctl, unsigned long long *words) {
+    __shared__ unsigned long long s_ticket;
+    __shared__ int s_go;
+    const unsigned long long tiles = (n + tile - 1) / tile;
+    volatile unsigned long long *seen_arrived = words + 1;
+    volatile unsigned long long *seen_stop = words + 2;
+    unsigned long long *tiles_done = words + 3;
+    for (;;) {
+        if (threadIdx.x == 0) {
+            const unsigned long long t = atomicAdd(words, 1ull);
+            const unsigned long long s = t / tiles;
+            int go = s < batches;
+            while (go) {
+                const unsigned long long a = *seen_arrived;
+                if (a > s) break;
+                if (*seen_stop) { go = 0; break; }
+                if (a == s && t % tiles == 0) {
+                    // Arrived first: a stop ends only the waits for batches that never came.
+                    const unsigned long long h = ctl[0];
+                    if (h > a) { atomicMax((unsigned long long *)seen_arrived, h); continue; }
+                    if (ctl[1]) { *seen_stop = 1; go = 0; break; }
+                }
+                resident_pause();
+            }
+            // The batch's input (written by the host before its arrival) is read after this.
+            __threadfence_system();
+            s_ticket = t;
+            s_go = go;
         }
-        out[i] = v;
+        __syncthreads();
+        if (!s_go) return;
+        const unsigned long long t = s_ticket, s = t / tiles, slot = s % slots;
+        const unsigned *in = hin + slot * n;
+        unsigned *out = hout + slot * n;
+        const unsigned long long lo = (t % tiles) * tile;
+        const unsigned long long hi = min(n, lo + tile);
+        unsigned long long rest = lo;
+        // Host memory read uncached (.cv): a slot's next batch is new data at the same address.
+        if ((((unsigned long long)in | (unsigned long long)out | lo * 4) & 15) == 0) {
+            const unsigned long long vend = lo + (hi - lo) / 4 * 4;
+            const unsigned long long step = 4ull * blockDim.x;
+            for (unsigned long long i = lo + 4ull * threadIdx.x; i < vend; i += 4 * step) {
+                uint4 v[4];
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    if (i + j * step < vend) v[j] = __ldcv((const uint4 *)(in + i + j * step));
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    if (i + j * step < vend) {
+                        uint4 r;
+                        r.x = fgh_elem(v[j].x, k);
+                        r.y = fgh_elem(v[j].y, k);
+                        r.z = fgh_elem(v[j].z, k);
+                        r.w = fgh_elem(v[j].w, k);
+                        *(uint4 *)(out + i + j * step) = r;
+                    }
+            }
+            rest = vend;
+        }
+        for (unsigned long long i = rest + threadIdx.x; i < hi; i += blockDim.x)
+            out[i] = fgh_elem(__ldcv(in + i), k);
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            // Every thread's writes of the tile (ordered by the barrier) before its count; the
+            // block that counts the batch's last tile makes them all visible to the host
+            // before its done word.
+            __threadfence();
+            const unsigned long long c = atomicAdd(&tiles_done[slot], 1ull) + 1;
+            if (c == tiles * (s / slots + 1)) {
+                __threadfence_system();
+                ctl[2 + slot] = s + 1;
+            }
+        }
+        __syncthreads();
     }
 }
 "#;

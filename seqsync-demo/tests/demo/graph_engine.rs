@@ -179,6 +179,7 @@ fn sweep_runs_every_engine_at_every_size_and_plots_them() {
         "pipeline",
         "graph",
         "adaptive",
+        "resident",
         "resource bound",
     ] {
         assert!(svg.contains(name), "{name}");

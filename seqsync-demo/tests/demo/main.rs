@@ -8,3 +8,4 @@ mod graph_engine;
 mod pipeline_engine;
 mod pipeline_selftest;
 mod pool_variant;
+mod resident_engine;

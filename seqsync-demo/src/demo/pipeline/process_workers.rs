@@ -105,6 +105,26 @@ impl<B: Backend> ProcessWorkers<B> {
         processed: &Timeline<B>,
         progress: Option<&(dyn Fn(i64) + Sync)>,
     ) -> Result<()> {
+        let landed = |seq: i64| {
+            self.landed
+                .wait(seq as u64 + 1, Duration::MAX)
+                .map(|_| ())
+                .map_err(|e| stopped("landed", e))
+        };
+        self.work_polling(dev, checker, processed, progress, &landed)
+    }
+
+    /// [`work`](Self::work), each batch's landing waited for by `landed(seq)` instead of the
+    /// g2h thread's signal (the resident engine: the worker polls the kernel's done word, and
+    /// stamps the landing itself with [`BatchPhases::landed`]).
+    pub(crate) fn work_polling<D: Device<B = B>>(
+        &self,
+        dev: &D,
+        checker: &Checker,
+        processed: &Timeline<B>,
+        progress: Option<&(dyn Fn(i64) + Sync)>,
+        landed: &(dyn Fn(i64) -> Result<()> + Sync),
+    ) -> Result<()> {
         let mut mine = PhaseHistograms::new();
         let mut checked = || -> Result<()> {
             let slots = self.done.len() as i64;
@@ -114,9 +134,7 @@ impl<B: Backend> ProcessWorkers<B> {
                     (n < self.batches).then_some(n + 1)
                 })
             {
-                self.landed
-                    .wait(seq as u64 + 1, Duration::MAX)
-                    .map_err(|e| stopped("landed", e))?;
+                landed(seq)?;
                 dev.chaos_pause();
                 let (issued, begin) = (checker.issued_ns(seq), checker.now_ns());
                 checker.process(dev, (seq % slots) as usize, seq);

@@ -1,0 +1,168 @@
+//! The seed's pipeline on one resident kernel ([`Engine::Resident`](super::Engine::Resident)):
+//! a kernel launched once per run that stays on the device and takes each batch as it arrives,
+//! so that a batch costs no launch at all, only a store on the host (its arrival) and a load
+//! (its completion).
+//!
+//! Every buffer has `S` slots (`--slots`, or [`auto_slots`]; host input and output batches
+//! included) and batch `s` lives in slot `s % S`. The kernel's blocks take
+//! tiles of batches in seq order from a counter in device memory; a block that took a tile of
+//! batch `s` waits until `arrived > s`, then reads the tile from host input slot `s % S` (the
+//! copy in), runs f, g and h over each element in one thread (the stages of one element one
+//! after the other: within a batch the stages are elementwise, so program order orders them),
+//! writes host output slot `s % S` (the copy out), and counts its tile done; the block that
+//! counts a batch's last tile sets `done[s % S] = s + 1`. The words are
+//! [`ResidentWords`](super::resident_words::ResidentWords).
+//!
+//! The host threads:
+//!
+//! - get_data (on the run's first thread): for each batch, wait until the batch `S` before it
+//!   was processed (its input and output slots are free), wait for its arrival (`--rate`), fill
+//!   its input in, then `arrived = s + 1`.
+//! - process_data ([`ProcessWorkers`], `--process-threads`): a worker takes the next seq, polls
+//!   `done[s % S]` until it reaches `s + 1`, checks the batch, and reports it; batches are
+//!   reported processed (the `processed` timeline get_data waits on) in seq order.
+//!
+//! So the only orderings are: arrival before the kernel reads a batch (the kernel's wait on
+//! `arrived`), the kernel's writes before the check (the worker's wait on `done`), and the check
+//! of batch `s - S` before batch `s` overwrites its slots (get_data's wait on `processed`, which
+//! precedes the arrival the kernel waits for). Each can be dropped by a test switch
+//! ([`GraphEdge::ArrivalWait`], [`GraphEdge::GroupWaits`], [`GraphEdge::ProcessedInOrder`]),
+//! and verification must then fail.
+//!
+//! The kernel ends once every batch was taken, or on `stop` (a thread failed, or the run
+//! ended): the engine sets `stop` on every path before it synchronizes the kernel's stream.
+
+use std::time::{Duration, Instant};
+
+use super::device::Device;
+use super::graph_engine::GraphEdge;
+use super::pipeline::{first_error, stopped, Checker, ProcessWorkers};
+use super::pipeline::{RunOptions, Variant, Verification};
+use super::resident_words::poll;
+use super::threads::{run_threads, Body};
+use super::watchdog::Watch;
+use seqsync::backend::Backend;
+use seqsync::timeline::Timeline;
+use seqsync::{Error, Result};
+
+/// Bytes of batches the slots hold when not told: enough batches in flight for the device to
+/// read the next ones while the host checks the last ones ...
+const AUTO_SLOT_BYTES: usize = 8 << 20;
+
+/// ... at least this many slots (a batch being filled, one on the device, one being checked,
+/// and room to spare) ...
+const MIN_AUTO_SLOTS: usize = 8;
+
+/// ... and at most this many.
+const MAX_AUTO_SLOTS: usize = 256;
+
+/// Slots for batches of `batch_bytes` when not told: 8 MiB of batches, 8 to 256 slots.
+pub fn auto_slots(batch_bytes: usize) -> usize {
+    (AUTO_SLOT_BYTES / batch_bytes.max(1)).clamp(MIN_AUTO_SLOTS, MAX_AUTO_SLOTS)
+}
+
+/// Run the seed's pipeline on a resident kernel over the layout's slots (every buffer and the
+/// host input and output batches the same number), process_data on `process_threads` threads;
+/// returns the wall time and what process_data saw.
+pub(crate) fn run<D: Device>(
+    dev: &D,
+    opt: &RunOptions<'_>,
+    process_threads: usize,
+    drop: Option<GraphEdge>,
+) -> Result<(Duration, Verification)> {
+    debug_assert!(opt.variant == Variant::Seed && opt.drop.is_none());
+    let l = *dev.layout();
+    let slots = l.npatterns;
+    assert!(
+        [l.nin, l.nx, l.ny, l.nout, l.nhout]
+            .iter()
+            .all(|&n| n == slots),
+        "the resident engine's layout has the same slots everywhere"
+    );
+    let b = dev.backend();
+    let batches = opt.batches;
+    let words = std::sync::Arc::new(dev.resident_words(slots)?);
+    let stream = b.new_stream("s_resident")?;
+    let processed = Timeline::new(b, "processed", 0)?;
+    let workers =
+        ProcessWorkers::new(b, batches, slots, drop != Some(GraphEdge::ProcessedInOrder))?;
+    let checker_owned = Checker::paced(batches, opt.rate);
+    let (checker, workers, processed, words_ref) = (&checker_owned, &workers, &processed, &*words);
+    let waits = drop != Some(GraphEdge::GroupWaits);
+    let s_total = slots as i64;
+    let start = Instant::now();
+    dev.launch_resident(
+        &stream,
+        &words,
+        batches,
+        drop != Some(GraphEdge::ArrivalWait),
+    )?;
+    let get_data = move || -> (Result<()>, ()) {
+        let r = (|| -> Result<()> {
+            for s in 0..batches {
+                dev.chaos_pause();
+                // Slot s % S is free once batch s - S was processed.
+                if waits && s >= s_total {
+                    processed
+                        .wait((s + 1 - s_total) as u64, Duration::MAX)
+                        .map_err(|e| stopped("processed", e))?;
+                }
+                checker.wait_arrival(s);
+                dev.fill_input(s);
+                checker.issued(s);
+                words_ref.arrive(s as u64 + 1);
+            }
+            Ok(())
+        })();
+        (r, ())
+    };
+    // A worker's wait for its batch: the kernel's `done` for its slot.
+    let landed = move |seq: i64| -> Result<()> {
+        let slot = (seq % s_total) as usize;
+        if poll(|| words_ref.done(slot) > seq as u64, || words_ref.stopped()) {
+            workers.phases().landed(seq..seq + 1, checker.now_ns());
+            Ok(())
+        } else {
+            Err(Error::Stopped {
+                ring: "done".into(),
+                reason: "the run stopped".into(),
+                cause: None,
+            })
+        }
+    };
+    let process = move || workers.work_polling(dev, checker, processed, opt.progress, &landed);
+    let stop = |why: String| {
+        checker.stop();
+        words_ref.stop();
+        processed.fail(Error::Cancelled(why.clone()));
+        workers.stop(why);
+    };
+    let mut others: Vec<Body<'_>> = Vec::new();
+    for _ in 0..process_threads.max(1) {
+        others.push(("process_data", Box::new(process)));
+    }
+    let (results, _) = run_threads(get_data, others, &stop, &Watch::run(checker, &l));
+    // Every path: the kernel ends (it has taken every batch already after a complete run).
+    words.stop();
+    let synced = b.synchronize_stream(&stream);
+    let wall = start.elapsed();
+    first_error(results)?;
+    synced?;
+    let mut verification = checker_owned.finish();
+    verification.phases = Some(workers.phases().summaries());
+    Ok((wall, verification))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_automatic_slots_hold_8_mib_of_batches_within_8_and_256() {
+        assert_eq!(auto_slots(64 << 10), 128);
+        assert_eq!(auto_slots(16 << 10), 256);
+        assert_eq!(auto_slots(1 << 20), 8);
+        assert_eq!(auto_slots(64 << 20), 8);
+        assert_eq!(auto_slots(0), 256);
+    }
+}

@@ -1,0 +1,189 @@
+//! The words the resident engine's host threads and its kernel share
+//! ([`Engine::Resident`](super::Engine::Resident)): on CUDA pinned host memory that the kernel
+//! reads and writes at its host address (unified addressing), on the host backend a boxed slice.
+//!
+//! | word | written by | read by | says |
+//! |---|---|---|---|
+//! | `arrived` | get_data, after filling a batch in | the kernel (one block polls it, the others a copy in device memory) | batches `0..arrived` are in their host input slots |
+//! | `stop` | the run's stop, and the engine once its threads ended | the kernel, while it waits for a batch that has not arrived | end now: nothing more will arrive |
+//! | `done[slot]` | the kernel, once every tile of a batch in that slot was written | the process_data thread that took the batch | `1 +` the newest batch complete in `slot` |
+//!
+//! One set per kernel launch: a `done` word only grows, from zero.
+
+use std::any::Any;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+const ARRIVED: usize = 0;
+const STOP: usize = 1;
+const DONE: usize = 2;
+
+/// The shared words of one resident kernel over `slots` slots.
+pub(crate) struct ResidentWords {
+    words: NonNull<AtomicU64>,
+    slots: usize,
+    /// The kernel's own words in device memory (its ticket, what it saw of `arrived` and
+    /// `stop`, tiles done per slot): their device address, 0 on the host backend.
+    device_words: u64,
+    /// Owns the memory behind `words` (and `device_words`).
+    _memory: Box<dyn Any + Send + Sync>,
+}
+
+// SAFETY: `words` points to atomics in memory that `_memory` owns (it moves with the struct and
+// is freed with it); every access through `&self` is atomic.
+unsafe impl Send for ResidentWords {}
+// SAFETY: as above: shared access is only ever atomic.
+unsafe impl Sync for ResidentWords {}
+
+impl ResidentWords {
+    /// u64 words for `slots` slots.
+    pub(crate) fn len_for(slots: usize) -> usize {
+        DONE + slots
+    }
+
+    /// Words in host memory (the host backend's kernel is a host thread).
+    pub(crate) fn on_host(slots: usize) -> Self {
+        let memory: Box<[AtomicU64]> = (0..Self::len_for(slots))
+            .map(|_| AtomicU64::new(0))
+            .collect();
+        let words = NonNull::from(&memory[0]);
+        ResidentWords {
+            words,
+            slots,
+            device_words: 0,
+            _memory: Box::new(memory),
+        }
+    }
+
+    /// Words at `ptr`, which `memory` owns.
+    ///
+    /// # Safety
+    /// `ptr` points to [`len_for`](Self::len_for)`(slots)` zeroed, 8-byte aligned u64s that
+    /// live as long as `memory` does, which the host accesses only through this struct (the
+    /// device may read and write them meanwhile).
+    pub(crate) unsafe fn from_raw(
+        ptr: *mut u64,
+        slots: usize,
+        device_words: u64,
+        memory: Box<dyn Any + Send + Sync>,
+    ) -> Self {
+        ResidentWords {
+            // SAFETY: the caller's guarantee (not null: it points to live memory); AtomicU64
+            // has u64's size and, at 8-byte alignment, its layout.
+            words: unsafe { NonNull::new_unchecked(ptr.cast::<AtomicU64>()) },
+            slots,
+            device_words,
+            _memory: memory,
+        }
+    }
+
+    fn word(&self, i: usize) -> &AtomicU64 {
+        assert!(i < Self::len_for(self.slots), "word {i} is out of range");
+        // SAFETY: in range of the live allocation (checked above); see `from_raw`.
+        unsafe { &*self.words.as_ptr().add(i) }
+    }
+
+    /// Slots the words cover.
+    pub(crate) fn slots(&self) -> usize {
+        self.slots
+    }
+
+    /// The address of the first word (the kernel's `ctl` parameter).
+    pub(crate) fn address(&self) -> u64 {
+        self.words.as_ptr() as u64
+    }
+
+    /// The kernel's device words (0 on the host backend).
+    pub(crate) fn device_words(&self) -> u64 {
+        self.device_words
+    }
+
+    /// Batches `0..arrived` are in their host input slots.
+    pub(crate) fn arrived(&self) -> u64 {
+        self.word(ARRIVED).load(Ordering::Acquire)
+    }
+
+    /// get_data: batches `0..n` are in place (after their inputs were written).
+    pub(crate) fn arrive(&self, n: u64) {
+        self.word(ARRIVED).store(n, Ordering::Release);
+    }
+
+    /// End the kernel's waits: nothing more arrives.
+    pub(crate) fn stop(&self) {
+        self.word(STOP).store(1, Ordering::Release);
+    }
+
+    pub(crate) fn stopped(&self) -> bool {
+        self.word(STOP).load(Ordering::Acquire) != 0
+    }
+
+    /// `1 +` the newest batch complete in `slot` (0: none yet).
+    pub(crate) fn done(&self, slot: usize) -> u64 {
+        self.word(DONE + slot).load(Ordering::Acquire)
+    }
+
+    /// The host backend's kernel: batch `n - 1` in `slot` is complete.
+    pub(crate) fn set_done(&self, slot: usize, n: u64) {
+        self.word(DONE + slot).store(n, Ordering::Release);
+    }
+}
+
+/// Spin on `ready` (then yield, then nap: a wait that lasts is not worth a core) until it holds
+/// or `given_up` does; true when it held.
+pub(crate) fn poll(ready: impl Fn() -> bool, given_up: impl Fn() -> bool) -> bool {
+    /// Spins before the first yield, and how long to yield before napping.
+    const SPINS: u32 = 256;
+    const YIELD_FOR: Duration = Duration::from_millis(1);
+    const NAP: Duration = Duration::from_micros(20);
+    for _ in 0..SPINS {
+        if ready() {
+            return true;
+        }
+        std::hint::spin_loop();
+    }
+    let t = Instant::now();
+    loop {
+        if ready() {
+            return true;
+        }
+        if given_up() {
+            return false;
+        }
+        if t.elapsed() < YIELD_FOR {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(NAP);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_words_start_at_zero_and_keep_what_was_stored() {
+        let w = ResidentWords::on_host(3);
+        assert_eq!((w.arrived(), w.stopped(), w.slots()), (0, false, 3));
+        assert!((0..3).all(|s| w.done(s) == 0));
+        w.arrive(5);
+        w.set_done(2, 3);
+        w.stop();
+        assert_eq!((w.arrived(), w.done(2), w.done(1)), (5, 3, 0));
+        assert!(w.stopped());
+        assert_eq!(w.device_words(), 0);
+    }
+
+    #[test]
+    #[should_panic(expected = "out of range")]
+    fn a_slot_past_the_words_panics_rather_than_reading_past_them() {
+        ResidentWords::on_host(2).done(2);
+    }
+
+    #[test]
+    fn a_poll_ends_when_ready_or_given_up() {
+        assert!(poll(|| true, || false));
+        assert!(!poll(|| false, || true));
+    }
+}

@@ -1,0 +1,237 @@
+//! The resident engine (`--engine resident`) on the host backend: every batch verified with
+//! and without chaos, saturated and paced, on one slot and many; each of its three orderings
+//! dropped is caught; its switches are checked. On the GPU: every element of every batch.
+
+use seqsync::BackendKind;
+use seqsync_demo::demo::{auto_resident_slots, run, DemoConfig, Engine, GraphEdge};
+
+fn config() -> DemoConfig {
+    DemoConfig {
+        backend: BackendKind::Host,
+        engine: Engine::Resident,
+        batches: 60,
+        batch_bytes: Some(16 << 10),
+        baselines: false,
+        ..DemoConfig::default()
+    }
+}
+
+#[test]
+fn resident_engine_verifies_every_batch_on_host() {
+    let r = run(&config()).unwrap();
+    assert!(r.all_verified(), "{r:?}");
+    assert_eq!(r.verified, 60);
+    // Slots: the automatic count, in every buffer.
+    let slots = auto_resident_slots(16 << 10);
+    assert_eq!((r.nin, r.nx, r.ny, r.nout), (slots, slots, slots, slots));
+    // Latency is measured from each batch's issue, and where it went: no launch.
+    assert!(r.latency_p99_us.is_some(), "{r:?}");
+    let phases = r.phases.expect("the resident engine reports phases");
+    let launch = phases.iter().find(|p| p.phase == "launch").unwrap();
+    assert!(launch.max_us < 0.01, "{phases:?}");
+}
+
+#[test]
+fn resident_engine_verifies_every_batch_under_chaos_on_one_slot_and_many() {
+    for (seed, slots, threads) in [(1, 1, 1), (2, 2, 3), (3, 5, 2), (4, 64, 4)] {
+        let r = run(&DemoConfig {
+            chaos: Some(seed),
+            batches: 80,
+            slots: Some(slots),
+            process_threads: Some(threads),
+            ..config()
+        })
+        .unwrap();
+        assert!(r.all_verified(), "seed {seed}, {slots} slots: {r:?}");
+        assert_eq!((r.nin, r.process_threads), (slots, Some(threads)));
+    }
+}
+
+#[test]
+fn resident_engine_verifies_every_batch_under_chaos_at_a_rate() {
+    let r = run(&DemoConfig {
+        chaos: Some(7),
+        batches: 80,
+        rate: Some(3000.0),
+        slots: Some(4),
+        ..config()
+    })
+    .unwrap();
+    assert!(r.all_verified(), "{r:?}");
+    assert_eq!(r.rate, Some(3000.0));
+}
+
+#[test]
+fn resident_engine_verifies_batches_of_odd_sizes_and_a_single_batch() {
+    // Not a multiple of 16 bytes; one batch; every element checked.
+    for (bytes, batches) in [((16 << 10) + 4, 30), (64, 1), (4 << 10, 1)] {
+        let r = run(&DemoConfig {
+            batch_bytes: Some(bytes),
+            batches,
+            verify_samples: 0,
+            ..config()
+        })
+        .unwrap();
+        assert!(r.all_verified(), "{bytes} B x {batches}: {r:?}");
+    }
+}
+
+#[test]
+fn resident_engine_without_the_wait_for_arrivals_reads_batches_not_yet_filled_in() {
+    // Paced arrivals: the kernel runs ahead of get_data and reads input slots before they are
+    // filled in (and marks them done, so the check reads them too).
+    let paced = |drop| DemoConfig {
+        batches: 60,
+        rate: Some(2000.0),
+        slots: Some(4),
+        drop_edge: drop,
+        ..config()
+    };
+    let r = run(&paced(None)).unwrap();
+    assert!(r.all_verified(), "{r:?}");
+    let r = run(&paced(Some(GraphEdge::ArrivalWait))).unwrap();
+    assert!(r.wrong > 0, "arrival wait dropped, yet {r:?}");
+}
+
+#[test]
+fn resident_engine_without_the_wait_before_slot_reuse_reads_wrong() {
+    // Two slots, chaos: get_data refills a slot while the batch a ring before is still being
+    // computed or checked.
+    let many = |seed, drop| DemoConfig {
+        chaos: Some(seed),
+        batches: 120,
+        slots: Some(2),
+        drop_edge: drop,
+        ..config()
+    };
+    let r = run(&many(5, None)).unwrap();
+    assert!(r.all_verified(), "{r:?}");
+    let wrong: i64 = (1..4)
+        .map(|seed| run(&many(seed, Some(GraphEdge::GroupWaits))).unwrap().wrong)
+        .sum();
+    assert!(wrong > 0, "slot waits dropped, yet all verified");
+}
+
+#[test]
+fn resident_engine_reporting_batches_processed_out_of_order_reads_wrong() {
+    // Several workers, two slots: a batch reported processed before the ones before it frees
+    // their slots too early.
+    let many = |seed, drop| DemoConfig {
+        chaos: Some(seed),
+        batches: 150,
+        slots: Some(2),
+        process_threads: Some(4),
+        drop_edge: drop,
+        ..config()
+    };
+    let wrong: i64 = (11..15)
+        .map(|seed| {
+            run(&many(seed, Some(GraphEdge::ProcessedInOrder)))
+                .unwrap()
+                .wrong
+        })
+        .sum();
+    assert!(wrong > 0, "out-of-order reports, yet all verified");
+}
+
+fn invalid(c: DemoConfig) -> String {
+    run(&c).unwrap_err().to_string()
+}
+
+#[test]
+fn resident_engine_switches_are_checked() {
+    let e = invalid(DemoConfig {
+        slots: Some(0),
+        ..config()
+    });
+    assert!(e.contains("--slots 0 is outside 1..="), "{e}");
+    let e = invalid(DemoConfig {
+        slots: Some(4),
+        engine: Engine::Adaptive,
+        ..config()
+    });
+    assert!(e.contains("--slots needs --engine resident"), "{e}");
+    // Its stages run in one thread: no edge between them to drop.
+    let e = invalid(DemoConfig {
+        drop_edge: Some(GraphEdge::FH),
+        ..config()
+    });
+    assert!(
+        e.contains("--engine resident runs a batch's stages in one thread"),
+        "{e}"
+    );
+    // Graph switches are not its.
+    let e = invalid(DemoConfig {
+        graph_batches: Some(4),
+        ..config()
+    });
+    assert!(
+        e.contains("--graph-batches needs --engine graph or adaptive"),
+        "{e}"
+    );
+    let e = invalid(DemoConfig {
+        process_threads: Some(2),
+        engine: Engine::Graph,
+        ..config()
+    });
+    assert!(
+        e.contains("--process-threads needs --engine adaptive or resident"),
+        "{e}"
+    );
+}
+
+#[test]
+fn every_report_with_baselines_weighs_the_resident_kernel_in_its_bounds() {
+    let r = run(&DemoConfig {
+        baselines: true,
+        batches: 20,
+        ..config()
+    })
+    .unwrap();
+    assert!(r.all_verified(), "{r:?}");
+    assert!(
+        matches!(r.device_bound_by, Some("graph" | "resident")),
+        "{r:?}"
+    );
+    assert!(r.device_bound_gbps.is_some_and(|g| g > 0.0), "{r:?}");
+    assert!(r.isolated_latency_us.is_some_and(|l| l > 0.0), "{r:?}");
+}
+
+/// On the GPU: every element of every batch checked, saturated and paced, on the automatic
+/// slots and on one, with batches not a multiple of 16 bytes and with the bounds (which run
+/// the resident kernel too, every batch verified).
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn resident_engine_verifies_every_element_on_cuda() {
+    for (bytes, rate, slots, baselines) in [
+        (64 << 10, None, None, true),
+        (256 << 10, Some(20_000.0), None, false),
+        (1 << 20, None, None, false),
+        (64 << 10, None, Some(1), false),
+        ((64 << 10) + 4, None, Some(3), false),
+        (4 << 20, None, None, false),
+    ] {
+        let r = run(&DemoConfig {
+            backend: BackendKind::Cuda,
+            batches: 300,
+            batch_bytes: Some(bytes),
+            verify_samples: 0,
+            rate,
+            slots,
+            baselines,
+            ..config()
+        })
+        .unwrap();
+        assert!(
+            r.all_verified(),
+            "{bytes} B, rate {rate:?}, {slots:?} slots: {r:?}"
+        );
+        assert_eq!(r.backend, "cuda");
+        if baselines {
+            assert!(r.device_bound_by.is_some(), "{r:?}");
+        }
+    }
+}
