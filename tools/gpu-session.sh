@@ -18,6 +18,8 @@
 #   span     K (batches a launch) above the span (batches a node, the device bound's merge) at
 #            64 and 256 KiB, saturated, no baselines: does amortizing a launch over more runs
 #            of the same nodes lift throughput?
+#   resident the resident engine's slots x process_data threads per size, saturated, no
+#            baselines (ENGINE=resident scan_one)
 #   sweep    `seqsync demo --sweep` on CUDA: the README's plot, to $OUT/sweep.{json,svg}
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -60,7 +62,7 @@ targets() {
 scan_one() {
   local bytes=$1; shift
   local n=$((393216000 / bytes)); [ $n -gt 6000 ] && n=6000
-  if ! "$B" demo --backend cuda --engine adaptive --batch-bytes "$bytes" --batches $n --json \
+  if ! "$B" demo --backend cuda --engine "${ENGINE:-adaptive}" --batch-bytes "$bytes" --batches $n --json \
       --no-baselines "$@" > "$OUT/scan.json" 2> "$OUT/scan.err"; then
     echo "FAILED $bytes $*: $(tail -c 300 "$OUT/scan.err")"; return
   fi
@@ -72,7 +74,7 @@ cols = " ".join(f"{k} {ph.get(k, 0):.1f}" for k in
                 ["before_launch", "slot_wait", "launch", "on_device", "before_check", "check"])
 print(f'{d["batch_bytes"] >> 10:5d}K {sys.argv[2]:38s} {d["gbps"]:6.2f} GB/s '
       f'p50 {d["latency_p50_us"]:7.1f} p99 {d["latency_p99_us"]:7.1f} slots {d["nin"]} '
-      f'bpl {d["batches_per_launch"]:.2f} ok {d["verified"]}/{d["batches"]} | p50s: {cols}')
+      f'bpl {d.get("batches_per_launch") or 0:.2f} ok {d["verified"]}/{d["batches"]} | p50s: {cols}')
 PY
 }
 
@@ -92,6 +94,15 @@ span() {
   done
 }
 
+# The resident engine: slots x process_data threads per size, saturated, no baselines.
+resident() {
+  for b in 65536 262144 1048576; do
+    for t in 4 8 12; do for s in 8 16 32 64; do
+      ENGINE=resident scan_one $b --slots $s --process-threads $t
+    done; done
+  done
+}
+
 sweep() {
   "$B" demo --backend cuda --sweep --sweep-out "$OUT/sweep" 2>&1 | tail -40
 }
@@ -100,7 +111,7 @@ sweep() {
 for part in "$@"; do
   echo "===== $part"
   case $part in
-    tests|targets|scan|span|sweep) $part ;;
-    *) echo "unknown part '$part': expected tests, targets, scan, span or sweep"; exit 2 ;;
+    tests|targets|scan|span|resident|sweep) $part ;;
+    *) echo "unknown part '$part': expected tests, targets, scan, span, resident or sweep"; exit 2 ;;
   esac
 done

@@ -15,7 +15,8 @@
 //!
 //! The host threads:
 //!
-//! - get_data (on the run's first thread): for each batch, wait until the batch `S` before it
+//! - get_data (on the run's first thread): once the workers are up (the source starts then,
+//!   `--rate` arrivals counted from there), for each batch, wait until the batch `S` before it
 //!   was processed (its input and output slots are free), wait for its arrival (`--rate`), fill
 //!   its input in, then `arrived = s + 1`.
 //! - process_data ([`ProcessWorkers`], `--process-threads`): a worker takes the next seq, polls
@@ -45,20 +46,23 @@ use seqsync::backend::Backend;
 use seqsync::timeline::Timeline;
 use seqsync::{Error, Result};
 
-/// Bytes of batches the slots hold when not told: enough batches in flight for the device to
-/// read the next ones while the host checks the last ones ...
-const AUTO_SLOT_BYTES: usize = 8 << 20;
+/// Slots at 64 KiB batches when not told ([`auto_slots`]) ...
+const AUTO_SLOTS_AT_64K: f64 = 32.0;
 
-/// ... at least this many slots (a batch being filled, one on the device, one being checked,
-/// and room to spare) ...
+/// ... at least this many (a batch being filled, some on the device, one being checked) ...
 const MIN_AUTO_SLOTS: usize = 8;
 
 /// ... and at most this many.
-const MAX_AUTO_SLOTS: usize = 256;
+const MAX_AUTO_SLOTS: usize = 128;
 
-/// Slots for batches of `batch_bytes` when not told: 8 MiB of batches, 8 to 256 slots.
+/// Slots for batches of `batch_bytes` when not told: 32 at 64 KiB, inversely as the square root
+/// of the batch size (16 at 256 KiB, 8 at 1 MiB), 8 to 128. A saturated closed loop keeps every
+/// slot full, so its latency is the slots over the throughput (Little's law): these are the
+/// fewest slots that held the throughput at 64 KiB, 256 KiB and 1 MiB in the H100 scan
+/// (BENCHMARKS.md §13, the resident engine); twice as many added latency and little else.
 pub fn auto_slots(batch_bytes: usize) -> usize {
-    (AUTO_SLOT_BYTES / batch_bytes.max(1)).clamp(MIN_AUTO_SLOTS, MAX_AUTO_SLOTS)
+    let at = AUTO_SLOTS_AT_64K * (65536.0 / batch_bytes.max(1) as f64).sqrt();
+    (at.round() as usize).clamp(MIN_AUTO_SLOTS, MAX_AUTO_SLOTS)
 }
 
 /// Run the seed's pipeline on a resident kernel over the layout's slots (every buffer and the
@@ -89,6 +93,7 @@ pub(crate) fn run<D: Device>(
     let checker_owned = Checker::paced(batches, opt.rate);
     let (checker, workers, processed, words_ref) = (&checker_owned, &workers, &processed, &*words);
     let waits = drop != Some(GraphEdge::GroupWaits);
+    let threads = process_threads.max(1);
     let s_total = slots as i64;
     let start = Instant::now();
     dev.launch_resident(
@@ -99,6 +104,11 @@ pub(crate) fn run<D: Device>(
     )?;
     let get_data = move || -> (Result<()>, ()) {
         let r = (|| -> Result<()> {
+            // The source starts once the workers are up (their start is not latency).
+            if !workers.wait_started(threads, || words_ref.stopped()) {
+                return Err(stopped("process_data", Error::Cancelled("the run stopped".into())));
+            }
+            checker.start_arrivals();
             for s in 0..batches {
                 dev.chaos_pause();
                 // Slot s % S is free once batch s - S was processed.
@@ -138,7 +148,7 @@ pub(crate) fn run<D: Device>(
         workers.stop(why);
     };
     let mut others: Vec<Body<'_>> = Vec::new();
-    for _ in 0..process_threads.max(1) {
+    for _ in 0..threads {
         others.push(("process_data", Box::new(process)));
     }
     let (results, _) = run_threads(get_data, others, &stop, &Watch::run(checker, &l));
@@ -158,11 +168,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_automatic_slots_hold_8_mib_of_batches_within_8_and_256() {
-        assert_eq!(auto_slots(64 << 10), 128);
-        assert_eq!(auto_slots(16 << 10), 256);
+    fn the_automatic_slots_fall_as_the_square_root_of_the_batch_within_8_and_128() {
+        assert_eq!(auto_slots(64 << 10), 32);
+        assert_eq!(auto_slots(256 << 10), 16);
         assert_eq!(auto_slots(1 << 20), 8);
         assert_eq!(auto_slots(64 << 20), 8);
-        assert_eq!(auto_slots(0), 256);
+        assert_eq!(auto_slots(16 << 10), 64);
+        assert_eq!(auto_slots(64), 128);
+        assert_eq!(auto_slots(0), 128);
     }
 }

@@ -159,7 +159,10 @@ pub(crate) struct Checker {
     /// (nanoseconds since `t0`).
     issued: Vec<(AtomicI64, AtomicU64)>,
     t0: Instant,
-    /// Open-loop arrivals (`--rate`): seq `s` arrives `s / rate` seconds after `t0`; latency
+    /// When the arrivals start, in nanoseconds since `t0` (0 unless
+    /// [`start_arrivals`](Self::start_arrivals) moved it).
+    origin_ns: AtomicU64,
+    /// Open-loop arrivals (`--rate`): seq `s` arrives `s / rate` seconds after the origin; latency
     /// counts from its arrival. `None`: as fast as possible, latency from the copy-in.
     rate: Option<f64>,
     /// The run stopped ([`stop`](Self::stop)): arrival waits end at once.
@@ -192,6 +195,7 @@ impl Checker {
                 .map(|_| (AtomicI64::new(-1), AtomicU64::new(0)))
                 .collect(),
             t0: Instant::now(),
+            origin_ns: AtomicU64::new(0),
             stopped: AtomicBool::new(false),
         }
     }
@@ -221,8 +225,17 @@ impl Checker {
 
     /// With a rate: when seq arrives, in nanoseconds since `t0`.
     fn arrival_ns(&self, seq: i64) -> Option<u64> {
+        let origin = self.origin_ns.load(Ordering::Relaxed);
         self.rate
-            .map(|rate| (seq.max(0) as f64 / rate * 1e9) as u64)
+            .map(|rate| origin + (seq.max(0) as f64 / rate * 1e9) as u64)
+    }
+
+    /// The source starts now: batch 0 arrives at once, batch `s` `s / rate` seconds later
+    /// (without it, from the checker's making). For an engine whose threads must be up before
+    /// a batch can move (the resident engine's workers poll for their batches): the time they
+    /// take to start is not the batches' latency. Call it before any arrival is read.
+    pub(crate) fn start_arrivals(&self) {
+        self.origin_ns.store(self.now_ns(), Ordering::Relaxed);
     }
 
     /// Block until `at_ns` after `t0`: a sleep to within [`SPIN_NS`] of it, then yields (a
@@ -256,7 +269,10 @@ impl Checker {
     pub(crate) fn arrived(&self) -> i64 {
         match self.rate {
             Some(rate) => {
-                let n = (self.now_ns() as f64 / 1e9 * rate).floor() as i64 + 1;
+                let since = self
+                    .now_ns()
+                    .saturating_sub(self.origin_ns.load(Ordering::Relaxed));
+                let n = (since as f64 / 1e9 * rate).floor() as i64 + 1;
                 n.clamp(0, self.batches)
             }
             None => self.batches,
@@ -332,6 +348,18 @@ mod tests {
 
     fn seen() -> Seen {
         Checker::new(1 << 40).seen.into_inner().unwrap()
+    }
+
+    #[test]
+    fn arrivals_count_from_their_start() {
+        // A batch a millisecond: 20 ms after the checker was made, about 21 have arrived;
+        // started again, one.
+        let c = Checker::paced(1000, Some(1000.0));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(c.arrived() >= 20, "{}", c.arrived());
+        c.start_arrivals();
+        assert!(c.arrived() <= 2, "{}", c.arrived());
+        assert!(c.arrival_ns(0).unwrap() >= 20_000_000);
     }
 
     #[test]

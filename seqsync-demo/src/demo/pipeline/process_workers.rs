@@ -59,6 +59,8 @@ pub(crate) struct ProcessWorkers<B: Backend> {
     in_order: bool,
     /// Where each batch's latency went: stamped by the h2g and g2h threads and the workers.
     phases: BatchPhases,
+    /// Workers that have started (their histograms made, about to take a batch).
+    started: std::sync::atomic::AtomicUsize,
 }
 
 impl<B: Backend> ProcessWorkers<B> {
@@ -72,6 +74,7 @@ impl<B: Backend> ProcessWorkers<B> {
             batches,
             in_order,
             phases: BatchPhases::new(slots),
+            started: Default::default(),
         })
     }
 
@@ -82,6 +85,11 @@ impl<B: Backend> ProcessWorkers<B> {
         self.landed
             .signal(upto as u64)
             .map_err(|e| failed_by_stop(&self.landed, e))
+    }
+
+    /// Wait until `n` workers have started (false: `given_up` first).
+    pub(crate) fn wait_started(&self, n: usize, given_up: impl Fn() -> bool) -> bool {
+        crate::demo::resident_words::poll(|| self.started.load(Ordering::Acquire) >= n, given_up)
     }
 
     /// End the workers' waits (a thread failed): they return a stop.
@@ -126,6 +134,7 @@ impl<B: Backend> ProcessWorkers<B> {
         landed: &(dyn Fn(i64) -> Result<()> + Sync),
     ) -> Result<()> {
         let mut mine = PhaseHistograms::new();
+        self.started.fetch_add(1, Ordering::Release);
         let mut checked = || -> Result<()> {
             let slots = self.done.len() as i64;
             while let Ok(seq) = self
