@@ -128,7 +128,8 @@ pub(crate) struct DemoArgs {
     #[arg(long, value_name = "N")]
     process_threads: Option<usize>,
     /// --engine resident: slots of every buffer, host input and output batches included
-    /// (1..=65536; default: 8 MiB of batches, 8 to 256).
+    /// (1..=65536; default: 32 at 64 KiB, as the inverse square root of the batch size, 8 to
+    /// 128).
     #[arg(long, value_name = "S")]
     slots: Option<usize>,
     /// Host output batches for --variant host-ring.

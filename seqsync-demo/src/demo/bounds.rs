@@ -123,9 +123,10 @@ pub(crate) fn device_bound<D: Device>(
     // The resident kernel with every batch arrived before it starts: no host in its loop
     // either, and the fastest of all where one kernel beats graphs of several.
     if let Ok(bound) = dev.with_layout(layout) {
-        let d = resident_kernel(&bound, nb)?;
-        if best.is_none_or(|b| d.seconds < b.seconds) {
-            best = Some(d);
+        if let Some(d) = resident_kernel(&bound, nb)? {
+            if best.is_none_or(|b| d.seconds < b.seconds) {
+                best = Some(d);
+            }
         }
     }
     Ok(best)
@@ -133,8 +134,10 @@ pub(crate) fn device_bound<D: Device>(
 
 /// The resident kernel over `nb` batches in slots of their own, all arrived before it is
 /// launched: the fastest of [`BOUND_LAUNCHES`] timed launches after an untimed one, every batch
-/// verified after each.
-fn resident_kernel<D: Device>(bound: &D, nb: usize) -> Result<DeviceBound> {
+/// verified after each. `Ok(None)` where the kernel cannot be had (its words not allocated, or
+/// its launch refused: a device without unified addressing): no candidate, as for a graph
+/// whose buffers cannot be had.
+fn resident_kernel<D: Device>(bound: &D, nb: usize) -> Result<Option<DeviceBound>> {
     for seq in 0..nb as i64 {
         bound.fill_input(seq);
     }
@@ -145,11 +148,19 @@ fn resident_kernel<D: Device>(bound: &D, nb: usize) -> Result<DeviceBound> {
         // SAFETY: `bound` is this function's own device; its stream was synchronized after the
         // kernel before, and nothing else copies into or reads it.
         unsafe { bound.clear_outputs() };
-        let words = Arc::new(bound.resident_words(nb)?);
+        let Ok(words) = bound.resident_words(nb) else {
+            return Ok(None);
+        };
+        let words = Arc::new(words);
         words.arrive(nb as u64);
         let t = Instant::now();
         // Every batch has arrived: the kernel ends by itself after the last one.
-        bound.launch_resident(&stream, &words, nb as i64, true)?;
+        if bound
+            .launch_resident(&stream, &words, nb as i64, true)
+            .is_err()
+        {
+            return Ok(None);
+        }
         b.synchronize_stream(&stream)?;
         let took = t.elapsed().as_secs_f64();
         if launch > 0 {
@@ -167,13 +178,13 @@ fn resident_kernel<D: Device>(bound: &D, nb: usize) -> Result<DeviceBound> {
             ));
         }
     }
-    Ok(DeviceBound {
+    Ok(Some(DeviceBound {
         batches: nb,
         resident: true,
         span: 1,
         copy_by: CopyBy::Kernel,
         seconds,
-    })
+    }))
 }
 
 /// The faster of the bound's two graphs on `bound` (nodes per batch, nodes per `span`
@@ -298,7 +309,7 @@ pub(crate) fn isolated_latency<D: Device>(dev: &D, rounds: usize) -> Result<f64>
         }
     }
     st.sync_all(dev)?;
-    let resident = resident_latency(dev, rounds)?;
+    let resident = resident_latency(dev, rounds)?.unwrap_or(f64::INFINITY);
     Ok(median(streams).min(median(graphed)).min(resident) * 1e6)
 }
 
@@ -306,14 +317,23 @@ pub(crate) fn isolated_latency<D: Device>(dev: &D, rounds: usize) -> Result<f64>
 const RESIDENT_ROUND_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The median of `rounds` batches through a resident kernel (one slot, the kernel launched
-/// once and idle between them), from the arrival's store to the check's end, in seconds.
-fn resident_latency<D: Device>(dev: &D, rounds: usize) -> Result<f64> {
+/// once and idle between them), from the arrival's store to the check's end, in seconds;
+/// `Ok(None)` where the kernel cannot be had (as in [`resident_kernel`]).
+fn resident_latency<D: Device>(dev: &D, rounds: usize) -> Result<Option<f64>> {
     let b = dev.backend();
     let np = dev.layout().npatterns as i64;
-    let words = Arc::new(dev.resident_words(1)?);
+    let Ok(words) = dev.resident_words(1) else {
+        return Ok(None);
+    };
+    let words = Arc::new(words);
     let stream = b.new_stream("s_isolated_resident")?;
     let total = ISOLATED_WARMUP + rounds;
-    dev.launch_resident(&stream, &words, total as i64, true)?;
+    if dev
+        .launch_resident(&stream, &words, total as i64, true)
+        .is_err()
+    {
+        return Ok(None);
+    }
     let timed = (|| -> Result<Vec<f64>> {
         let mut times = Vec::with_capacity(rounds);
         for r in 0..total {
@@ -353,7 +373,7 @@ fn resident_latency<D: Device>(dev: &D, rounds: usize) -> Result<f64> {
     let synced = b.synchronize_stream(&stream);
     let times = timed?;
     synced?;
-    Ok(median(times))
+    Ok(Some(median(times)))
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -416,6 +436,36 @@ mod tests {
             assert!(d.span == 1 || d.span == within, "{span}: {d:?}");
             assert!(d.seconds > 0.0 && d.seconds.is_finite());
         }
+    }
+
+    #[test]
+    fn the_resident_kernel_bound_runs_every_batch_and_verifies_it() {
+        let dev = host_device(1);
+        let bound = dev
+            .with_layout(Layout {
+                nin: 9,
+                nx: 9,
+                ny: 9,
+                nout: 9,
+                npatterns: 9,
+                nhout: 9,
+                ..*dev.layout()
+            })
+            .unwrap();
+        let d = resident_kernel(&bound, 9)
+            .unwrap()
+            .expect("the host backend has the kernel");
+        assert!(d.resident && d.batches == 9, "{d:?}");
+        assert!(d.seconds > 0.0 && d.seconds.is_finite());
+    }
+
+    #[test]
+    fn the_resident_way_of_the_isolated_latency_times_each_batch() {
+        let dev = host_device(1);
+        let us = resident_latency(&dev, 20)
+            .unwrap()
+            .expect("the host backend has the kernel");
+        assert!(us > 0.0 && us.is_finite(), "{us}");
     }
 
     fn launch_batches_at_most(span: usize, batches: usize) -> usize {

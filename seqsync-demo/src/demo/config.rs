@@ -80,8 +80,8 @@ pub struct DemoConfig {
     /// threads, 1 to 4).
     pub process_threads: Option<usize>,
     /// [`Engine::Resident`]: slots of every buffer, host input and output batches included
-    /// (`None`: [`auto_resident_slots`](super::auto_resident_slots), 8 MiB of batches, 8 to
-    /// 256).
+    /// (`None`: [`auto_resident_slots`](super::auto_resident_slots): 32 at 64 KiB, as the
+    /// inverse square root of the batch size, 8 to 128).
     pub slots: Option<usize>,
     /// Test only, [`Engine::Graph`] on the host backend: leave one edge out of every batch's
     /// body (verification must then fail).

@@ -493,6 +493,10 @@ impl Device for CudaDevice {
         let (slots_u, batches_u) = (slots as u64, batches.max(0) as u64);
         let (ctl, dev_words) = (words.address(), words.device_words());
         let count = (DEVICE_WORDS + slots) as u64;
+        // The kernel waits for host stores seqsync does not make: frees are held back until it
+        // no longer may (a free would wait for the kernel, which may wait for the freeing
+        // thread).
+        words.hold_until_released(Box::new(self.backend.open_wait()), batches_u);
         let mut reset = s.launch_builder(&self.resident_reset);
         reset.arg(&dev_words).arg(&count);
         // SAFETY: resident_reset(u64*, u64) zeroes `count` u64s of the words' device memory,

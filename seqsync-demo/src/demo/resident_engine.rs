@@ -106,7 +106,10 @@ pub(crate) fn run<D: Device>(
         let r = (|| -> Result<()> {
             // The source starts once the workers are up (their start is not latency).
             if !workers.wait_started(threads, || words_ref.stopped()) {
-                return Err(stopped("process_data", Error::Cancelled("the run stopped".into())));
+                return Err(stopped(
+                    "process_data",
+                    Error::Cancelled("the run stopped".into()),
+                ));
             }
             checker.start_arrivals();
             for s in 0..batches {
@@ -166,6 +169,50 @@ pub(crate) fn run<D: Device>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_kernel_ends_on_stop_with_batches_not_yet_arrived() {
+        use crate::demo::device::{HostDevice, Layout};
+        use seqsync::backend::host::HostBackend;
+        let slots = 4;
+        let dev = HostDevice::new(
+            HostBackend::new(),
+            Layout {
+                n: 64,
+                nin: slots,
+                nx: slots,
+                ny: slots,
+                nout: slots,
+                npatterns: slots,
+                nhout: slots,
+                intensity: 1,
+                verify_samples: 0,
+                copy_by: Default::default(),
+            },
+        );
+        let b = dev.backend();
+        let words = std::sync::Arc::new(dev.resident_words(slots).unwrap());
+        let stream = b.new_stream("s").unwrap();
+        dev.launch_resident(&stream, &words, 10, true).unwrap();
+        for seq in 0..3 {
+            dev.fill_input(seq);
+        }
+        words.arrive(3);
+        // Batches 0..3 complete, each checked right; batch 3 never arrives.
+        assert!(poll(|| words.done(2) == 3, || false));
+        assert!((0..3).all(|s| dev.check_output(s as usize, s)));
+        words.stop();
+        // Synchronized on a thread of its own: a kernel that missed the stop fails the test
+        // (after 5 s) instead of hanging it.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let b2 = b.clone();
+        std::thread::spawn(move || tx.send(b2.synchronize_stream(&stream)));
+        match rx.recv_timeout(Duration::from_secs(5)) {
+            Ok(r) => r.unwrap(),
+            Err(_) => panic!("the kernel did not end on stop"),
+        }
+        assert_eq!(words.done(3), 0, "batch 3 never arrived");
+    }
 
     #[test]
     fn the_automatic_slots_fall_as_the_square_root_of_the_batch_within_8_and_128() {

@@ -13,25 +13,41 @@
 use std::any::Any;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 const ARRIVED: usize = 0;
 const STOP: usize = 1;
 const DONE: usize = 2;
 
+/// Where the words live.
+enum Storage {
+    /// The host backend's: a boxed slice.
+    Host(Box<[AtomicU64]>),
+    /// Memory the device reaches too (pinned, on CUDA) at `ptr`, which `memory` owns.
+    Raw {
+        ptr: NonNull<AtomicU64>,
+        _memory: Box<dyn Any + Send + Sync>,
+    },
+}
+
 /// The shared words of one resident kernel over `slots` slots.
 pub(crate) struct ResidentWords {
-    words: NonNull<AtomicU64>,
+    /// While the kernel may wait for the host: what says so to the backend (on CUDA an
+    /// `OpenWait`, which holds frees back), dropped once every batch arrived or on `stop`.
+    /// Dropped before the memory (fields drop in order).
+    hold: Mutex<Option<Box<dyn Any + Send + Sync>>>,
+    /// The kernel's batches: once `arrived` reaches them it no longer waits for the host.
+    release_at: AtomicU64,
+    storage: Storage,
     slots: usize,
     /// The kernel's own words in device memory (its ticket, what it saw of `arrived` and
     /// `stop`, tiles done per slot): their device address, 0 on the host backend.
     device_words: u64,
-    /// Owns the memory behind `words` (and `device_words`).
-    _memory: Box<dyn Any + Send + Sync>,
 }
 
-// SAFETY: `words` points to atomics in memory that `_memory` owns (it moves with the struct and
-// is freed with it); every access through `&self` is atomic.
+// SAFETY: `Storage::Raw`'s pointer is to atomics in memory its `_memory` owns (moving with the
+// struct, freed with it); every access through `&self` is atomic.
 unsafe impl Send for ResidentWords {}
 // SAFETY: as above: shared access is only ever atomic.
 unsafe impl Sync for ResidentWords {}
@@ -44,15 +60,19 @@ impl ResidentWords {
 
     /// Words in host memory (the host backend's kernel is a host thread).
     pub(crate) fn on_host(slots: usize) -> Self {
-        let memory: Box<[AtomicU64]> = (0..Self::len_for(slots))
+        let words = (0..Self::len_for(slots))
             .map(|_| AtomicU64::new(0))
             .collect();
-        let words = NonNull::from(&memory[0]);
+        Self::with(Storage::Host(words), slots, 0)
+    }
+
+    fn with(storage: Storage, slots: usize, device_words: u64) -> Self {
         ResidentWords {
-            words,
+            hold: Mutex::new(None),
+            release_at: AtomicU64::new(u64::MAX),
+            storage,
             slots,
-            device_words: 0,
-            _memory: Box::new(memory),
+            device_words,
         }
     }
 
@@ -68,20 +88,44 @@ impl ResidentWords {
         device_words: u64,
         memory: Box<dyn Any + Send + Sync>,
     ) -> Self {
-        ResidentWords {
-            // SAFETY: the caller's guarantee (not null: it points to live memory); AtomicU64
-            // has u64's size and, at 8-byte alignment, its layout.
-            words: unsafe { NonNull::new_unchecked(ptr.cast::<AtomicU64>()) },
-            slots,
-            device_words,
+        // SAFETY: the caller's guarantee (not null: it points to live memory); AtomicU64 has
+        // u64's size and, at 8-byte alignment, its layout.
+        let ptr = unsafe { NonNull::new_unchecked(ptr.cast::<AtomicU64>()) };
+        let storage = Storage::Raw {
+            ptr,
             _memory: memory,
+        };
+        Self::with(storage, slots, device_words)
+    }
+
+    fn words(&self) -> &[AtomicU64] {
+        match &self.storage {
+            Storage::Host(words) => words,
+            // SAFETY: `len_for(slots)` live atomics (`from_raw`'s contract).
+            Storage::Raw { ptr, .. } => unsafe {
+                std::slice::from_raw_parts(ptr.as_ptr(), Self::len_for(self.slots))
+            },
         }
     }
 
     fn word(&self, i: usize) -> &AtomicU64 {
-        assert!(i < Self::len_for(self.slots), "word {i} is out of range");
-        // SAFETY: in range of the live allocation (checked above); see `from_raw`.
-        unsafe { &*self.words.as_ptr().add(i) }
+        &self.words()[i]
+    }
+
+    /// Keep `hold` (what tells the backend that the kernel may wait for the host) until the
+    /// kernel of `batches` batches no longer may: every batch arrived, or `stop`.
+    pub(crate) fn hold_until_released(&self, hold: Box<dyn Any + Send + Sync>, batches: u64) {
+        *self.hold.lock().unwrap_or_else(|e| e.into_inner()) = Some(hold);
+        self.release_at.store(batches, Ordering::SeqCst);
+        if self.arrived() >= batches || self.stopped() {
+            self.release();
+        }
+    }
+
+    /// The kernel no longer waits for the host: drop the hold.
+    fn release(&self) {
+        let hold = self.hold.lock().unwrap_or_else(|e| e.into_inner()).take();
+        drop(hold);
     }
 
     /// Slots the words cover.
@@ -91,7 +135,7 @@ impl ResidentWords {
 
     /// The address of the first word (the kernel's `ctl` parameter).
     pub(crate) fn address(&self) -> u64 {
-        self.words.as_ptr() as u64
+        self.words().as_ptr() as u64
     }
 
     /// The kernel's device words (0 on the host backend).
@@ -107,11 +151,15 @@ impl ResidentWords {
     /// get_data: batches `0..n` are in place (after their inputs were written).
     pub(crate) fn arrive(&self, n: u64) {
         self.word(ARRIVED).store(n, Ordering::Release);
+        if n >= self.release_at.load(Ordering::Relaxed) {
+            self.release();
+        }
     }
 
     /// End the kernel's waits: nothing more arrives.
     pub(crate) fn stop(&self) {
         self.word(STOP).store(1, Ordering::Release);
+        self.release();
     }
 
     pub(crate) fn stopped(&self) -> bool {
@@ -173,12 +221,35 @@ mod tests {
         assert_eq!((w.arrived(), w.done(2), w.done(1)), (5, 3, 0));
         assert!(w.stopped());
         assert_eq!(w.device_words(), 0);
+        // The address is the first word's: the kernel's ctl[0].
+        assert_eq!(w.address(), w.word(0) as *const AtomicU64 as u64);
     }
 
     #[test]
-    #[should_panic(expected = "out of range")]
+    #[should_panic(expected = "out of bounds")]
     fn a_slot_past_the_words_panics_rather_than_reading_past_them() {
         ResidentWords::on_host(2).done(2);
+    }
+
+    #[test]
+    fn the_hold_goes_once_every_batch_arrived_or_on_stop() {
+        let held = |w: &ResidentWords| w.hold.lock().unwrap().is_some();
+        let w = ResidentWords::on_host(2);
+        w.hold_until_released(Box::new(()), 3);
+        assert!(held(&w));
+        w.arrive(2);
+        assert!(held(&w), "batch 2 has not arrived");
+        w.arrive(3);
+        assert!(!held(&w), "every batch arrived");
+        let w = ResidentWords::on_host(2);
+        w.hold_until_released(Box::new(()), 3);
+        w.stop();
+        assert!(!held(&w), "stopped");
+        // Taken after every batch arrived (the device bound's kernel): released at once.
+        let w = ResidentWords::on_host(2);
+        w.arrive(4);
+        w.hold_until_released(Box::new(()), 4);
+        assert!(!held(&w));
     }
 
     #[test]

@@ -180,7 +180,12 @@ extern "C" __global__ void resident_kernel(const unsigned *hin, unsigned *hout,
                 if (a == s && t % tiles == 0) {
                     // Arrived first: a stop ends only the waits for batches that never came.
                     const unsigned long long h = ctl[0];
-                    if (h > a) { atomicMax((unsigned long long *)seen_arrived, h); continue; }
+                    if (h > a) {
+                        // The host's inputs before the copy the other blocks read.
+                        __threadfence_system();
+                        atomicMax((unsigned long long *)seen_arrived, h);
+                        continue;
+                    }
                     if (ctl[1]) { *seen_stop = 1; go = 0; break; }
                 }
                 resident_pause();

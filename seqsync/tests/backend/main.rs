@@ -9,6 +9,7 @@ mod common;
 
 mod backend_streams;
 mod cuda_context;
+mod cuda_open_wait;
 mod cuda_ordering;
 mod errors;
 mod host_backend;

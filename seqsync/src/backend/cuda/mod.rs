@@ -59,12 +59,14 @@ mod ipc_pool;
 mod mapped_host;
 mod memory;
 pub(crate) mod mempool;
+mod open_wait;
 mod open_waits;
 pub(crate) mod semaphore;
 mod stream_id;
 
 pub use command::{CudaKernel, KernelParam};
 pub use memory::{DeviceBuffer, PinnedBuffer};
+pub use open_wait::OpenWait;
 pub use semaphore::TimelineMechanism;
 
 pub(crate) use context::{bind_for, make_current};
@@ -159,6 +161,28 @@ impl CudaBackend {
     /// mechanism enqueued so far (only waits enqueued before their signal need them).
     pub fn timeline_word_ops(&self) -> (u64, u64) {
         self.timelines.word_ops()
+    }
+
+    /// Declare work of yours that waits on the device for a host store seqsync does not make
+    /// (a resident kernel polling host memory): until the returned [`OpenWait`] is released or
+    /// dropped, seqsync holds back the frees of its buffers, as it does while its own stream
+    /// waits for a host signal may block (a free then would wait for the device to drain,
+    /// and with the driver lock held the thread that was to make the store could hang behind
+    /// it). Take it before launching the work; release it once the work no longer needs the
+    /// host (its last input arrived, or you told it to stop).
+    ///
+    /// ```no_run
+    /// # fn main() -> seqsync::Result<()> {
+    /// use seqsync::backend::cuda::CudaBackend;
+    /// let gpu = CudaBackend::new(0)?;
+    /// let wait = gpu.open_wait();
+    /// // ... launch a kernel that spins on a pinned word until the host stores to it ...
+    /// // ... store its last input ...
+    /// wait.release();
+    /// # Ok(()) }
+    /// ```
+    pub fn open_wait(&self) -> OpenWait {
+        OpenWait::new()
     }
 
     /// True when a driver and at least one GPU are present.

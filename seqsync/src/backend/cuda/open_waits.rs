@@ -146,9 +146,10 @@ fn reached(word: u64, value: u64) -> bool {
 impl State {
     fn prune(&mut self) {
         self.open.retain(|&(at, v)| {
-            // SAFETY: `at` is the address of a word a live MemOpsWord owns: the word takes its
-            // entries out (`forget`) before its slot goes back to the pool, and slots are
-            // pinned memory that is never freed.
+            // SAFETY: `at` is the address of a word a live MemOpsWord owns (the word takes its
+            // entries out, `forget`, before its slot goes back to the pool, and slots are
+            // pinned memory that is never freed), or of a live OpenWait's word (which takes
+            // its entry out before it is freed).
             let word = unsafe { &*(at as *const AtomicU64) }.load(Ordering::SeqCst);
             !reached(word, v)
         });
@@ -184,6 +185,19 @@ pub(crate) fn enqueue_wait(
         }
     }
     Ok(())
+}
+
+/// List work of the caller's that waits on the device for a host store seqsync does not make
+/// (a kernel polling host memory) as an open wait, until `word` holds 1 (set by
+/// [`crate::backend::cuda::OpenWait::release`]). `word` must stay alive until [`forget`] took it
+/// out.
+pub(crate) fn list_open(word: &AtomicU64) {
+    let _shared = GATE.read().unwrap_or_else(|e| e.into_inner());
+    let mut st = state();
+    st.open.push((word as *const AtomicU64 as usize, 1));
+    if st.open.len() >= st.prune_at {
+        st.prune();
+    }
 }
 
 /// The word at `word` is going away: its waits are no longer listed (they are past, or its
