@@ -42,6 +42,7 @@ const SURFACE: &[&str] = &[
     "backend::cuda::CudaKernel",
     "backend::cuda::DeviceBuffer",
     "backend::cuda::KernelParam",
+    "backend::cuda::OpenWait",
     "backend::cuda::PinnedBuffer",
     "backend::cuda::TimelineMechanism",
     "backend::host::Chaos",
