@@ -79,11 +79,14 @@ fn resident_engine_verifies_batches_of_odd_sizes_and_a_single_batch() {
 #[test]
 fn resident_engine_without_the_wait_for_arrivals_reads_batches_not_yet_filled_in() {
     // Paced arrivals: the kernel runs ahead of get_data and reads input slots before they are
-    // filled in (and marks them done, so the check reads them too).
+    // filled in (and marks them done, so the check reads them too). One worker: several would
+    // check batches a ring apart out of order, and the in-order report could stop short (a
+    // stall, not the wrong results this test is after).
     let paced = |drop| DemoConfig {
         batches: 60,
         rate: Some(2000.0),
         slots: Some(4),
+        process_threads: Some(1),
         drop_edge: drop,
         ..config()
     };
@@ -101,6 +104,8 @@ fn resident_engine_without_the_wait_before_slot_reuse_reads_wrong() {
         chaos: Some(seed),
         batches: 120,
         slots: Some(2),
+        // One worker, as above.
+        process_threads: Some(1),
         drop_edge: drop,
         ..config()
     };
