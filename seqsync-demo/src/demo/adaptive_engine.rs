@@ -589,21 +589,7 @@ mod tests {
         use crate::demo::device::{HostDevice, Layout};
         use seqsync::backend::host::HostBackend;
         let slots = 16;
-        let dev = HostDevice::new(
-            HostBackend::new(),
-            Layout {
-                n: 64,
-                nin: slots,
-                nx: slots,
-                ny: slots,
-                nout: slots,
-                npatterns: slots,
-                nhout: slots,
-                intensity: 1,
-                verify_samples: 0,
-                copy_by: Default::default(),
-            },
-        );
+        let dev = HostDevice::new(HostBackend::new(), Layout::uniform(64, slots, 1));
         // K 8 in nodes of 2: launches of 8 and 4 batches are 4 and 2 runs, smaller ones one.
         let graphs = record_all(&dev, 8, 2, slots, 100, None).unwrap();
         for m in [1, 2, 4, 8] {

@@ -388,21 +388,7 @@ mod tests {
     use seqsync::backend::host::HostBackend;
 
     fn host_device(batches: usize) -> HostDevice {
-        HostDevice::new(
-            HostBackend::new(),
-            Layout {
-                n: 1024,
-                nin: batches,
-                nx: batches,
-                ny: batches,
-                nout: batches,
-                npatterns: batches,
-                nhout: batches,
-                intensity: 4,
-                verify_samples: 0,
-                copy_by: Default::default(),
-            },
-        )
+        HostDevice::new(HostBackend::new(), Layout::uniform(1024, batches, 4))
     }
 
     #[test]

@@ -41,6 +41,24 @@ pub(crate) struct Layout {
 }
 
 impl Layout {
+    /// `slots` slots in every buffer (host input and output batches included) of `n` u32s,
+    /// `intensity` rounds, every element checked, copies by the automatic choice (tests).
+    #[cfg(test)]
+    pub(crate) fn uniform(n: usize, slots: usize, intensity: u32) -> Layout {
+        Layout {
+            n,
+            nin: slots,
+            nx: slots,
+            ny: slots,
+            nout: slots,
+            npatterns: slots,
+            nhout: slots,
+            intensity,
+            verify_samples: 0,
+            copy_by: Default::default(),
+        }
+    }
+
     /// `(nin, nx, ny, nout, npatterns)` as seq lags: how far behind a slot's previous user is.
     pub(crate) fn lags(&self) -> (i64, i64, i64, i64, i64) {
         let lag = |n: usize| n as i64;

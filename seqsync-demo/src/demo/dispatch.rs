@@ -47,34 +47,32 @@ pub(crate) fn resolve(config: &DemoConfig) -> Result<(DemoConfig, BackendKind, L
         256 << 10
     });
     let graphed;
-    let config = if config.engine.uses_graphs() {
-        // The graph engines' own slot counts: depth groups of K batches in every buffer, from
-        // options checked first (a depth off the range would overflow the product).
+    // The graph and resident engines' own slot counts, the same in every buffer: from options
+    // checked first (a depth off the range would overflow the graph engines' product).
+    let slots = if config.engine.slots_everywhere() {
         config.validate_graph_options()?;
-        let slots = graph_depth(config, batch_bytes) * graph_k(config, batch_bytes);
-        graphed = DemoConfig {
-            nin: slots,
-            nx: slots,
-            ny: slots,
-            nout: slots,
-            ..config.clone()
-        };
-        &graphed
-    } else if config.engine == Engine::Resident {
-        config.validate_graph_options()?;
-        let slots = config
-            .slots
-            .unwrap_or_else(|| resident_engine::auto_slots(batch_bytes));
-        graphed = DemoConfig {
-            nin: slots,
-            nx: slots,
-            ny: slots,
-            nout: slots,
-            ..config.clone()
-        };
-        &graphed
+        Some(match config.engine {
+            Engine::Resident => config
+                .slots
+                .unwrap_or_else(|| resident_engine::auto_slots(batch_bytes)),
+            // Depth groups of K batches.
+            _ => graph_depth(config, batch_bytes) * graph_k(config, batch_bytes),
+        })
     } else {
-        config
+        None
+    };
+    let config = match slots {
+        Some(slots) => {
+            graphed = DemoConfig {
+                nin: slots,
+                nx: slots,
+                ny: slots,
+                nout: slots,
+                ..config.clone()
+            };
+            &graphed
+        }
+        None => config,
     };
     config.validate(batch_bytes, kind)?;
     let lags = [

@@ -175,21 +175,7 @@ mod tests {
         use crate::demo::device::{HostDevice, Layout};
         use seqsync::backend::host::HostBackend;
         let slots = 4;
-        let dev = HostDevice::new(
-            HostBackend::new(),
-            Layout {
-                n: 64,
-                nin: slots,
-                nx: slots,
-                ny: slots,
-                nout: slots,
-                npatterns: slots,
-                nhout: slots,
-                intensity: 1,
-                verify_samples: 0,
-                copy_by: Default::default(),
-            },
-        );
+        let dev = HostDevice::new(HostBackend::new(), Layout::uniform(64, slots, 1));
         let b = dev.backend();
         let words = std::sync::Arc::new(dev.resident_words(slots).unwrap());
         let stream = b.new_stream("s").unwrap();
