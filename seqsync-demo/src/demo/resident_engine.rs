@@ -40,7 +40,7 @@ use super::graph_engine::GraphEdge;
 use super::pipeline::{first_error, stopped, Checker, ProcessWorkers};
 use super::pipeline::{RunOptions, Variant, Verification};
 use super::resident_words::poll;
-use super::threads::{run_threads, Body};
+use super::threads::{run_threads_named, Body};
 use super::watchdog::Watch;
 use seqsync::backend::Backend;
 use seqsync::timeline::Timeline;
@@ -154,7 +154,13 @@ pub(crate) fn run<D: Device>(
     for _ in 0..threads {
         others.push(("process_data", Box::new(process)));
     }
-    let (results, _) = run_threads(get_data, others, &stop, &Watch::run(checker, &l));
+    let (results, _) = run_threads_named(
+        "get_data",
+        get_data,
+        others,
+        &stop,
+        &Watch::run(checker, &l),
+    );
     // Every path: the kernel ends (it has taken every batch already after a complete run).
     words.stop();
     let synced = b.synchronize_stream(&stream);

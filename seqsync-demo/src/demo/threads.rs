@@ -19,6 +19,18 @@ pub(crate) fn run_threads<G: Send>(
     stop: &(dyn Fn(String) + Sync),
     watch: &Watch<'_>,
 ) -> (Vec<(&'static str, Result<()>)>, Option<G>) {
+    run_threads_named("h2g", h2g, others, stop, watch)
+}
+
+/// [`run_threads`] with the first body named `first` (in results, panics and the stall
+/// watchdog's message) instead of `h2g`: the resident engine's first thread is get_data.
+pub(crate) fn run_threads_named<G: Send>(
+    first: &'static str,
+    h2g: impl FnOnce() -> (Result<()>, G) + Send,
+    others: Vec<Body<'_>>,
+    stop: &(dyn Fn(String) + Sync),
+    watch: &Watch<'_>,
+) -> (Vec<(&'static str, Result<()>)>, Option<G>) {
     let panicked = |name: &str, p: Box<dyn std::any::Any + Send>| -> Error {
         let e = crate::invalid(
             "demo",
@@ -37,7 +49,7 @@ pub(crate) fn run_threads<G: Send>(
         }
     };
     let running = Running::new(
-        std::iter::once("h2g")
+        std::iter::once(first)
             .chain(others.iter().map(|(name, _)| *name))
             .collect(),
     );
@@ -46,12 +58,12 @@ pub(crate) fn run_threads<G: Send>(
         let a = scope.spawn(|| {
             let r = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(h2g)) {
                 Ok((r, graphs)) => {
-                    stopped("h2g", &r);
+                    stopped(first, &r);
                     (r, Some(graphs))
                 }
                 Err(p) => {
-                    let r = Err(panicked("h2g", p));
-                    stopped("h2g", &r);
+                    let r = Err(panicked(first, p));
+                    stopped(first, &r);
                     (r, None)
                 }
             };
@@ -73,8 +85,8 @@ pub(crate) fn run_threads<G: Send>(
             })
             .collect();
         let stall = running.watch(watch, stop);
-        let (ra, graphs) = a.join().unwrap_or_else(|p| (Err(panicked("h2g", p)), None));
-        let mut results = vec![("h2g", ra)];
+        let (ra, graphs) = a.join().unwrap_or_else(|p| (Err(panicked(first, p)), None));
+        let mut results = vec![(first, ra)];
         for (name, h) in handles {
             results.push((name, h.join().unwrap_or_else(|p| Err(panicked(name, p)))));
         }
@@ -141,5 +153,24 @@ mod tests {
         );
         let names: Vec<&str> = results.iter().map(|(n, _)| *n).collect();
         assert_eq!(names, ["h2g", "g2h"]);
+    }
+
+    #[test]
+    fn the_first_thread_goes_by_the_name_it_is_given() {
+        let watch = Watch {
+            progress: Box::new(|| 0),
+            timeout: Duration::from_secs(60),
+        };
+        let fail = || Err(Error::Cancelled("get_data broke".into()));
+        let (results, _) = run_threads_named(
+            "get_data",
+            || (fail(), ()),
+            vec![("process_data", Box::new(|| Ok(())))],
+            &|_| {},
+            &watch,
+        );
+        let names: Vec<&str> = results.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, ["get_data", "process_data"]);
+        assert!(results[0].1.is_err());
     }
 }
