@@ -15,7 +15,8 @@
 //!   from its copy-in being issued to its check returning, the median of many rounds: the
 //!   floor any engine's latency is measured against. Three ways are timed (the five streams and
 //!   their events as the hand-written engine issues one batch, a one-batch graph, and a
-//!   resident kernel waiting for the batch's arrival) and the lowest median is the floor.
+//!   resident kernel waiting for the batch's arrival: [`isolated_floor`]) and the lowest
+//!   median is the floor.
 //!
 //! Both also run the resident kernel ([`Engine::Resident`](super::Engine::Resident)): for the
 //! device bound with every batch arrived before it starts, a candidate like the graphs.
@@ -106,6 +107,7 @@ pub(crate) fn device_bound<D: Device>(
         ..l
     };
     let mut best: Option<DeviceBound> = None;
+    let mut resident_tried = false;
     // Copy nodes and copy kernels where they differ (CUDA), whatever the run's own copies:
     // the faster counts.
     for copy_by in dev.distinct_copies() {
@@ -114,16 +116,15 @@ pub(crate) fn device_bound<D: Device>(
         let Ok(bound) = dev.with_layout(Layout { copy_by, ..layout }) else {
             continue;
         };
-        if let Some(d) = fastest_graph(&bound, nb, span, copy_by)? {
-            if best.is_none_or(|b| d.seconds < b.seconds) {
-                best = Some(d);
-            }
-        }
-    }
-    // The resident kernel with every batch arrived before it starts: no host in its loop
-    // either, and the fastest of all where one kernel beats graphs of several.
-    if let Ok(bound) = dev.with_layout(layout) {
-        if let Some(d) = resident_kernel(&bound, nb)? {
+        let graph = fastest_graph(&bound, nb, span, copy_by)?;
+        // The resident kernel with every batch arrived before it starts (no host in its loop
+        // either), once, on the first of these devices: it copies by itself, whatever the
+        // layout's copies.
+        let resident = match std::mem::replace(&mut resident_tried, true) {
+            false => resident_kernel(&bound, nb)?,
+            true => None,
+        };
+        for d in graph.into_iter().chain(resident) {
             if best.is_none_or(|b| d.seconds < b.seconds) {
                 best = Some(d);
             }
@@ -309,11 +310,46 @@ pub(crate) fn isolated_latency<D: Device>(dev: &D, rounds: usize) -> Result<f64>
         }
     }
     st.sync_all(dev)?;
-    let resident = resident_latency(dev, rounds)?.unwrap_or(f64::INFINITY);
-    Ok(median(streams).min(median(graphed)).min(resident) * 1e6)
+    Ok(median(streams).min(median(graphed)) * 1e6)
 }
 
-/// Longest the resident way of [`isolated_latency`] waits for one batch before it gives up.
+/// The isolated latency of batches of `dev`'s size, in microseconds: the lowest of
+/// [`isolated_latency`] on a one-slot device for each of [`Device::distinct_copies`] (copy
+/// nodes and copy kernels where they differ, whatever the run's own copies: the same floor for
+/// every engine of a sweep), and of one batch through a resident kernel ([`resident_latency`],
+/// measured once).
+pub(crate) fn isolated_floor<D: Device>(dev: &D, rounds: usize) -> Result<f64> {
+    let mut floor = f64::INFINITY;
+    let mut resident_tried = false;
+    for copy_by in dev.distinct_copies() {
+        let one = Layout {
+            nin: 1,
+            nx: 1,
+            ny: 1,
+            nout: 1,
+            npatterns: 1,
+            nhout: 1,
+            copy_by,
+            ..*dev.layout()
+        };
+        let Ok(d) = dev.with_layout(one) else {
+            continue;
+        };
+        floor = floor.min(isolated_latency(&d, rounds)?);
+        if !std::mem::replace(&mut resident_tried, true) {
+            if let Some(s) = resident_latency(&d, rounds)? {
+                floor = floor.min(s * 1e6);
+            }
+        }
+    }
+    if !floor.is_finite() {
+        // No one-slot device could be had: the run's own.
+        floor = isolated_latency(dev, rounds)?;
+    }
+    Ok(floor)
+}
+
+/// Longest the resident way of [`isolated_floor`] waits for one batch before it gives up.
 const RESIDENT_ROUND_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The median of `rounds` batches through a resident kernel (one slot, the kernel launched

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use seqsync::Result;
 
-use super::device::{Device, Layout};
+use super::device::Device;
 use super::dispatch::{graph_depth, graph_k, graph_span};
 use super::pipeline::{self, RunOptions, Verification};
 use super::trace::{self, HostSpans};
@@ -307,29 +307,7 @@ fn add_baselines<D: Device>(
         report.device_bound_by = Some(if d.resident { "resident" } else { "graph" });
         report.ratio_to_device_bound = Some(report.gbps / device);
     }
-    // The lower with copy nodes and with copy kernels where they differ (CUDA; a one-slot
-    // device of each), whatever this engine's copies: the same floor for every engine of a
-    // sweep.
-    let mut isolated = f64::INFINITY;
-    for copy_by in dev.distinct_copies() {
-        let one = Layout {
-            nin: 1,
-            nx: 1,
-            ny: 1,
-            nout: 1,
-            npatterns: 1,
-            nhout: 1,
-            copy_by,
-            ..*dev.layout()
-        };
-        let Ok(d) = dev.with_layout(one) else {
-            continue;
-        };
-        isolated = isolated.min(bounds::isolated_latency(&d, bounds::ISOLATED_ROUNDS)?);
-    }
-    if !isolated.is_finite() {
-        isolated = bounds::isolated_latency(dev, bounds::ISOLATED_ROUNDS)?;
-    }
+    let isolated = bounds::isolated_floor(dev, bounds::ISOLATED_ROUNDS)?;
     report.isolated_latency_us = Some(isolated);
     report.p50_over_isolated = report.latency_p50_us.map(|l| l / isolated);
     report.p99_over_isolated = report.latency_p99_us.map(|l| l / isolated);
