@@ -9,8 +9,8 @@ use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use seqsync::BackendKind;
 use seqsync_demo::demo::{
-    self, CopyBy, DemoConfig, DemoReport, DroppedWait, Engine, GraphEdge, Release, SlotWait,
-    Variant,
+    self, CopyBy, DemoConfig, DemoReport, DeviceBoundBy, DroppedWait, Engine, GraphEdge, Release,
+    SlotWait, Variant,
 };
 
 mod bench;
@@ -538,7 +538,7 @@ pub(crate) fn print_summary(r: &DemoReport, trace: Option<&std::path::Path>) {
     let rows = [
         (
             match r.device_bound_by {
-                Some("resident") => format!(
+                Some(DeviceBoundBy::Resident) => format!(
                     "device bound ({} batches, resident kernel)",
                     r.device_bound_batches.unwrap_or(0)
                 ),

@@ -27,6 +27,7 @@ use std::time::Instant;
 use super::copy_by::CopyBy;
 use super::device::{Device, Layout};
 use super::pipeline::Streams;
+use super::report::DeviceBoundBy;
 use super::resident_words::poll;
 use super::validate::available_memory;
 use super::{adaptive_engine, graph_engine};
@@ -55,8 +56,8 @@ const ISOLATED_WARMUP: usize = 5;
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct DeviceBound {
     pub batches: usize,
-    /// The resident kernel (every batch arrived before it starts), not a graph.
-    pub resident: bool,
+    /// A graph, or the resident kernel (every batch arrived before it starts).
+    pub by: DeviceBoundBy,
     pub span: usize,
     /// How the faster graph's nodes copied (copy nodes or copy kernels).
     pub copy_by: CopyBy,
@@ -181,7 +182,7 @@ fn resident_kernel<D: Device>(bound: &D, nb: usize) -> Result<Option<DeviceBound
     }
     Ok(Some(DeviceBound {
         batches: nb,
-        resident: true,
+        by: DeviceBoundBy::Resident,
         span: 1,
         copy_by: CopyBy::Kernel,
         seconds,
@@ -237,7 +238,7 @@ fn fastest_graph<D: Device>(
         if best.is_none_or(|b| seconds < b.seconds) {
             best = Some(DeviceBound {
                 batches: nb,
-                resident: false,
+                by: DeviceBoundBy::Graph,
                 span,
                 copy_by,
                 seconds,
@@ -477,7 +478,7 @@ mod tests {
         let d = resident_kernel(&bound, 9)
             .unwrap()
             .expect("the host backend has the kernel");
-        assert!(d.resident && d.batches == 9, "{d:?}");
+        assert!(d.by == DeviceBoundBy::Resident && d.batches == 9, "{d:?}");
         assert!(d.seconds > 0.0 && d.seconds.is_finite());
     }
 

@@ -304,7 +304,7 @@ fn add_baselines<D: Device>(
         report.device_bound_batches = Some(d.batches);
         report.device_bound_span = Some(d.span);
         report.device_bound_copy = Some(d.copy_by);
-        report.device_bound_by = Some(if d.resident { "resident" } else { "graph" });
+        report.device_bound_by = Some(d.by);
         report.ratio_to_device_bound = Some(report.gbps / device);
     }
     let isolated = bounds::isolated_floor(dev, bounds::ISOLATED_ROUNDS)?;

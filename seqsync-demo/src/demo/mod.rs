@@ -85,6 +85,6 @@ pub use pipeline::{DroppedWait, PhaseSummary, Variant};
 pub use processes::{
     run_consumer, run_producer, ConsumerReport, TwoProcessReport, READY as CONSUMER_READY,
 };
-pub use report::DemoReport;
+pub use report::{DemoReport, DeviceBoundBy};
 pub use resident_engine::auto_slots as auto_resident_slots;
 pub use sweep::{svg as sweep_svg, sweep, SweepReport, SweepRow, SWEEP_SIZES};

@@ -75,9 +75,9 @@ pub struct DemoReport {
     pub device_bound_span: Option<usize>,
     /// How the faster of the device bound's graphs copied: copy nodes or copy kernels.
     pub device_bound_copy: Option<super::CopyBy>,
-    /// What set the device bound: `graph` (the faster graph) or `resident` (the resident
-    /// kernel with every batch arrived before it starts, faster than both graphs).
-    pub device_bound_by: Option<&'static str>,
+    /// What set the device bound: the faster graph, or the resident kernel with every batch
+    /// arrived before it starts where that was faster.
+    pub device_bound_by: Option<DeviceBoundBy>,
     /// `gbps / device_bound_gbps`.
     pub ratio_to_device_bound: Option<f64>,
     /// One batch alone through the pipeline on an idle device, copy-in issued to check
@@ -160,6 +160,17 @@ pub struct DemoReport {
     /// The Chrome trace, when asked for.
     #[serde(skip)]
     pub trace: Option<serde_json::Value>,
+}
+
+/// What set a report's device bound ([`DemoReport::device_bound_by`]; `graph` or `resident` in
+/// JSON).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeviceBoundBy {
+    /// The faster of the bound's graphs (nodes per batch, nodes per span of batches).
+    Graph,
+    /// The resident kernel with every batch arrived before it starts.
+    Resident,
 }
 
 impl DemoReport {

@@ -3,7 +3,7 @@
 //! dropped is caught; its switches are checked. On the GPU: every element of every batch.
 
 use seqsync::BackendKind;
-use seqsync_demo::demo::{auto_resident_slots, run, DemoConfig, Engine, GraphEdge};
+use seqsync_demo::demo::{auto_resident_slots, run, DemoConfig, DeviceBoundBy, Engine, GraphEdge};
 
 fn config() -> DemoConfig {
     DemoConfig {
@@ -195,7 +195,10 @@ fn every_report_with_baselines_weighs_the_resident_kernel_in_its_bounds() {
     .unwrap();
     assert!(r.all_verified(), "{r:?}");
     assert!(
-        matches!(r.device_bound_by, Some("graph" | "resident")),
+        matches!(
+            r.device_bound_by,
+            Some(DeviceBoundBy::Graph | DeviceBoundBy::Resident)
+        ),
         "{r:?}"
     );
     assert!(r.device_bound_gbps.is_some_and(|g| g > 0.0), "{r:?}");
