@@ -45,6 +45,7 @@ use serde::Serialize;
 use super::device::{Device, Stream};
 use super::graph_engine::DEPTH;
 use super::graph_engine::{record, sync_streams, GraphEdge};
+use super::names::parse_name;
 use super::pipeline::{
     failed_by_stop, first_error, stopped, Checker, ProcessWorkers, RunOptions, Variant,
     Verification,
@@ -178,15 +179,7 @@ impl Release {
 impl std::str::FromStr for Release {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
-        Release::ALL
-            .into_iter()
-            .find(|r| r.name() == s)
-            .ok_or_else(|| {
-                crate::invalid(
-                    "demo",
-                    format!("unknown release '{s}': expected device or host"),
-                )
-            })
+        parse_name(s, "release", &Release::ALL, Release::name)
     }
 }
 
@@ -239,15 +232,7 @@ impl SlotWait {
 impl std::str::FromStr for SlotWait {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
-        SlotWait::ALL
-            .into_iter()
-            .find(|w| w.name() == s)
-            .ok_or_else(|| {
-                crate::invalid(
-                    "demo",
-                    format!("unknown slot wait '{s}': expected device or host"),
-                )
-            })
+        parse_name(s, "slot wait", &SlotWait::ALL, SlotWait::name)
     }
 }
 

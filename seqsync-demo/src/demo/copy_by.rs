@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+use super::names::parse_name;
 use seqsync::{Error, Result};
 
 /// How a graph node copies batches between pinned host memory and the device (the engines
@@ -66,14 +67,6 @@ impl CopyBy {
 impl std::str::FromStr for CopyBy {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
-        CopyBy::ALL
-            .into_iter()
-            .find(|c| c.name() == s)
-            .ok_or_else(|| {
-                crate::invalid(
-                    "demo",
-                    format!("unknown copy '{s}': expected memcpy or kernel"),
-                )
-            })
+        parse_name(s, "copy", &CopyBy::ALL, CopyBy::name)
     }
 }

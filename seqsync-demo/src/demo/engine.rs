@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::device::{Device, Stream};
+use super::names::parse_name;
 use super::pipeline::{marked, Checker, InputPool, RunOptions, Variant, Verification};
 use seqsync::backend::Backend;
 use seqsync::internal::pipeline::{derive_unchecked, Slots};
@@ -82,18 +83,8 @@ impl std::str::FromStr for Engine {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
         match s {
-            "handwritten" | "hand-written" => Ok(Engine::HandWritten),
-            "pipeline" => Ok(Engine::Pipeline),
-            "graph" => Ok(Engine::Graph),
-            "adaptive" => Ok(Engine::Adaptive),
-            "resident" => Ok(Engine::Resident),
-            o => Err(crate::invalid(
-                "demo",
-                format!(
-                    "unknown engine '{o}': expected handwritten, pipeline, graph, adaptive or \
-                     resident"
-                ),
-            )),
+            "hand-written" => Ok(Engine::HandWritten),
+            s => parse_name(s, "engine", &Engine::ALL, Engine::name),
         }
     }
 }

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::device::{Device, Stream};
+use super::names::parse_name;
 use super::pipeline::{first_error, Checker, RunOptions, Variant, Verification};
 use super::threads::run_threads;
 use super::watchdog::Watch;
@@ -108,16 +109,7 @@ impl GraphEdge {
 impl std::str::FromStr for GraphEdge {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
-        GraphEdge::ALL
-            .into_iter()
-            .find(|e| e.name() == s)
-            .ok_or_else(|| {
-                let names: Vec<_> = GraphEdge::ALL.iter().map(|e| e.name()).collect();
-                crate::invalid(
-                    "demo",
-                    format!("unknown edge '{s}': expected one of {}", names.join(", ")),
-                )
-            })
+        parse_name(s, "edge", &GraphEdge::ALL, GraphEdge::name)
     }
 }
 

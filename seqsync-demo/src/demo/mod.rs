@@ -57,6 +57,7 @@ mod dispatch;
 mod engine;
 mod graph_engine;
 mod measure;
+mod names;
 mod pipeline;
 mod pool_pipeline;
 mod processes;

@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use crate::demo::names::parse_name;
 use crate::demo::trace::HostSpans;
 use seqsync::{Error, Result};
 
@@ -124,16 +125,7 @@ impl DroppedWait {
 impl std::str::FromStr for DroppedWait {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
-        DroppedWait::ALL
-            .into_iter()
-            .find(|w| w.name() == s)
-            .ok_or_else(|| {
-                let names: Vec<_> = DroppedWait::ALL.iter().map(|w| w.name()).collect();
-                crate::invalid(
-                    "demo",
-                    format!("unknown wait '{s}': expected one of {}", names.join(", ")),
-                )
-            })
+        parse_name(s, "wait", &DroppedWait::ALL, DroppedWait::name)
     }
 }
 
