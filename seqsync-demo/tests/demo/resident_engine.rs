@@ -151,6 +151,18 @@ fn resident_engine_switches_are_checked() {
     });
     assert!(e.contains("--slots 0 is outside 1..="), "{e}");
     let e = invalid(DemoConfig {
+        slots: Some(1 << 20),
+        ..config()
+    });
+    assert!(e.contains("--slots 1048576 is outside 1..=65536"), "{e}");
+    // The drop switches are the host backend's, for the engines that have them.
+    let e = invalid(DemoConfig {
+        drop_edge: Some(GraphEdge::GroupWaits),
+        engine: Engine::HandWritten,
+        ..config()
+    });
+    assert!(e.contains("--drop-edge is a test switch for --engine graph, adaptive or resident on the host backend"), "{e}");
+    let e = invalid(DemoConfig {
         slots: Some(4),
         engine: Engine::Adaptive,
         ..config()
