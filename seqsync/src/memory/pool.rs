@@ -789,7 +789,7 @@ impl<B: MemoryBackend> Drop for Pool<B> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::host::HostBackend;
+    use crate::backend::{AnyBackend, BackendKind};
 
     /// A new stream for every block, each allocation waiting on the last free (on a stream
     /// gone since): every block is reused, and the clocks hold a few streams whatever the
@@ -797,12 +797,13 @@ mod tests {
     /// the streams before it: memory quadratic in the iterations).
     #[test]
     fn the_clocks_forget_streams_gone_and_keep_reusing_across_them() {
-        let host = HostBackend::new();
+        // The backend picked at run time (the host one here): this layer names none.
+        let host = AnyBackend::new(BackendKind::Host).unwrap();
         let pool = Pool::new(&host, "p", PoolConfig::default()).unwrap();
-        let mut last: Option<Point<HostBackend>> = None;
+        let mut last: Option<Point<AnyBackend>> = None;
         for i in 0..300 {
             let s = host.new_stream("s").unwrap();
-            let waits: Vec<Wait<'_, HostBackend>> = last.iter().map(Wait::Point).collect();
+            let waits: Vec<Wait<'_, AnyBackend>> = last.iter().map(Wait::Point).collect();
             let x = pool.alloc(&s, 256, &waits).unwrap().block;
             drop(waits);
             last = Some(pool.free(&s, x, &[]).unwrap());
