@@ -102,11 +102,11 @@ pub(crate) struct DemoArgs {
     /// merges over the same span.
     #[arg(long, value_name = "SPAN")]
     graph_span: Option<usize>,
-    /// --engine graph or adaptive: how graph nodes copy batches between host and device:
-    /// memcpy (copy nodes, the copy engines; the default from 1 MiB batches) or kernel (kernel
-    /// nodes reading and writing the pinned host buffers in place: cheaper to launch; the
-    /// default below 1 MiB). The device bound and the isolated latency take the faster of
-    /// both, whatever the engine's.
+    /// --engine graph, adaptive or resident: how batches are copied between host and device:
+    /// memcpy (the copy engines: copy nodes, or for resident copy streams around its kernel;
+    /// the default from 1 MiB batches) or kernel (kernels reading and writing the pinned host
+    /// buffers in place: cheaper to launch; the default below 1 MiB). The device bound and the
+    /// isolated latency take the faster of both, whatever the engine's.
     #[arg(long = "copy", value_parser = crate::parse::<CopyBy>)]
     copy_by: Option<CopyBy>,
     /// --engine adaptive: where a batch's arrival releases its launch: device (the launch is
@@ -128,8 +128,8 @@ pub(crate) struct DemoArgs {
     #[arg(long, value_name = "N")]
     process_threads: Option<usize>,
     /// --engine resident: slots of every buffer, host input and output batches included
-    /// (1..=65536; default: 32 at 64 KiB, as the inverse square root of the batch size, 8 to
-    /// 128).
+    /// (1..=65536; default: 16 at 256 KiB, as the inverse square root of the batch size, 8 to
+    /// 24).
     #[arg(long, value_name = "S")]
     slots: Option<usize>,
     /// Host output batches for --variant host-ring.

@@ -158,7 +158,7 @@ fn resident_kernel<D: Device>(bound: &D, nb: usize) -> Result<Option<DeviceBound
         let t = Instant::now();
         // Every batch has arrived: the kernel ends by itself after the last one.
         if bound
-            .launch_resident(&stream, &words, nb as i64, true)
+            .launch_resident(&stream, &words, nb as i64, true, CopyBy::Kernel)
             .is_err()
         {
             return Ok(None);
@@ -366,7 +366,7 @@ fn resident_latency<D: Device>(dev: &D, rounds: usize) -> Result<Option<f64>> {
     let stream = b.new_stream("s_isolated_resident")?;
     let total = ISOLATED_WARMUP + rounds;
     if dev
-        .launch_resident(&stream, &words, total as i64, true)
+        .launch_resident(&stream, &words, total as i64, true, CopyBy::Kernel)
         .is_err()
     {
         return Ok(None);

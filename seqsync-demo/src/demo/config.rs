@@ -65,8 +65,10 @@ pub struct DemoConfig {
     /// the device cost the bound counts.
     pub graph_span: Option<usize>,
     /// [`Engine::Graph`] and [`Engine::Adaptive`]: how graph nodes copy batches between host
-    /// and device (`None`: [`CopyBy::auto`], kernels below 1 MiB batches). The device bound
-    /// and the isolated latency take the faster of both, whatever the engine's.
+    /// and device; [`Engine::Resident`]: whether its kernel reads and writes the host slots in
+    /// place ([`CopyBy::Kernel`]) or device slots that copy streams fill and empty
+    /// ([`CopyBy::Memcpy`]). `None`: [`CopyBy::auto`], kernels below 1 MiB batches. The device
+    /// bound and the isolated latency take the faster of both, whatever the engine's.
     pub copy_by: Option<CopyBy>,
     /// [`Engine::Adaptive`]: where a batch's arrival releases its launch (`None`: on the
     /// device, [`Release::Device`], for batches below 1 MiB where the timelines' mechanism
@@ -80,8 +82,8 @@ pub struct DemoConfig {
     /// threads, 1 to 4).
     pub process_threads: Option<usize>,
     /// [`Engine::Resident`]: slots of every buffer, host input and output batches included
-    /// (`None`: [`auto_resident_slots`](super::auto_resident_slots): 32 at 64 KiB, as the
-    /// inverse square root of the batch size, 8 to 128).
+    /// (`None`: [`auto_resident_slots`](super::auto_resident_slots): 16 at 256 KiB, as the
+    /// inverse square root of the batch size, 8 to 24).
     pub slots: Option<usize>,
     /// Test only, [`Engine::Graph`] on the host backend: leave one edge out of every batch's
     /// body (verification must then fail).

@@ -93,6 +93,48 @@ fn resident_tile(n: usize) -> u64 {
     ((n / 4).clamp(4096, 16384) / 4 * 4) as u64
 }
 
+/// A test switch that only the host backend takes (there a left-out ordering shows as a wrong
+/// batch, where on a GPU it could read memory being written).
+fn host_only_switch(what: &str) -> Error {
+    crate::invalid(
+        "demo",
+        format!("leaving out {what} is a test switch for the host backend"),
+    )
+}
+
+/// `cuStreamWriteValue64` of `value` to the word at byte `offset` of `words` (pinned, at its
+/// host address: unified addressing), after everything enqueued on `s` before it (the default
+/// memory barrier).
+fn stream_write_word(
+    s: &Arc<CudaStream>,
+    words: &ResidentWords,
+    offset: usize,
+    value: u64,
+) -> Result<()> {
+    let at = words.address() + offset as u64;
+    // SAFETY: `at` is an 8-aligned u64 inside the words' pinned allocation (`offsets`), which
+    // the caller keeps alive until `s` is synchronized; flags 0: with a memory barrier.
+    unsafe { sys::cuStreamWriteValue64_v2(s.cu_stream(), at, value, 0) }
+        .result()
+        .map_err(|e| seqsync::internal::backend::cuda::driver_error("cuStreamWriteValue64", e))
+}
+
+/// `cuStreamWaitValue64` (`GEQ`): what is enqueued on `s` after it runs once the word at byte
+/// `offset` of `words` is at least `value`.
+fn stream_wait_word(
+    s: &Arc<CudaStream>,
+    words: &ResidentWords,
+    offset: usize,
+    value: u64,
+) -> Result<()> {
+    let at = words.address() + offset as u64;
+    let geq = sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32;
+    // SAFETY: as in `stream_write_word`; the wait only reads the word.
+    unsafe { sys::cuStreamWaitValue64_v2(s.cu_stream(), at, value, geq) }
+        .result()
+        .map_err(|e| seqsync::internal::backend::cuda::driver_error("cuStreamWaitValue64", e))
+}
+
 fn launch_error(e: seqsync::cudarc::driver::DriverError) -> Error {
     seqsync::internal::backend::cuda::driver_error("cuLaunchKernel", e)
 }
@@ -465,16 +507,12 @@ impl Device for CudaDevice {
         words: &Arc<ResidentWords>,
         batches: i64,
         arrival_wait: bool,
+        copies: CopyBy,
     ) -> Result<()> {
         let l = &self.layout;
         let slots = words.slots();
         if !arrival_wait {
-            return Err(crate::invalid(
-                "demo",
-                "leaving out the resident kernel's wait for arrivals is a test switch for the \
-                 host backend"
-                    .to_string(),
-            ));
+            return Err(host_only_switch("the resident kernel's wait for arrivals"));
         }
         if !self.unified {
             return Err(no_unified_addressing("--engine resident"));
@@ -485,10 +523,15 @@ impl Device for CudaDevice {
                 format!("the resident kernel's {slots} slots do not fit this device's buffers"),
             ));
         }
-        let (hin, hout) = (
-            self.pinned_at(&self.hin, 0, slots),
-            self.pinned_at(&self.hout, 0, slots),
-        );
+        // Where the kernel reads and writes: the host slots in place, or the device's, which
+        // the copy streams fill and empty (resident_copy_in, resident_copy_out).
+        let (hin, hout) = match copies {
+            CopyBy::Kernel => (
+                self.pinned_at(&self.hin, 0, slots),
+                self.pinned_at(&self.hout, 0, slots),
+            ),
+            CopyBy::Memcpy => (self.at(&self.d_in, 0, slots), self.at(&self.out, 0, slots)),
+        };
         let (n, k, tile) = (l.n as u64, l.intensity, resident_tile(l.n));
         let (slots_u, batches_u) = (slots as u64, batches.max(0) as u64);
         let (ctl, dev_words) = (words.address(), words.device_words());
@@ -520,13 +563,47 @@ impl Device for CudaDevice {
             shared_mem_bytes: 0,
         };
         // SAFETY: resident_kernel(const u32*, u32*, u64, u32, u64, u64, u64, volatile u64*,
-        // u64*) reads host inputs and writes host outputs of `slots` slots of n u32s (pinned,
-        // in range: pinned_at), and the words (live until the stream is synchronized: the
-        // caller). The caller's protocol keeps the host off a slot while the kernel may use it:
-        // a batch's input is written before its arrival is signalled and not again until the
-        // batch `slots` later is due (after this one was checked, hence done), and its output
-        // is read only after its done word.
+        // u64*) reads inputs and writes outputs of `slots` slots of n u32s (pinned host slots,
+        // in range: pinned_at; or device slots, in range: at), and the words (live until the
+        // stream is synchronized: the caller). The caller's protocol keeps the host and the
+        // copies off a slot while the kernel may use it: a batch's input is written (and
+        // copied in) before its arrival is signalled and not again until the batch `slots`
+        // later is due (after this one was checked, hence done and copied out), and its output
+        // is read (or copied out) only after its done word.
         unsafe { b.launch(grid) }.map(|_| ()).map_err(launch_error)
+    }
+    fn resident_copy_in(
+        &self,
+        s: &Arc<CudaStream>,
+        words: &Arc<ResidentWords>,
+        seq: i64,
+        signal: bool,
+    ) -> Result<()> {
+        let slot = self.layout.resident_slot(words.slots(), seq)?;
+        if !signal {
+            return Err(host_only_switch("the copy-in's arrival write"));
+        }
+        self.memcpy_in(slot, slot, 1).enqueue(&self.backend, s)?;
+        let (arrived, _, _) = words.offsets(slot);
+        // The copy before the arrival: a write with the default memory barrier.
+        stream_write_word(s, words, arrived, seq as u64 + 1)
+    }
+    fn resident_copy_out(
+        &self,
+        s: &Arc<CudaStream>,
+        words: &Arc<ResidentWords>,
+        seq: i64,
+        wait: bool,
+    ) -> Result<()> {
+        let slot = self.layout.resident_slot(words.slots(), seq)?;
+        if !wait {
+            return Err(host_only_switch("the copy-out's wait for the kernel"));
+        }
+        let (_, done, copied) = words.offsets(slot);
+        self.bind()?;
+        stream_wait_word(s, words, done, seq as u64 + 1)?;
+        self.memcpy_out(slot, slot, 1).enqueue(&self.backend, s)?;
+        stream_write_word(s, words, copied, seq as u64 + 1)
     }
     fn check_output(&self, hout: usize, seq: i64) -> bool {
         let at = self.host_at(&self.hout, hout);

@@ -59,6 +59,28 @@ impl Layout {
         }
     }
 
+    /// The slot of batch `seq` of a resident kernel over `slots` slots, checked against these
+    /// buffers (every one has at least `slots` slots; `seq` is not negative).
+    pub(crate) fn resident_slot(&self, slots: usize, seq: i64) -> Result<usize> {
+        let fits = [
+            self.nin,
+            self.nx,
+            self.ny,
+            self.nout,
+            self.npatterns,
+            self.nhout,
+        ]
+        .iter()
+        .all(|&n| n >= slots);
+        if slots == 0 || !fits || seq < 0 {
+            return Err(crate::invalid(
+                "demo",
+                format!("batch {seq} of a resident kernel over {slots} slots does not fit this device's buffers"),
+            ));
+        }
+        Ok(seq as usize % slots)
+    }
+
     /// `(nin, nx, ny, nout, npatterns)` as seq lags: how far behind a slot's previous user is.
     pub(crate) fn lags(&self) -> (i64, i64, i64, i64, i64) {
         let lag = |n: usize| n as i64;
@@ -243,21 +265,54 @@ pub(crate) trait Device: Send + Sync + 'static {
 
     /// The resident engine's shared words for a kernel over `slots` slots (zeroed).
     fn resident_words(&self, slots: usize) -> Result<ResidentWords>;
-    /// Launch the resident kernel on `s` for batches `0..batches`: batch `seq` is read from
-    /// host input `seq % slots` once `words.arrived() > seq`, computed (copy in, f, g, h, copy
-    /// out) into host output `seq % slots`, then `words.done(seq % slots)` is `seq + 1`; it
-    /// ends after the last batch or on `words.stop()`. Returns once launched. `arrival_wait`
-    /// false (a test switch, host backend only) leaves the wait for the arrival out.
+    /// Launch the resident kernel on `s` for batches `0..batches`: batch `seq` is read once
+    /// `words.arrived() > seq`, computed (f, g, h) and written, then `words.done(seq % slots)`
+    /// is `seq + 1`; it ends after the last batch or on `words.stop()`. Returns once launched.
+    /// With `copies` [`CopyBy::Kernel`] it reads host input `seq % slots` and writes host
+    /// output `seq % slots` in place; with [`CopyBy::Memcpy`] it reads and writes the device's
+    /// input and output slot `seq % slots`, which [`resident_copy_in`](Self::resident_copy_in)
+    /// and [`resident_copy_out`](Self::resident_copy_out) copy by the copy engines.
+    /// `arrival_wait` false (a test switch, host backend only) leaves the wait for the arrival
+    /// out.
     ///
     /// The caller keeps `words` alive until `s` was synchronized, fills batch `seq` in only
     /// once the batch `slots` before it was checked, and reads an output only once its done
-    /// word says so.
+    /// (in place) or copied (copy engines) word says so.
     fn launch_resident(
         &self,
         s: &Stream<Self>,
         words: &Arc<ResidentWords>,
         batches: i64,
         arrival_wait: bool,
+        copies: CopyBy,
+    ) -> Result<()>;
+    /// For a resident kernel launched with [`CopyBy::Memcpy`]: enqueue on `s` the copy of host
+    /// input `seq % slots` into the device's input slot, then (with `signal`) the write
+    /// `arrived = seq + 1` after it. `signal` false (a test switch, host backend only) leaves
+    /// the write out: the caller stores the arrival itself, not ordered after the copy.
+    ///
+    /// The caller keeps `words` alive until `s` was synchronized, and the host input slot
+    /// unchanged until then or until the batch was processed.
+    fn resident_copy_in(
+        &self,
+        s: &Stream<Self>,
+        words: &Arc<ResidentWords>,
+        seq: i64,
+        signal: bool,
+    ) -> Result<()>;
+    /// For a resident kernel launched with [`CopyBy::Memcpy`]: enqueue on `s` (with `wait`) a
+    /// wait until `words.done(seq % slots) > seq`, then the copy of the device's output slot
+    /// into host output `seq % slots`, then the write `copied = seq + 1` after it. `wait`
+    /// false (a test switch, host backend only) leaves the wait out.
+    ///
+    /// The caller keeps `words` alive until `s` was synchronized; once the kernel ended,
+    /// [`ResidentWords::release_done`] releases waits for batches it never finished.
+    fn resident_copy_out(
+        &self,
+        s: &Stream<Self>,
+        words: &Arc<ResidentWords>,
+        seq: i64,
+        wait: bool,
     ) -> Result<()>;
 
     /// With chaos on (host), sleep a random time.
@@ -584,6 +639,7 @@ impl Device for HostDevice {
         words: &Arc<ResidentWords>,
         batches: i64,
         arrival_wait: bool,
+        copies: CopyBy,
     ) -> Result<()> {
         let l = self.layout;
         let slots = words.slots();
@@ -603,8 +659,10 @@ impl Device for HostDevice {
             l.intensity,
             self.backend.clone(),
         );
+        let in_place = copies == CopyBy::Kernel;
         // The host backend's resident kernel: one thread (the stream's) takes each batch in
-        // turn, the whole batch a tile, through the same buffers as the other engines.
+        // turn, the whole batch a tile, through the same buffers as the other engines (the
+        // host slots copied in and out here, or by the copy streams).
         s.launch(move || {
             for seq in 0..batches {
                 let slot = seq as usize % slots;
@@ -614,7 +672,9 @@ impl Device for HostDevice {
                     return;
                 }
                 backend.chaos_pause();
-                lock(&b.d_in[slot]).copy_from_slice(&lock(&b.hin[slot]));
+                if in_place {
+                    lock(&b.d_in[slot]).copy_from_slice(&lock(&b.hin[slot]));
+                }
                 for (x, &v) in lock(&b.x[slot]).iter_mut().zip(lock(&b.d_in[slot]).iter()) {
                     *x = workload::f_elem(v, k);
                 }
@@ -628,9 +688,50 @@ impl Device for HostDevice {
                         *o = workload::h_elem(xv, yv, k);
                     }
                 }
-                lock(&b.hout[slot]).copy_from_slice(&lock(&b.out[slot]));
+                if in_place {
+                    lock(&b.hout[slot]).copy_from_slice(&lock(&b.out[slot]));
+                }
                 w.set_done(slot, seq as u64 + 1);
             }
+        });
+        Ok(())
+    }
+    fn resident_copy_in(
+        &self,
+        s: &HostStream,
+        words: &Arc<ResidentWords>,
+        seq: i64,
+        signal: bool,
+    ) -> Result<()> {
+        let slot = self.layout.resident_slot(words.slots(), seq)?;
+        let (w, b, backend) = (words.clone(), self.bufs.clone(), self.backend.clone());
+        s.launch(move || {
+            backend.chaos_pause();
+            lock(&b.d_in[slot]).copy_from_slice(&lock(&b.hin[slot]));
+            if signal {
+                w.arrive(seq as u64 + 1);
+            }
+        });
+        Ok(())
+    }
+    fn resident_copy_out(
+        &self,
+        s: &HostStream,
+        words: &Arc<ResidentWords>,
+        seq: i64,
+        wait: bool,
+    ) -> Result<()> {
+        let slot = self.layout.resident_slot(words.slots(), seq)?;
+        let (w, b, backend) = (words.clone(), self.bufs.clone(), self.backend.clone());
+        s.launch(move || {
+            // As a stream's wait on a word: until it holds (`release_done` ends it at the
+            // latest).
+            if wait {
+                poll(|| w.done(slot) > seq as u64, || false);
+            }
+            backend.chaos_pause();
+            lock(&b.hout[slot]).copy_from_slice(&lock(&b.out[slot]));
+            w.set_copied(slot, seq as u64 + 1);
         });
         Ok(())
     }

@@ -102,8 +102,9 @@ pub(crate) fn resolve(config: &DemoConfig) -> Result<(DemoConfig, BackendKind, L
         },
         intensity: config.intensity,
         verify_samples: config.verify_samples,
-        // The graph engines' node copies (the others copy on streams, by the copy engines).
-        copy_by: match config.engine.uses_graphs() {
+        // The graph engines' node copies and the resident kernel's (the others copy on
+        // streams, by the copy engines).
+        copy_by: match config.engine.chooses_copies() {
             true => config.copy_by.unwrap_or_else(|| CopyBy::auto(batch_bytes)),
             false => CopyBy::Memcpy,
         },

@@ -73,6 +73,13 @@ impl Engine {
         self.uses_graphs() || self == Engine::Resident
     }
 
+    /// Copies batches between host and device as told (`--copy`, [`CopyBy`](super::CopyBy)):
+    /// the graph engines in their nodes, [`Engine::Resident`] in its kernel (in place) or on
+    /// copy streams.
+    pub fn chooses_copies(self) -> bool {
+        matches!(self, Engine::Graph | Engine::Adaptive | Engine::Resident)
+    }
+
     /// Checks batches on process_data worker threads (`--process-threads`).
     pub fn has_process_threads(self) -> bool {
         matches!(self, Engine::Adaptive | Engine::Resident)

@@ -53,7 +53,8 @@ pub fn auto_graph_batches(batch_bytes: usize) -> usize {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum GraphEdge {
-    /// f after the h2g copy.
+    /// f after the h2g copy; [`Engine::Resident`](super::Engine::Resident) copying on streams:
+    /// the arrival written after the copy in (dropped: get_data stores it at once).
     CopyInF,
     /// g after the h2g copy.
     CopyInG,
@@ -61,7 +62,8 @@ pub enum GraphEdge {
     FH,
     /// h after g.
     GH,
-    /// The g2h copy after h.
+    /// The g2h copy after h; [`Engine::Resident`](super::Engine::Resident) copying on streams:
+    /// the copy out's wait for the kernel's `done`.
     HCopyOut,
     /// Between graphs: the h2g thread's waits before reusing a slot group (the graph ring at
     /// lag [`DEPTH`], which then has one consumer, and the `processed` counter);

@@ -222,7 +222,10 @@ pub(super) fn run_on<D: Device>(
         pool: pool_stats.into_inner().unwrap_or_else(|e| e.into_inner()),
         graph_batches,
         graph_span,
-        copy_by: config.engine.uses_graphs().then_some(dev.layout().copy_by),
+        copy_by: config
+            .engine
+            .chooses_copies()
+            .then_some(dev.layout().copy_by),
         batches_per_launch: launches
             .into_inner()
             .unwrap_or_else(|e| e.into_inner())

@@ -13,28 +13,42 @@
 //! counts a batch's last tile sets `done[s % S] = s + 1`. The words are
 //! [`ResidentWords`](super::resident_words::ResidentWords).
 //!
+//! With copies by the copy engines ([`CopyBy::Memcpy`], the default from 1 MiB batches, where
+//! they move more than the kernel's zero-copy reads and writes) the kernel reads and writes the
+//! device's input and output slot `s % S` instead, and two streams move the batches: on the
+//! copy-in stream, the copy of host input slot `s % S` to the device's, then the stream's write
+//! of `arrived = s + 1`; on the copy-out stream, a wait until `done[s % S] > s`, the copy of
+//! the device's output slot to the host's, then the write `copied[s % S] = s + 1`.
+//!
 //! The host threads:
 //!
 //! - get_data (on the run's first thread): once the workers are up (the source starts then,
 //!   `--rate` arrivals counted from there), for each batch, wait until the batch `S` before it
 //!   was processed (its input and output slots are free), wait for its arrival (`--rate`), fill
-//!   its input in, then `arrived = s + 1`.
+//!   its input in, then `arrived = s + 1` (or enqueue its copy in, then its copy out).
 //! - process_data ([`ProcessWorkers`], `--process-threads`): a worker takes the next seq, polls
-//!   `done[s % S]` until it reaches `s + 1`, checks the batch, and reports it; batches are
-//!   reported processed (the `processed` timeline get_data waits on) in seq order.
+//!   `done[s % S]` (or `copied[s % S]`) until it reaches `s + 1`, checks the batch, and reports
+//!   it; batches are reported processed (the `processed` timeline get_data waits on) in seq
+//!   order.
 //!
 //! So the only orderings are: arrival before the kernel reads a batch (the kernel's wait on
-//! `arrived`), the kernel's writes before the check (the worker's wait on `done`), and the check
-//! of batch `s - S` before batch `s` overwrites its slots (get_data's wait on `processed`, which
-//! precedes the arrival the kernel waits for). Each can be dropped by a test switch
-//! ([`GraphEdge::ArrivalWait`], [`GraphEdge::GroupWaits`], [`GraphEdge::ProcessedInOrder`]),
-//! and verification must then fail.
+//! `arrived`; on streams, the arrival written after the copy in), the kernel's writes before
+//! the check (the worker's wait on `done`; on streams, the copy out's wait on `done` and the
+//! worker's on `copied`), and the check of batch `s - S` before batch `s` overwrites its slots
+//! (get_data's wait on `processed`, which precedes the arrival the kernel waits for). Each can
+//! be dropped by a test switch ([`GraphEdge::ArrivalWait`], [`GraphEdge::CopyInF`],
+//! [`GraphEdge::HCopyOut`], [`GraphEdge::GroupWaits`], [`GraphEdge::ProcessedInOrder`]), and
+//! verification must then fail.
 //!
 //! The kernel ends once every batch was taken, or on `stop` (a thread failed, or the run
-//! ended): the engine sets `stop` on every path before it synchronizes the kernel's stream.
+//! ended): the engine sets `stop` on every path before it synchronizes the kernel's stream,
+//! then raises the `done` words of batches the kernel never finished
+//! ([`ResidentWords::release_done`](super::resident_words::ResidentWords::release_done)), so
+//! that no copy out waits for ever, before it synchronizes the copy streams.
 
 use std::time::{Duration, Instant};
 
+use super::copy_by::CopyBy;
 use super::device::Device;
 use super::graph_engine::GraphEdge;
 use super::pipeline::{first_error, stopped, Checker, ProcessWorkers};
@@ -46,22 +60,24 @@ use seqsync::backend::Backend;
 use seqsync::timeline::Timeline;
 use seqsync::{Error, Result};
 
-/// Slots at 64 KiB batches when not told ([`auto_slots`]) ...
-const AUTO_SLOTS_AT_64K: f64 = 32.0;
+/// Slots at 256 KiB batches when not told ([`auto_slots`]) ...
+const AUTO_SLOTS_AT_256K: f64 = 16.0;
 
-/// ... at least this many (a batch being filled, some on the device, one being checked) ...
+/// ... at least this many (a batch being filled or copied in, some on the device, one being
+/// copied out or checked) ...
 const MIN_AUTO_SLOTS: usize = 8;
 
 /// ... and at most this many.
-const MAX_AUTO_SLOTS: usize = 128;
+const MAX_AUTO_SLOTS: usize = 24;
 
-/// Slots for batches of `batch_bytes` when not told: 32 at 64 KiB, inversely as the square root
-/// of the batch size (16 at 256 KiB, 8 at 1 MiB), 8 to 128. A saturated closed loop keeps every
-/// slot full, so its latency is the slots over the throughput (Little's law): these are the
-/// fewest slots that held the throughput at 64 KiB, 256 KiB and 1 MiB in the H100 scan
-/// (BENCHMARKS.md §13, the resident engine); twice as many added latency and little else.
+/// Slots for batches of `batch_bytes` when not told: 16 at 256 KiB, inversely as the square
+/// root of the batch size (8 from 1 MiB), 8 to 24 (24 at 64 KiB and below). A saturated closed
+/// loop keeps every slot full, so its latency is the slots over the throughput (Little's law):
+/// in the H100 scans (BENCHMARKS.md §13, the resident engine) 16 slots held the throughput at
+/// 256 KiB and 8 at 1 MiB, while at 64 KiB 32 slots gave up to a fifth more throughput than 16
+/// at twice the p99: 24 is between.
 pub fn auto_slots(batch_bytes: usize) -> usize {
-    let at = AUTO_SLOTS_AT_64K * (65536.0 / batch_bytes.max(1) as f64).sqrt();
+    let at = AUTO_SLOTS_AT_256K * (262144.0 / batch_bytes.max(1) as f64).sqrt();
     (at.round() as usize).clamp(MIN_AUTO_SLOTS, MAX_AUTO_SLOTS)
 }
 
@@ -87,11 +103,19 @@ pub(crate) fn run<D: Device>(
     let batches = opt.batches;
     let words = std::sync::Arc::new(dev.resident_words(slots)?);
     let stream = b.new_stream("s_resident")?;
+    // Copies by the copy engines: a stream for the copies in (each followed by its arrival)
+    // and one for the copies out (each after a wait for its batch's done word).
+    let copies = l.copy_by;
+    let staged = match copies {
+        CopyBy::Kernel => None,
+        CopyBy::Memcpy => Some((b.new_stream("s_copy_in")?, b.new_stream("s_copy_out")?)),
+    };
     let processed = Timeline::new(b, "processed", 0)?;
     let workers =
         ProcessWorkers::new(b, batches, slots, drop != Some(GraphEdge::ProcessedInOrder))?;
     let checker_owned = Checker::paced(batches, opt.rate);
     let (checker, workers, processed, words_ref) = (&checker_owned, &workers, &processed, &*words);
+    let (words_arc, staged_ref) = (&words, &staged);
     let waits = drop != Some(GraphEdge::GroupWaits);
     let threads = process_threads.max(1);
     let s_total = slots as i64;
@@ -101,6 +125,7 @@ pub(crate) fn run<D: Device>(
         &words,
         batches,
         drop != Some(GraphEdge::ArrivalWait),
+        copies,
     )?;
     let get_data = move || -> (Result<()>, ()) {
         let r = (|| -> Result<()> {
@@ -123,16 +148,34 @@ pub(crate) fn run<D: Device>(
                 checker.wait_arrival(s);
                 dev.fill_input(s);
                 checker.issued(s);
-                words_ref.arrive(s as u64 + 1);
+                match staged_ref {
+                    None => words_ref.arrive(s as u64 + 1),
+                    Some((copy_in, copy_out)) => {
+                        let signal = drop != Some(GraphEdge::CopyInF);
+                        dev.resident_copy_in(copy_in, words_arc, s, signal)?;
+                        if !signal {
+                            // The test switch: an arrival not ordered after its copy.
+                            words_ref.arrive(s as u64 + 1);
+                        }
+                        let wait = drop != Some(GraphEdge::HCopyOut);
+                        dev.resident_copy_out(copy_out, words_arc, s, wait)?;
+                        words_ref.arrivals_enqueued(s as u64 + 1);
+                    }
+                }
             }
             Ok(())
         })();
         (r, ())
     };
-    // A worker's wait for its batch: the kernel's `done` for its slot.
+    // A worker's wait for its batch: the kernel's `done` for its slot, or with copies by the
+    // copy engines the copy-out's `copied`.
     let landed = move |seq: i64| -> Result<()> {
         let slot = (seq % s_total) as usize;
-        if poll(|| words_ref.done(slot) > seq as u64, || words_ref.stopped()) {
+        let word = |slot| match staged_ref {
+            None => words_ref.done(slot),
+            Some(_) => words_ref.copied(slot),
+        };
+        if poll(|| word(slot) > seq as u64, || words_ref.stopped()) {
             workers.phases().landed(seq..seq + 1, checker.now_ns());
             Ok(())
         } else {
@@ -161,9 +204,18 @@ pub(crate) fn run<D: Device>(
         &stop,
         &Watch::run(checker, &l),
     );
-    // Every path: the kernel ends (it has taken every batch already after a complete run).
+    // Every path: the kernel ends (it has taken every batch already after a complete run),
+    // then the copies out waiting for batches it never finished are let go.
     words.stop();
-    let synced = b.synchronize_stream(&stream);
+    let mut synced = b.synchronize_stream(&stream);
+    if let Some((copy_in, copy_out)) = &staged {
+        // The kernel's stream returned (ended, or failed): nothing writes `done` any more.
+        words.release_done(batches.max(0) as u64);
+        let copied = b
+            .synchronize_stream(copy_in)
+            .and(b.synchronize_stream(copy_out));
+        synced = synced.and(copied);
+    }
     let wall = start.elapsed();
     first_error(results)?;
     synced?;
@@ -185,7 +237,8 @@ mod tests {
         let b = dev.backend();
         let words = std::sync::Arc::new(dev.resident_words(slots).unwrap());
         let stream = b.new_stream("s").unwrap();
-        dev.launch_resident(&stream, &words, 10, true).unwrap();
+        dev.launch_resident(&stream, &words, 10, true, CopyBy::Kernel)
+            .unwrap();
         for seq in 0..3 {
             dev.fill_input(seq);
         }
@@ -207,13 +260,14 @@ mod tests {
     }
 
     #[test]
-    fn the_automatic_slots_fall_as_the_square_root_of_the_batch_within_8_and_128() {
-        assert_eq!(auto_slots(64 << 10), 32);
+    fn the_automatic_slots_fall_as_the_square_root_of_the_batch_within_8_and_24() {
         assert_eq!(auto_slots(256 << 10), 16);
+        assert_eq!(auto_slots(128 << 10), 23);
+        assert_eq!(auto_slots(64 << 10), 24);
         assert_eq!(auto_slots(1 << 20), 8);
+        assert_eq!(auto_slots(512 << 10), 11);
         assert_eq!(auto_slots(64 << 20), 8);
-        assert_eq!(auto_slots(16 << 10), 64);
-        assert_eq!(auto_slots(64), 128);
-        assert_eq!(auto_slots(0), 128);
+        assert_eq!(auto_slots(64), 24);
+        assert_eq!(auto_slots(0), 24);
     }
 }

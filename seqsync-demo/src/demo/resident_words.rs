@@ -6,9 +6,13 @@
 //! |---|---|---|---|
 //! | `arrived` | get_data, after filling a batch in | the kernel (one block polls it, the others a copy in device memory) | batches `0..arrived` are in their host input slots |
 //! | `stop` | the run's stop, and the engine once its threads ended | the kernel, while it waits for a batch that has not arrived | end now: nothing more will arrive |
-//! | `done[slot]` | the kernel, once every tile of a batch in that slot was written | the process_data thread that took the batch | `1 +` the newest batch complete in `slot` |
+//! | `done[slot]` | the kernel, once every tile of a batch in that slot was written | the process_data thread that took the batch (copies in place), or the copy-out stream's wait (copies by the copy engines) | `1 +` the newest batch complete in `slot` |
+//! | `copied[slot]` | the copy-out stream, after copying a batch's output to its host slot (copies by the copy engines) | the process_data thread that took the batch | `1 +` the newest batch in host output `slot` |
 //!
-//! One set per kernel launch: a `done` word only grows, from zero.
+//! With copies by the copy engines ([`CopyBy::Memcpy`](super::CopyBy::Memcpy)) `arrived` is
+//! written by the copy-in stream after each copy, not by the host.
+//!
+//! One set per kernel launch: a `done` or `copied` word only grows, from zero.
 
 use std::any::Any;
 use std::ptr::NonNull;
@@ -19,6 +23,8 @@ use std::time::{Duration, Instant};
 const ARRIVED: usize = 0;
 const STOP: usize = 1;
 const DONE: usize = 2;
+/// `copied[slot]` is word `DONE + slots + slot`.
+const COPIED_AFTER_DONE: usize = 1;
 
 /// Where the words live.
 enum Storage {
@@ -55,7 +61,7 @@ unsafe impl Sync for ResidentWords {}
 impl ResidentWords {
     /// u64 words for `slots` slots.
     pub(crate) fn len_for(slots: usize) -> usize {
-        DONE + slots
+        DONE + (1 + COPIED_AFTER_DONE) * slots
     }
 
     /// Words in host memory (the host backend's kernel is a host thread).
@@ -151,6 +157,13 @@ impl ResidentWords {
     /// get_data: batches `0..n` are in place (after their inputs were written).
     pub(crate) fn arrive(&self, n: u64) {
         self.word(ARRIVED).store(n, Ordering::Release);
+        self.arrivals_enqueued(n);
+    }
+
+    /// get_data, with copies by the copy engines: the arrivals of batches `0..n` are enqueued
+    /// (a stream writes them after their copies, with no wait for the host before): once they
+    /// cover every batch the kernel no longer waits for the host.
+    pub(crate) fn arrivals_enqueued(&self, n: u64) {
         if n >= self.release_at.load(Ordering::Relaxed) {
             self.release();
         }
@@ -168,12 +181,66 @@ impl ResidentWords {
 
     /// `1 +` the newest batch complete in `slot` (0: none yet).
     pub(crate) fn done(&self, slot: usize) -> u64 {
-        self.word(DONE + slot).load(Ordering::Acquire)
+        self.word(self.done_index(slot)).load(Ordering::Acquire)
     }
 
     /// The host backend's kernel: batch `n - 1` in `slot` is complete.
     pub(crate) fn set_done(&self, slot: usize, n: u64) {
-        self.word(DONE + slot).store(n, Ordering::Release);
+        self.word(self.done_index(slot)).store(n, Ordering::Release);
+    }
+
+    /// `1 +` the newest batch copied to host output `slot` (0: none yet); copies by the copy
+    /// engines only.
+    pub(crate) fn copied(&self, slot: usize) -> u64 {
+        self.word(self.copied_index(slot)).load(Ordering::Acquire)
+    }
+
+    /// The host backend's copy-out stream: batch `n - 1` is in host output `slot`.
+    pub(crate) fn set_copied(&self, slot: usize, n: u64) {
+        self.word(self.copied_index(slot))
+            .store(n, Ordering::Release);
+    }
+
+    fn done_index(&self, slot: usize) -> usize {
+        assert!(
+            slot < self.slots,
+            "slot {slot} out of bounds: {} slots",
+            self.slots
+        );
+        DONE + slot
+    }
+
+    fn copied_index(&self, slot: usize) -> usize {
+        self.done_index(slot) + self.slots
+    }
+
+    /// The byte offsets from [`address`](Self::address) of `arrived`, `done[slot]` and
+    /// `copied[slot]`: where streams write and wait.
+    pub(crate) fn offsets(&self, slot: usize) -> (usize, usize, usize) {
+        assert!(
+            slot < self.slots,
+            "slot {slot} out of bounds: {} slots",
+            self.slots
+        );
+        (
+            8 * ARRIVED,
+            8 * self.done_index(slot),
+            8 * self.copied_index(slot),
+        )
+    }
+
+    /// Once the kernel ended (its stream synchronized): raise every `done` word to what the
+    /// batches `0..batches` would have left, so that no copy-out still waiting for a batch
+    /// the kernel never finished (it stopped first) waits for ever. What such a copy then
+    /// copies is not a result: the run stopped.
+    pub(crate) fn release_done(&self, batches: u64) {
+        let slots = self.slots as u64;
+        for slot in 0..slots.min(batches) {
+            // The newest batch of this slot below `batches`, plus one.
+            let last = batches - 1 - (batches - 1 - slot) % slots;
+            self.word(self.done_index(slot as usize))
+                .fetch_max(last + 1, Ordering::AcqRel);
+        }
     }
 }
 
@@ -217,8 +284,15 @@ mod tests {
         assert!((0..3).all(|s| w.done(s) == 0));
         w.arrive(5);
         w.set_done(2, 3);
+        w.set_copied(1, 2);
         w.stop();
         assert_eq!((w.arrived(), w.done(2), w.done(1)), (5, 3, 0));
+        assert_eq!(
+            (w.copied(1), w.copied(2), w.done(1)),
+            (2, 0, 0),
+            "copied apart from done"
+        );
+        assert_eq!(w.offsets(1), (0, 8 * 3, 8 * 6));
         assert!(w.stopped());
         assert_eq!(w.device_words(), 0);
         // The address is the first word's: the kernel's ctl[0].
@@ -229,6 +303,28 @@ mod tests {
     #[should_panic(expected = "out of bounds")]
     fn a_slot_past_the_words_panics_rather_than_reading_past_them() {
         ResidentWords::on_host(2).done(2);
+    }
+
+    #[test]
+    #[should_panic(expected = "out of bounds")]
+    fn a_copied_slot_past_the_words_panics_rather_than_reading_another_word() {
+        // Word DONE + 2 + 2 exists (the words end at DONE + 4): the check is on the slot.
+        ResidentWords::on_host(3).copied(3);
+    }
+
+    #[test]
+    fn releasing_done_raises_each_slot_to_its_last_batch_and_lowers_none() {
+        let w = ResidentWords::on_host(3);
+        w.set_done(0, 7);
+        w.release_done(6);
+        // Batches 0..6: slot 0 ends with 3 (already past it: 7 stays), slot 1 with 4, slot 2
+        // with 5.
+        assert_eq!((w.done(0), w.done(1), w.done(2)), (7, 5, 6));
+        let w = ResidentWords::on_host(4);
+        w.release_done(2);
+        assert_eq!((w.done(0), w.done(1), w.done(2), w.done(3)), (1, 2, 0, 0));
+        w.release_done(0);
+        assert_eq!(w.done(2), 0);
     }
 
     #[test]

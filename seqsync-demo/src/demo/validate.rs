@@ -4,7 +4,7 @@
 use seqsync::backend::BackendKind;
 use seqsync::{Error, Result};
 
-use super::{graph_engine, workload, DemoConfig, Engine, GraphEdge, Release, Variant};
+use super::{graph_engine, workload, CopyBy, DemoConfig, Engine, GraphEdge, Release, Variant};
 
 pub(super) fn invalid(msg: String) -> Error {
     crate::invalid("demo", msg)
@@ -37,8 +37,10 @@ impl DemoConfig {
                 )));
             }
         }
-        if self.copy_by.is_some() && !self.engine.uses_graphs() {
-            return Err(invalid("--copy needs --engine graph or adaptive".into()));
+        if self.copy_by.is_some() && !self.engine.chooses_copies() {
+            return Err(invalid(
+                "--copy needs --engine graph, adaptive or resident".into(),
+            ));
         }
         if let Some(span) = self.graph_span {
             if self.engine != Engine::Adaptive {
@@ -145,23 +147,28 @@ impl DemoConfig {
                     .into(),
             ));
         }
-        if self.engine == Engine::Resident
-            && matches!(
-                self.drop_edge,
-                Some(
-                    GraphEdge::CopyInF
-                        | GraphEdge::CopyInG
-                        | GraphEdge::FH
-                        | GraphEdge::GH
-                        | GraphEdge::HCopyOut
-                )
-            )
-        {
-            return Err(invalid(
-                "--engine resident runs a batch's stages in one thread, one after the other: \
-                 it can drop group-waits, arrival-wait or processed-in-order"
-                    .into(),
-            ));
+        if self.engine == Engine::Resident {
+            // Its copies by the copy engines have two orderings of their own.
+            let copy_streams =
+                self.copy_by.unwrap_or_else(|| CopyBy::auto(batch_bytes)) == CopyBy::Memcpy;
+            match self.drop_edge {
+                Some(GraphEdge::CopyInG | GraphEdge::FH | GraphEdge::GH) => {
+                    return Err(invalid(
+                        "--engine resident runs a batch's stages in one thread, one after the \
+                         other: it can drop group-waits, arrival-wait, processed-in-order, and \
+                         with --copy memcpy copy-in-f or h-copy-out"
+                            .into(),
+                    ))
+                }
+                Some(GraphEdge::CopyInF | GraphEdge::HCopyOut) if !copy_streams => {
+                    return Err(invalid(
+                        "--drop-edge copy-in-f and h-copy-out with --engine resident need \
+                         --copy memcpy (the copies on streams)"
+                            .into(),
+                    ))
+                }
+                _ => {}
+            }
         }
         if self.release.is_some() && self.engine != Engine::Adaptive {
             return Err(invalid("--release needs --engine adaptive".into()));

@@ -616,7 +616,10 @@ fn graph_engines_copying_by_kernels_verify_every_batch_and_report_it() {
     })
     .unwrap_err()
     .to_string();
-    assert!(e.contains("--copy needs --engine graph or adaptive"), "{e}");
+    assert!(
+        e.contains("--copy needs --engine graph, adaptive or resident"),
+        "{e}"
+    );
 }
 
 /// On the GPU: copies by kernels over the pinned host buffers, every element of every batch

@@ -3,7 +3,9 @@
 //! dropped is caught; its switches are checked. On the GPU: every element of every batch.
 
 use seqsync::BackendKind;
-use seqsync_demo::demo::{auto_resident_slots, run, DemoConfig, DeviceBoundBy, Engine, GraphEdge};
+use seqsync_demo::demo::{
+    auto_resident_slots, run, CopyBy, DemoConfig, DeviceBoundBy, Engine, GraphEdge,
+};
 
 fn config() -> DemoConfig {
     DemoConfig {
@@ -59,6 +61,75 @@ fn resident_engine_verifies_every_batch_under_chaos_at_a_rate() {
     .unwrap();
     assert!(r.all_verified(), "{r:?}");
     assert_eq!(r.rate, Some(3000.0));
+}
+
+#[test]
+fn resident_engine_copying_on_streams_verifies_every_batch_under_chaos() {
+    // Copies by the copy engines: the kernel works on device slots that a copy-in stream fills
+    // (then writes the arrival) and a copy-out stream empties (after waiting for done).
+    for (seed, slots, threads, rate) in [
+        (21, 1, 1, None),
+        (22, 2, 3, None),
+        (23, 5, 2, Some(3000.0)),
+        (24, 64, 4, None),
+    ] {
+        let r = run(&DemoConfig {
+            chaos: Some(seed),
+            batches: 80,
+            slots: Some(slots),
+            process_threads: Some(threads),
+            rate,
+            copy_by: Some(CopyBy::Memcpy),
+            ..config()
+        })
+        .unwrap();
+        assert!(r.all_verified(), "seed {seed}, {slots} slots: {r:?}");
+        assert_eq!(r.copy_by, Some(CopyBy::Memcpy));
+    }
+    // The automatic copies: in place below 1 MiB batches, on streams from it.
+    let r = run(&config()).unwrap();
+    assert_eq!(r.copy_by, Some(CopyBy::Kernel));
+    let r = run(&DemoConfig {
+        batch_bytes: Some(1 << 20),
+        batches: 12,
+        ..config()
+    })
+    .unwrap();
+    assert!(r.all_verified(), "{r:?}");
+    assert_eq!(r.copy_by, Some(CopyBy::Memcpy));
+}
+
+/// Batches with chaos, one worker (as below), copies on streams, `drop` left out: how many
+/// were wrong over seeds `seeds`.
+fn wrong_copying_on_streams(drop: Option<GraphEdge>, seeds: std::ops::Range<u64>) -> i64 {
+    seeds
+        .map(|seed| {
+            run(&DemoConfig {
+                chaos: Some(seed),
+                batches: 100,
+                slots: Some(2),
+                process_threads: Some(1),
+                copy_by: Some(CopyBy::Memcpy),
+                drop_edge: drop,
+                ..config()
+            })
+            .unwrap()
+            .wrong
+        })
+        .sum()
+}
+
+#[test]
+fn resident_engine_with_an_arrival_not_after_its_copy_in_reads_inputs_not_yet_copied() {
+    assert_eq!(wrong_copying_on_streams(None, 31..33), 0);
+    let wrong = wrong_copying_on_streams(Some(GraphEdge::CopyInF), 31..35);
+    assert!(wrong > 0, "arrival before the copy in, yet all verified");
+}
+
+#[test]
+fn resident_engine_copying_out_without_waiting_for_the_kernel_reads_wrong() {
+    let wrong = wrong_copying_on_streams(Some(GraphEdge::HCopyOut), 41..45);
+    assert!(wrong > 0, "copy out before done, yet all verified");
 }
 
 #[test]
@@ -177,6 +248,27 @@ fn resident_engine_switches_are_checked() {
         e.contains("--engine resident runs a batch's stages in one thread"),
         "{e}"
     );
+    // The copies' orderings exist only where the copies are on streams.
+    let e = invalid(DemoConfig {
+        drop_edge: Some(GraphEdge::HCopyOut),
+        copy_by: Some(CopyBy::Kernel),
+        ..config()
+    });
+    assert!(
+        e.contains(
+            "--drop-edge copy-in-f and h-copy-out with --engine resident need --copy memcpy"
+        ),
+        "{e}"
+    );
+    let e = invalid(DemoConfig {
+        copy_by: Some(CopyBy::Kernel),
+        engine: Engine::HandWritten,
+        ..config()
+    });
+    assert!(
+        e.contains("--copy needs --engine graph, adaptive or resident"),
+        "{e}"
+    );
     // Graph switches are not its.
     let e = invalid(DemoConfig {
         graph_batches: Some(4),
@@ -219,20 +311,25 @@ fn every_report_with_baselines_weighs_the_resident_kernel_in_its_bounds() {
 
 /// On the GPU: every element of every batch checked, saturated and paced, on the automatic
 /// slots and on one, with batches not a multiple of 16 bytes and with the bounds (which run
-/// the resident kernel too, every batch verified).
+/// the resident kernel too, every batch verified), copying in place and on streams.
 #[test]
 #[cfg_attr(
     not(feature = "gpu-tests"),
     ignore = "needs a GPU: cargo test --features gpu-tests"
 )]
 fn resident_engine_verifies_every_element_on_cuda() {
-    for (bytes, rate, slots, baselines) in [
-        (64 << 10, None, None, true),
-        (256 << 10, Some(20_000.0), None, false),
-        (1 << 20, None, None, false),
-        (64 << 10, None, Some(1), false),
-        ((64 << 10) + 4, None, Some(3), false),
-        (4 << 20, None, None, false),
+    let (kernel, memcpy) = (Some(CopyBy::Kernel), Some(CopyBy::Memcpy));
+    for (bytes, rate, slots, baselines, copy_by) in [
+        (64 << 10, None, None, true, None),
+        (256 << 10, Some(20_000.0), None, false, None),
+        (1 << 20, None, None, false, None),
+        (1 << 20, None, None, true, kernel),
+        (64 << 10, None, Some(1), false, None),
+        (64 << 10, None, Some(1), false, memcpy),
+        ((64 << 10) + 4, None, Some(3), false, None),
+        ((64 << 10) + 4, None, Some(3), false, memcpy),
+        (256 << 10, Some(20_000.0), None, false, memcpy),
+        (4 << 20, None, None, false, None),
     ] {
         let r = run(&DemoConfig {
             backend: BackendKind::Cuda,
@@ -242,12 +339,13 @@ fn resident_engine_verifies_every_element_on_cuda() {
             rate,
             slots,
             baselines,
+            copy_by,
             ..config()
         })
         .unwrap();
         assert!(
             r.all_verified(),
-            "{bytes} B, rate {rate:?}, {slots:?} slots: {r:?}"
+            "{bytes} B, rate {rate:?}, {slots:?} slots, {copy_by:?}: {r:?}"
         );
         assert_eq!(r.backend, "cuda");
         if baselines {
