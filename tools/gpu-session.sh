@@ -20,6 +20,8 @@
 #            of the same nodes lift throughput?
 #   resident the resident engine's slots x process_data threads per size, saturated, no
 #            baselines (ENGINE=resident scan_one)
+#   copies   the resident engine copying in place (kernel) and by the copy engines (memcpy) at
+#            1, 4 and 16 MiB, with baselines: GB/s, x the device bound, x copies together, p99
 #   sweep    `seqsync demo --sweep` on CUDA: the README's plot, to $OUT/sweep.{json,svg}
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -103,6 +105,26 @@ resident() {
   done
 }
 
+# The resident engine's two ways of copying, with baselines, at 1, 4 and 16 MiB.
+copies() {
+  for b in 1048576 4194304 16777216; do for c in kernel memcpy; do
+    local n=$((393216000 / b))
+    if ! "$B" demo --backend cuda --engine resident --copy $c --batch-bytes $b --batches $n \
+        --json > "$OUT/copies.json" 2> "$OUT/copies.err"; then
+      echo "FAILED $b $c: $(tail -c 300 "$OUT/copies.err")"; continue
+    fi
+    python3 - "$OUT/copies.json" "$c" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+print(f'{d["batch_bytes"] >> 10:6d}K {sys.argv[2]:6s} {d["gbps"]:6.2f} GB/s '
+      f'x bound {d.get("ratio_to_device_bound") or 0:.3f} ({d.get("device_bound_by")}) '
+      f'x copies together {d["gbps"] / (d.get("copies_bound_gbps") or float("nan")):.3f} '
+      f'p50 {d["latency_p50_us"]:7.1f} p99 {d["latency_p99_us"]:7.1f} slots {d["nin"]} '
+      f'ok {d["verified"]}/{d["batches"]}')
+PY
+  done; done
+}
+
 sweep() {
   "$B" demo --backend cuda --sweep --sweep-out "$OUT/sweep" 2>&1 | tail -40
 }
@@ -111,7 +133,7 @@ sweep() {
 for part in "$@"; do
   echo "===== $part"
   case $part in
-    tests|targets|scan|span|resident|sweep) $part ;;
-    *) echo "unknown part '$part': expected tests, targets, scan, span, resident or sweep"; exit 2 ;;
+    tests|targets|scan|span|resident|copies|sweep) $part ;;
+    *) echo "unknown part '$part': expected tests, targets, scan, span, resident, copies or sweep"; exit 2 ;;
   esac
 done

@@ -585,7 +585,11 @@ impl Device for CudaDevice {
         }
         self.memcpy_in(slot, slot, 1).enqueue(&self.backend, s)?;
         let (arrived, _, _) = words.offsets(slot);
-        // The copy before the arrival: a write with the default memory barrier.
+        // Arrivals in seq order (the batch before may be on another stream) ...
+        if seq > 0 {
+            stream_wait_word(s, words, arrived, seq as u64)?;
+        }
+        // ... and the copy before the arrival: a write with the default memory barrier.
         stream_write_word(s, words, arrived, seq as u64 + 1)
     }
     fn resident_copy_out(

@@ -287,9 +287,10 @@ pub(crate) trait Device: Send + Sync + 'static {
         copies: CopyBy,
     ) -> Result<()>;
     /// For a resident kernel launched with [`CopyBy::Memcpy`]: enqueue on `s` the copy of host
-    /// input `seq % slots` into the device's input slot, then (with `signal`) the write
-    /// `arrived = seq + 1` after it. `signal` false (a test switch, host backend only) leaves
-    /// the write out: the caller stores the arrival itself, not ordered after the copy.
+    /// input `seq % slots` into the device's input slot, then (with `signal`) a wait until
+    /// `arrived >= seq` (the batch before arrived, perhaps by another stream) and the write
+    /// `arrived = seq + 1` after both. `signal` false (a test switch, host backend only) leaves
+    /// the wait and write out: the caller stores the arrival itself, not ordered after the copy.
     ///
     /// The caller keeps `words` alive until `s` was synchronized, and the host input slot
     /// unchanged until then or until the batch was processed.
@@ -709,6 +710,9 @@ impl Device for HostDevice {
             backend.chaos_pause();
             lock(&b.d_in[slot]).copy_from_slice(&lock(&b.hin[slot]));
             if signal {
+                // As a stream's wait on a word: the batch before arrives (its copy-in stream
+                // has no wait for ever: by induction from batch 0).
+                poll(|| w.arrived() >= seq as u64, || false);
                 w.arrive(seq as u64 + 1);
             }
         });

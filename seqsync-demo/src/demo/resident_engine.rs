@@ -15,10 +15,13 @@
 //!
 //! With copies by the copy engines ([`CopyBy::Memcpy`], the default from 1 MiB batches, where
 //! they move more than the kernel's zero-copy reads and writes) the kernel reads and writes the
-//! device's input and output slot `s % S` instead, and two streams move the batches: on the
-//! copy-in stream, the copy of host input slot `s % S` to the device's, then the stream's write
-//! of `arrived = s + 1`; on the copy-out stream, a wait until `done[s % S] > s`, the copy of
-//! the device's output slot to the host's, then the write `copied[s % S] = s + 1`.
+//! device's input and output slot `s % S` instead, and streams move the batches (batch `s` on
+//! copy-in and copy-out stream `s % 2`, so that two copies each way overlap): on its copy-in
+//! stream, the copy of host input slot `s % S` to the device's, a wait until `arrived >= s`
+//! (the batch before it arrived: arrivals stay in seq order across the streams), then the
+//! stream's write of `arrived = s + 1`; on its copy-out stream, a wait until
+//! `done[s % S] > s`, the copy of the device's output slot to the host's, then the write
+//! `copied[s % S] = s + 1`.
 //!
 //! The host threads:
 //!
@@ -59,6 +62,11 @@ use super::watchdog::Watch;
 use seqsync::backend::Backend;
 use seqsync::timeline::Timeline;
 use seqsync::{Error, Result};
+
+/// Copy-in and copy-out streams each, batch `s` on stream `s % COPY_STREAMS` (copies by the copy
+/// engines): one stream runs one copy at a time, and a 1 MiB copy alone leaves the link idle
+/// part of the time.
+const COPY_STREAMS: usize = 2;
 
 /// Slots at 256 KiB batches when not told ([`auto_slots`]) ...
 const AUTO_SLOTS_AT_256K: f64 = 16.0;
@@ -108,7 +116,14 @@ pub(crate) fn run<D: Device>(
     let copies = l.copy_by;
     let staged = match copies {
         CopyBy::Kernel => None,
-        CopyBy::Memcpy => Some((b.new_stream("s_copy_in")?, b.new_stream("s_copy_out")?)),
+        CopyBy::Memcpy => {
+            let streams = |name| {
+                (0..COPY_STREAMS)
+                    .map(|_| b.new_stream(name))
+                    .collect::<Result<Vec<_>>>()
+            };
+            Some((streams("s_copy_in")?, streams("s_copy_out")?))
+        }
     };
     let processed = Timeline::new(b, "processed", 0)?;
     let workers =
@@ -151,6 +166,8 @@ pub(crate) fn run<D: Device>(
                 match staged_ref {
                     None => words_ref.arrive(s as u64 + 1),
                     Some((copy_in, copy_out)) => {
+                        let on = s as usize % COPY_STREAMS;
+                        let (copy_in, copy_out) = (&copy_in[on], &copy_out[on]);
                         let signal = drop != Some(GraphEdge::CopyInF);
                         dev.resident_copy_in(copy_in, words_arc, s, signal)?;
                         if !signal {
@@ -211,10 +228,9 @@ pub(crate) fn run<D: Device>(
     if let Some((copy_in, copy_out)) = &staged {
         // The kernel's stream returned (ended, or failed): nothing writes `done` any more.
         words.release_done(batches.max(0) as u64);
-        let copied = b
-            .synchronize_stream(copy_in)
-            .and(b.synchronize_stream(copy_out));
-        synced = synced.and(copied);
+        for s in copy_in.iter().chain(copy_out) {
+            synced = synced.and(b.synchronize_stream(s));
+        }
     }
     let wall = start.elapsed();
     first_error(results)?;
