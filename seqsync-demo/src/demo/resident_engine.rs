@@ -28,7 +28,8 @@
 //! - get_data (on the run's first thread): once the workers are up (the source starts then,
 //!   `--rate` arrivals counted from there), for each batch, wait until the batch `S` before it
 //!   was processed (its input and output slots are free), wait for its arrival (`--rate`), fill
-//!   its input in, then `arrived = s + 1` (or enqueue its copy in, then its copy out).
+//!   its input in, then `arrived = s + 1` (or enqueue its copy in).
+//! - copy_out (copies on streams only): enqueue each batch's copy out once its copy in was.
 //! - process_data ([`ProcessWorkers`], `--process-threads`): a worker takes the next seq, polls
 //!   `done[s % S]` (or `copied[s % S]`) until it reaches `s + 1`, checks the batch, and reports
 //!   it; batches are reported processed (the `processed` timeline get_data waits on) in seq
@@ -49,6 +50,7 @@
 //! ([`ResidentWords::release_done`](super::resident_words::ResidentWords::release_done)), so
 //! that no copy out waits for ever, before it synchronizes the copy streams.
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::copy_by::CopyBy;
@@ -131,6 +133,10 @@ pub(crate) fn run<D: Device>(
     let checker_owned = Checker::paced(batches, opt.rate);
     let (checker, workers, processed, words_ref) = (&checker_owned, &workers, &processed, &*words);
     let (words_arc, staged_ref) = (&words, &staged);
+    // Batches whose copy in get_data enqueued: the copy_out thread follows it (and so stays
+    // within the slots ahead of the checks that get_data keeps to).
+    let copies_in = AtomicI64::new(0);
+    let copies_in = &copies_in;
     let waits = drop != Some(GraphEdge::GroupWaits);
     let threads = process_threads.max(1);
     let s_total = slots as i64;
@@ -165,17 +171,15 @@ pub(crate) fn run<D: Device>(
                 checker.issued(s);
                 match staged_ref {
                     None => words_ref.arrive(s as u64 + 1),
-                    Some((copy_in, copy_out)) => {
-                        let on = s as usize % COPY_STREAMS;
-                        let (copy_in, copy_out) = (&copy_in[on], &copy_out[on]);
+                    Some((copy_in, _)) => {
+                        let copy_in = &copy_in[s as usize % COPY_STREAMS];
                         let signal = drop != Some(GraphEdge::CopyInF);
                         dev.resident_copy_in(copy_in, words_arc, s, signal)?;
                         if !signal {
                             // The test switch: an arrival not ordered after its copy.
                             words_ref.arrive(s as u64 + 1);
                         }
-                        let wait = drop != Some(GraphEdge::HCopyOut);
-                        dev.resident_copy_out(copy_out, words_arc, s, wait)?;
+                        copies_in.store(s + 1, Ordering::Release);
                         words_ref.arrivals_enqueued(s as u64 + 1);
                     }
                 }
@@ -210,7 +214,31 @@ pub(crate) fn run<D: Device>(
         processed.fail(Error::Cancelled(why.clone()));
         workers.stop(why);
     };
+    // copy_out (copies on streams): enqueue each batch's copy out once its copy in was; a thread
+    // of its own, as the calls of both copies would hold get_data at 1 MiB batches.
+    let copy_out = move || -> Result<()> {
+        let Some((_, copy_out)) = staged_ref else {
+            return Ok(());
+        };
+        let wait = drop != Some(GraphEdge::HCopyOut);
+        for s in 0..batches {
+            if !poll(
+                || copies_in.load(Ordering::Acquire) > s,
+                || words_ref.stopped(),
+            ) {
+                return Err(stopped(
+                    "copies in",
+                    Error::Cancelled("the run stopped".into()),
+                ));
+            }
+            dev.resident_copy_out(&copy_out[s as usize % COPY_STREAMS], words_arc, s, wait)?;
+        }
+        Ok(())
+    };
     let mut others: Vec<Body<'_>> = Vec::new();
+    if staged.is_some() {
+        others.push(("copy_out", Box::new(copy_out)));
+    }
     for _ in 0..threads {
         others.push(("process_data", Box::new(process)));
     }
