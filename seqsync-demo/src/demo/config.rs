@@ -67,8 +67,9 @@ pub struct DemoConfig {
     /// [`Engine::Graph`] and [`Engine::Adaptive`]: how graph nodes copy batches between host
     /// and device; [`Engine::Resident`]: whether its kernel reads and writes the host slots in
     /// place ([`CopyBy::Kernel`]) or device slots that copy streams fill and empty
-    /// ([`CopyBy::Memcpy`]). `None`: [`CopyBy::auto`], kernels below 1 MiB batches. The device
-    /// bound and the isolated latency take the faster of both, whatever the engine's.
+    /// ([`CopyBy::Memcpy`]). `None`: [`CopyBy::auto_for`], kernels below 1 MiB batches (the
+    /// resident engine: below 4 MiB). The device bound and the isolated latency take the
+    /// faster of both, whatever the engine's.
     pub copy_by: Option<CopyBy>,
     /// [`Engine::Adaptive`]: where a batch's arrival releases its launch (`None`: on the
     /// device, [`Release::Device`], for batches below 1 MiB where the timelines' mechanism

@@ -3,6 +3,7 @@
 use serde::Serialize;
 
 use super::names::parse_name;
+use super::Engine;
 use seqsync::{Error, Result};
 
 /// How a graph node copies batches between pinned host memory and the device (the engines
@@ -35,6 +36,12 @@ pub enum CopyBy {
 /// 256 KiB gained a fifth, and at 1 MiB lost to the copy engines (BENCHMARKS.md §13, run I).
 pub const KERNEL_COPY_BELOW: usize = 1 << 20;
 
+/// Batch bytes from which [`Engine::Resident`](super::Engine::Resident) copies by the copy
+/// engines unless told: on the H100 its copies on streams lost to its zero-copy reads and
+/// writes at 1 MiB (28–32 against 36 GB/s) and won from 4 MiB (42 against 38 GB/s at 4 and
+/// 16 MiB), BENCHMARKS.md §13, run K.
+pub const RESIDENT_COPY_ENGINES_FROM: usize = 4 << 20;
+
 impl CopyBy {
     /// Both, memcpy first.
     pub const ALL: [CopyBy; 2] = [CopyBy::Memcpy, CopyBy::Kernel];
@@ -52,6 +59,27 @@ impl CopyBy {
             CopyBy::Kernel
         } else {
             CopyBy::Memcpy
+        }
+    }
+
+    /// The copies of `engine` for batches of `batch_bytes` when not told: [`auto`](Self::auto)
+    /// for the graph engines, kernels below [`RESIDENT_COPY_ENGINES_FROM`] for
+    /// [`Engine::Resident`](super::Engine::Resident); `None` for an engine that does not choose
+    /// (its copies are on streams, by the copy engines).
+    ///
+    /// ```
+    /// use seqsync_demo::demo::{CopyBy, Engine};
+    /// assert_eq!(CopyBy::auto_for(Engine::Adaptive, 1 << 20), Some(CopyBy::Memcpy));
+    /// assert_eq!(CopyBy::auto_for(Engine::Resident, 1 << 20), Some(CopyBy::Kernel));
+    /// assert_eq!(CopyBy::auto_for(Engine::Resident, 4 << 20), Some(CopyBy::Memcpy));
+    /// assert_eq!(CopyBy::auto_for(Engine::HandWritten, 1 << 20), None);
+    /// ```
+    pub fn auto_for(engine: Engine, batch_bytes: usize) -> Option<CopyBy> {
+        match engine {
+            Engine::Resident if batch_bytes < RESIDENT_COPY_ENGINES_FROM => Some(CopyBy::Kernel),
+            Engine::Resident => Some(CopyBy::Memcpy),
+            e if e.chooses_copies() => Some(CopyBy::auto(batch_bytes)),
+            _ => None,
         }
     }
 

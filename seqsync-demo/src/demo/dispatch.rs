@@ -104,10 +104,10 @@ pub(crate) fn resolve(config: &DemoConfig) -> Result<(DemoConfig, BackendKind, L
         verify_samples: config.verify_samples,
         // The graph engines' node copies and the resident kernel's (the others copy on
         // streams, by the copy engines).
-        copy_by: match config.engine.chooses_copies() {
-            true => config.copy_by.unwrap_or_else(|| CopyBy::auto(batch_bytes)),
-            false => CopyBy::Memcpy,
-        },
+        copy_by: config
+            .copy_by
+            .or(CopyBy::auto_for(config.engine, batch_bytes))
+            .unwrap_or(CopyBy::Memcpy),
     };
     Ok((config.clone(), kind, layout, batch_bytes))
 }

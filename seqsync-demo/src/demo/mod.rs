@@ -78,7 +78,7 @@ pub use adaptive_engine::{
 };
 pub use baseline::StageTiming;
 pub use config::DemoConfig;
-pub use copy_by::{CopyBy, KERNEL_COPY_BELOW};
+pub use copy_by::{CopyBy, KERNEL_COPY_BELOW, RESIDENT_COPY_ENGINES_FROM};
 pub use dispatch::run;
 pub use engine::{seed_shape, seed_spec, Engine};
 pub use graph_engine::{auto_graph_batches, GraphEdge, DEPTH as GRAPH_DEPTH};

@@ -13,8 +13,9 @@
 //! counts a batch's last tile sets `done[s % S] = s + 1`. The words are
 //! [`ResidentWords`](super::resident_words::ResidentWords).
 //!
-//! With copies by the copy engines ([`CopyBy::Memcpy`], the default from 1 MiB batches, where
-//! they move more than the kernel's zero-copy reads and writes) the kernel reads and writes the
+//! With copies by the copy engines ([`CopyBy::Memcpy`], the default from 4 MiB batches,
+//! [`RESIDENT_COPY_ENGINES_FROM`](super::RESIDENT_COPY_ENGINES_FROM), where they move more than
+//! the kernel's zero-copy reads and writes) the kernel reads and writes the
 //! device's input and output slot `s % S` instead, and streams move the batches (batch `s` on
 //! copy-in and copy-out stream `s % 2`, so that two copies each way overlap): on its copy-in
 //! stream, the copy of host input slot `s % S` to the device's, a wait until `arrived >= s`

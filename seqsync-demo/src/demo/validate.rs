@@ -150,7 +150,7 @@ impl DemoConfig {
         if self.engine == Engine::Resident {
             // Its copies by the copy engines have two orderings of their own.
             let copy_streams =
-                self.copy_by.unwrap_or_else(|| CopyBy::auto(batch_bytes)) == CopyBy::Memcpy;
+                self.copy_by.or(CopyBy::auto_for(self.engine, batch_bytes)) == Some(CopyBy::Memcpy);
             match self.drop_edge {
                 Some(GraphEdge::CopyInG | GraphEdge::FH | GraphEdge::GH) => {
                     return Err(invalid(

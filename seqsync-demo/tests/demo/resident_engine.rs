@@ -86,17 +86,21 @@ fn resident_engine_copying_on_streams_verifies_every_batch_under_chaos() {
         assert!(r.all_verified(), "seed {seed}, {slots} slots: {r:?}");
         assert_eq!(r.copy_by, Some(CopyBy::Memcpy));
     }
-    // The automatic copies: in place below 1 MiB batches, on streams from it.
-    let r = run(&config()).unwrap();
-    assert_eq!(r.copy_by, Some(CopyBy::Kernel));
-    let r = run(&DemoConfig {
-        batch_bytes: Some(1 << 20),
-        batches: 12,
-        ..config()
-    })
-    .unwrap();
-    assert!(r.all_verified(), "{r:?}");
-    assert_eq!(r.copy_by, Some(CopyBy::Memcpy));
+    // The automatic copies: in place below 4 MiB batches, on streams from it.
+    for (bytes, copies) in [
+        (16 << 10, CopyBy::Kernel),
+        ((4 << 20) - 4, CopyBy::Kernel),
+        (4 << 20, CopyBy::Memcpy),
+    ] {
+        let r = run(&DemoConfig {
+            batch_bytes: Some(bytes),
+            batches: 6,
+            ..config()
+        })
+        .unwrap();
+        assert!(r.all_verified(), "{r:?}");
+        assert_eq!(r.copy_by, Some(copies), "{bytes} B");
+    }
 }
 
 /// Batches with chaos, one worker (as below), copies on streams, `drop` left out: how many
