@@ -636,12 +636,16 @@ fn graph_engines_copying_by_kernels_verify_every_batch_and_report_it() {
     ignore = "needs a GPU: cargo test --features gpu-tests"
 )]
 fn adaptive_engine_copying_by_kernels_verifies_every_element_on_cuda() {
-    for (bytes, rate, baselines) in [
-        (64 << 10, None, true),
-        (256 << 10, Some(20_000.0), false),
-        (1 << 20, None, false),
+    let (kernel, copy_in) = (CopyBy::Kernel, CopyBy::MemcpyIn);
+    for (bytes, rate, baselines, copies) in [
+        (64 << 10, None, true, kernel),
+        (256 << 10, Some(20_000.0), false, kernel),
+        (1 << 20, None, false, kernel),
         // Not a multiple of 16 bytes a batch: the copy kernel's word-by-word path.
-        ((64 << 10) + 4, None, false),
+        ((64 << 10) + 4, None, false, kernel),
+        // The copy in by copy nodes, the copy out by the kernel.
+        (256 << 10, None, false, copy_in),
+        ((64 << 10) + 4, Some(20_000.0), false, copy_in),
     ] {
         let r = run(&DemoConfig {
             backend: BackendKind::Cuda,
@@ -650,13 +654,16 @@ fn adaptive_engine_copying_by_kernels_verifies_every_element_on_cuda() {
             verify_samples: 0,
             rate,
             baselines,
-            copy_by: Some(CopyBy::Kernel),
+            copy_by: Some(copies),
             graph_batches: None,
             ..config(4)
         })
         .unwrap();
-        assert!(r.all_verified(), "{bytes} B, rate {rate:?}: {r:?}");
-        assert_eq!(r.copy_by, Some(CopyBy::Kernel));
+        assert!(
+            r.all_verified(),
+            "{bytes} B, rate {rate:?}, {copies:?}: {r:?}"
+        );
+        assert_eq!(r.copy_by, Some(copies));
         if baselines {
             assert!(r.device_bound_copy.is_some(), "{r:?}");
         }
