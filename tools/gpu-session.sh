@@ -20,8 +20,7 @@
 #            of the same nodes lift throughput?
 #   resident the resident engine's slots x process_data threads per size, saturated, no
 #            baselines (ENGINE=resident scan_one)
-#   copies   the resident engine copying in place (kernel), by the copy engines (memcpy) and
-#            the copy in only by the copy engines (memcpy-in) at
+#   copies   the resident engine copying in place (kernel) and by the copy engines (memcpy) at
 #            1, 4 and 16 MiB, with baselines: GB/s, x the device bound, x copies together, p99
 #   sweep    `seqsync demo --sweep` on CUDA: the README's plot, to $OUT/sweep.{json,svg}
 set -uo pipefail
@@ -108,7 +107,7 @@ resident() {
 
 # The resident engine's two ways of copying, with baselines, at 1, 4 and 16 MiB.
 copies() {
-  for b in 1048576 4194304 16777216; do for c in kernel memcpy memcpy-in; do
+  for b in 1048576 4194304 16777216; do for c in kernel memcpy; do
     local n=$((393216000 / b))
     if ! "$B" demo --backend cuda --engine resident --copy $c --batch-bytes $b --batches $n \
         --json > "$OUT/copies.json" 2> "$OUT/copies.err"; then

@@ -104,9 +104,8 @@ pub(crate) struct DemoArgs {
     graph_span: Option<usize>,
     /// --engine graph, adaptive or resident: how batches are copied between host and device:
     /// memcpy (the copy engines: copy nodes, or for resident copy streams around its kernel;
-    /// the default from 1 MiB batches, for resident from 4 MiB), kernel (kernels reading and
-    /// writing the pinned host buffers in place: cheaper to launch; the default below) or
-    /// memcpy-in (the copy in by the copy engines, the copy out by the kernel in place). The device bound and the
+    /// the default from 1 MiB batches, for resident from 4 MiB) or kernel (kernels reading and
+    /// writing the pinned host buffers in place: cheaper to launch; the default below). The device bound and the
     /// isolated latency take the faster of both, whatever the engine's.
     #[arg(long = "copy", value_parser = crate::parse::<CopyBy>)]
     copy_by: Option<CopyBy>,

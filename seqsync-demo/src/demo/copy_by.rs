@@ -1,5 +1,4 @@
-//! How the graph engines, the resident engine and the device bound copy a batch between host
-//! and device memory.
+//! How the graph engines and the device bound copy a batch between host and device memory.
 
 use serde::Serialize;
 
@@ -14,15 +13,11 @@ use seqsync::{Error, Result};
 /// On CUDA a copy node costs more to launch than a kernel node and stands longer between the
 /// nodes around it (BENCHMARKS.md §13, run I): with [`CopyBy::Kernel`] a batch's graph is five
 /// kernel nodes, its copies kernels that read or write the pinned host buffers in place
-/// (unified addressing). [`CopyBy::MemcpyIn`] takes the copy in from the copy engines and
-/// leaves the copy out to kernels (a kernel's writes to host memory are posted, its reads wait
-/// for the link). On the host backend all are the same copy.
+/// (unified addressing). On the host backend both are the same copy.
 ///
 /// ```
 /// use seqsync_demo::demo::CopyBy;
 /// assert_eq!("kernel".parse::<CopyBy>().unwrap(), CopyBy::Kernel);
-/// let c = "memcpy-in".parse::<CopyBy>().unwrap();
-/// assert!(c.in_by_copy_engines() && !c.out_by_copy_engines());
 /// let e = "dma".parse::<CopyBy>().unwrap_err().to_string();
 /// assert!(e.contains("unknown copy 'dma'"), "{e}");
 /// ```
@@ -34,8 +29,6 @@ pub enum CopyBy {
     Memcpy,
     /// Kernel nodes that copy over the host buffers' device addresses (zero-copy).
     Kernel,
-    /// The copy in by the copy engines, the copy out by kernels (zero-copy writes).
-    MemcpyIn,
 }
 
 /// Batch bytes below which the graph engines copy by kernels unless told: on the H100 at
@@ -51,22 +44,7 @@ pub const RESIDENT_COPY_ENGINES_FROM: usize = 4 << 20;
 
 impl CopyBy {
     /// Both, memcpy first.
-    pub const ALL: [CopyBy; 3] = [CopyBy::Memcpy, CopyBy::Kernel, CopyBy::MemcpyIn];
-
-    /// Is the copy in the copy engines' (else a kernel's, reading host memory in place)?
-    pub fn in_by_copy_engines(self) -> bool {
-        matches!(self, CopyBy::Memcpy | CopyBy::MemcpyIn)
-    }
-
-    /// Is the copy out the copy engines' (else a kernel's, writing host memory in place)?
-    pub fn out_by_copy_engines(self) -> bool {
-        self == CopyBy::Memcpy
-    }
-
-    /// Does a kernel read or write the pinned host buffers in place (unified addressing)?
-    pub fn by_kernels_in_place(self) -> bool {
-        !(self.in_by_copy_engines() && self.out_by_copy_engines())
-    }
+    pub const ALL: [CopyBy; 2] = [CopyBy::Memcpy, CopyBy::Kernel];
 
     /// The copies of a graph engine's nodes for batches of `batch_bytes` when not told:
     /// kernels below [`KERNEL_COPY_BELOW`], memcpy from it.
@@ -110,7 +88,6 @@ impl CopyBy {
         match self {
             CopyBy::Memcpy => "memcpy",
             CopyBy::Kernel => "kernel",
-            CopyBy::MemcpyIn => "memcpy-in",
         }
     }
 }

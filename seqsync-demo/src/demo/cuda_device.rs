@@ -178,7 +178,7 @@ impl CudaDevice {
                 seqsync::internal::backend::cuda::driver_error("cuDeviceGetAttribute", e)
             })?
             != 0;
-        if layout.copy_by.by_kernels_in_place() && !unified {
+        if layout.copy_by == CopyBy::Kernel && !unified {
             return Err(no_unified_addressing("--copy kernel"));
         }
         Ok(CudaDevice {
@@ -336,8 +336,7 @@ impl Device for CudaDevice {
         CudaDevice::new(self.backend.clone(), layout)
     }
     fn distinct_copies(&self) -> Vec<CopyBy> {
-        // The two pure ways (the mixed one is between them).
-        vec![CopyBy::Memcpy, CopyBy::Kernel]
+        CopyBy::ALL.to_vec()
     }
     fn fill_input(&self, seq: i64) {
         let at = self.host_at(&self.hin, seq as usize % self.layout.npatterns);
@@ -445,7 +444,7 @@ impl Device for CudaDevice {
             .map_err(|e| seqsync::internal::backend::cuda::driver_error("cuMemcpyDtoHAsync", e))
     }
     fn op_copy_in(&self, hin: usize, slot: usize, count: usize) -> Command<CudaBackend> {
-        if !self.layout.copy_by.in_by_copy_engines() {
+        if self.layout.copy_by == CopyBy::Kernel {
             let ptrs = [
                 self.pinned_at(&self.hin, hin, count),
                 self.at(&self.d_in, slot, count),
@@ -483,7 +482,7 @@ impl Device for CudaDevice {
         self.op_kernel(&self.h, &ptrs, count)
     }
     fn op_copy_out(&self, slot: usize, hout: usize, count: usize) -> Command<CudaBackend> {
-        if !self.layout.copy_by.out_by_copy_engines() {
+        if self.layout.copy_by == CopyBy::Kernel {
             let ptrs = [
                 self.at(&self.out, slot, count),
                 self.pinned_at(&self.hout, hout, count),
@@ -526,13 +525,12 @@ impl Device for CudaDevice {
         }
         // Where the kernel reads and writes: the host slots in place, or the device's, which
         // the copy streams fill and empty (resident_copy_in, resident_copy_out).
-        let hin = match copies.in_by_copy_engines() {
-            true => self.at(&self.d_in, 0, slots),
-            false => self.pinned_at(&self.hin, 0, slots),
-        };
-        let hout = match copies.out_by_copy_engines() {
-            true => self.at(&self.out, 0, slots),
-            false => self.pinned_at(&self.hout, 0, slots),
+        let (hin, hout) = match copies {
+            CopyBy::Kernel => (
+                self.pinned_at(&self.hin, 0, slots),
+                self.pinned_at(&self.hout, 0, slots),
+            ),
+            CopyBy::Memcpy => (self.at(&self.d_in, 0, slots), self.at(&self.out, 0, slots)),
         };
         let (n, k, tile) = (l.n as u64, l.intensity, resident_tile(l.n));
         let (slots_u, batches_u) = (slots as u64, batches.max(0) as u64);

@@ -268,11 +268,10 @@ pub(crate) trait Device: Send + Sync + 'static {
     /// Launch the resident kernel on `s` for batches `0..batches`: batch `seq` is read once
     /// `words.arrived() > seq`, computed (f, g, h) and written, then `words.done(seq % slots)`
     /// is `seq + 1`; it ends after the last batch or on `words.stop()`. Returns once launched.
-    /// It reads host input `seq % slots` in place, or where `copies` has the copy in by the
-    /// copy engines ([`CopyBy::in_by_copy_engines`]) the device's input slot, which
-    /// [`resident_copy_in`](Self::resident_copy_in) fills; it writes host output `seq % slots`
-    /// in place, or where the copy out is the copy engines' the device's output slot, which
-    /// [`resident_copy_out`](Self::resident_copy_out) empties.
+    /// With `copies` [`CopyBy::Kernel`] it reads host input `seq % slots` and writes host
+    /// output `seq % slots` in place; with [`CopyBy::Memcpy`] it reads and writes the device's
+    /// input and output slot `seq % slots`, which [`resident_copy_in`](Self::resident_copy_in)
+    /// and [`resident_copy_out`](Self::resident_copy_out) copy by the copy engines.
     /// `arrival_wait` false (a test switch, host backend only) leaves the wait for the arrival
     /// out.
     ///
@@ -287,7 +286,7 @@ pub(crate) trait Device: Send + Sync + 'static {
         arrival_wait: bool,
         copies: CopyBy,
     ) -> Result<()>;
-    /// For a resident kernel launched with its copy in by the copy engines: enqueue on `s` the copy of host
+    /// For a resident kernel launched with [`CopyBy::Memcpy`]: enqueue on `s` the copy of host
     /// input `seq % slots` into the device's input slot, then (with `signal`) a wait until
     /// `arrived >= seq` (the batch before arrived, perhaps by another stream) and the write
     /// `arrived = seq + 1` after both. `signal` false (a test switch, host backend only) leaves
@@ -302,7 +301,7 @@ pub(crate) trait Device: Send + Sync + 'static {
         seq: i64,
         signal: bool,
     ) -> Result<()>;
-    /// For a resident kernel launched with its copy out by the copy engines: enqueue on `s` (with `wait`) a
+    /// For a resident kernel launched with [`CopyBy::Memcpy`]: enqueue on `s` (with `wait`) a
     /// wait until `words.done(seq % slots) > seq`, then the copy of the device's output slot
     /// into host output `seq % slots`, then the write `copied = seq + 1` after it. `wait`
     /// false (a test switch, host backend only) leaves the wait out.
@@ -661,8 +660,7 @@ impl Device for HostDevice {
             l.intensity,
             self.backend.clone(),
         );
-        let (in_place, out_in_place) =
-            (!copies.in_by_copy_engines(), !copies.out_by_copy_engines());
+        let in_place = copies == CopyBy::Kernel;
         // The host backend's resident kernel: one thread (the stream's) takes each batch in
         // turn, the whole batch a tile, through the same buffers as the other engines (the
         // host slots copied in and out here, or by the copy streams).
@@ -691,7 +689,7 @@ impl Device for HostDevice {
                         *o = workload::h_elem(xv, yv, k);
                     }
                 }
-                if out_in_place {
+                if in_place {
                     lock(&b.hout[slot]).copy_from_slice(&lock(&b.out[slot]));
                 }
                 w.set_done(slot, seq as u64 + 1);

@@ -13,17 +13,16 @@
 //! counts a batch's last tile sets `done[s % S] = s + 1`. The words are
 //! [`ResidentWords`](super::resident_words::ResidentWords).
 //!
-//! With copies by the copy engines ([`CopyBy::Memcpy`](super::CopyBy::Memcpy), the default
-//! from 4 MiB batches, [`RESIDENT_COPY_ENGINES_FROM`](super::RESIDENT_COPY_ENGINES_FROM), where
-//! they move more than the kernel's zero-copy reads and writes) the kernel reads and writes the
+//! With copies by the copy engines ([`CopyBy::Memcpy`], the default from 4 MiB batches,
+//! [`RESIDENT_COPY_ENGINES_FROM`](super::RESIDENT_COPY_ENGINES_FROM), where they move more than
+//! the kernel's zero-copy reads and writes) the kernel reads and writes the
 //! device's input and output slot `s % S` instead, and streams move the batches (batch `s` on
 //! copy-in and copy-out stream `s % 2`, so that two copies each way overlap): on its copy-in
 //! stream, the copy of host input slot `s % S` to the device's, a wait until `arrived >= s`
 //! (the batch before it arrived: arrivals stay in seq order across the streams), then the
 //! stream's write of `arrived = s + 1`; on its copy-out stream, a wait until
 //! `done[s % S] > s`, the copy of the device's output slot to the host's, then the write
-//! `copied[s % S] = s + 1`. With [`CopyBy::MemcpyIn`](super::CopyBy::MemcpyIn) only the copy
-//! in is the copy engines': the kernel writes the host output slot in place.
+//! `copied[s % S] = s + 1`.
 //!
 //! The host threads:
 //!
@@ -55,6 +54,7 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
+use super::copy_by::CopyBy;
 use super::device::Device;
 use super::graph_engine::GraphEdge;
 use super::pipeline::{first_error, stopped, Checker, ProcessWorkers};
@@ -114,26 +114,27 @@ pub(crate) fn run<D: Device>(
     let batches = opt.batches;
     let words = std::sync::Arc::new(dev.resident_words(slots)?);
     let stream = b.new_stream("s_resident")?;
-    // Copies by the copy engines: streams for the copies in (each followed by its arrival)
-    // and for the copies out (each after a wait for its batch's done word); none for a copy
-    // the kernel makes in place.
+    // Copies by the copy engines: a stream for the copies in (each followed by its arrival)
+    // and one for the copies out (each after a wait for its batch's done word).
     let copies = l.copy_by;
-    let streams = |by_copy_engines: bool, name| match by_copy_engines {
-        true => (0..COPY_STREAMS)
-            .map(|_| b.new_stream(name))
-            .collect::<Result<Vec<_>>>(),
-        false => Ok(Vec::new()),
+    let staged = match copies {
+        CopyBy::Kernel => None,
+        CopyBy::Memcpy => {
+            let streams = |name| {
+                (0..COPY_STREAMS)
+                    .map(|_| b.new_stream(name))
+                    .collect::<Result<Vec<_>>>()
+            };
+            Some((streams("s_copy_in")?, streams("s_copy_out")?))
+        }
     };
-    let copy_in_streams = streams(copies.in_by_copy_engines(), "s_copy_in")?;
-    let copy_out_streams = streams(copies.out_by_copy_engines(), "s_copy_out")?;
     let processed = Timeline::new(b, "processed", 0)?;
     let workers =
         ProcessWorkers::new(b, batches, slots, drop != Some(GraphEdge::ProcessedInOrder))?;
     let checker_owned = Checker::paced(batches, opt.rate);
     let (checker, workers, processed, words_ref) = (&checker_owned, &workers, &processed, &*words);
-    let (words_arc, copy_in_ref, copy_out_ref) = (&words, &copy_in_streams, &copy_out_streams);
-    // Batches get_data let in (their arrival stored or their copy in enqueued): the copy_out
-    // thread follows it (and so stays
+    let (words_arc, staged_ref) = (&words, &staged);
+    // Batches whose copy in get_data enqueued: the copy_out thread follows it (and so stays
     // within the slots ahead of the checks that get_data keeps to).
     let copies_in = AtomicI64::new(0);
     let copies_in = &copies_in;
@@ -169,19 +170,20 @@ pub(crate) fn run<D: Device>(
                 checker.wait_arrival(s);
                 dev.fill_input(s);
                 checker.issued(s);
-                match copy_in_ref.get(s as usize % COPY_STREAMS) {
+                match staged_ref {
                     None => words_ref.arrive(s as u64 + 1),
-                    Some(copy_in) => {
+                    Some((copy_in, _)) => {
+                        let copy_in = &copy_in[s as usize % COPY_STREAMS];
                         let signal = drop != Some(GraphEdge::CopyInF);
                         dev.resident_copy_in(copy_in, words_arc, s, signal)?;
                         if !signal {
                             // The test switch: an arrival not ordered after its copy.
                             words_ref.arrive(s as u64 + 1);
                         }
+                        copies_in.store(s + 1, Ordering::Release);
                         words_ref.arrivals_enqueued(s as u64 + 1);
                     }
                 }
-                copies_in.store(s + 1, Ordering::Release);
             }
             Ok(())
         })();
@@ -191,9 +193,9 @@ pub(crate) fn run<D: Device>(
     // copy engines the copy-out's `copied`.
     let landed = move |seq: i64| -> Result<()> {
         let slot = (seq % s_total) as usize;
-        let word = |slot| match copy_out_ref.is_empty() {
-            true => words_ref.done(slot),
-            false => words_ref.copied(slot),
+        let word = |slot| match staged_ref {
+            None => words_ref.done(slot),
+            Some(_) => words_ref.copied(slot),
         };
         if poll(|| word(slot) > seq as u64, || words_ref.stopped()) {
             workers.phases().landed(seq..seq + 1, checker.now_ns());
@@ -213,10 +215,12 @@ pub(crate) fn run<D: Device>(
         processed.fail(Error::Cancelled(why.clone()));
         workers.stop(why);
     };
-    // copy_out (copies out on streams): enqueue each batch's copy out once get_data enqueued
-    // it (its copy in, or its arrival); a thread of its own, as the calls of both copies would
-    // hold get_data at 1 MiB batches.
+    // copy_out (copies on streams): enqueue each batch's copy out once its copy in was; a thread
+    // of its own, as the calls of both copies would hold get_data at 1 MiB batches.
     let copy_out = move || -> Result<()> {
+        let Some((_, copy_out)) = staged_ref else {
+            return Ok(());
+        };
         let wait = drop != Some(GraphEdge::HCopyOut);
         for s in 0..batches {
             if !poll(
@@ -228,13 +232,12 @@ pub(crate) fn run<D: Device>(
                     Error::Cancelled("the run stopped".into()),
                 ));
             }
-            let on = &copy_out_ref[s as usize % COPY_STREAMS];
-            dev.resident_copy_out(on, words_arc, s, wait)?;
+            dev.resident_copy_out(&copy_out[s as usize % COPY_STREAMS], words_arc, s, wait)?;
         }
         Ok(())
     };
     let mut others: Vec<Body<'_>> = Vec::new();
-    if !copy_out_streams.is_empty() {
+    if staged.is_some() {
         others.push(("copy_out", Box::new(copy_out)));
     }
     for _ in 0..threads {
@@ -251,10 +254,12 @@ pub(crate) fn run<D: Device>(
     // then the copies out waiting for batches it never finished are let go.
     words.stop();
     let mut synced = b.synchronize_stream(&stream);
-    // The kernel's stream returned (ended, or failed): nothing writes `done` any more.
-    words.release_done(batches.max(0) as u64);
-    for s in copy_in_streams.iter().chain(&copy_out_streams) {
-        synced = synced.and(b.synchronize_stream(s));
+    if let Some((copy_in, copy_out)) = &staged {
+        // The kernel's stream returned (ended, or failed): nothing writes `done` any more.
+        words.release_done(batches.max(0) as u64);
+        for s in copy_in.iter().chain(copy_out) {
+            synced = synced.and(b.synchronize_stream(s));
+        }
     }
     let wall = start.elapsed();
     first_error(results)?;
@@ -267,7 +272,6 @@ pub(crate) fn run<D: Device>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::demo::CopyBy;
 
     #[test]
     fn the_kernel_ends_on_stop_with_batches_not_yet_arrived() {

@@ -148,31 +148,22 @@ impl DemoConfig {
             ));
         }
         if self.engine == Engine::Resident {
-            // Its copies by the copy engines have an ordering each of their own.
-            let copies = self
-                .copy_by
-                .or(CopyBy::auto_for(self.engine, batch_bytes))
-                .unwrap_or_default();
+            // Its copies by the copy engines have two orderings of their own.
+            let copy_streams =
+                self.copy_by.or(CopyBy::auto_for(self.engine, batch_bytes)) == Some(CopyBy::Memcpy);
             match self.drop_edge {
                 Some(GraphEdge::CopyInG | GraphEdge::FH | GraphEdge::GH) => {
                     return Err(invalid(
                         "--engine resident runs a batch's stages in one thread, one after the \
                          other: it can drop group-waits, arrival-wait, processed-in-order, and \
-                         with its copies on streams copy-in-f or h-copy-out"
+                         with --copy memcpy copy-in-f or h-copy-out"
                             .into(),
                     ))
                 }
-                Some(GraphEdge::CopyInF) if !copies.in_by_copy_engines() => {
+                Some(GraphEdge::CopyInF | GraphEdge::HCopyOut) if !copy_streams => {
                     return Err(invalid(
-                        "--drop-edge copy-in-f with --engine resident needs its copy in on \
-                         streams (--copy memcpy or memcpy-in)"
-                            .into(),
-                    ))
-                }
-                Some(GraphEdge::HCopyOut) if !copies.out_by_copy_engines() => {
-                    return Err(invalid(
-                        "--drop-edge h-copy-out with --engine resident needs its copy out on \
-                         streams (--copy memcpy)"
+                        "--drop-edge copy-in-f and h-copy-out with --engine resident need \
+                         --copy memcpy (the copies on streams)"
                             .into(),
                     ))
                 }

@@ -636,16 +636,12 @@ fn graph_engines_copying_by_kernels_verify_every_batch_and_report_it() {
     ignore = "needs a GPU: cargo test --features gpu-tests"
 )]
 fn adaptive_engine_copying_by_kernels_verifies_every_element_on_cuda() {
-    let (kernel, copy_in) = (CopyBy::Kernel, CopyBy::MemcpyIn);
-    for (bytes, rate, baselines, copies) in [
-        (64 << 10, None, true, kernel),
-        (256 << 10, Some(20_000.0), false, kernel),
-        (1 << 20, None, false, kernel),
+    for (bytes, rate, baselines) in [
+        (64 << 10, None, true),
+        (256 << 10, Some(20_000.0), false),
+        (1 << 20, None, false),
         // Not a multiple of 16 bytes a batch: the copy kernel's word-by-word path.
-        ((64 << 10) + 4, None, false, kernel),
-        // The copy in by copy nodes, the copy out by the kernel.
-        (256 << 10, None, false, copy_in),
-        ((64 << 10) + 4, Some(20_000.0), false, copy_in),
+        ((64 << 10) + 4, None, false),
     ] {
         let r = run(&DemoConfig {
             backend: BackendKind::Cuda,
@@ -654,16 +650,13 @@ fn adaptive_engine_copying_by_kernels_verifies_every_element_on_cuda() {
             verify_samples: 0,
             rate,
             baselines,
-            copy_by: Some(copies),
+            copy_by: Some(CopyBy::Kernel),
             graph_batches: None,
             ..config(4)
         })
         .unwrap();
-        assert!(
-            r.all_verified(),
-            "{bytes} B, rate {rate:?}, {copies:?}: {r:?}"
-        );
-        assert_eq!(r.copy_by, Some(copies));
+        assert!(r.all_verified(), "{bytes} B, rate {rate:?}: {r:?}");
+        assert_eq!(r.copy_by, Some(CopyBy::Kernel));
         if baselines {
             assert!(r.device_bound_copy.is_some(), "{r:?}");
         }

@@ -66,17 +66,12 @@ fn resident_engine_verifies_every_batch_under_chaos_at_a_rate() {
 #[test]
 fn resident_engine_copying_on_streams_verifies_every_batch_under_chaos() {
     // Copies by the copy engines: the kernel works on device slots that a copy-in stream fills
-    // (then writes the arrival) and a copy-out stream empties (after waiting for done); or
-    // (memcpy-in) only the first, the kernel writing the host output in place.
-    let (both, copy_in) = (CopyBy::Memcpy, CopyBy::MemcpyIn);
-    for (seed, slots, threads, rate, copies) in [
-        (21, 1, 1, None, both),
-        (22, 2, 3, None, both),
-        (23, 5, 2, Some(3000.0), both),
-        (24, 64, 4, None, both),
-        (25, 1, 1, None, copy_in),
-        (26, 3, 2, Some(3000.0), copy_in),
-        (27, 16, 4, None, copy_in),
+    // (then writes the arrival) and a copy-out stream empties (after waiting for done).
+    for (seed, slots, threads, rate) in [
+        (21, 1, 1, None),
+        (22, 2, 3, None),
+        (23, 5, 2, Some(3000.0)),
+        (24, 64, 4, None),
     ] {
         let r = run(&DemoConfig {
             chaos: Some(seed),
@@ -84,12 +79,12 @@ fn resident_engine_copying_on_streams_verifies_every_batch_under_chaos() {
             slots: Some(slots),
             process_threads: Some(threads),
             rate,
-            copy_by: Some(copies),
+            copy_by: Some(CopyBy::Memcpy),
             ..config()
         })
         .unwrap();
         assert!(r.all_verified(), "seed {seed}, {slots} slots: {r:?}");
-        assert_eq!(r.copy_by, Some(copies));
+        assert_eq!(r.copy_by, Some(CopyBy::Memcpy));
     }
     // The automatic copies: in place below 4 MiB batches, on streams from it.
     for (bytes, copies) in [
@@ -108,13 +103,9 @@ fn resident_engine_copying_on_streams_verifies_every_batch_under_chaos() {
     }
 }
 
-/// Batches with chaos, one worker (as below), copies `copies` on streams, `drop` left out: how
-/// many were wrong over seeds `seeds`.
-fn wrong_copying_on_streams(
-    copies: CopyBy,
-    drop: Option<GraphEdge>,
-    seeds: std::ops::Range<u64>,
-) -> i64 {
+/// Batches with chaos, one worker (as below), copies on streams, `drop` left out: how many
+/// were wrong over seeds `seeds`.
+fn wrong_copying_on_streams(drop: Option<GraphEdge>, seeds: std::ops::Range<u64>) -> i64 {
     seeds
         .map(|seed| {
             run(&DemoConfig {
@@ -122,7 +113,7 @@ fn wrong_copying_on_streams(
                 batches: 100,
                 slots: Some(2),
                 process_threads: Some(1),
-                copy_by: Some(copies),
+                copy_by: Some(CopyBy::Memcpy),
                 drop_edge: drop,
                 ..config()
             })
@@ -134,19 +125,14 @@ fn wrong_copying_on_streams(
 
 #[test]
 fn resident_engine_with_an_arrival_not_after_its_copy_in_reads_inputs_not_yet_copied() {
-    for copies in [CopyBy::Memcpy, CopyBy::MemcpyIn] {
-        assert_eq!(wrong_copying_on_streams(copies, None, 31..33), 0);
-        let wrong = wrong_copying_on_streams(copies, Some(GraphEdge::CopyInF), 31..35);
-        assert!(
-            wrong > 0,
-            "{copies:?}: arrival before the copy in, yet all verified"
-        );
-    }
+    assert_eq!(wrong_copying_on_streams(None, 31..33), 0);
+    let wrong = wrong_copying_on_streams(Some(GraphEdge::CopyInF), 31..35);
+    assert!(wrong > 0, "arrival before the copy in, yet all verified");
 }
 
 #[test]
 fn resident_engine_copying_out_without_waiting_for_the_kernel_reads_wrong() {
-    let wrong = wrong_copying_on_streams(CopyBy::Memcpy, Some(GraphEdge::HCopyOut), 41..45);
+    let wrong = wrong_copying_on_streams(Some(GraphEdge::HCopyOut), 41..45);
     assert!(wrong > 0, "copy out before done, yet all verified");
 }
 
@@ -273,22 +259,9 @@ fn resident_engine_switches_are_checked() {
         ..config()
     });
     assert!(
-        e.contains("--drop-edge h-copy-out with --engine resident needs its copy out on streams"),
-        "{e}"
-    );
-    let e = invalid(DemoConfig {
-        drop_edge: Some(GraphEdge::HCopyOut),
-        copy_by: Some(CopyBy::MemcpyIn),
-        ..config()
-    });
-    assert!(e.contains("needs its copy out on streams"), "{e}");
-    let e = invalid(DemoConfig {
-        drop_edge: Some(GraphEdge::CopyInF),
-        copy_by: Some(CopyBy::Kernel),
-        ..config()
-    });
-    assert!(
-        e.contains("--drop-edge copy-in-f with --engine resident needs its copy in on streams"),
+        e.contains(
+            "--drop-edge copy-in-f and h-copy-out with --engine resident need --copy memcpy"
+        ),
         "{e}"
     );
     let e = invalid(DemoConfig {
@@ -360,14 +333,6 @@ fn resident_engine_verifies_every_element_on_cuda() {
         ((64 << 10) + 4, None, Some(3), false, None),
         ((64 << 10) + 4, None, Some(3), false, memcpy),
         (256 << 10, Some(20_000.0), None, false, memcpy),
-        (1 << 20, None, None, false, Some(CopyBy::MemcpyIn)),
-        (
-            (64 << 10) + 4,
-            Some(20_000.0),
-            Some(2),
-            false,
-            Some(CopyBy::MemcpyIn),
-        ),
         (4 << 20, None, None, false, None),
     ] {
         let r = run(&DemoConfig {
