@@ -1246,7 +1246,9 @@ fn a_refused_wait_list_enqueues_nothing<B: MemOps>(b: &B) {
 
 /// A free on a reader's stream that waited for its writer's timeline outside the free's wait
 /// list: the timeline fails while the writer still writes, which releases the reader's stream
-/// past the free. The block is not handed out again (it would be written by the old writer).
+/// past the free (memops, host; with events and hybrid the reader's event wait still holds,
+/// but the pool cannot tell the waits apart). The block is not handed out again (it would be
+/// written by the old writer).
 fn a_free_past_a_wait_released_by_a_failure_is_not_reused<B: MemOps>(b: &B) {
     let p = pool(b, PoolConfig::default());
     let (w, r) = (b.stream(), b.stream());
@@ -1254,21 +1256,32 @@ fn a_free_past_a_wait_released_by_a_failure_is_not_reused<B: MemOps>(b: &B) {
     let x = p
         .alloc_with(&w, 4096, &[], AllocFlags::default().signal())
         .unwrap();
-    b.busy(&w, Duration::from_millis(100));
+    b.busy(&w, Duration::from_millis(300));
     b.fill_u32(&w, x.block.addr(), 1024, 1);
     t.signal_on(&w, 1).unwrap();
     p.wait(&r, x.ready.as_ref().unwrap()).unwrap();
     t.wait_on(&r, 1).unwrap(); // the reader waits for its writer
     p.free(&r, x.block, &[]).unwrap();
     t.fail(Error::Cancelled("the writer's watchdog".into()));
+    // Did the writer's signal land before the failure (this thread held up past the busy
+    // work, by another test's driver calls that wait for the device, say)? Then the failure
+    // released nothing, the free's point means what it says, and a reuse is right.
+    let landed = match t.query() {
+        Err(Error::TimelineFailed { value, .. }) => value >= 1,
+        other => panic!("failed just now, yet {other:?}"),
+    };
     // On the free's own stream: a reuse would need no wait at all.
     let next = p.alloc(&r, 4096, &[]).unwrap();
-    assert_ne!(
-        next.block.addr(),
-        x.block.addr(),
-        "handed out under its writer"
-    );
-    assert_eq!(p.stats().leaked, 1);
+    if landed {
+        assert_eq!(p.stats().leaked, 0, "the writer was done before the failure");
+    } else {
+        assert_ne!(
+            next.block.addr(),
+            x.block.addr(),
+            "handed out under its writer"
+        );
+        assert_eq!(p.stats().leaked, 1);
+    }
     b.fill_u32(&r, next.block.addr(), 1024, 9);
     b.sync_stream(&w);
     assert!(b
