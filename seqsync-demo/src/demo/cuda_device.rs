@@ -103,8 +103,8 @@ fn host_only_switch(what: &str) -> Error {
 }
 
 /// `cuStreamWriteValue64` of `value` to the word at byte `offset` of `words` (pinned, at its
-/// host address: unified addressing), after everything enqueued on `s` before it (the default
-/// memory barrier).
+/// host address: the caller checked unified addressing), after everything enqueued on `s`
+/// before it (the default memory barrier). The context is current (the caller bound it).
 fn stream_write_word(
     s: &Arc<CudaStream>,
     words: &ResidentWords,
@@ -517,6 +517,19 @@ impl Device for CudaDevice {
         if !self.unified {
             return Err(no_unified_addressing("--engine resident"));
         }
+        if copies == CopyBy::Memcpy {
+            // Its copy streams wait and write on the words: refused here, before anything is
+            // enqueued, where stream memory operations do not work.
+            self.backend.stream_memory_ops().map_err(|e| {
+                crate::invalid(
+                    "demo",
+                    format!(
+                        "--engine resident copying on streams (--copy memcpy) needs stream \
+                         memory operations ({e}); --copy kernel copies in place"
+                    ),
+                )
+            })?;
+        }
         if slots == 0 || slots > l.npatterns || slots > l.nhout || words.device_words() == 0 {
             return Err(crate::invalid(
                 "demo",
@@ -583,6 +596,10 @@ impl Device for CudaDevice {
         if !signal {
             return Err(host_only_switch("the copy-in's arrival write"));
         }
+        if !self.unified {
+            return Err(no_unified_addressing("--engine resident"));
+        }
+        self.bind()?;
         self.memcpy_in(slot, slot, 1).enqueue(&self.backend, s)?;
         let (arrived, _, _) = words.offsets(slot);
         // Arrivals in seq order (the batch before may be on another stream) ...
@@ -602,6 +619,9 @@ impl Device for CudaDevice {
         let slot = self.layout.resident_slot(words.slots(), seq)?;
         if !wait {
             return Err(host_only_switch("the copy-out's wait for the kernel"));
+        }
+        if !self.unified {
+            return Err(no_unified_addressing("--engine resident"));
         }
         let (_, done, copied) = words.offsets(slot);
         self.bind()?;

@@ -141,6 +141,9 @@ pub(crate) fn run<D: Device>(
     let waits = drop != Some(GraphEdge::GroupWaits);
     let threads = process_threads.max(1);
     let s_total = slots as i64;
+    if staged.is_some() {
+        words.hold_through_copies_out();
+    }
     let start = Instant::now();
     dev.launch_resident(
         &stream,
@@ -222,11 +225,17 @@ pub(crate) fn run<D: Device>(
             return Ok(());
         };
         let wait = drop != Some(GraphEdge::HCopyOut);
+        // At most this many copies out enqueued and not yet done: a stream's queue stays
+        // short (an enqueue into a full one would block, and after a stop nothing drains it
+        // until release_done, which comes after this thread ends).
+        let lead = 2 * COPY_STREAMS as i64;
         for s in 0..batches {
-            if !poll(
-                || copies_in.load(Ordering::Acquire) > s,
-                || words_ref.stopped(),
-            ) {
+            let before = s - lead;
+            let ready = || {
+                copies_in.load(Ordering::Acquire) > s
+                    && (before < 0 || words_ref.copied((before % s_total) as usize) > before as u64)
+            };
+            if !poll(ready, || words_ref.stopped()) || words_ref.stopped() {
                 return Err(stopped(
                     "copies in",
                     Error::Cancelled("the run stopped".into()),

@@ -16,7 +16,7 @@
 
 use std::any::Any;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -40,11 +40,15 @@ enum Storage {
 /// The shared words of one resident kernel over `slots` slots.
 pub(crate) struct ResidentWords {
     /// While the kernel may wait for the host: what says so to the backend (on CUDA an
-    /// `OpenWait`, which holds frees back), dropped once every batch arrived or on `stop`.
+    /// `OpenWait`, which holds frees back), dropped once every batch arrived or on `stop`
+    /// (with copies out on streams: by `release_done`).
     /// Dropped before the memory (fields drop in order).
     hold: Mutex<Option<Box<dyn Any + Send + Sync>>>,
     /// The kernel's batches: once `arrived` reaches them it no longer waits for the host.
     release_at: AtomicU64,
+    /// Copies out on streams wait on `done` words, and after a stop only
+    /// [`release_done`](Self::release_done) ends those waits: the hold goes with it, not before.
+    copies_out_wait: AtomicBool,
     storage: Storage,
     slots: usize,
     /// The kernel's own words in device memory (its ticket, what it saw of `arrived` and
@@ -76,6 +80,7 @@ impl ResidentWords {
         ResidentWords {
             hold: Mutex::new(None),
             release_at: AtomicU64::new(u64::MAX),
+            copies_out_wait: AtomicBool::new(false),
             storage,
             slots,
             device_words,
@@ -124,11 +129,26 @@ impl ResidentWords {
         *self.hold.lock().unwrap_or_else(|e| e.into_inner()) = Some(hold);
         self.release_at.store(batches, Ordering::SeqCst);
         if self.arrived() >= batches || self.stopped() {
+            self.release_unless_copies_out_wait();
+        }
+    }
+
+    /// Copies out on streams will wait on the `done` words (before
+    /// [`hold_until_released`](Self::hold_until_released)): keep the hold until
+    /// [`release_done`](Self::release_done).
+    pub(crate) fn hold_through_copies_out(&self) {
+        self.copies_out_wait.store(true, Ordering::SeqCst);
+    }
+
+    /// The kernel no longer waits for the host: drop the hold, unless copies out may still wait
+    /// on words only the host will write.
+    fn release_unless_copies_out_wait(&self) {
+        if !self.copies_out_wait.load(Ordering::SeqCst) {
             self.release();
         }
     }
 
-    /// The kernel no longer waits for the host: drop the hold.
+    /// Drop the hold.
     fn release(&self) {
         let hold = self.hold.lock().unwrap_or_else(|e| e.into_inner()).take();
         drop(hold);
@@ -165,14 +185,14 @@ impl ResidentWords {
     /// cover every batch the kernel no longer waits for the host.
     pub(crate) fn arrivals_enqueued(&self, n: u64) {
         if n >= self.release_at.load(Ordering::Relaxed) {
-            self.release();
+            self.release_unless_copies_out_wait();
         }
     }
 
     /// End the kernel's waits: nothing more arrives.
     pub(crate) fn stop(&self) {
         self.word(STOP).store(1, Ordering::Release);
-        self.release();
+        self.release_unless_copies_out_wait();
     }
 
     pub(crate) fn stopped(&self) -> bool {
@@ -197,8 +217,10 @@ impl ResidentWords {
 
     /// The host backend's copy-out stream: batch `n - 1` is in host output `slot`.
     pub(crate) fn set_copied(&self, slot: usize, n: u64) {
+        // Never lowered (a copy out of an earlier batch landing late: only with a test switch
+        // dropping the waits before slot reuse).
         self.word(self.copied_index(slot))
-            .store(n, Ordering::Release);
+            .fetch_max(n, Ordering::AcqRel);
     }
 
     fn done_index(&self, slot: usize) -> usize {
@@ -231,8 +253,8 @@ impl ResidentWords {
 
     /// Once the kernel ended (its stream synchronized): raise every `done` word to what the
     /// batches `0..batches` would have left, so that no copy-out still waiting for a batch
-    /// the kernel never finished (it stopped first) waits for ever. What such a copy then
-    /// copies is not a result: the run stopped.
+    /// the kernel never finished (it stopped first) waits for ever, and drop the hold. What
+    /// such a copy then copies is not a result: the run stopped.
     pub(crate) fn release_done(&self, batches: u64) {
         let slots = self.slots as u64;
         for slot in 0..slots.min(batches) {
@@ -241,6 +263,8 @@ impl ResidentWords {
             self.word(self.done_index(slot as usize))
                 .fetch_max(last + 1, Ordering::AcqRel);
         }
+        // Nothing waits on the host any more.
+        self.release();
     }
 }
 
@@ -341,6 +365,16 @@ mod tests {
         w.hold_until_released(Box::new(()), 3);
         w.stop();
         assert!(!held(&w), "stopped");
+        // Copies out on streams: the hold stays past the arrivals and the stop, until the done
+        // words are released.
+        let w = ResidentWords::on_host(2);
+        w.hold_through_copies_out();
+        w.hold_until_released(Box::new(()), 3);
+        w.arrivals_enqueued(3);
+        w.stop();
+        assert!(held(&w), "copies out may still wait");
+        w.release_done(3);
+        assert!(!held(&w), "the done words released");
         // Taken after every batch arrived (the device bound's kernel): released at once.
         let w = ResidentWords::on_host(2);
         w.arrive(4);

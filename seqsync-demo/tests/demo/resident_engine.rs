@@ -137,6 +137,42 @@ fn resident_engine_copying_out_without_waiting_for_the_kernel_reads_wrong() {
 }
 
 #[test]
+fn resident_engine_copying_on_streams_ends_when_a_thread_fails_mid_run() {
+    // A process_data thread fails (its progress report panics) with batches on the device and
+    // copies out waiting for them: the run ends with that error instead of hanging (the copies
+    // out are let go once the kernel ended), on one slot and on several. The kernel stopping
+    // while a copy in it waits for is still in a chaos pause is the case that would hang: a
+    // few seeds in thirty.
+    let cases = [(1, 1), (8, 2), (24, 4)];
+    for (seed, (slots, threads)) in (51..81).zip(cases.into_iter().cycle()) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let r = run(&DemoConfig {
+                batches: 400,
+                slots: Some(slots),
+                process_threads: Some(threads),
+                copy_by: Some(CopyBy::Memcpy),
+                chaos: Some(seed),
+                progress: Some(std::sync::Arc::new(|done, _| {
+                    if done >= 30 {
+                        panic!("a checker failed");
+                    }
+                })),
+                ..config()
+            });
+            let _ = tx.send(r.map(|_| ()).map_err(|e| e.to_string()));
+        });
+        match rx.recv_timeout(std::time::Duration::from_secs(30)) {
+            Ok(r) => {
+                let e = r.unwrap_err();
+                assert!(e.contains("a checker failed"), "seed {seed}: {e}");
+            }
+            Err(_) => panic!("seed {seed}, {slots} slots: the run hung after a thread failed"),
+        }
+    }
+}
+
+#[test]
 fn resident_engine_verifies_batches_of_odd_sizes_and_a_single_batch() {
     // Not a multiple of 16 bytes; one batch; every element checked.
     for (bytes, batches) in [((16 << 10) + 4, 30), (64, 1), (4 << 10, 1)] {

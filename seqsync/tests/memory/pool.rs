@@ -1273,7 +1273,11 @@ fn a_free_past_a_wait_released_by_a_failure_is_not_reused<B: MemOps>(b: &B) {
     // On the free's own stream: a reuse would need no wait at all.
     let next = p.alloc(&r, 4096, &[]).unwrap();
     if landed {
-        assert_eq!(p.stats().leaked, 0, "the writer was done before the failure");
+        assert_eq!(
+            p.stats().leaked,
+            0,
+            "the writer was done before the failure"
+        );
     } else {
         assert_ne!(
             next.block.addr(),

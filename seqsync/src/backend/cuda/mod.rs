@@ -185,6 +185,26 @@ impl CudaBackend {
         OpenWait::new()
     }
 
+    /// Do 64-bit stream memory operations (`cuStreamWriteValue64`, `cuStreamWaitValue64`) work
+    /// on this device? Probed once per backend, as the timelines probe them (a write, a wait
+    /// for it and a second write on a fresh stream, within a second): for work of yours that
+    /// enqueues them itself.
+    ///
+    /// # Errors
+    /// [`Error::Backend`] saying why not (the device attribute, the driver's refusal, or a wait
+    /// that did not end).
+    ///
+    /// ```no_run
+    /// # fn main() -> seqsync::Result<()> {
+    /// use seqsync::backend::cuda::CudaBackend;
+    /// let gpu = CudaBackend::new(0)?;
+    /// gpu.stream_memory_ops()?; // before enqueuing waits and writes on words of your own
+    /// # Ok(()) }
+    /// ```
+    pub fn stream_memory_ops(&self) -> Result<()> {
+        self.timelines.probe_or_fail(&self.ctx)
+    }
+
     /// True when a driver and at least one GPU are present.
     pub fn is_available() -> bool {
         driver_present() && CudaContext::device_count().map(|n| n > 0).unwrap_or(false)

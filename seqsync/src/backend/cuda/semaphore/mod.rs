@@ -204,7 +204,7 @@ impl TimelineSupport {
         })
     }
 
-    fn probe_or_fail(&self, ctx: &Arc<CudaContext>) -> Result<()> {
+    pub(crate) fn probe_or_fail(&self, ctx: &Arc<CudaContext>) -> Result<()> {
         self.probe(ctx).map_err(|why| {
             Error::Backend(BackendError::new(
                 "cuda",
