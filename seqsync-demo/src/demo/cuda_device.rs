@@ -340,9 +340,11 @@ impl Device for CudaDevice {
     }
     fn fill_input(&self, seq: i64) {
         let at = self.host_at(&self.hin, seq as usize % self.layout.npatterns);
-        // SAFETY: the pipeline calls get_data only once the previous copy out of this slot has
-        // completed (an event synchronize or a ring's synchronize), and only from one thread;
-        // the slot holds n >= HEADER u32s (Layout) and nothing else touches it meanwhile.
+        // SAFETY: the pipeline calls get_data only once the previous reader of this host input
+        // slot is done with it (a copy in: an event or a ring's synchronize; the resident
+        // engine: the batch a ring before was processed, hence read or copied in), and only
+        // from one thread; the slot holds n >= HEADER u32s (Layout) and nothing else touches
+        // it meanwhile.
         let s = unsafe { std::slice::from_raw_parts_mut(at, HEADER.min(self.layout.n)) };
         for (i, v) in s.iter_mut().take(HEADER).enumerate() {
             *v = workload::header_elem(seq, i);
@@ -633,9 +635,10 @@ impl Device for CudaDevice {
         let at = self.host_at(&self.hout, hout);
         // SAFETY: the copy into slot `hout` (n u32s in range) has completed: the caller
         // synchronized on the event recorded after it, or (the adaptive engine's process_data
-        // threads) waited for a timeline that the thread which synchronized signalled after;
-        // the next copy into it is launched only after this check returns; copies into other
-        // slots do not touch these n u32s.
+        // threads) waited for a timeline that the thread which synchronized signalled after,
+        // or (the resident engine's) saw the word written after it (`done` by the kernel in
+        // place, `copied` by a copy-out stream); the next copy into it is launched only after
+        // this check returns; copies into other slots do not touch these n u32s.
         self.reference.check(
             unsafe { std::slice::from_raw_parts(at, self.layout.n) },
             seq,
