@@ -271,6 +271,28 @@ impl CudaDevice {
         )
     }
 
+    /// The slot of batch `seq` for one of the resident kernel's copies on streams, after what
+    /// both check: its ordering kept (`ordered`; leaving `what` out is a host test switch),
+    /// unified addressing (they write and wait on the words at their host address), and this
+    /// context current (for the raw stream memory operations).
+    fn resident_copy_slot(
+        &self,
+        words: &ResidentWords,
+        seq: i64,
+        ordered: bool,
+        what: &str,
+    ) -> Result<usize> {
+        let slot = self.layout.resident_slot(words.slots(), seq)?;
+        if !ordered {
+            return Err(host_only_switch(what));
+        }
+        if !self.unified {
+            return Err(no_unified_addressing("--engine resident"));
+        }
+        self.bind()?;
+        Ok(slot)
+    }
+
     /// The device address of slot `slot` of `buf`, checked to have room for `count` slots.
     fn at(&self, buf: &DeviceBuffer, slot: usize, count: usize) -> u64 {
         let n = self.layout.n;
@@ -532,10 +554,11 @@ impl Device for CudaDevice {
                 )
             })?;
         }
-        if slots == 0 || slots > l.npatterns || slots > l.nhout || words.device_words() == 0 {
+        l.fits_resident(slots)?;
+        if words.device_words() == 0 {
             return Err(crate::invalid(
                 "demo",
-                format!("the resident kernel's {slots} slots do not fit this device's buffers"),
+                "the resident kernel's words have no device memory (host words)".to_string(),
             ));
         }
         // Where the kernel reads and writes: the host slots in place, or the device's, which
@@ -594,14 +617,7 @@ impl Device for CudaDevice {
         seq: i64,
         signal: bool,
     ) -> Result<()> {
-        let slot = self.layout.resident_slot(words.slots(), seq)?;
-        if !signal {
-            return Err(host_only_switch("the copy-in's arrival write"));
-        }
-        if !self.unified {
-            return Err(no_unified_addressing("--engine resident"));
-        }
-        self.bind()?;
+        let slot = self.resident_copy_slot(words, seq, signal, "the copy-in's arrival write")?;
         self.memcpy_in(slot, slot, 1).enqueue(&self.backend, s)?;
         let (arrived, _, _) = words.offsets(slot);
         // Arrivals in seq order (the batch before may be on another stream) ...
@@ -618,15 +634,9 @@ impl Device for CudaDevice {
         seq: i64,
         wait: bool,
     ) -> Result<()> {
-        let slot = self.layout.resident_slot(words.slots(), seq)?;
-        if !wait {
-            return Err(host_only_switch("the copy-out's wait for the kernel"));
-        }
-        if !self.unified {
-            return Err(no_unified_addressing("--engine resident"));
-        }
+        let slot =
+            self.resident_copy_slot(words, seq, wait, "the copy-out's wait for the kernel")?;
         let (_, done, copied) = words.offsets(slot);
-        self.bind()?;
         stream_wait_word(s, words, done, seq as u64 + 1)?;
         self.memcpy_out(slot, slot, 1).enqueue(&self.backend, s)?;
         stream_write_word(s, words, copied, seq as u64 + 1)

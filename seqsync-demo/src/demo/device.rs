@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::copy_by::CopyBy;
-use super::resident_words::{poll, ResidentWords};
+use super::poll::poll;
+use super::resident_words::ResidentWords;
 use super::workload::{self, HEADER};
 use seqsync::backend::{Backend, MemoryBackend};
 use seqsync::internal::backend::{Command, GraphBackend};
@@ -59,23 +60,34 @@ impl Layout {
         }
     }
 
-    /// The slot of batch `seq` of a resident kernel over `slots` slots, checked against these
-    /// buffers (every one has at least `slots` slots; `seq` is not negative).
-    pub(crate) fn resident_slot(&self, slots: usize, seq: i64) -> Result<usize> {
-        let fits = [
+    /// Does a resident kernel over `slots` slots fit these buffers (at least one slot, and
+    /// every buffer that many)?
+    pub(crate) fn fits_resident(&self, slots: usize) -> Result<()> {
+        let buffers = [
             self.nin,
             self.nx,
             self.ny,
             self.nout,
             self.npatterns,
             self.nhout,
-        ]
-        .iter()
-        .all(|&n| n >= slots);
-        if slots == 0 || !fits || seq < 0 {
+        ];
+        if slots == 0 || buffers.iter().any(|&n| n < slots) {
             return Err(crate::invalid(
                 "demo",
-                format!("batch {seq} of a resident kernel over {slots} slots does not fit this device's buffers"),
+                format!("the resident kernel's {slots} slots do not fit this device's buffers"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The slot of batch `seq` (not negative) of a resident kernel over `slots` slots that
+    /// [fit](Self::fits_resident) these buffers.
+    pub(crate) fn resident_slot(&self, slots: usize, seq: i64) -> Result<usize> {
+        self.fits_resident(slots)?;
+        if seq < 0 {
+            return Err(crate::invalid(
+                "demo",
+                format!("batch {seq} of a resident kernel: batches count from 0"),
             ));
         }
         Ok(seq as usize % slots)
@@ -644,16 +656,7 @@ impl Device for HostDevice {
     ) -> Result<()> {
         let l = self.layout;
         let slots = words.slots();
-        if slots == 0
-            || [l.nin, l.nx, l.ny, l.nout, l.npatterns, l.nhout]
-                .iter()
-                .any(|&n| n < slots)
-        {
-            return Err(crate::invalid(
-                "demo",
-                format!("the resident kernel's {slots} slots do not fit this device's buffers"),
-            ));
-        }
+        l.fits_resident(slots)?;
         let (w, b, k, backend) = (
             words.clone(),
             self.bufs.clone(),
@@ -814,6 +817,32 @@ mod tests {
             }
             assert!(!reference.check(&right[..layout.n - 1], seq), "short");
         }
+    }
+
+    #[test]
+    fn a_resident_kernel_over_more_slots_than_a_buffer_or_a_negative_batch_is_refused() {
+        let mut layout = Layout::uniform(64, 4, 1);
+        assert_eq!(layout.resident_slot(4, 9).unwrap(), 1);
+        assert_eq!(
+            layout.resident_slot(3, 9).unwrap(),
+            0,
+            "fewer slots than buffers fit"
+        );
+        layout.ny = 2;
+        for slots in [0, 3] {
+            let e = layout.resident_slot(slots, 1).unwrap_err().to_string();
+            assert!(e.contains(&format!("{slots} slots do not fit")), "{e}");
+        }
+        let e = layout.resident_slot(2, -1).unwrap_err().to_string();
+        assert!(e.contains("batches count from 0"), "{e}");
+        let dev = HostDevice::new(HostBackend::new(), layout);
+        let words = Arc::new(dev.resident_words(3).unwrap());
+        let s = dev.backend().new_stream("s").unwrap();
+        let e = dev
+            .launch_resident(&s, &words, 1, true, CopyBy::Kernel)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("3 slots do not fit"), "{e}");
     }
 
     #[test]

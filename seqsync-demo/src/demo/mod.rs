@@ -59,6 +59,7 @@ mod graph_engine;
 mod measure;
 mod names;
 mod pipeline;
+mod poll;
 mod pool_pipeline;
 mod processes;
 mod report;

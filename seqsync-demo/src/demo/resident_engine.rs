@@ -30,7 +30,8 @@
 //!   `--rate` arrivals counted from there), for each batch, wait until the batch `S` before it
 //!   was processed (its input and output slots are free), wait for its arrival (`--rate`), fill
 //!   its input in, then `arrived = s + 1` (or enqueue its copy in).
-//! - copy_out (copies on streams only): enqueue each batch's copy out once its copy in was.
+//! - copy_out (copies on streams only): enqueue each batch's copy out once its copy in was,
+//!   at most four ahead of the copies out done.
 //! - process_data ([`ProcessWorkers`], `--process-threads`): a worker takes the next seq, polls
 //!   `done[s % S]` (or `copied[s % S]`) until it reaches `s + 1`, checks the batch, and reports
 //!   it; batches are reported processed (the `processed` timeline get_data waits on) in seq
@@ -59,7 +60,7 @@ use super::device::Device;
 use super::graph_engine::GraphEdge;
 use super::pipeline::{first_error, stopped, Checker, ProcessWorkers};
 use super::pipeline::{RunOptions, Variant, Verification};
-use super::resident_words::poll;
+use super::poll::poll;
 use super::threads::{run_threads_named, Body};
 use super::watchdog::Watch;
 use seqsync::backend::Backend;
@@ -114,8 +115,8 @@ pub(crate) fn run<D: Device>(
     let batches = opt.batches;
     let words = std::sync::Arc::new(dev.resident_words(slots)?);
     let stream = b.new_stream("s_resident")?;
-    // Copies by the copy engines: a stream for the copies in (each followed by its arrival)
-    // and one for the copies out (each after a wait for its batch's done word).
+    // Copies by the copy engines: COPY_STREAMS streams for the copies in (each followed by its
+    // arrival) and as many for the copies out (each after a wait for its batch's done word).
     let copies = l.copy_by;
     let staged = match copies {
         CopyBy::Kernel => None,

@@ -89,7 +89,7 @@ impl<B: Backend> ProcessWorkers<B> {
 
     /// Wait until `n` workers have started (false: `given_up` first).
     pub(crate) fn wait_started(&self, n: usize, given_up: impl Fn() -> bool) -> bool {
-        crate::demo::resident_words::poll(|| self.started.load(Ordering::Acquire) >= n, given_up)
+        crate::demo::poll::poll(|| self.started.load(Ordering::Acquire) >= n, given_up)
     }
 
     /// End the workers' waits (a thread failed): they return a stop.
