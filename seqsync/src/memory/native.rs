@@ -103,11 +103,12 @@ impl<B: MemoryBackend> NativePool<B> {
         self.alloc_with(stream, size, waits, AllocFlags::default())
     }
 
-    /// Enqueue `waits` on `stream`, then the driver's allocation. `flags.allow_wait` has no
-    /// effect (the driver's pool was created without internal dependencies).
+    /// The driver's allocation on `stream`, then `waits` enqueued on it. `flags.allow_wait`
+    /// has no effect (the driver's pool was created without internal dependencies).
     ///
     /// # Errors
-    /// [`Error::AllocSize`] for 0 bytes; a wait's error; the backend's (e.g. out of memory).
+    /// [`Error::AllocSize`] for 0 bytes; a wait's error; the backend's (e.g. out of memory:
+    /// then nothing is enqueued, the waits included).
     pub fn alloc_with(
         &self,
         stream: &B::Stream,
@@ -126,8 +127,14 @@ impl<B: MemoryBackend> NativePool<B> {
         let sid = self.backend.stream_id(stream);
         let mut st = self.lock();
         self.settle_quarantine(&mut st, stream);
-        st.clocks.enqueue_waits(&self.backend, stream, sid, waits)?;
+        // The driver's allocation first: where it refuses (out of memory), nothing is
+        // enqueued, the waits included. The memory is ready in stream order before anything
+        // enqueued after the waits.
         let addr = self.backend.alloc_async(&self.pool, stream, size)?;
+        if let Err(e) = st.clocks.enqueue_waits(&self.backend, stream, sid, waits) {
+            self.backend.free_async(&self.pool, stream, addr)?;
+            return Err(e);
+        }
         let ready = if flags.signal {
             match st.clocks.record(&self.backend, stream, sid) {
                 Ok(p) => Some(p),

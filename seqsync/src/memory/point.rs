@@ -446,6 +446,28 @@ impl<B: Backend> Clocks<B> {
         Ok(())
     }
 
+    /// What `sid` would be ordered after once `waits` were enqueued on it, without enqueuing
+    /// them: a caller decides with it first and enqueues only once the call cannot be refused.
+    pub(crate) fn frontier_with(&self, sid: u64, waits: &[Wait<'_, B>]) -> Frontier {
+        let mut f = self
+            .streams
+            .get(&sid)
+            .map(|c| c.frontier.clone())
+            .unwrap_or_default();
+        for w in waits {
+            if let Wait::Point(p) = w {
+                if p.domain() == self.domain && p.stream_id() != sid {
+                    for &(s, q) in &p.clock().0 {
+                        if self.known(s) {
+                            f.advance(s, q);
+                        }
+                    }
+                }
+            }
+        }
+        f
+    }
+
     /// `sid`'s later work is ordered after `point` (a wait on it was just enqueued).
     pub(crate) fn learn(&mut self, sid: u64, point: &Point<B>) {
         if point.domain() == self.domain && point.stream_id() != sid {
@@ -486,16 +508,13 @@ impl<B: Backend> Clocks<B> {
         })
     }
 
-    /// Is work enqueued on stream `sid` from now on already ordered after `point`? True on
-    /// the point's own stream (stream order), or when the stream waited, directly or through
-    /// other points, on a later point of the same stream.
-    pub(crate) fn ordered_after(&self, sid: u64, point: &Point<B>) -> bool {
+    /// Would work enqueued on stream `sid` be ordered after `point`, where `frontier` is what
+    /// the stream would be ordered after ([`frontier_with`](Self::frontier_with))? True on the
+    /// point's own stream (stream order), or when the stream waited, directly or through other
+    /// points, on a later point of the same stream.
+    pub(crate) fn ordered_after_in(&self, frontier: &Frontier, sid: u64, point: &Point<B>) -> bool {
         point.stream_id() == sid
-            || (point.domain() == self.domain
-                && self
-                    .streams
-                    .get(&sid)
-                    .is_some_and(|c| c.frontier.get(point.stream_id()) >= point.seq()))
+            || (point.domain() == self.domain && frontier.get(point.stream_id()) >= point.seq())
     }
 }
 

@@ -207,15 +207,16 @@ impl<B: MemoryBackend> Pool<B> {
         self.alloc_with(stream, size, waits, AllocFlags::default())
     }
 
-    /// Allocate `size` bytes for work on `stream`: enqueue `waits` on it, then pick a block by
-    /// the rules above. Returns at once.
+    /// Allocate `size` bytes for work on `stream`: pick a block by the rules above (as if
+    /// `waits` were enqueued), then enqueue `waits` on it. Returns at once.
     ///
     /// # Errors
+    /// Every refusal enqueues nothing, the waits included:
     /// - [`Error::AllocSize`]: `size` is 0 or above [`max_alloc`](Self::max_alloc).
-    /// - [`Error::Exhausted`]: nothing can serve it (see the type's docs); nothing changed
-    ///   but the waits enqueued.
+    /// - [`Error::Exhausted`]: nothing can serve it (see the type's docs).
     /// - [`Error::InvalidArgument`]: a new slab for it would pass the address space (its
-    ///   block and the alignment); nothing changed but the waits enqueued.
+    ///   block and the alignment).
+    /// - the backend's, when a new slab cannot be allocated (out of memory).
     /// - a wait's error: its producer failed (checked before anything is enqueued), or the
     ///   backend refused the wait.
     pub fn alloc_with(
@@ -244,7 +245,10 @@ impl<B: MemoryBackend> Pool<B> {
         let st = &mut *guard;
         settle_quarantine(st);
         forget_gone_streams(st);
-        st.clocks.enqueue_waits(&self.backend, stream, sid, waits)?;
+        // Decide first, with what the stream would be ordered after once `waits` are
+        // enqueued; enqueue them only once the call cannot be refused (a refusal enqueues
+        // nothing: a wait nobody will now satisfy would park the stream for good).
+        let would_follow = st.clocks.frontier_with(sid, waits);
         let entry = st.classes.entry(class).or_insert_with(|| Class {
             free: VecDeque::new(),
             carving: None,
@@ -255,7 +259,7 @@ impl<B: MemoryBackend> Pool<B> {
             let i = entry
                 .free
                 .iter()
-                .rposition(|f| st.clocks.ordered_after(sid, &f.death));
+                .rposition(|f| st.clocks.ordered_after_in(&would_follow, sid, &f.death));
             match i {
                 Some(i) if released_by_failure(&entry.free[i]) => {
                     let f = entry.free.remove(i).expect("index from rposition");
@@ -267,15 +271,30 @@ impl<B: MemoryBackend> Pool<B> {
         // `old`: the freed entry a reused block came from, to put back if the call fails.
         let (addr, slab, old) = if let Some(i) = dominated {
             let f = entry.free.remove(i).expect("index from rposition");
+            if let Err(e) = st.clocks.enqueue_waits(&self.backend, stream, sid, waits) {
+                st.classes
+                    .get_mut(&class)
+                    .expect("class entry made above")
+                    .free
+                    .insert(i, f);
+                return Err(e);
+            }
             st.stats.reuse += 1;
             (f.addr, f.slab, Some(f))
         } else {
             let stale = entry.free.len();
-            if stale > 0 {
-                st.stats.reuse_miss += 1;
-            }
             // 2. Fresh space.
             if let Some((addr, slab)) = self.carve(st, class)? {
+                if let Err(e) = st.clocks.enqueue_waits(&self.backend, stream, sid, waits) {
+                    if let Some(s) = st.slabs[slab].as_mut() {
+                        // It was the last block carved, under this same lock.
+                        s.carved -= class;
+                    }
+                    return Err(e);
+                }
+                if stale > 0 {
+                    st.stats.reuse_miss += 1;
+                }
                 st.stats.fresh += 1;
                 (addr, slab, None)
             } else if let Some(f) = flags
@@ -283,8 +302,13 @@ impl<B: MemoryBackend> Pool<B> {
                 .then(|| self.oldest_healthy_free(st, class))
                 .flatten()
             {
-                // 3. An inserted wait on the oldest free of the class that can still complete.
-                if let Err(e) = self.backend.wait(stream, f.death.event()) {
+                // 3. An inserted wait on the oldest free of the class that can still complete,
+                // after the caller's waits.
+                let enqueued = st
+                    .clocks
+                    .enqueue_waits(&self.backend, stream, sid, waits)
+                    .and_then(|()| self.backend.wait(stream, f.death.event()));
+                if let Err(e) = enqueued {
                     st.classes
                         .get_mut(&class)
                         .expect("class entry made above")
@@ -292,11 +316,17 @@ impl<B: MemoryBackend> Pool<B> {
                         .push_front(f);
                     return Err(e);
                 }
+                if stale > 0 {
+                    st.stats.reuse_miss += 1;
+                }
                 st.clocks.learn(sid, &f.death);
                 st.stats.waits += 1;
                 (f.addr, f.slab, Some(f))
             } else {
                 let stale = st.classes.get(&class).map_or(0, |c| c.free.len());
+                if stale > 0 {
+                    st.stats.reuse_miss += 1;
+                }
                 st.stats.exhausted += 1;
                 return Err(Error::Exhausted {
                     pool: self.name.clone(),

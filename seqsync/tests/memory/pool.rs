@@ -1244,6 +1244,31 @@ fn a_refused_wait_list_enqueues_nothing<B: MemOps>(b: &B) {
     p.free(&s, x.block, &[]).unwrap();
 }
 
+/// An allocation refused for want of memory (exhausted) enqueues nothing, its wait list
+/// included: a wait nobody will now satisfy would park the stream for good.
+fn an_exhausted_alloc_enqueues_no_waits<B: MemOps>(b: &B) {
+    use seqsync::backend::EventOptions;
+    let p = pool(b, PoolConfig::fixed_blocks(256, 1));
+    let s = b.stream();
+    let t = Timeline::new(b, "never", 0).unwrap();
+    let x = p.alloc(&s, 256, &[]).unwrap();
+    let e = p.alloc(&s, 256, &[Wait::Timeline(&t, 1)]).unwrap_err();
+    assert!(matches!(e, Error::Exhausted { .. }), "{e}");
+    b.fill_u32(&s, x.block.addr(), 16, 5);
+    let done = b.create_event(EventOptions::default()).unwrap();
+    b.record(&done, &s).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !b.query(&done).unwrap() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let ran = b.query(&done).unwrap();
+    t.signal(1).unwrap(); // releases a wait left behind, if any, so that the test ends
+    assert!(ran, "an exhausted alloc left its wait on the stream");
+    assert!(b.read_u32(&s, x.block.addr(), 16).iter().all(|&v| v == 5));
+    assert_eq!(p.stats().exhausted, 1);
+    p.free(&s, x.block, &[]).unwrap();
+}
+
 /// A free on a reader's stream that waited for its writer's timeline outside the free's wait
 /// list: the timeline fails while the writer still writes, which releases the reader's stream
 /// past the free (memops, host; with events and hybrid the reader's event wait still holds,
@@ -1297,6 +1322,7 @@ fn a_free_past_a_wait_released_by_a_failure_is_not_reused<B: MemOps>(b: &B) {
 
 on_both_backends!(
     a_refused_wait_list_enqueues_nothing,
+    an_exhausted_alloc_enqueues_no_waits,
     a_free_past_a_wait_released_by_a_failure_is_not_reused,
     a_free_on_a_stream_holding_deferred_waits_is_refused_where_they_hold_nothing,
     a_held_free_does_not_keep_its_timeline_from_failing_when_dropped,
