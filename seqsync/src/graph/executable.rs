@@ -4,6 +4,7 @@
 use super::record::Graph;
 use super::reduce::Analysis;
 use super::schedule::{Report, Schedule};
+use super::GraphError;
 use super::{lower, Lowering};
 use crate::backend::command::CommandBackend;
 
@@ -25,8 +26,8 @@ pub struct Executable<B: CommandBackend> {
     /// One event per command whose join other streams wait for (created at the first
     /// submission).
     pub(super) join_events: Vec<Option<B::Event>>,
-    /// Its copies and fills were found in bounds (at the first submission; again after
-    /// [`graph_mut`](Self::graph_mut)).
+    /// Its copies and fills were found in bounds (at the first submission; a kernel swapped
+    /// in by [`set_kernel`](Self::set_kernel) changes none of them).
     pub(super) commands_checked: bool,
 }
 
@@ -75,10 +76,13 @@ impl<B: CommandBackend> Executable<B> {
         &self.graph
     }
 
-    /// The graph, to change kernels (parameters) between submissions.
-    pub fn graph_mut(&mut self) -> &mut Graph<B> {
-        self.commands_checked = false;
-        &mut self.graph
+    /// Replace the kernel (its parameters) of command `i` for later submissions; the graph's
+    /// shape, and so its schedule, stay as lowered.
+    ///
+    /// # Errors
+    /// [`GraphError::NoSuchCommand`], [`GraphError::NotAKernel`].
+    pub fn set_kernel(&mut self, i: usize, kernel: B::Kernel) -> Result<(), GraphError> {
+        self.graph.set_kernel(i, kernel)
     }
 
     /// The schedule (virtual streams and waits).

@@ -156,6 +156,87 @@ fn hybrid_reuses_events_over_many_signals() {
     assert_eq!(b.timeline_word_ops(), (0, 0));
 }
 
+/// A stream's signal of a low value lands after a host signal of a higher one (a dip, which
+/// the word repair undoes), and the last handle goes in between: the stream waiting for the
+/// higher value is still released (the repair goes on past the drop until the low write
+/// landed).
+fn a_dip_after_the_last_handle_went_is_still_repaired(m: TimelineMechanism) {
+    let Some((g, b)) = with(m) else {
+        return;
+    };
+    let (s1, w) = (b.new_stream("s1").unwrap(), b.new_stream("w").unwrap());
+    let t = Timeline::new(&b, "t", 0).unwrap();
+    let done = Timeline::new(&b, "done", 0).unwrap();
+    g.spin(&s1, Duration::from_millis(200));
+    t.signal_on(&s1, 1).unwrap();
+    g.spin(&w, Duration::from_millis(400));
+    t.wait_on(&w, 5).unwrap();
+    done.signal_on(&w, 1).unwrap();
+    t.signal(5).unwrap(); // the write of 1, still on its way, now lands below it
+    drop(t);
+    done.wait(1, Duration::from_secs(10))
+        .expect("the waiting stream was not released after the drop");
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn a_dip_after_the_last_handle_went_is_still_repaired_memops() {
+    a_dip_after_the_last_handle_went_is_still_repaired(TimelineMechanism::MemOps)
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn a_dip_after_the_last_handle_went_is_still_repaired_hybrid() {
+    a_dip_after_the_last_handle_went_is_still_repaired(TimelineMechanism::Hybrid)
+}
+
+/// Signals and waits with no host read of the timeline in between (nothing polls its points):
+/// its events are still reused, so the events alive stay bounded however many values it
+/// signals (every mechanism that records events).
+fn events_stay_bounded_without_host_reads(m: TimelineMechanism) {
+    let Some((_, b)) = with(m) else {
+        return;
+    };
+    let (s1, s2) = (b.new_stream("s").unwrap(), b.new_stream("s").unwrap());
+    let t = Timeline::new(&b, "t", 0).unwrap();
+    let before = b.live_events();
+    for v in 1..=20_000u64 {
+        t.signal_on(&s1, v).unwrap();
+        t.wait_on(&s2, v).unwrap();
+    }
+    let grown = b.live_events().saturating_sub(before);
+    b.stream_synchronize(&s2).unwrap();
+    assert!(
+        grown < 2_000,
+        "{grown} events alive after 20000 signals nobody read"
+    );
+    assert_eq!(t.query().unwrap(), 20_000);
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn events_stay_bounded_without_host_reads_hybrid() {
+    events_stay_bounded_without_host_reads(TimelineMechanism::Hybrid)
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn events_stay_bounded_without_host_reads_events() {
+    events_stay_bounded_without_host_reads(TimelineMechanism::Events)
+}
+
 #[test]
 #[cfg_attr(
     not(feature = "gpu-tests"),

@@ -25,6 +25,14 @@ unsafe impl Send for CudaEvent {}
 // SAFETY: as above: every operation on the handle goes through the thread-safe driver.
 unsafe impl Sync for CudaEvent {}
 
+/// CUDA events of this crate alive in the process ([`CudaBackend::live_events`]).
+static LIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// CUDA events of this crate alive in the process now.
+pub(super) fn live() -> usize {
+    LIVE.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 impl CudaEvent {
     /// A new event of `ctx` with `flags` (`CUevent_flags`), made with `ctx` current (an event
     /// belongs to the context current at its creation, whatever other code made current);
@@ -39,6 +47,7 @@ impl CudaEvent {
         // SAFETY: `ctx` is current on this thread (above) and `raw` is a valid out-pointer; on
         // success the driver hands us ownership of a new event.
         unsafe { driver::event_create(&mut raw, flags) }.check()?;
+        LIVE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(CudaEvent {
             raw,
             ctx: ctx.clone(),
@@ -77,6 +86,7 @@ impl CudaEvent {
         // SAFETY: `ctx` is current (above), `raw` a valid out-pointer; the handle is passed by
         // value and only read by the driver, which refuses one that names no event.
         unsafe { driver::ipc_open_event_handle(&mut raw, handle) }.check()?;
+        LIVE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(CudaEvent {
             raw,
             ctx: ctx.clone(),
@@ -96,6 +106,7 @@ impl Drop for CudaEvent {
         // is destroyed exactly once, here. Destroying an event with pending work is allowed:
         // the driver releases it once the work completes.
         let r = unsafe { driver::event_destroy(self.raw) };
+        LIVE.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         // Drop never fails: keep the error apart (never another call's failure).
         self.deferred.note(r.op(), r.result());
     }

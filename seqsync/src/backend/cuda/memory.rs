@@ -42,11 +42,22 @@ unsafe impl Send for PinnedBuffer {}
 // whose callers guarantee no conflicting access (see `as_slice`/`as_mut_slice`).
 unsafe impl Sync for PinnedBuffer {}
 
+/// The bytes of `len` `u32`s (at least one), or a named error where they pass the address
+/// space (a wrapped size would allocate less than the buffer says it holds).
+fn words_to_bytes(what: &str, len: usize) -> Result<usize> {
+    len.max(1).checked_mul(4).ok_or_else(|| {
+        crate::Error::invalid(
+            what,
+            format!("{len} u32s are more bytes than the address space"),
+        )
+    })
+}
+
 impl CudaBackend {
     /// Allocate `len` `u32`s of device memory (contents undefined).
     pub fn alloc_device(&self, len: usize) -> Result<DeviceBuffer> {
         self.bind()?;
-        let bytes = len.max(1) * 4;
+        let bytes = words_to_bytes("alloc_device", len)?;
         open_waits::admit_allocation("cuMemAlloc", bytes)?;
         let mut ptr: sys::CUdeviceptr = 0;
         // SAFETY: the context is current; a valid out-pointer; the size is non-zero (at least
@@ -64,7 +75,7 @@ impl CudaBackend {
     /// Allocate `len` `u32`s of pinned host memory, zeroed.
     pub fn alloc_pinned(&self, len: usize) -> Result<PinnedBuffer> {
         self.bind()?;
-        let bytes = len.max(1) * 4;
+        let bytes = words_to_bytes("alloc_pinned", len)?;
         open_waits::admit_allocation("cuMemHostAlloc", bytes)?;
         let mut host: *mut std::ffi::c_void = std::ptr::null_mut();
         // SAFETY: the context is current; a valid out-pointer; flags 0 asks for plain cached
@@ -244,5 +255,18 @@ impl Drop for PinnedBuffer {
             ctx: self.ctx.clone(),
             deferred: Some(self.deferred.clone()),
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::words_to_bytes;
+
+    #[test]
+    fn a_length_past_the_address_space_is_a_named_error() {
+        let e = words_to_bytes("alloc_pinned", usize::MAX / 4 + 1).unwrap_err();
+        assert!(matches!(e, crate::Error::InvalidArgument { .. }), "{e}");
+        assert_eq!(words_to_bytes("alloc_pinned", 0).unwrap(), 4);
+        assert_eq!(words_to_bytes("alloc_pinned", 3).unwrap(), 12);
     }
 }

@@ -157,6 +157,13 @@ impl CudaBackend {
         self.timelines.deferred_held()
     }
 
+    /// CUDA events of seqsync's alive in the process now (every backend's: timelines' points,
+    /// rings, pools, events of yours made through [`Backend::create_event`]). It stays bounded
+    /// over a long run however many values its timelines signal.
+    pub fn live_events(&self) -> usize {
+        event::live()
+    }
+
     /// `(writes, waits)`: stream memory operations on timeline words that the `hybrid`
     /// mechanism enqueued so far (only waits enqueued before their signal need them).
     pub fn timeline_word_ops(&self) -> (u64, u64) {

@@ -99,10 +99,10 @@ impl EventPoints {
         stream: &CudaStream,
         value: u64,
     ) -> Result<()> {
-        let ev = match self.points.next_event() {
-            Some(ev) => ev,
-            None => self.refill(ctx)?,
-        };
+        if self.points.next_event().is_none() {
+            self.make_room(ctx)?;
+        }
+        let ev = self.points.next_event().expect("room made");
         // SAFETY: both handles are live and belong to `ctx`; re-recording a reused event is
         // allowed (see the module docs for why no one needs its previous state).
         // Both handles name their context, so none need be current (a driver that still finds
@@ -114,13 +114,21 @@ impl EventPoints {
         Ok(())
     }
 
-    /// Every slot holds a point: add spare events from the backend's list.
+    /// Every slot holds a point: first ask which of them completed (their events are free
+    /// again; without it a timeline that the host never reads would take a new event for
+    /// every signal), then, if none did, add spare events from the backend's list.
     #[cold]
-    fn refill(&mut self, ctx: &Arc<CudaContext>) -> Result<&CudaEvent> {
+    fn make_room(&mut self, ctx: &Arc<CudaContext>) -> Result<()> {
+        // An error of a query is the word's to report, at its next load; here it only means
+        // no room was made.
+        let _ = self.poll();
+        if self.points.next_event().is_some() {
+            return Ok(());
+        }
         let mut spare = Vec::new();
         self.pool.refill(ctx, &mut spare)?;
         self.points.add_spare(spare);
-        Ok(self.points.next_event().expect("refilled"))
+        Ok(())
     }
 
     /// Make `stream` wait for `value` on its point. `Ok(true)`: done (a wait enqueued, or none

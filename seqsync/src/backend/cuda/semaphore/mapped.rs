@@ -31,9 +31,15 @@ unsafe impl Send for MappedWord {}
 // through atomics (see `atomic`).
 unsafe impl Sync for MappedWord {}
 
+/// Set by a slot's last user on the host once it is done with a slot given back before
+/// (see [`MappedWords::give_back`]).
+pub(crate) type Hold = Arc<std::sync::atomic::AtomicBool>;
+
 pub(crate) struct MappedWords {
     free: Vec<MappedWord>,
-    quarantine: Vec<(MappedWord, Vec<CudaEvent>)>,
+    /// Slots given back while streams may still touch them: each free once the events
+    /// recorded on those streams completed and, where given, its hold was released.
+    quarantine: Vec<(MappedWord, Vec<CudaEvent>, Option<Hold>)>,
     /// The backend's store of errors that cleanup could not return.
     errors: Arc<Deferred>,
 }
@@ -59,12 +65,14 @@ impl MappedWords {
         Ok(slot)
     }
 
-    /// Give `slot` back once the streams in `users` are past everything enqueued on them now.
+    /// Give `slot` back once the streams in `users` are past everything enqueued on them now,
+    /// and `hold` (when given) was released.
     pub(crate) fn give_back(
         &mut self,
         ctx: &Arc<CudaContext>,
         slot: MappedWord,
         users: &[Arc<CudaStream>],
+        hold: Option<Hold>,
     ) {
         let mut events = Vec::new();
         for s in users {
@@ -74,7 +82,7 @@ impl MappedWords {
                 Err(_) => return,
             }
         }
-        self.quarantine.push((slot, events));
+        self.quarantine.push((slot, events, hold));
     }
 
     /// Give back `slot`, which no stream touches any more.
@@ -85,12 +93,16 @@ impl MappedWords {
     fn reclaim(&mut self) {
         let mut i = 0;
         while i < self.quarantine.len() {
-            let done = self.quarantine[i].1.iter().all(|e| {
-                // SAFETY: the events are live handles owned by the quarantine entry.
-                unsafe { driver::event_query(e.raw) }.code() == sys::CUresult::CUDA_SUCCESS
-            });
+            let (_, events, hold) = &self.quarantine[i];
+            let done = hold
+                .as_ref()
+                .is_none_or(|h| h.load(std::sync::atomic::Ordering::SeqCst))
+                && events.iter().all(|e| {
+                    // SAFETY: the events are live handles owned by the quarantine entry.
+                    unsafe { driver::event_query(e.raw) }.code() == sys::CUresult::CUDA_SUCCESS
+                });
             if done {
-                let (slot, _events) = self.quarantine.swap_remove(i);
+                let (slot, _events, _hold) = self.quarantine.swap_remove(i);
                 self.free.push(slot);
             } else {
                 i += 1;

@@ -78,8 +78,20 @@ struct Watch {
     spare: Vec<MappedWord>,
     /// Handed to the repair thread, which has not let it go yet.
     queued: bool,
-    /// The word is gone (its slot may serve another word): nothing may touch it any more.
+    /// The word is gone (its slot may serve another word): nothing may touch it any more,
+    /// unless `orphan` is set.
     gone: bool,
+    /// The word went while writes of it were still watched: the repair thread (which then
+    /// holds it) goes on repairing it until the last one landed, then gives back its markers
+    /// and lets its slot serve another word (which its quarantine waits for).
+    orphan: Option<Orphan>,
+}
+
+/// What a word gone with watched writes gives back once they landed (see [`Watch::orphan`]).
+struct Orphan {
+    pool: Arc<Mutex<MappedWords>>,
+    /// Set once the repair thread is done with the slot.
+    released: Arc<AtomicBool>,
 }
 
 impl Writes {
@@ -114,7 +126,7 @@ fn marker_landed(m: &MappedWord) -> bool {
 impl Repair for Writes {
     fn repair(&self) -> bool {
         let mut w = self.watch();
-        if w.gone {
+        if w.gone && w.orphan.is_none() {
             w.queued = false;
             return false;
         }
@@ -125,6 +137,16 @@ impl Repair for Writes {
         if !more {
             w.queued = false;
             self.watching.store(false, Ordering::SeqCst);
+            if let Some(o) = w.orphan.take() {
+                // The word went before its last watched write landed; that one is repaired
+                // now. Its markers landed (no stream writes them any more), and its slot may
+                // serve another word once its quarantine's streams are past it.
+                let mut pool = o.pool.lock().unwrap_or_else(|e| e.into_inner());
+                for m in w.spare.drain(..) {
+                    pool.give_back_idle(m);
+                }
+                o.released.store(true, Ordering::SeqCst);
+            }
         }
         more
     }
@@ -153,6 +175,7 @@ impl MemOpsWord {
                     spare: Vec::new(),
                     queued: false,
                     gone: false,
+                    orphan: None,
                 }),
                 watching: AtomicBool::new(false),
             }),
@@ -424,11 +447,31 @@ impl Drop for MemOpsWord {
                 users.push(s);
             }
         }
+        let mut orphaned = None;
         let (watched, spare) = {
             let mut w = self.writes.watch();
-            // From here on the repair thread leaves the slot alone.
             w.gone = true;
-            (w.watches.take(), std::mem::take(&mut w.spare))
+            if w.watches.watching() {
+                // A watched write may still land below a later value (a dip) after this: the
+                // repair thread keeps the word and repairs it until the last one landed (a
+                // stream waiting on it may be released only by that repair), then lets the
+                // slot go.
+                for s in w.watches.streams() {
+                    if !users.iter().any(|u| Arc::ptr_eq(u, s)) {
+                        users.push(s.clone());
+                    }
+                }
+                let released = Arc::new(AtomicBool::new(false));
+                w.orphan = Some(Orphan {
+                    pool: self.pool.clone(),
+                    released: released.clone(),
+                });
+                orphaned = Some(released);
+                (Vec::new(), Vec::new())
+            } else {
+                // From here on the repair thread leaves the slot alone.
+                (w.watches.take(), std::mem::take(&mut w.spare))
+            }
         };
         let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
         for m in spare {
@@ -438,12 +481,17 @@ impl Drop for MemOpsWord {
             if marker_landed(&w.marker) {
                 pool.give_back_idle(w.marker);
             } else {
-                pool.give_back(&self.ctx, w.marker, std::slice::from_ref(&w.stream));
+                pool.give_back(&self.ctx, w.marker, std::slice::from_ref(&w.stream), None);
             }
             if !users.iter().any(|u| Arc::ptr_eq(u, &w.stream)) {
                 users.push(w.stream);
             }
         }
-        pool.give_back(&self.ctx, self.slot, &users);
+        pool.give_back(&self.ctx, self.slot, &users, orphaned.clone());
+        drop(pool);
+        if orphaned.is_some() {
+            let me: Arc<dyn Repair> = self.writes.clone();
+            repair::keep(me);
+        }
     }
 }

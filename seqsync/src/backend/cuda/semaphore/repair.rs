@@ -3,7 +3,9 @@
 //!
 //! A word with watched writes is handed to the thread ([`watch`]); the thread looks at every
 //! such word every [`POLL`], raising each to its highest value known landed, and lets a word
-//! go once none of its writes is watched. It makes no driver call (markers are host loads),
+//! go once none of its writes is watched. A word whose owner went while writes of it were
+//! still watched is kept alive by the thread ([`keep`]) until they landed: a stream waiting on
+//! it may be released only by the repair of a dip. It makes no driver call (markers are host loads),
 //! so nothing the driver blocks on (a free that waits for the device to drain, behind a stream
 //! that waits for a repaired value) can hold it up. It is started by the first word that needs
 //! it and then parks whenever no word does.
@@ -23,8 +25,25 @@ pub(crate) trait Repair: Send + Sync {
     fn repair(&self) -> bool;
 }
 
+/// A word handed to the thread: looked at while it lives ([`watch`]), or kept alive until
+/// its repair is done ([`keep`]: a word whose owner went with writes still watched).
+enum Entry {
+    Watched(Weak<dyn Repair>),
+    Kept(Arc<dyn Repair>),
+}
+
+impl Entry {
+    /// Repair it; `true` while it needs looking at again.
+    fn repair(&self) -> bool {
+        match self {
+            Entry::Watched(w) => w.upgrade().is_some_and(|w: Arc<dyn Repair>| w.repair()),
+            Entry::Kept(w) => w.repair(),
+        }
+    }
+}
+
 struct Inbox {
-    words: Mutex<Vec<Weak<dyn Repair>>>,
+    words: Mutex<Vec<Entry>>,
     wake: Condvar,
 }
 
@@ -60,16 +79,27 @@ pub(crate) fn ready() -> Result<()> {
 /// Repair `word` until its [`Repair::repair`] says nothing is watched ([`ready`] first). A
 /// word handed over twice is looked at twice, which is harmless.
 pub(crate) fn watch(word: Weak<dyn Repair>) {
+    hand_over(Entry::Watched(word));
+}
+
+/// Keep `word` alive and repair it until [`Repair::repair`] says nothing is watched: its owner
+/// went while writes of it were still watched (the thread runs: [`ready`] came before the
+/// first of them).
+pub(crate) fn keep(word: Arc<dyn Repair>) {
+    hand_over(Entry::Kept(word));
+}
+
+fn hand_over(entry: Entry) {
     INBOX
         .words
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .push(word);
+        .push(entry);
     INBOX.wake.notify_one();
 }
 
 fn run() {
-    let mut words: Vec<Weak<dyn Repair>> = Vec::new();
+    let mut words: Vec<Entry> = Vec::new();
     loop {
         {
             let mut inbox = INBOX.words.lock().unwrap_or_else(|e| e.into_inner());
@@ -78,7 +108,7 @@ fn run() {
             }
             words.append(&mut inbox);
         }
-        words.retain(|w| w.upgrade().is_some_and(|w: Arc<dyn Repair>| w.repair()));
+        words.retain(Entry::repair);
         if !words.is_empty() {
             std::thread::sleep(POLL);
         }

@@ -149,7 +149,6 @@ impl<S, M> Watches<S, M> {
         (self.landed, !self.watched.is_empty())
     }
 
-    #[cfg(test)]
     pub(crate) fn watching(&self) -> bool {
         !self.watched.is_empty()
     }
