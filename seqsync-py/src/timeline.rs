@@ -12,7 +12,8 @@ use crate::errors::{to_py, IntoPyResult};
 use crate::stream::Backend;
 
 /// A timeline: `signal(v)` / `signal_on(v, stream)` raise it, `wait(v, timeout)` /
-/// `wait_on(v, stream)` wait for it; a stream may wait for a value nobody signalled yet.
+/// `wait_on(v, stream)` wait for it; a stream may wait for a value nobody signalled yet
+/// (but with the CUDA `events` mechanism, which refuses that: `WaitBeforeSignalUnsupported`).
 ///
 /// ```python
 /// b = seqsync.Backend("host")
@@ -113,7 +114,8 @@ impl Timeline {
         })
     }
 
-    /// Make `stream` wait until the value reaches `v` (signalled already or not).
+    /// Make `stream` wait until the value reaches `v` (signalled already or not; with the CUDA
+    /// `events` mechanism, only once a signal of `v` or more is enqueued).
     #[pyo3(signature = (v, stream = None))]
     fn wait_on(&self, py: Python<'_>, v: u64, stream: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         with_stream(py, &self.backend, stream, |s| {

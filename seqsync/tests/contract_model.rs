@@ -479,9 +479,8 @@ fn run(ops: &[Op], seed: u64) -> Vec<String> {
 /// Runs `ops` on `host` (any backend: every piece of work is host work on its streams, so that
 /// every stamp reads one clock); returns what went against the model.
 fn run_on<B: Under>(host: &B, ops: &[Op]) -> Vec<String> {
-    // Where a wait before its signal holds only timeline operations (CUDA `events`), work
-    // after it is not held (the documented limit): the programs then wait only for values
-    // already enqueued.
+    // Where a wait before its signal is refused (CUDA `events`: the documented limit), the
+    // programs wait only for values already enqueued.
     let ahead_ok = Timeline::new(host, "probe", 0)
         .map(|t| t.mechanism().holds_commands())
         .unwrap_or(true);

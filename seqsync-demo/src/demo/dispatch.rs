@@ -176,9 +176,19 @@ pub fn run(config: &DemoConfig) -> Result<DemoReport> {
 }
 
 #[cfg(feature = "cuda")]
-fn run_cuda(config: &DemoConfig, layout: Layout, batch_bytes: usize) -> Result<DemoReport> {
+fn run_cuda(config: &DemoConfig, mut layout: Layout, batch_bytes: usize) -> Result<DemoReport> {
     let gpu = seqsync::backend::cuda::CudaBackend::new(0)?;
     let name = gpu.device_name()?;
+    if config.engine == Engine::Resident
+        && config.copy_by.is_none()
+        && layout.copy_by == CopyBy::Memcpy
+        && gpu.stream_memory_ops().is_err()
+    {
+        // Copies on streams were only the automatic choice, and they need stream memory
+        // operations, which this device does not run: the kernel copies in place instead.
+        // (Asked for with --copy memcpy, the run is refused with the reason.)
+        layout.copy_by = CopyBy::Kernel;
+    }
     run_on(
         &super::cuda_device::CudaDevice::new(gpu, layout)?,
         name,

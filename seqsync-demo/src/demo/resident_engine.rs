@@ -165,6 +165,14 @@ pub(crate) fn run<D: Device>(
             checker.start_arrivals();
             for s in 0..batches {
                 dev.chaos_pause();
+                if words_ref.stopped() {
+                    // A thread failed (or the watchdog fired): no more batches, the first
+                    // S included (their wait below would not see it).
+                    return Err(stopped(
+                        "get_data",
+                        Error::Cancelled("the run stopped".into()),
+                    ));
+                }
                 // Slot s % S is free once batch s - S was processed.
                 if waits && s >= s_total {
                     processed

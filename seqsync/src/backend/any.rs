@@ -526,14 +526,6 @@ impl Backend for AnyBackend {
         }
     }
 
-    fn defers_timeline_ops(&self, stream: &AnyStream) -> bool {
-        match (self, stream) {
-            #[cfg(feature = "cuda")]
-            (AnyBackend::Cuda(b), AnyStream::Cuda(s)) => b.defers_timeline_ops(s),
-            _ => false,
-        }
-    }
-
     fn wait_on(&self, stream: &AnyStream, sem: &AnySemaphore, value: u64) -> Result<()> {
         match (self, stream, sem) {
             (AnyBackend::Host(b), AnyStream::Host(s), AnySemaphore::Host(m)) => {

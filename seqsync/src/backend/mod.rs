@@ -523,15 +523,6 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// failed, even if no signal of `value` has been enqueued yet (wait-before-signal).
     fn wait_on(&self, stream: &Self::Stream, sem: &Self::Semaphore, value: u64) -> Result<()>;
 
-    /// Are timeline operations on `stream` held on the host right now, behind a wait whose
-    /// signal is not on the device yet (CUDA `events`)? Then a timeline wait enqueued on it is
-    /// held too, and holds no command: callers that need their commands held refuse. False
-    /// where waits are held on the device (the default).
-    fn defers_timeline_ops(&self, stream: &Self::Stream) -> bool {
-        let _ = stream;
-        false
-    }
-
     /// Can this backend enqueue on `stream` at all? A backend over several kinds of device
     /// ([`AnyBackend`]) refuses a stream of another kind here, so that a
     /// timeline refuses the call before it changes anything. Always `Ok` for one kind (the

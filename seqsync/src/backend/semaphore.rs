@@ -55,8 +55,9 @@ pub enum Mechanism {
     /// in pinned, device-mapped host memory; a host query is a load of that word. The CUDA
     /// default.
     MemOps,
-    /// CUDA events, one per signalled value; a wait whose signal is not enqueued yet is held on
-    /// the host (with every later timeline operation of its stream) until it is. Limits: see
+    /// CUDA events, one per signalled value; a wait whose signal is not enqueued yet is refused
+    /// ([`crate::Error::WaitBeforeSignalUnsupported`]: nothing on the device could hold the
+    /// kernels and copies enqueued after it). Limits: see
     /// [`Mechanism::holds_commands`] and [`Mechanism::releases_every_wait_on_failure`].
     Events {
         /// Why stream memory operations are not used (`None` when events were asked for).
@@ -66,8 +67,7 @@ pub enum Mechanism {
 
 impl Mechanism {
     /// Does a stream wait enqueued before its signal hold *every* later operation of the
-    /// stream (commands too)? False for [`Mechanism::Events`], which holds only later timeline
-    /// operations, on the host.
+    /// stream (commands too)? False for [`Mechanism::Events`], which refuses such a wait.
     pub fn holds_commands(&self) -> bool {
         !matches!(self, Mechanism::Events { .. })
     }
@@ -164,8 +164,7 @@ pub trait Semaphore: Send + Sync + 'static {
     /// Would a stream wait for `value` enqueued now hold *every* later operation of its stream,
     /// commands too? Always where the mechanism [holds commands](Mechanism::holds_commands);
     /// with CUDA `events` only once the point of a signal at or above `value` exists on the
-    /// device (not while the signal itself is held on the host behind another deferred wait),
-    /// or the value is reached, or the word failed.
+    /// device, or the value is reached, or the word failed.
     fn holds_commands_for(&self, value: u64) -> bool {
         let _ = value;
         self.mechanism().holds_commands()

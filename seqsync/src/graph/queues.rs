@@ -148,7 +148,7 @@ impl<B: Backend> Submit<'_, B> {
     fn check_waits_hold_commands(&self) -> Result<()> {
         self.waits
             .iter()
-            .try_for_each(|(t, v)| t.check_holds_commands(None, *v))
+            .try_for_each(|(t, v)| t.check_holds_commands(*v))
     }
 
     /// Everything the timelines would refuse part-way through the submission, refused before
@@ -277,9 +277,7 @@ impl<B: CommandBackend> Queues<B> {
         let s = &self.streams[i];
         // A poisoned stream fails every timeline it signals: work of another submission that
         // did not depend on the failure must not land on it.
-        // Nor one whose timeline operations are held on the host (CUDA `events`): a wait of a
-        // later submission there would hold none of its commands.
-        if s.broken || self.backend.defers_timeline_ops(&s.stream) {
+        if s.broken {
             return Ok(false);
         }
         // A queue's anchor is its own: poisoned or not, only its queue's work goes there
@@ -408,8 +406,8 @@ impl<B: CommandBackend> Queues<B> {
         let empty = exe.schedule.order.is_empty();
         // Every submission is checked: one with commands holds them behind its waits; a barrier
         // on a queue holds the queue's later work through the end events it records (commands
-        // too); and a barrier on no queue, though it holds only its signals, would leave a
-        // deferred wait on its pool stream, holding timeline operations on the host.
+        // too); and a barrier on no queue holds its signals behind its waits (CUDA `events`
+        // cannot wait before a signal is enqueued: refused).
         how.check_admission()?;
         // Memory keeps its size: a graph's copies and fills are checked once, not per
         // submission.

@@ -317,10 +317,6 @@ impl<B: Backend> Backend for ValidatingBackend<B> {
         Ok(())
     }
 
-    fn defers_timeline_ops(&self, stream: &Self::Stream) -> bool {
-        self.inner.defers_timeline_ops(&stream.inner)
-    }
-
     /// Forwards; the stream is ordered after what every signal enqueued so far for `value` or
     /// above covers (their meet): the word only grows, so whichever of them lands first
     /// releases the wait. None enqueued yet (a wait before its signal): after nothing.

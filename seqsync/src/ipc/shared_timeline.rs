@@ -623,10 +623,8 @@ impl<B: Backend> SharedTimeline<B> {
     /// timeline instead; `Ok` is returned then.
     ///
     /// # Errors
-    /// As [`signal`](Self::signal), checked when enqueued; [`Error::InvalidArgument`] for a
-    /// stream whose timeline operations are held on the host, before anything is enqueued.
+    /// As [`signal`](Self::signal), checked when enqueued.
     pub fn signal_on(&self, stream: &B::Stream, v: u64) -> Result<()> {
-        self.check_stream(stream)?;
         self.shared.claim(v)?;
         if !self.backend.host_work_may_block() {
             // The in-process failure rule: a stream poisoned by a failed wait fails it.
@@ -678,10 +676,9 @@ impl<B: Backend> SharedTimeline<B> {
     ///
     /// # Errors
     /// [`Error::ValueOutOfRange`]; [`Error::TimelineFailed`] when it has failed already;
-    /// [`Error::InvalidArgument`] for a stream whose timeline operations are held on the host,
-    /// or a backend with no stream mechanism for it, before anything is enqueued.
+    /// [`Error::InvalidArgument`] for a backend with no stream mechanism for it, before
+    /// anything is enqueued.
     pub fn wait_on(&self, stream: &B::Stream, v: u64) -> Result<()> {
-        self.check_stream(stream)?;
         self.shared.check_value(v)?;
         self.shared.check_failed()?;
         if self.backend.host_work_may_block() {
@@ -747,20 +744,6 @@ impl<B: Backend> SharedTimeline<B> {
     /// go on and poison their streams, later calls return it. A second failure is ignored.
     pub fn fail(&self, error: Error) {
         self.shared.fail(error);
-    }
-
-    /// Refuse a stream whose timeline operations are held on the host: a device operation
-    /// enqueued now would run ahead of them.
-    fn check_stream(&self, stream: &B::Stream) -> Result<()> {
-        if self.backend.defers_timeline_ops(stream) {
-            return Err(Error::invalid(
-                &self.shared.name,
-                "the stream's timeline operations are held on the host (behind a wait whose \
-                 signal is not enqueued yet): a shared timeline's operation would run ahead of \
-                 them; enqueue it once that signal is, or use another stream",
-            ));
-        }
-        Ok(())
     }
 
     /// The segment mapped for device streams (the first time: mapped for good, and the

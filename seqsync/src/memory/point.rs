@@ -273,12 +273,12 @@ impl<B: Backend> Wait<'_, B> {
             Wait::Point(p) => backend.query(p.event()).map(drop),
             Wait::Event(e) => backend.query(e).map(drop),
             // A wait before its signal must hold the memory operation behind it: a mechanism
-            // that holds only timeline operations (CUDA `events`) cannot, so the call is
-            // refused before anything is enqueued.
+            // that cannot wait before the signal (CUDA `events`) refuses the call before
+            // anything is enqueued.
             Wait::Timeline(t, v) => {
                 t.check_wait_on(stream, *v)?;
                 t.query()?;
-                t.check_holds_commands(Some(stream), *v)
+                t.check_holds_commands(*v)
             }
         }
     }

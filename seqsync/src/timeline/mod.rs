@@ -92,7 +92,7 @@
 //! | `host-word` (host backend) | everything after it | every wait, at once |
 //! | `memops` (CUDA default) | everything after it | every wait, at once |
 //! | `hybrid` (CUDA, asked for) | everything after it | word waits at once; an event wait (its signal was enqueued first) when the signal's stream gets there |
-//! | `events` (CUDA fallback, or asked for) | later timeline operations only: a command buffer, barrier or pool call that would need more is refused with [`Error::WaitBeforeSignalUnsupported`] | deferred waits at once; event waits as `hybrid` |
+//! | `events` (CUDA fallback, or asked for) | nothing: a wait before its signal is enqueued is refused with [`Error::WaitBeforeSignalUnsupported`] (as are a command buffer, barrier or pool call that would need one), nothing enqueued; a wait after its signal holds everything after it | event waits as `hybrid` |
 //!
 //! A wait before its signal that holds everything after it (`memops`, the word waits of
 //! `hybrid`) blocks its stream on the GPU until the value comes, maybe from a host
@@ -104,7 +104,7 @@
 //! dropped while such a wait is open is freed once none is (past 1 GiB held, allocations are
 //! refused with a named error rather than grow). Code of your own that makes those calls must
 //! not do so while a thread it waits for has a signal to make, or the
-//! process hangs; the `events` mechanism holds such waits on the host and never blocks the GPU.
+//! process hangs; the `events` mechanism, which refuses such waits, never blocks the GPU.
 //!
 //! # Host waits
 //!
@@ -367,14 +367,18 @@ impl<B: Backend> Timeline<B> {
     }
 
     /// Enqueue a wait on `stream`: work enqueued on it afterwards runs once the value is `≥ v`,
-    /// even if no signal of `v` is enqueued yet. Nothing is enqueued if `v` is reached already.
+    /// even if no signal of `v` is enqueued yet (but for the CUDA `events` mechanism, which
+    /// refuses that). Nothing is enqueued if `v` is reached already.
     ///
     /// If the timeline fails before reaching `v`, the wait is released and the stream is
     /// poisoned: the timelines it signals from then on fail (see [Failure](self#failure)).
     ///
     /// # Errors
-    /// [`Error::ValueOutOfRange`]; a backend error. A wait on a timeline that has failed
-    /// already is not an error: it poisons the stream.
+    /// [`Error::ValueOutOfRange`]; [`Error::WaitBeforeSignalUnsupported`] where the mechanism
+    /// cannot hold a stream's work before the signal is enqueued (CUDA `events`: see
+    /// [What each mechanism holds](self#what-each-mechanism-holds)), nothing enqueued; a
+    /// backend error. A wait on a timeline that has failed already is not an error: it
+    /// poisons the stream.
     pub fn wait_on(&self, stream: &B::Stream, v: u64) -> Result<()> {
         self.check_value(v)?;
         let s = &self.shared;
@@ -388,6 +392,13 @@ impl<B: Backend> Timeline<B> {
                 self.wait_on_failed_now(s.backend.stream_id(stream), v);
                 return Ok(());
             }
+        }
+        if !s.sem.holds_commands_for(v) {
+            // CUDA `events`: a stream wait is an event wait on the point of a signal enqueued
+            // already; before its signal, nothing on the device could hold the kernels and
+            // copies enqueued on the stream after it. Refused, before anything is listed or
+            // enqueued (under the timeline's lock: a signal enqueued meanwhile is seen).
+            self.check_holds_commands(v)?;
         }
         let id = s.backend.stream_id(stream);
         // Before the entry: a last handle's drop that sees no flag finds no entry either.
@@ -491,24 +502,21 @@ impl<B: Backend> Timeline<B> {
         &self.shared.sem
     }
 
-    /// `Ok` if commands enqueued on a stream after `wait_on(stream, v)` are held until `v`:
-    /// always, except with a mechanism that holds only timeline operations
+    /// `Ok` if a stream wait for `v` enqueued now holds the commands enqueued after it until
+    /// `v`: always, except with a mechanism that cannot wait before the signal
     /// ([`Mechanism::holds_commands`]) while no point of a signal at or above `v` exists on the
-    /// device yet (none enqueued, or one held on the host behind another deferred wait), or
-    /// while `stream` (when given) holds timeline operations on the host itself (then the
-    /// wait is held there too, and holds no command).
+    /// device yet (and `v` is not reached, and the timeline has not failed).
     ///
     /// # Errors
     /// [`Error::WaitBeforeSignalUnsupported`].
-    pub(crate) fn check_holds_commands(&self, stream: Option<&B::Stream>, v: u64) -> Result<()> {
+    pub(crate) fn check_holds_commands(&self, v: u64) -> Result<()> {
         let mechanism = self.mechanism();
         if mechanism.holds_commands() {
             return Ok(());
         }
         let st = self.shared.lock();
         let on_device = v <= st.last_enqueued && self.shared.sem.holds_commands_for(v);
-        let stream_held = stream.is_some_and(|s| self.shared.backend.defers_timeline_ops(s));
-        if st.failure.is_some() || (on_device && !stream_held) {
+        if st.failure.is_some() || on_device {
             return Ok(());
         }
         Err(Error::WaitBeforeSignalUnsupported {

@@ -19,6 +19,10 @@ pub trait Harness: Backend {
     /// Enqueue work that keeps `stream` busy for about `d`.
     fn busy(&self, stream: &Self::Stream, d: Duration);
     fn sync_stream(&self, stream: &Self::Stream);
+    /// Does a stream wait enqueued before its signal hold the stream (everything after it)?
+    /// False for the CUDA `events` mechanism, which refuses such a wait
+    /// (`Error::WaitBeforeSignalUnsupported`, nothing enqueued).
+    fn holds_waits_before_signals(&self) -> bool;
 }
 
 impl Harness for HostBackend {
@@ -30,6 +34,20 @@ impl Harness for HostBackend {
     }
     fn sync_stream(&self, stream: &Self::Stream) {
         stream.synchronize().unwrap();
+    }
+    fn holds_waits_before_signals(&self) -> bool {
+        true
+    }
+}
+
+/// A stream wait enqueued before its signal, under a mechanism that cannot hold one (CUDA
+/// `events`): refused with `Error::WaitBeforeSignalUnsupported`, nothing enqueued.
+#[track_caller]
+pub fn assert_wait_refused(r: seqsync::Result<()>) {
+    match r {
+        Err(seqsync::Error::WaitBeforeSignalUnsupported { .. }) => {}
+        Err(e) => panic!("expected WaitBeforeSignalUnsupported, got: {e}"),
+        Ok(()) => panic!("expected WaitBeforeSignalUnsupported, the wait was enqueued"),
     }
 }
 
@@ -123,6 +141,12 @@ extern "C" __global__ void slow_fill(float *out, int n, float value, unsigned lo
         }
         fn sync_stream(&self, stream: &Self::Stream) {
             self.stream_synchronize(stream).unwrap();
+        }
+        fn holds_waits_before_signals(&self) -> bool {
+            seqsync::Timeline::new(self, "probe", 0)
+                .unwrap()
+                .mechanism()
+                .holds_commands()
         }
     }
 }

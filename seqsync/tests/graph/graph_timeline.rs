@@ -33,8 +33,8 @@ fn counting<B: GraphBackend>(n: usize, count: &Arc<AtomicUsize>) -> CommandBuffe
 }
 
 /// Does a stream wait on `t` enqueued before its signal hold the commands behind it? Not with
-/// the CUDA `events` mechanism (its documented limit: it holds only later timeline operations
-/// on the host): there a submission that waits before its signal must be refused with
+/// the CUDA `events` mechanism (its documented limit: it refuses a stream wait before its
+/// signal): there a submission that waits before its signal must be refused with
 /// `WaitBeforeSignalUnsupported`, nothing enqueued.
 fn waits_hold_commands<B: GraphBackend>(t: &Timeline<B>) -> bool {
     t.mechanism().holds_commands()
@@ -280,9 +280,8 @@ fn cts_barrier_signals<B: GraphBackend>(b: &B) {
         signals: &[(&s, 2)],
     };
     if !waits_hold_commands(&t) {
-        // The barrier would hold the queue's later work with end events the mechanism cannot
-        // hold, and on no queue it would leave its pool stream holding timeline operations on
-        // the host: refused either way, until the wait's signal is on the device.
+        // The barrier's wait comes before its signal, which the mechanism cannot hold: refused
+        // on a queue and on none, until the wait's signal is on the device.
         refused_before_its_signal(pool.submit_with(&mut empty, &how), 1);
         how.affinity = Affinity::ANY;
         refused_before_its_signal(pool.submit_with(&mut empty, &how), 1);
@@ -504,9 +503,10 @@ fn a_graph_dropped_mid_replay_keeps_its_host_nodes<B: GraphBackend>(b: &B) {
     assert_eq!(count.load(Ordering::SeqCst), 3);
 }
 
-/// A wait whose signal is enqueued, but on a stream where that signal is itself held on the
-/// host behind a deferred wait (CUDA `events`), has no point on the device yet: a submission
-/// with it is refused there (it passed the check and ran early), and held everywhere else.
+/// A wait whose signal is enqueued on a stream behind a wait before its own signal: the
+/// submission waiting for it is held until both values come. (CUDA `events` refuses the first
+/// wait, nothing enqueued: the signal behind it goes to the device at once, and a submission
+/// waiting for it is accepted and held by it.)
 fn a_wait_on_a_signal_held_behind_another_wait<B: GraphBackend>(b: &B) {
     let mut pool = Queues::new(b.clone());
     let (first, second, done) = (
@@ -515,8 +515,6 @@ fn a_wait_on_a_signal_held_behind_another_wait<B: GraphBackend>(b: &B) {
         Timeline::new(b, "done", 0).unwrap(),
     );
     let s = b.new_stream("s").unwrap();
-    first.wait_on(&s, 1).unwrap();
-    second.signal_on(&s, 1).unwrap();
     let count = Arc::new(AtomicUsize::new(0));
     let mut exe = counting::<B>(2, &count)
         .finish()
@@ -528,19 +526,20 @@ fn a_wait_on_a_signal_held_behind_another_wait<B: GraphBackend>(b: &B) {
         signals: &[(&done, 1)],
     };
     if !waits_hold_commands(&second) {
-        match pool.submit_with(&mut exe, &how) {
-            Err(Error::WaitBeforeSignalUnsupported {
-                value: 1,
-                enqueued: 1,
-                ..
-            }) => {}
-            other => panic!("expected WaitBeforeSignalUnsupported, got {other:?}"),
-        }
-        assert!(pool.is_empty(), "a refused submission took streams");
-        first.signal(1).unwrap();
-        second.wait(1, LONG).unwrap();
+        common::assert_wait_refused(first.wait_on(&s, 1));
+        b.launch_host(
+            &s,
+            Box::new(|| std::thread::sleep(Duration::from_millis(30))),
+        )
+        .unwrap();
+        second.signal_on(&s, 1).unwrap();
         pool.submit_with(&mut exe, &how).unwrap();
+        done.wait(1, LONG).unwrap();
+        assert_eq!(second.query().unwrap(), 1);
+        assert_eq!(first.query().unwrap(), 0);
     } else {
+        first.wait_on(&s, 1).unwrap();
+        second.signal_on(&s, 1).unwrap();
         pool.submit_with(&mut exe, &how).unwrap();
         std::thread::sleep(Duration::from_millis(40));
         assert_eq!(count.load(Ordering::SeqCst), 0, "ran before its wait");

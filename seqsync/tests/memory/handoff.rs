@@ -146,6 +146,9 @@ impl Harness for Vb {
     fn sync_stream(&self, stream: &Self::Stream) {
         stream.inner().synchronize().unwrap();
     }
+    fn holds_waits_before_signals(&self) -> bool {
+        true
+    }
 }
 
 /// Every kernel declares its accesses to the checker (one slot per buffer).

@@ -27,6 +27,25 @@ fn signal_above_current_releases_waiters<B: Harness>(b: &B) {
     let probe = Timeline::new(b, "probe", 0).unwrap();
     // A stream wait for 3 and one for 5, and a host waiter for 4.
     let (s3, s5) = (b.stream(), b.stream());
+    if !b.holds_waits_before_signals() {
+        // CUDA `events`: the stream waits (nothing signalled or enqueued for 3 or 5) are
+        // refused, nothing enqueued; the host waiter is still released by the signal.
+        common::assert_wait_refused(t.wait_on(&s3, 3));
+        common::assert_wait_refused(t.wait_on(&s5, 5));
+        let host = {
+            let t = t.clone();
+            std::thread::spawn(move || t.wait(4, LONG))
+        };
+        std::thread::sleep(SHORT);
+        t.signal(4).unwrap();
+        assert_eq!(t.query().unwrap(), 4);
+        host.join().unwrap().unwrap();
+        // Reached: nothing to wait for, not refused.
+        t.wait_on(&s3, 3).unwrap();
+        probe.signal_on(&s3, 1).unwrap();
+        probe.wait(1, LONG).unwrap();
+        return;
+    }
     t.wait_on(&s3, 3).unwrap();
     probe.signal_on(&s3, 1).unwrap();
     t.wait_on(&s5, 5).unwrap();
@@ -151,6 +170,25 @@ fn wait_on_before_signal_across_streams<B: Harness>(b: &B) {
     let t = Timeline::new(b, "t", 0).unwrap();
     let after = Timeline::new(b, "after", 0).unwrap();
     let (waiter, signaller) = (b.stream(), b.stream());
+    if !b.holds_waits_before_signals() {
+        // CUDA `events`: the wait before its signal is refused and enqueues nothing (what the
+        // stream does after it runs at once); a wait enqueued after its signal holds.
+        common::assert_wait_refused(t.wait_on(&waiter, 1));
+        after.signal_on(&waiter, 1).unwrap();
+        after.wait(1, LONG).unwrap();
+        assert_eq!(t.query().unwrap(), 0);
+        b.busy(&signaller, Duration::from_millis(50));
+        t.signal_on(&signaller, 1).unwrap();
+        t.wait_on(&waiter, 1).unwrap();
+        after.signal_on(&waiter, 2).unwrap();
+        after.wait(2, LONG).unwrap();
+        assert_eq!(
+            t.query().unwrap(),
+            1,
+            "ran past a wait enqueued after its signal"
+        );
+        return;
+    }
     // The wait is enqueued first, with nothing signalled or enqueued for 1 yet.
     t.wait_on(&waiter, 1).unwrap();
     after.signal_on(&waiter, 1).unwrap();
@@ -235,6 +273,13 @@ fn failure_propagates_to_later_signals<B: Harness>(b: &B) {
     let before = Timeline::new(b, "before", 0).unwrap();
     let (s, s2, other) = (b.stream(), b.stream(), b.stream());
     before.signal_on(&s, 1).unwrap();
+    if !b.holds_waits_before_signals() {
+        // CUDA `events`: nothing signalled or enqueued for upstream's 1: refused.
+        common::assert_wait_refused(upstream.wait_on(&s, 1));
+        before.wait(1, LONG).unwrap();
+        b.sync_stream(&s);
+        return;
+    }
     upstream.wait_on(&s, 1).unwrap();
     down.signal_on(&s, 1).unwrap();
     // A second hop: s2 waits on `down` and signals `further`.
@@ -288,22 +333,31 @@ fn drop_with_pending_stream_waits_fails_first<B: Harness>(b: &B) {
     let t = Timeline::new(b, "doomed", 0).unwrap();
     let after = Timeline::new(b, "after", 0).unwrap();
     let s = b.stream();
-    t.wait_on(&s, 5).unwrap();
-    after.signal_on(&s, 1).unwrap();
-    drop(t);
-    // The stream is not stuck, and what it signals after the wait reports the drop.
-    let err = after.wait(1, LONG).unwrap_err();
-    assert!(
-        matches!(
-            err.root_cause(),
-            Error::TimelineDropped {
-                value: 0,
-                pending: 1,
-                ..
-            }
-        ),
-        "{err}"
-    );
+    if b.holds_waits_before_signals() {
+        t.wait_on(&s, 5).unwrap();
+        after.signal_on(&s, 1).unwrap();
+        drop(t);
+        // The stream is not stuck, and what it signals after the wait reports the drop.
+        let err = after.wait(1, LONG).unwrap_err();
+        assert!(
+            matches!(
+                err.root_cause(),
+                Error::TimelineDropped {
+                    value: 0,
+                    pending: 1,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    } else {
+        // CUDA `events`: the wait before its signal is refused, nothing listed: the drop
+        // fails nothing.
+        common::assert_wait_refused(t.wait_on(&s, 5));
+        after.signal_on(&s, 1).unwrap();
+        drop(t);
+        after.wait(1, LONG).unwrap();
+    }
     b.sync_stream(&s);
     // A timeline dropped with no pending stream wait fails nothing.
     let t = Timeline::new(b, "fine", 0).unwrap();
@@ -332,6 +386,11 @@ fn drop_with_its_signal_enqueued_changes_nothing<B: Harness>(b: &B) {
             after.signal_on(&reader, 1).unwrap();
         };
         if wait_first {
+            if !b.holds_waits_before_signals() {
+                // CUDA `events`: a wait before its signal is refused, nothing enqueued.
+                common::assert_wait_refused(t.wait_on(&reader, 1));
+                continue;
+            }
             wait(&t);
         }
         b.busy(&writer, Duration::from_millis(60));
@@ -364,6 +423,25 @@ fn drop_fails_only_what_nothing_enqueued_reaches<B: Harness>(b: &B) {
         Timeline::new(b, "never", 0).unwrap(),
     );
     let (writer, r1, r5) = (b.stream(), b.stream(), b.stream());
+    if !b.holds_waits_before_signals() {
+        // CUDA `events`: a wait before its signal is refused; once 1 is enqueued, a wait for 1
+        // goes on in order after it and one for 5 is still refused (nothing listed, so the
+        // drop fails nothing).
+        common::assert_wait_refused(t.wait_on(&r1, 1));
+        b.busy(&writer, Duration::from_millis(60));
+        written.signal_on(&writer, 1).unwrap();
+        t.signal_on(&writer, 1).unwrap();
+        t.wait_on(&r1, 1).unwrap();
+        reached.signal_on(&r1, 1).unwrap();
+        common::assert_wait_refused(t.wait_on(&r5, 5));
+        never.signal_on(&r5, 1).unwrap();
+        drop(t);
+        reached.wait(1, LONG).unwrap();
+        assert_eq!(written.query().unwrap(), 1, "released before its signal");
+        never.wait(1, LONG).unwrap();
+        b.sync_stream(&r5);
+        return;
+    }
     t.wait_on(&r1, 1).unwrap();
     reached.signal_on(&r1, 1).unwrap();
     t.wait_on(&r5, 5).unwrap();
@@ -402,6 +480,11 @@ fn a_failure_spreads_by_one_rule_whatever_was_pruned<B: Harness>(b: &B) {
             Timeline::new(b, "w2", 0).unwrap(),
         );
         let (s, other) = (b.stream(), b.stream());
+        if !b.holds_waits_before_signals() {
+            // CUDA `events`: nothing signalled or enqueued for y's 1: refused.
+            common::assert_wait_refused(y.wait_on(&s, 1));
+            return;
+        }
         y.wait_on(&s, 1).unwrap();
         z.signal_on(&s, 300).unwrap();
         z.signal(400).unwrap();
@@ -443,6 +526,11 @@ fn a_drop_whose_signal_can_never_land_fails_after_the_stall_bound<B: Harness>(b:
     let t = Timeline::new(b, "t", 0).unwrap();
     let after = Timeline::new(b, "after", 0).unwrap();
     let s = b.stream();
+    if !b.holds_waits_before_signals() {
+        // CUDA `events`: nothing signalled or enqueued for 2: refused, nothing enqueued.
+        common::assert_wait_refused(t.wait_on(&s, 2));
+        return;
+    }
     t.wait_on(&s, 2).unwrap();
     t.signal_on(&s, 1).unwrap();
     after.signal_on(&s, 1).unwrap();

@@ -118,6 +118,17 @@ fn submit<B: Harness>(
     }
 }
 
+/// Where a stream wait before its signal is refused (CUDA `events`): checks that
+/// `t.wait_on(q, v)` is refused (nothing enqueued) and returns `true`, and the case ends there
+/// (what it checks needs such a wait). Elsewhere `false`, and nothing is done.
+fn refuses_wait_before_signal<B: Harness>(b: &B, t: &Timeline<B>, q: &B::Stream, v: u64) -> bool {
+    if b.holds_waits_before_signals() {
+        return false;
+    }
+    common::assert_wait_refused(t.wait_on(q, v));
+    true
+}
+
 fn is_failed_with(err: &Error, what: &str) -> bool {
     matches!(err.root_cause(), Error::Cancelled(m) if m == what)
 }
@@ -321,6 +332,9 @@ fn cts_submit_and_signal<B: Harness>(b: &B) {
 fn cts_submit_with_wait<B: Harness>(b: &B) {
     let q = b.stream();
     let (w, s) = (named(b, "w", 0), named(b, "s", 100));
+    if refuses_wait_before_signal(b, &w, &q, 1) {
+        return;
+    }
     submit(b, &q, &[(&w, 1)], &[(&s, 101)]);
     std::thread::sleep(SHORT);
     assert_eq!(s.query().unwrap(), 100, "work started before its wait");
@@ -331,6 +345,13 @@ fn cts_submit_with_wait<B: Harness>(b: &B) {
 fn cts_cross_queue_wait_before_signal<B: Harness>(b: &B) {
     let (q0, q1) = (b.stream(), b.stream());
     let (producer, consumer) = (named(b, "producer", 0), named(b, "consumer", 0));
+    if refuses_wait_before_signal(b, &producer, &q1, 1) {
+        // Nothing enqueued: the consumer's signal is not held.
+        consumer.signal_on(&q1, 1).unwrap();
+        consumer.wait(1, LONG).unwrap();
+        assert_eq!(producer.query().unwrap(), 0);
+        return;
+    }
     producer.wait_on(&q1, 1).unwrap();
     consumer.signal_on(&q1, 1).unwrap();
     std::thread::sleep(SHORT);
@@ -346,6 +367,9 @@ fn cts_multi_queue_fan_out_different_values_before_signal<B: Harness>(b: &B) {
     let (q0, q1) = (b.stream(), b.stream());
     let p = named(b, "p", 0);
     let (q0done, q1done) = (named(b, "q0done", 0), named(b, "q1done", 0));
+    if refuses_wait_before_signal(b, &p, &q1, 2) {
+        return;
+    }
     submit(b, &q1, &[(&p, 2)], &[(&q1done, 1)]);
     submit(b, &q0, &[(&p, 1)], &[(&q0done, 1)]);
     std::thread::sleep(SHORT);
@@ -361,6 +385,9 @@ fn cts_indirect_command_buffer_binding_table_retained_until_signal<B: Copies>(b:
     let q = b.stream();
     let (w, s) = (named(b, "w", 0), named(b, "s", 0));
     let source: Vec<u8> = (0..256u32).map(|i| (i as u8) ^ 0x5A).collect();
+    if refuses_wait_before_signal(b, &w, &q, 1) {
+        return;
+    }
     w.wait_on(&q, 1).unwrap();
     let target = b.copy_after(&q, source.clone());
     s.signal_on(&q, 1).unwrap();
@@ -378,6 +405,9 @@ fn cts_submit_with_multiple_semaphores<B: Harness>(b: &B) {
         named(b, "s1", 0),
         named(b, "s2", 0),
     );
+    if refuses_wait_before_signal(b, &w1, &q, 1) {
+        return;
+    }
     submit(b, &q, &[(&w1, 1), (&w2, 1)], &[(&s1, 1), (&s2, 1)]);
     std::thread::sleep(SHORT);
     assert_eq!((s1.query().unwrap(), s2.query().unwrap()), (0, 0));
@@ -386,13 +416,17 @@ fn cts_submit_with_multiple_semaphores<B: Harness>(b: &B) {
     wait_all(&[(&s1, 1), (&s2, 1)], LONG).unwrap();
 }
 
-fn host_and_device_setup<B: Harness>(
-    b: &B,
-) -> (
-    B::Stream,
+/// What [`host_and_device_setup`] makes: the device's queue, the four timelines and the host
+/// thread.
+type HostAndDevice<B> = (
+    <B as seqsync::backend::Backend>::Stream,
     [Timeline<B>; 4],
     std::thread::JoinHandle<seqsync::Result<()>>,
-) {
+);
+
+/// `None` where a stream wait before its signal is refused (CUDA `events`; the refusal is
+/// checked): the cases need one.
+fn host_and_device_setup<B: Harness>(b: &B) -> Option<HostAndDevice<B>> {
     let q = b.stream();
     let (dw, ds, hw, hs) = (
         named(b, "dw", 0),
@@ -400,6 +434,9 @@ fn host_and_device_setup<B: Harness>(
         named(b, "hw", 0),
         named(b, "hs", 0),
     );
+    if refuses_wait_before_signal(b, &dw, &q, 1) {
+        return None;
+    }
     submit(b, &q, &[(&dw, 1)], &[(&ds, 1)]);
     let (w, s) = (hw.clone(), hs.clone());
     let th = std::thread::spawn(move || {
@@ -408,11 +445,13 @@ fn host_and_device_setup<B: Harness>(
     });
     std::thread::sleep(SHORT);
     assert_eq!((hs.query().unwrap(), ds.query().unwrap()), (0, 0));
-    (q, [dw, ds, hw, hs], th)
+    Some((q, [dw, ds, hw, hs], th))
 }
 
 fn cts_wait_all_host_and_device_semaphores<B: Harness>(b: &B) {
-    let (_q, [dw, ds, hw, hs], th) = host_and_device_setup(b);
+    let Some((_q, [dw, ds, hw, hs], th)) = host_and_device_setup(b) else {
+        return;
+    };
     hw.signal(1).unwrap();
     dw.signal(1).unwrap();
     wait_all(&[(&hs, 1), (&ds, 1)], LONG).unwrap();
@@ -420,7 +459,9 @@ fn cts_wait_all_host_and_device_semaphores<B: Harness>(b: &B) {
 }
 
 fn cts_wait_any_host_and_device_semaphores_and_device_signals<B: Harness>(b: &B) {
-    let (_q, [dw, ds, hw, hs], th) = host_and_device_setup(b);
+    let Some((_q, [dw, ds, hw, hs], th)) = host_and_device_setup(b) else {
+        return;
+    };
     dw.signal(1).unwrap();
     assert_eq!(wait_any(&[(&hs, 1), (&ds, 1)], LONG).unwrap(), Some(1));
     assert_eq!((hs.query().unwrap(), ds.query().unwrap()), (0, 1));
@@ -433,6 +474,9 @@ fn cts_intermediate_semaphore_between_device_batches<B: Harness>(b: &B) {
     let (s1, s2) = (named(b, "s1", 0), named(b, "s2", 0));
     // Second batch first; on another queue, since one queue runs in order.
     let q2 = b.stream();
+    if refuses_wait_before_signal(b, &s1, &q2, 1) {
+        return;
+    }
     submit(b, &q2, &[(&s1, 1)], &[(&s2, 1)]);
     std::thread::sleep(SHORT);
     assert_eq!((s1.query().unwrap(), s2.query().unwrap()), (0, 0));
@@ -444,6 +488,9 @@ fn cts_intermediate_semaphore_between_device_batches<B: Harness>(b: &B) {
 fn cts_two_batches_waiting_on1_former_batch_amongst2<B: Harness>(b: &B) {
     let (q, q21, q22) = (b.stream(), b.stream(), b.stream());
     let (s11, s21, s22) = (named(b, "s11", 0), named(b, "s21", 0), named(b, "s22", 0));
+    if refuses_wait_before_signal(b, &s11, &q22, 1) {
+        return;
+    }
     submit(b, &q22, &[(&s11, 1)], &[(&s22, 1)]);
     submit(b, &q21, &[(&s11, 1)], &[(&s21, 1)]);
     submit(b, &q, &[], &[]); // CB12: no waits, no signals
@@ -456,6 +503,9 @@ fn cts_two_batches_waiting_on1_former_batch_amongst2<B: Harness>(b: &B) {
 fn cts_device_batch_signal_another_and_host<B: Harness>(b: &B) {
     let (q1, q2) = (b.stream(), b.stream());
     let (s11, s12, s2) = (named(b, "s11", 0), named(b, "s12", 0), named(b, "s2", 0));
+    if refuses_wait_before_signal(b, &s11, &q2, 1) {
+        return;
+    }
     submit(b, &q2, &[(&s11, 1)], &[(&s2, 1)]);
     let threads: Vec<_> = [&s11, &s12, &s2]
         .into_iter()
@@ -484,6 +534,9 @@ fn cts_batch_waiting_on_smaller_value_after_signaled<B: Harness>(b: &B) {
 fn cts_batch_waiting_on_smaller_value_before_signaled<B: Harness>(b: &B) {
     let q = b.stream();
     let (s1, s2) = (named(b, "s1", 0), named(b, "s2", 0));
+    if refuses_wait_before_signal(b, &s1, &q, 1) {
+        return;
+    }
     submit(b, &q, &[(&s1, 1)], &[(&s2, 1)]);
     let t = s1.clone();
     let th = std::thread::spawn(move || t.signal(2).unwrap());
@@ -494,6 +547,9 @@ fn cts_batch_waiting_on_smaller_value_before_signaled<B: Harness>(b: &B) {
 fn cts_propagate_fail_signal<B: Harness>(b: &B) {
     let q = b.stream();
     let (s1, s2) = (named(b, "s1", 0), named(b, "s2", 0));
+    if refuses_wait_before_signal(b, &s1, &q, 1) {
+        return;
+    }
     submit(b, &q, &[(&s1, 1)], &[(&s2, 1)]);
     let t = s1.clone();
     let th = std::thread::spawn(move || t.fail(Error::Cancelled("cancelled".into())));
@@ -536,12 +592,17 @@ fn cts_fail_sticky_status<B: Harness>(b: &B) {
     let s = tl(b, 0);
     let q = b.stream();
     let fired = named(b, "fired", 0);
-    // A pending timepoint at 10.
-    s.wait_on(&q, 10).unwrap();
-    fired.signal_on(&q, 1).unwrap();
-    s.fail(Error::Cancelled("aborted".into()));
-    let err = fired.wait(1, LONG).unwrap_err(); // fired once, with the failure
-    assert!(is_failed_with(&err, "aborted"), "{err}");
+    if refuses_wait_before_signal(b, &s, &q, 10) {
+        // No pending timepoint (refused); the rest holds as it is.
+        s.fail(Error::Cancelled("aborted".into()));
+    } else {
+        // A pending timepoint at 10.
+        s.wait_on(&q, 10).unwrap();
+        fired.signal_on(&q, 1).unwrap();
+        s.fail(Error::Cancelled("aborted".into()));
+        let err = fired.wait(1, LONG).unwrap_err(); // fired once, with the failure
+        assert!(is_failed_with(&err, "aborted"), "{err}");
+    }
     // A new timepoint at 20 fires at once, with the failure.
     let q2 = b.stream();
     let fired2 = named(b, "fired2", 0);
@@ -574,6 +635,10 @@ fn cts_timepoint_immediate_satisfaction<B: Harness>(b: &B) {
 
 fn cts_timepoint_pending_then_signal<B: Harness>(b: &B) {
     let s = tl(b, 0);
+    if !b.holds_waits_before_signals() {
+        common::assert_wait_refused(s.wait_on(&b.stream(), 10));
+        return;
+    }
     let (_q, p) = timepoint(b, &s, 10);
     s.signal(5).unwrap();
     std::thread::sleep(SHORT);
@@ -606,6 +671,10 @@ fn cts_timepoint_cancel_after_fire<B: Harness>(b: &B) {
 
 fn cts_multiple_timepoints<B: Harness>(b: &B) {
     let s = tl(b, 0);
+    if !b.holds_waits_before_signals() {
+        common::assert_wait_refused(s.wait_on(&b.stream(), 5));
+        return;
+    }
     let (_a, p5) = timepoint(b, &s, 5);
     let (_b, p10) = timepoint(b, &s, 10);
     let (_c, p15) = timepoint(b, &s, 15);
@@ -633,6 +702,10 @@ fn cts_retain_release<B: Harness>(b: &B) {
 
 fn cts_timepoint_cross_thread<B: Harness>(b: &B) {
     let s = tl(b, 0);
+    if !b.holds_waits_before_signals() {
+        common::assert_wait_refused(s.wait_on(&b.stream(), 1));
+        return;
+    }
     let (_q, p) = timepoint(b, &s, 1);
     let t = s.clone();
     let th = std::thread::spawn(move || {
@@ -647,6 +720,10 @@ fn cts_timepoint_cross_thread<B: Harness>(b: &B) {
 
 fn cts_destroy_with_pending_timepoints<B: Harness>(b: &B) {
     let s = tl(b, 0);
+    if !b.holds_waits_before_signals() {
+        common::assert_wait_refused(s.wait_on(&b.stream(), 10));
+        return;
+    }
     let (q, p) = timepoint(b, &s, 10);
     drop(s);
     let err = p.wait(1, LONG).unwrap_err();
@@ -696,6 +773,10 @@ fn cts_wait_single_already_satisfied<B: Harness>(b: &B) {
 
 fn cts_wait_single_pending<B: Harness>(b: &B) {
     let s = tl(b, 0);
+    if !b.holds_waits_before_signals() {
+        common::assert_wait_refused(s.wait_on(&b.stream(), 1));
+        return;
+    }
     let (_q, p) = timepoint(b, &s, 1);
     std::thread::sleep(SHORT);
     assert_eq!(p.query().unwrap(), 0);
@@ -774,6 +855,9 @@ fn cts_signal_wakes_pending_wait<B: Harness>(b: &B) {
 fn cts_linked_wait_failure_cancels_chain<B: Harness>(b: &B) {
     let q = b.stream();
     let (s, nop) = (named(b, "s", 0), named(b, "nop", 0));
+    if refuses_wait_before_signal(b, &s, &q, 1) {
+        return;
+    }
     s.wait_on(&q, 1).unwrap(); // WAIT(linked) -> NOP
     nop.signal_on(&q, 1).unwrap();
     s.fail(Error::Cancelled("cancelled".into()));
@@ -797,6 +881,9 @@ fn cts_linked_signal_failure_cancels_chain<B: Harness>(b: &B) {
         ),
         "{err}"
     );
+    if refuses_wait_before_signal(b, &s, &q, 6) {
+        return;
+    }
     s.wait_on(&q, 6).unwrap();
     next.signal_on(&q, 1).unwrap();
     std::thread::sleep(SHORT);
@@ -813,6 +900,9 @@ fn cts_independent_chains<B: Harness>(b: &B) {
         named(b, "c", 0),
         named(b, "c_done", 0),
     );
+    if refuses_wait_before_signal(b, &a, &q1, 1) {
+        return;
+    }
     submit(b, &q1, &[(&a, 1)], &[(&a_done, 1)]);
     submit(b, &q2, &[(&c, 1)], &[(&c_done, 1)]);
     a.fail(Error::Cancelled("chain a".into()));
@@ -827,6 +917,9 @@ fn cts_independent_chains<B: Harness>(b: &B) {
 fn cts_linked_failure_cancels_mixed_chain<B: Harness>(b: &B) {
     let q = b.stream();
     let (s, signalled, sent) = (named(b, "s", 0), named(b, "signal", 0), named(b, "send", 0));
+    if refuses_wait_before_signal(b, &s, &q, 1) {
+        return;
+    }
     s.wait_on(&q, 1).unwrap();
     signalled.signal_on(&q, 1).unwrap();
     b.busy(&q, Duration::from_micros(100));

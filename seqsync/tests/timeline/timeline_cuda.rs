@@ -1,6 +1,6 @@
-//! CUDA-only timeline tests: which mechanism a backend picks, the events mechanism's host-side
-//! deferral, which waits of `hybrid` use the word, and kernels ordered by a wait enqueued
-//! before its signal, for every mechanism.
+//! CUDA-only timeline tests: which mechanism a backend picks, the events mechanism's refusal
+//! of a wait before its signal, which waits of `hybrid` use the word, and kernels ordered by a
+//! stream wait, for every mechanism (enqueued before its signal; with events, after it).
 //! (Every contract and conformance case also runs on CUDA, in `timeline_contract.rs` and
 //! `timeline_cts.rs`, with the mechanism `SEQSYNC_TIMELINE_MECHANISM` picks.)
 #![cfg(feature = "cuda")]
@@ -12,6 +12,7 @@ use std::time::Duration;
 use seqsync::backend::cuda::{CudaBackend, TimelineMechanism};
 use seqsync::cudarc::driver::{LaunchConfig, PushKernelArg};
 use seqsync::timeline::{Mechanism, Timeline};
+use seqsync::Error;
 
 crate::gpu_required!();
 
@@ -242,35 +243,60 @@ fn events_stay_bounded_without_host_reads_events() {
     not(feature = "gpu-tests"),
     ignore = "needs a GPU: cargo test --features gpu-tests"
 )]
-fn events_mechanism_holds_later_timeline_operations_until_the_signal() {
-    let Some((_, b)) = with(TimelineMechanism::Events) else {
+fn events_refuse_a_wait_before_its_signal() {
+    let Some((g, b)) = with(TimelineMechanism::Events) else {
         return;
     };
     let (waiter, signaller) = (b.new_stream("s").unwrap(), b.new_stream("s").unwrap());
-    let (t, after) = (
+    let (t, done) = (
         Timeline::new(&b, "t", 0).unwrap(),
-        Timeline::new(&b, "after", 0).unwrap(),
+        Timeline::new(&b, "done", 0).unwrap(),
     );
-    t.wait_on(&waiter, 1).unwrap();
-    after.signal_on(&waiter, 1).unwrap();
-    assert_eq!(
-        b.deferred_timeline_ops(),
-        2,
-        "wait and signal held on the host"
-    );
-    std::thread::sleep(Duration::from_millis(30));
-    assert_eq!(after.query().unwrap(), 0);
+    // Nothing signalled or enqueued for 1: refused by name.
+    match t.wait_on(&waiter, 1) {
+        Err(Error::WaitBeforeSignalUnsupported {
+            timeline,
+            value,
+            enqueued,
+            mechanism,
+        }) => assert_eq!(
+            (timeline.as_str(), value, enqueued, mechanism.as_str()),
+            ("t", 1, 0, "events")
+        ),
+        other => panic!("expected WaitBeforeSignalUnsupported, got {other:?}"),
+    }
+    // Nothing enqueued: what the stream does after the refused wait runs, `t` still at 0.
+    done.signal_on(&waiter, 1).unwrap();
+    done.wait(1, Duration::from_secs(5))
+        .expect("work after a refused wait was held");
+    assert_eq!(t.query().unwrap(), 0);
+    // A signal enqueued (behind slow work): a wait for its value goes in, one above it is
+    // still refused.
+    g.spin(&signaller, Duration::from_millis(200));
     t.signal_on(&signaller, 1).unwrap();
+    common::assert_wait_refused(t.wait_on(&waiter, 2));
+    t.wait_on(&waiter, 1).unwrap();
+    done.signal_on(&waiter, 2).unwrap();
+    done.wait(2, LONG).unwrap();
     assert_eq!(
-        b.deferred_timeline_ops(),
-        0,
-        "replayed once the signal is enqueued"
+        t.query().unwrap(),
+        1,
+        "ran past a wait enqueued after its signal"
     );
-    after.wait(1, LONG).unwrap();
+    // A value reached, or a timeline failed: no refusal (nothing to wait for; a failure
+    // poisons the stream instead).
+    t.wait_on(&waiter, 1).unwrap();
+    let failed = Timeline::new(&b, "failed", 0).unwrap();
+    failed.fail(Error::Cancelled("gone".into()));
+    let poisoned = b.new_stream("s").unwrap();
+    failed.wait_on(&poisoned, 1).unwrap();
+    b.stream_synchronize(&waiter).unwrap();
 }
 
 /// Stream `late` fills a buffer with 7 after 20 ms and signals; stream `early` (enqueued
 /// first) waits for that signal, then fills it with 9. Only if the wait held does 9 win.
+/// With events, which refuse the wait before its signal (nothing enqueued), the wait is
+/// enqueued again after the signal, and must hold the fill behind it.
 fn kernels_ordered_by_wait_before_signal(m: TimelineMechanism) {
     kernels_ordered_by_wait_before_signal_with(m, &|| {})
 }
@@ -303,14 +329,18 @@ fn kernels_ordered_by_wait_before_signal_with(m: TimelineMechanism, disturb: &dy
             unsafe { l.launch(cfg) }.expect("launch slow_fill");
         };
     disturb();
-    t.wait_on(&early, 1).unwrap();
-    if m == TimelineMechanism::Events {
-        // Events hold only timeline operations: the fill must follow the signal's enqueue.
+    if !t.mechanism().holds_commands() {
+        // Events refuse a wait before its signal, nothing enqueued ...
+        common::assert_wait_refused(t.wait_on(&early, 1));
         fill(&late, 7.0, 20_000_000);
         disturb();
         t.signal_on(&late, 1).unwrap();
+        // ... and a wait enqueued after it holds the kernel behind it.
+        disturb();
+        t.wait_on(&early, 1).unwrap();
         fill(&early, 9.0, 0);
     } else {
+        t.wait_on(&early, 1).unwrap();
         fill(&early, 9.0, 0);
         fill(&late, 7.0, 20_000_000);
         disturb();
@@ -345,7 +375,7 @@ fn kernels_ordered_by_wait_before_signal_memops() {
     not(feature = "gpu-tests"),
     ignore = "needs a GPU: cargo test --features gpu-tests"
 )]
-fn kernels_ordered_by_wait_before_signal_events() {
+fn kernels_ordered_by_wait_after_signal_events() {
     kernels_ordered_by_wait_before_signal(TimelineMechanism::Events)
 }
 
@@ -358,14 +388,17 @@ fn kernels_ordered_by_wait_before_signal_hybrid() {
     kernels_ordered_by_wait_before_signal(TimelineMechanism::Hybrid)
 }
 
-/// Events mechanism: waits deferred on one thread while another thread enqueues the signals
-/// (which skip the deferred queues when none is held) are all replayed: nothing stays held.
+/// Events mechanism: waits on one thread while another thread enqueues the signals. Each wait
+/// is either enqueued, or refused by name, and refused only if its signal was not enqueued
+/// before the call; nothing is left held, and the stream goes on.
 #[test]
 #[cfg_attr(
     not(feature = "gpu-tests"),
     ignore = "needs a GPU: cargo test --features gpu-tests"
 )]
-fn events_deferred_waits_racing_signals_are_all_replayed() {
+fn events_waits_racing_signals_are_enqueued_or_refused() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
     let Some((_, b)) = with(TimelineMechanism::Events) else {
         return;
     };
@@ -375,19 +408,40 @@ fn events_deferred_waits_racing_signals_are_all_replayed() {
         Timeline::new(&b, "t", 0).unwrap(),
         Timeline::new(&b, "after", 0).unwrap(),
     );
-    let (t2, signaller2) = (t.clone(), signaller.clone());
+    let enqueued = Arc::new(AtomicU64::new(0));
+    let (t2, signaller2, enqueued2) = (t.clone(), signaller.clone(), enqueued.clone());
     let signals = std::thread::spawn(move || {
         for v in 1..=N {
             t2.signal_on(&signaller2, v).unwrap();
+            enqueued2.store(v, Ordering::SeqCst);
         }
     });
+    let (mut accepted, mut refused) = (0u64, 0u64);
     for v in 1..=N {
-        t.wait_on(&waiter, v).unwrap();
-        after.signal_on(&waiter, v).unwrap();
+        let before = enqueued.load(Ordering::SeqCst);
+        match t.wait_on(&waiter, v) {
+            Ok(()) => {
+                accepted += 1;
+                after.signal_on(&waiter, accepted).unwrap();
+            }
+            Err(Error::WaitBeforeSignalUnsupported { value, .. }) => {
+                assert_eq!(value, v);
+                assert!(
+                    before < v,
+                    "a wait for {v} refused with {before} enqueued before the call"
+                );
+                refused += 1;
+            }
+            Err(e) => panic!("wait for {v}: {e}"),
+        }
     }
     signals.join().unwrap();
-    assert_eq!(b.deferred_timeline_ops(), 0, "an operation stayed held");
-    after.wait(N, LONG).unwrap();
+    println!("{accepted} waits enqueued, {refused} refused");
+    // Every signal is enqueued now: a wait for the last is accepted.
+    t.wait_on(&waiter, N).unwrap();
+    after.signal_on(&waiter, accepted + 1).unwrap();
+    after.wait(accepted + 1, LONG).unwrap();
+    assert_eq!(t.query().unwrap(), N);
 }
 
 /// The timeline's stream calls bind no context for streams whose handles name theirs: they
@@ -506,53 +560,62 @@ fn a_failure_releases_the_waits_its_mechanism_says() {
     }
 }
 
-/// The events mechanism's deferred waits hold the later timeline operations of every CUDA
-/// backend on their stream, not only their own backend's (the queues were per backend).
+/// Events mechanism, two CUDA backends: a wait refused before its signal enqueues nothing, so
+/// another backend's signal on the stream is not held; a wait enqueued after its signal holds
+/// another backend's signal behind it on the stream.
 #[test]
 #[cfg_attr(
     not(feature = "gpu-tests"),
     ignore = "needs a GPU: cargo test --features gpu-tests"
 )]
-fn a_deferred_wait_holds_another_backends_signal_on_its_stream() {
-    let Some((_, a)) = with(TimelineMechanism::Events) else {
+fn an_events_wait_holds_another_backends_signal_on_its_stream() {
+    let Some((g, a)) = with(TimelineMechanism::Events) else {
         return;
     };
     let other = CudaBackend::new(0)
         .unwrap()
         .with_timeline_mechanism(TimelineMechanism::Events);
-    let s = a.new_stream("s").unwrap();
+    let (s, sig) = (a.new_stream("s").unwrap(), a.new_stream("sig").unwrap());
     let (ta, tb) = (
         Timeline::new(&a, "a", 0).unwrap(),
         Timeline::new(&other, "b", 0).unwrap(),
     );
-    ta.wait_on(&s, 1).unwrap();
+    common::assert_wait_refused(ta.wait_on(&s, 1));
     tb.signal_on(&s, 1).unwrap();
-    std::thread::sleep(Duration::from_millis(50));
+    tb.wait(1, Duration::from_secs(5))
+        .expect("another backend's signal was held by a refused wait");
+    assert_eq!(ta.query().unwrap(), 0);
+    g.spin(&sig, Duration::from_millis(300));
+    ta.signal_on(&sig, 1).unwrap();
+    ta.wait_on(&s, 1).unwrap();
+    tb.signal_on(&s, 2).unwrap();
+    tb.wait(2, LONG).unwrap();
     assert_eq!(
-        tb.query().unwrap(),
-        0,
-        "another backend's signal ran past a deferred wait"
+        ta.query().unwrap(),
+        1,
+        "another backend's signal ran past the wait"
     );
-    ta.signal(1).unwrap();
-    tb.wait(1, LONG).unwrap();
 }
 
 /// While a stream waits for a value only the host will store later, `cuMemFree` and
 /// `cuMemFreeHost` wait for the device to drain (and hold a driver lock that blocks other
 /// threads' calls): a buffer dropped then must not free at once, or the thread that would store
 /// the value hangs behind it. The drop returns at once; the buffer's memory is freed (or
-/// reused) once the wait is past. Every mechanism (the events mechanism holds such a wait on
-/// the host: nothing blocks there).
+/// reused) once the wait is past. Every mechanism that holds such a wait (the events
+/// mechanism refuses it, nothing enqueued: nothing to block on).
 fn a_buffer_dropped_while_a_stream_waits_on_the_host_does_not_block(m: TimelineMechanism) {
     let Some((_g, b)) = with(m) else {
         return;
     };
     let s = b.new_stream("s").unwrap();
     let t = Timeline::new(&b, "later", 0).unwrap();
-    let Ok(()) = t.wait_on(&s, 1) else {
+    let r = t.wait_on(&s, 1);
+    if !t.mechanism().holds_commands() {
         // A mechanism that cannot hold a wait before its signal refuses it (named error).
+        common::assert_wait_refused(r);
         return;
-    };
+    }
+    r.unwrap();
     let (device, pinned) = (
         b.alloc_device(1 << 16).unwrap(),
         b.alloc_pinned(1 << 16).unwrap(),
@@ -622,23 +685,40 @@ fn runs_within(
 /// wrote the host's value again behind the pending write, which then landed after the higher
 /// one: the word ended at 103 and the waits for 104 never ran.)
 fn a_host_signal_between_stream_signals_leaves_the_highest_value(m: TimelineMechanism) {
-    let Some((_g, b)) = with(m) else {
+    let Some((g, b)) = with(m) else {
         return;
     };
     let gate = Timeline::new(&b, "gate", 0).unwrap();
     let t = Timeline::new(&b, "t", 0).unwrap();
     let [s1, s2, w1, w2] = [(); 4].map(|()| b.new_stream("s").unwrap());
-    // Waits enqueued before any signal: on the word, where the mechanism has one.
-    t.wait_on(&w1, 1).unwrap();
-    t.wait_on(&w2, 104).unwrap();
-    gate.wait_on(&s1, 1).unwrap();
-    t.signal_on(&s1, 1).unwrap();
-    t.signal(103).unwrap();
-    t.signal_on(&s2, 104).unwrap();
-    b.stream_synchronize(&s2).unwrap();
-    // Only now does s1's write of 1 land.
-    gate.signal(1).unwrap();
-    b.stream_synchronize(&s1).unwrap();
+    if t.mechanism().holds_commands() {
+        // Waits enqueued before any signal: on the word, where the mechanism has one.
+        t.wait_on(&w1, 1).unwrap();
+        t.wait_on(&w2, 104).unwrap();
+        gate.wait_on(&s1, 1).unwrap();
+        t.signal_on(&s1, 1).unwrap();
+        t.signal(103).unwrap();
+        t.signal_on(&s2, 104).unwrap();
+        b.stream_synchronize(&s2).unwrap();
+        // Only now does s1's write of 1 land.
+        gate.signal(1).unwrap();
+        b.stream_synchronize(&s1).unwrap();
+    } else {
+        // Events: waits before their signals are refused, nothing enqueued. s1's signal of 1
+        // is held back by slow work instead, and each wait follows its signal.
+        common::assert_wait_refused(t.wait_on(&w1, 1));
+        common::assert_wait_refused(t.wait_on(&w2, 104));
+        common::assert_wait_refused(gate.wait_on(&s1, 1));
+        g.spin(&s1, Duration::from_millis(300));
+        t.signal_on(&s1, 1).unwrap();
+        t.wait_on(&w1, 1).unwrap();
+        t.signal(103).unwrap();
+        t.signal_on(&s2, 104).unwrap();
+        t.wait_on(&w2, 104).unwrap();
+        b.stream_synchronize(&s2).unwrap();
+        // Only now does s1's signal of 1 land.
+        b.stream_synchronize(&s1).unwrap();
+    }
     let w3 = b.new_stream("s").unwrap();
     t.wait_on(&w3, 104).unwrap();
     let released = [&w1, &w2, &w3].map(|w| runs_within(&b, w, Duration::from_secs(5)));
@@ -654,12 +734,35 @@ fn a_host_signal_between_stream_signals_leaves_the_highest_value(m: TimelineMech
 /// wait for the other's signal. (memops made the higher signal wait on the device for
 /// the lower one, so that writes landed in value order: here that is a deadlock.)
 fn signals_on_two_streams_do_not_make_one_wait_for_the_other(m: TimelineMechanism) {
-    let Some((_g, b)) = with(m) else {
+    let Some((g, b)) = with(m) else {
         return;
     };
     let gate = Timeline::new(&b, "gate", 0).unwrap();
     let t = Timeline::new(&b, "t", 0).unwrap();
     let (s1, s2) = (b.new_stream("s").unwrap(), b.new_stream("s").unwrap());
+    if !t.mechanism().holds_commands() {
+        // Events: the gate's wait before its signal is refused, nothing enqueued. The lower
+        // signal is held back by 3 s of work instead: the higher one, on the other stream,
+        // must land well before that.
+        common::assert_wait_refused(gate.wait_on(&s1, 1));
+        g.spin(&s1, Duration::from_secs(3));
+        t.signal_on(&s1, 1).unwrap();
+        t.signal_on(&s2, 5).unwrap();
+        let reached = t.wait(5, Duration::from_millis(1500));
+        assert!(
+            reached.is_ok(),
+            "{m:?}: {reached:?}: s2 waited for s1's signal"
+        );
+        b.stream_synchronize(&s1).unwrap();
+        assert_eq!(t.query().unwrap(), 5);
+        let w = b.new_stream("s").unwrap();
+        t.wait_on(&w, 5).unwrap();
+        assert!(
+            runs_within(&b, &w, Duration::from_secs(5)),
+            "{m:?}: a wait for 5 after both landed"
+        );
+        return;
+    }
     gate.wait_on(&s1, 1).unwrap();
     t.signal_on(&s1, 1).unwrap();
     t.signal_on(&s2, 5).unwrap();
@@ -695,8 +798,18 @@ fn a_failure_releases_a_pending_wait_for_a_value_reached_before(m: TimelineMecha
     let t = Timeline::new(&b, "t", 0).unwrap();
     let s = b.new_stream("s").unwrap();
     g.spin(&s, Duration::from_millis(300));
-    t.wait_on(&s, 1).unwrap();
-    t.signal(1).unwrap();
+    if t.mechanism().holds_commands() {
+        t.wait_on(&s, 1).unwrap();
+        t.signal(1).unwrap();
+    } else {
+        // Events: refused before its signal (nothing enqueued); enqueued after a signal on
+        // another stream, which lands while `s` is still busy.
+        common::assert_wait_refused(t.wait_on(&s, 1));
+        let sig = b.new_stream("sig").unwrap();
+        t.signal_on(&sig, 1).unwrap();
+        t.wait_on(&s, 1).unwrap();
+        t.wait(1, LONG).unwrap();
+    }
     t.fail(seqsync::Error::Cancelled("given up".into()));
     assert!(
         runs_within(&b, &s, Duration::from_secs(5)),

@@ -151,12 +151,6 @@ impl CudaBackend {
         self.timelines.choice()
     }
 
-    /// Timeline operations held on the host until the signal they wait for is enqueued (the
-    /// events mechanism's deferral; always 0 with stream memory operations).
-    pub fn deferred_timeline_ops(&self) -> usize {
-        self.timelines.deferred_held()
-    }
-
     /// CUDA events of seqsync's alive in the process now (every backend's: timelines' points,
     /// rings, pools, events of yours made through [`Backend::create_event`]). It stays bounded
     /// over a long run however many values its timelines signal.
@@ -536,9 +530,5 @@ impl Backend for CudaBackend {
     fn wait_on(&self, stream: &Arc<CudaStream>, sem: &CudaSemaphore, value: u64) -> Result<()> {
         bind_for(stream)?;
         sem.wait_on(stream, value)
-    }
-
-    fn defers_timeline_ops(&self, stream: &Arc<CudaStream>) -> bool {
-        self.timelines.defers_on(stream)
     }
 }

@@ -544,10 +544,6 @@ impl<B: Backend> Backend for TrackingBackend<B> {
         self.inner.signal_on(&stream.inner, sem, value)
     }
 
-    fn defers_timeline_ops(&self, stream: &Self::Stream) -> bool {
-        self.inner.defers_timeline_ops(&stream.inner)
-    }
-
     fn wait_on(&self, stream: &Self::Stream, sem: &Self::Semaphore, value: u64) -> Result<()> {
         self.check_own(stream)?;
         self.inner.wait_on(&stream.inner, sem, value)

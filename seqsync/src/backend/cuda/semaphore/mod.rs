@@ -16,9 +16,9 @@
 //!   early, so a failure releases such a wait only once the signal's stream gets to the signal
 //!   (a stream stuck before it keeps the waiter waiting);
 //! - **events per timepoint** (`events`): the fallback, or when asked for; a wait before its
-//!   signal is held on the host, which holds only later timeline operations of its stream
-//!   (commands behind it are refused: [`crate::Error::WaitBeforeSignalUnsupported`]); its
-//!   waits whose signal is enqueued are event waits, with the hybrid's limit.
+//!   signal is refused ([`crate::Error::WaitBeforeSignalUnsupported`], nothing enqueued: an
+//!   event that was never recorded does not wait); its waits are event waits, with the
+//!   hybrid's limit.
 //!
 //! Which one a backend uses is decided at its first timeline: [`TimelineMechanism::Auto`]
 //! probes stream memory operations once (a write, a wait on it and a second write on a fresh
@@ -50,7 +50,7 @@ use super::Deferred;
 use crate::backend::semaphore::{Mechanism, Semaphore, MAX_VALUE};
 use crate::error::{BackendError, Error, Result};
 use event_pool::EventPool;
-use events::{DeferredQueues, EventsWord};
+use events::EventsWord;
 use hybrid::{HybridWord, WordOps};
 use mapped::MappedWords;
 use memops::MemOpsWord;
@@ -100,15 +100,13 @@ impl TimelineMechanism {
     }
 }
 
-/// A backend's timeline machinery: the choice, the decision, the word pool, the event pool,
-/// the deferred queues.
+/// A backend's timeline machinery: the choice, the decision, the word pool, the event pool.
 pub(crate) struct TimelineSupport {
     choice: TimelineMechanism,
     /// `Ok(())`: memory operations work; `Err(reason)`: they do not.
     probed: OnceLock<std::result::Result<(), String>>,
     pool: Arc<Mutex<MappedWords>>,
     events: Arc<EventPool>,
-    deferred: Arc<DeferredQueues>,
     word_ops: Arc<WordOps>,
 }
 
@@ -128,23 +126,12 @@ impl TimelineSupport {
             probed: OnceLock::new(),
             pool: Arc::new(Mutex::new(MappedWords::new(errors.clone()))),
             events: Arc::new(EventPool::new(errors)),
-            deferred: DeferredQueues::process_wide(),
             word_ops: Arc::default(),
         }
     }
 
     pub(crate) fn choice(&self) -> TimelineMechanism {
         self.choice
-    }
-
-    /// Timeline operations held on the host, waiting for their signal (events mechanism).
-    pub(crate) fn deferred_held(&self) -> usize {
-        self.deferred.held(&self.events)
-    }
-
-    /// Does `stream` hold timeline operations on the host now (events mechanism)?
-    pub(crate) fn defers_on(&self, stream: &Arc<CudaStream>) -> bool {
-        self.deferred.holds(stream)
     }
 
     /// Word writes and word waits enqueued by `hybrid` timelines so far.
@@ -168,12 +155,7 @@ impl TimelineSupport {
     pub(crate) fn create(&self, ctx: &Arc<CudaContext>, initial: u64) -> Result<CudaSemaphore> {
         let use_events = |reason: Option<String>| CudaSemaphore {
             at: None,
-            word: Word::Events(Arc::new(EventsWord::new(
-                ctx,
-                &self.events,
-                &self.deferred,
-                initial,
-            ))),
+            word: Word::Events(Arc::new(EventsWord::new(ctx, &self.events, initial))),
             mechanism: Mechanism::Events {
                 fallback_reason: reason,
             },

@@ -48,7 +48,7 @@ pub(crate) enum WaitPlan<'a, E> {
     Nothing,
     /// A wait on this event: the lowest enqueued point at or above the value.
     Event(&'a E),
-    /// No point covers the value yet: the wait must be on the word (or be deferred).
+    /// No point covers the value yet: the wait must be on the word (or is refused).
     NoPoint,
 }
 
