@@ -192,10 +192,13 @@ fn resident_engine_without_the_wait_for_arrivals_reads_batches_not_yet_filled_in
     // Paced arrivals: the kernel runs ahead of get_data and reads input slots before they are
     // filled in (and marks them done, so the check reads them too). One worker: several would
     // check batches a ring apart out of order, and the in-order report could stop short (a
-    // stall, not the wrong results this test is after).
+    // stall, not the wrong results this test is after). Arrivals 4 ms apart and small batches
+    // of light work: the kernel outruns them even in a debug build on a busy machine.
     let paced = |drop| DemoConfig {
-        batches: 60,
-        rate: Some(2000.0),
+        batches: 40,
+        batch_bytes: Some(4 << 10),
+        intensity: 1,
+        rate: Some(250.0),
         slots: Some(4),
         process_threads: Some(1),
         drop_edge: drop,

@@ -158,6 +158,13 @@ impl Semaphore for AnySemaphore {
             AnySemaphore::Cuda(s) => s.mechanism(),
         }
     }
+    fn holds_commands_for(&self, value: u64) -> bool {
+        match self {
+            AnySemaphore::Host(s) => s.holds_commands_for(value),
+            #[cfg(feature = "cuda")]
+            AnySemaphore::Cuda(s) => s.holds_commands_for(value),
+        }
+    }
 }
 
 impl AnyBackend {

@@ -164,7 +164,8 @@ pub trait Semaphore: Send + Sync + 'static {
     /// Would a stream wait for `value` enqueued now hold *every* later operation of its stream,
     /// commands too? Always where the mechanism [holds commands](Mechanism::holds_commands);
     /// with CUDA `events` only once the point of a signal at or above `value` exists on the
-    /// device, or the value is reached, or the word failed.
+    /// device, or the value is reached, or the word failed. A word that wraps another forwards
+    /// it (the default answers for the whole mechanism).
     fn holds_commands_for(&self, value: u64) -> bool {
         let _ = value;
         self.mechanism().holds_commands()

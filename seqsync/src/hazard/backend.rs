@@ -122,6 +122,9 @@ impl<S: Semaphore> Semaphore for ValidatingSemaphore<S> {
     fn mechanism(&self) -> Mechanism {
         self.inner.mechanism()
     }
+    fn holds_commands_for(&self, value: u64) -> bool {
+        self.inner.holds_commands_for(value)
+    }
 }
 
 impl<B: Backend> ValidatingBackend<B> {

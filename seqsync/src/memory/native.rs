@@ -103,12 +103,13 @@ impl<B: MemoryBackend> NativePool<B> {
         self.alloc_with(stream, size, waits, AllocFlags::default())
     }
 
-    /// The driver's allocation on `stream`, then `waits` enqueued on it. `flags.allow_wait`
-    /// has no effect (the driver's pool was created without internal dependencies).
+    /// `waits` enqueued on `stream` and the driver's allocation (the allocation first where a
+    /// wait is on a timeline, so that a refused one enqueues nothing). `flags.allow_wait` has
+    /// no effect (the driver's pool was created without internal dependencies).
     ///
     /// # Errors
     /// [`Error::AllocSize`] for 0 bytes; a wait's error; the backend's (e.g. out of memory:
-    /// then nothing is enqueued, the waits included).
+    /// with a timeline wait in `waits`, nothing is enqueued).
     pub fn alloc_with(
         &self,
         stream: &B::Stream,
@@ -127,14 +128,25 @@ impl<B: MemoryBackend> NativePool<B> {
         let sid = self.backend.stream_id(stream);
         let mut st = self.lock();
         self.settle_quarantine(&mut st, stream);
-        // The driver's allocation first: where it refuses (out of memory), nothing is
-        // enqueued, the waits included. The memory is ready in stream order before anything
-        // enqueued after the waits.
-        let addr = self.backend.alloc_async(&self.pool, stream, size)?;
-        if let Err(e) = st.clocks.enqueue_waits(&self.backend, stream, sid, waits) {
-            self.backend.free_async(&self.pool, stream, addr)?;
-            return Err(e);
-        }
+        // The waits first where they can only delay the stream (events and points, recorded
+        // already): the driver then reuses memory freed behind them (its pool follows event
+        // dependencies). A timeline wait might never be satisfied once the allocation is
+        // refused (out of memory): with one, the driver's allocation comes first, and a
+        // refusal enqueues nothing (the memory is ready in stream order before anything
+        // enqueued after the waits either way).
+        let timeline_waits = waits.iter().any(|w| matches!(w, Wait::Timeline(..)));
+        let addr = if timeline_waits {
+            let addr = self.backend.alloc_async(&self.pool, stream, size)?;
+            if let Err(e) = st.clocks.enqueue_waits(&self.backend, stream, sid, waits) {
+                // The wait's error is the one to report; a failed free leaks the block.
+                let _ = self.backend.free_async(&self.pool, stream, addr);
+                return Err(e);
+            }
+            addr
+        } else {
+            st.clocks.enqueue_waits(&self.backend, stream, sid, waits)?;
+            self.backend.alloc_async(&self.pool, stream, size)?
+        };
         let ready = if flags.signal {
             match st.clocks.record(&self.backend, stream, sid) {
                 Ok(p) => Some(p),

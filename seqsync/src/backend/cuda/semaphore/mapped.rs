@@ -31,15 +31,37 @@ unsafe impl Send for MappedWord {}
 // through atomics (see `atomic`).
 unsafe impl Sync for MappedWord {}
 
-/// Set by a slot's last user on the host once it is done with a slot given back before
-/// (see [`MappedWords::give_back`]).
-pub(crate) type Hold = Arc<std::sync::atomic::AtomicBool>;
+/// A slot given back while a user on the host still had it (see [`MappedWords::give_back`]):
+/// released by that user once done, with the slots of its own to give back then (a word's
+/// markers). Released without the pool's lock, which threads hold across driver calls.
+#[derive(Default)]
+pub(crate) struct Hold {
+    released: std::sync::atomic::AtomicBool,
+    slots: std::sync::Mutex<Vec<MappedWord>>,
+}
+
+impl Hold {
+    /// The user is done with the slot; `slots` go back to the pool with it.
+    pub(crate) fn release(&self, slots: Vec<MappedWord>) {
+        *self.slots.lock().unwrap_or_else(|e| e.into_inner()) = slots;
+        self.released
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn released(&self) -> bool {
+        self.released.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn take_slots(&self) -> Vec<MappedWord> {
+        std::mem::take(&mut *self.slots.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
 
 pub(crate) struct MappedWords {
     free: Vec<MappedWord>,
     /// Slots given back while streams may still touch them: each free once the events
     /// recorded on those streams completed and, where given, its hold was released.
-    quarantine: Vec<(MappedWord, Vec<CudaEvent>, Option<Hold>)>,
+    quarantine: Vec<(MappedWord, Vec<CudaEvent>, Option<Arc<Hold>>)>,
     /// The backend's store of errors that cleanup could not return.
     errors: Arc<Deferred>,
 }
@@ -72,7 +94,7 @@ impl MappedWords {
         ctx: &Arc<CudaContext>,
         slot: MappedWord,
         users: &[Arc<CudaStream>],
-        hold: Option<Hold>,
+        hold: Option<Arc<Hold>>,
     ) {
         let mut events = Vec::new();
         for s in users {
@@ -94,16 +116,17 @@ impl MappedWords {
         let mut i = 0;
         while i < self.quarantine.len() {
             let (_, events, hold) = &self.quarantine[i];
-            let done = hold
-                .as_ref()
-                .is_none_or(|h| h.load(std::sync::atomic::Ordering::SeqCst))
+            let done = hold.as_ref().is_none_or(|h| h.released())
                 && events.iter().all(|e| {
                     // SAFETY: the events are live handles owned by the quarantine entry.
                     unsafe { driver::event_query(e.raw) }.code() == sys::CUresult::CUDA_SUCCESS
                 });
             if done {
-                let (slot, _events, _hold) = self.quarantine.swap_remove(i);
+                let (slot, _events, hold) = self.quarantine.swap_remove(i);
                 self.free.push(slot);
+                if let Some(h) = hold {
+                    self.free.extend(h.take_slots());
+                }
             } else {
                 i += 1;
             }

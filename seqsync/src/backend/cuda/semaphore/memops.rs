@@ -25,7 +25,7 @@ use std::time::Instant;
 
 use cudarc::driver::{sys, CudaContext, CudaStream};
 
-use super::mapped::{self, MappedWord, MappedWords};
+use super::mapped::{self, Hold, MappedWord, MappedWords};
 use super::repair::{self, Repair};
 use super::write_order::{Plan, Top, Watches};
 use crate::backend::cuda::driver::{self, with_context};
@@ -89,10 +89,16 @@ struct Watch {
 
 /// What a word gone with watched writes gives back once they landed (see [`Watch::orphan`]).
 struct Orphan {
-    pool: Arc<Mutex<MappedWords>>,
-    /// Set once the repair thread is done with the slot.
-    released: Arc<AtomicBool>,
+    /// Released (with the word's markers) once the repair thread is done with the slot.
+    hold: Arc<Hold>,
+    /// When the word went: a write that has not landed [`ORPHAN_LIMIT`] later never will (a
+    /// stream stuck for good, a faulted context); the slot and its markers are then kept
+    /// (leaked) and the thread stops looking.
+    since: Instant,
 }
+
+/// How long the repair thread looks after a gone word's last watched writes.
+const ORPHAN_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 impl Writes {
     fn order(&self) -> MutexGuard<'_, Top<Arc<CudaStream>>> {
@@ -139,14 +145,19 @@ impl Repair for Writes {
             self.watching.store(false, Ordering::SeqCst);
             if let Some(o) = w.orphan.take() {
                 // The word went before its last watched write landed; that one is repaired
-                // now. Its markers landed (no stream writes them any more), and its slot may
-                // serve another word once its quarantine's streams are past it.
-                let mut pool = o.pool.lock().unwrap_or_else(|e| e.into_inner());
-                for m in w.spare.drain(..) {
-                    pool.give_back_idle(m);
-                }
-                o.released.store(true, Ordering::SeqCst);
+                // now. Its markers landed (no stream writes them any more); they and its slot
+                // may serve other words once its quarantine's streams are past it.
+                o.hold.release(std::mem::take(&mut w.spare));
             }
+        } else if w
+            .orphan
+            .as_ref()
+            .is_some_and(|o| o.since.elapsed() > ORPHAN_LIMIT)
+        {
+            // Never landing: the slot and its markers stay held (leaked), untouched from now.
+            w.orphan = None;
+            w.queued = false;
+            return false;
         }
         more
     }
@@ -461,12 +472,12 @@ impl Drop for MemOpsWord {
                         users.push(s.clone());
                     }
                 }
-                let released = Arc::new(AtomicBool::new(false));
+                let hold = Arc::new(Hold::default());
                 w.orphan = Some(Orphan {
-                    pool: self.pool.clone(),
-                    released: released.clone(),
+                    hold: hold.clone(),
+                    since: Instant::now(),
                 });
-                orphaned = Some(released);
+                orphaned = Some(hold);
                 (Vec::new(), Vec::new())
             } else {
                 // From here on the repair thread leaves the slot alone.
