@@ -141,6 +141,7 @@ pub mod internal {
     pub mod graph {
         pub use crate::graph::bitset::*;
         pub use crate::graph::dag::*;
+        pub use crate::graph::executable::with_schedule_allowing_missing;
         pub use crate::graph::lower_cuda_graph::*;
         pub use crate::graph::lower_levels::*;
         pub use crate::graph::lower_streams::*;

@@ -158,3 +158,20 @@ pub(crate) fn check_range(what: &str, offset: usize, words: usize, len: usize) -
         )),
     }
 }
+
+/// Refuse a copy of `words` words whose source and destination, starting at `src` and `dst`
+/// in one address space (words of one memory, or bytes of unified addresses, `unit` apiece),
+/// overlap: the copy engines give no defined result there, and both backends refuse it alike.
+pub(crate) fn check_disjoint(src: u64, dst: u64, words: usize, unit: u64) -> Result<()> {
+    let len = (words as u64).saturating_mul(unit);
+    if words > 0 && src < dst.saturating_add(len) && dst < src.saturating_add(len) {
+        return Err(crate::Error::invalid(
+            "command",
+            format!(
+                "a copy of {words} words whose source and destination overlap (at {src} and \
+                 {dst}): copy through a second buffer"
+            ),
+        ));
+    }
+    Ok(())
+}

@@ -83,6 +83,14 @@ pub enum GraphError {
         /// How many commands the buffer holds.
         len: usize,
     },
+    /// A schedule made elsewhere ([`Graph::with_schedule`](crate::graph::Graph::with_schedule))
+    /// that does not run this graph: not every command once, a wait before what it waits for,
+    /// or a dependency of the graph it does not honour.
+    #[error("the schedule does not run this graph: {message}")]
+    Schedule {
+        /// What is wrong.
+        message: String,
+    },
     /// The kernel to replace is not a kernel command.
     #[error("command {} is a {kind} command, not a kernel", q(.name))]
     NotAKernel {

@@ -3,6 +3,7 @@
 
 use super::record::Graph;
 use super::reduce::Analysis;
+use super::schedule::Wait;
 use super::schedule::{Report, Schedule};
 use super::GraphError;
 use super::{lower, Lowering};
@@ -35,21 +36,47 @@ impl<B: CommandBackend> Graph<B> {
     /// Lower to streams (+ events): [`Lowering::Streams`] or [`Lowering::Levels`].
     pub fn lower(self, lowering: Lowering) -> Executable<B> {
         let schedule = lower(&self.dag, &self.analysis, lowering);
-        self.with_schedule(schedule)
+        self.executable(schedule)
     }
 
-    /// Run on a schedule made elsewhere (its report tells whether it honours the graph:
-    /// `missing_dependencies` must be 0).
-    ///
-    /// # Panics
-    /// If the schedule is for a different number of commands.
-    pub fn with_schedule(self, schedule: Schedule) -> Executable<B> {
-        assert_eq!(
-            schedule.stream_of.len(),
-            self.dag.len(),
-            "one stream per command"
-        );
+    /// The executable of a schedule made here (a lowering's: well formed by construction).
+    fn executable(self, schedule: Schedule) -> Executable<B> {
         let report = schedule.report(&self.dag, &self.analysis);
+        self.with_report(schedule, report)
+    }
+
+    /// Run on a schedule made elsewhere: it must run every command once, on a stream of its
+    /// own numbering (below the number of commands), each wait after what it waits for, and
+    /// honour every dependency of the graph (its report's `missing_dependencies` is 0).
+    ///
+    /// # Errors
+    /// [`GraphError::Schedule`], saying what is wrong.
+    pub fn with_schedule(self, schedule: Schedule) -> Result<Executable<B>, GraphError> {
+        let exe = self.with_schedule_unchecked(schedule)?;
+        match exe.report.missing_dependencies {
+            0 => Ok(exe),
+            missing => Err(GraphError::Schedule {
+                message: format!("{missing} dependencies of the graph are not honoured"),
+            }),
+        }
+    }
+
+    /// [`with_schedule`](Self::with_schedule) that lets dependencies go unhonoured (its report
+    /// counts them): for a test that wants a misordered schedule run (the hazard checker's).
+    /// The schedule's shape is checked as there.
+    ///
+    /// # Errors
+    /// [`GraphError::Schedule`].
+    pub(crate) fn with_schedule_unchecked(
+        self,
+        schedule: Schedule,
+    ) -> Result<Executable<B>, GraphError> {
+        let schedule = checked(schedule, self.dag.len())?;
+        let report = schedule.report(&self.dag, &self.analysis);
+        Ok(self.with_report(schedule, report))
+    }
+
+    fn with_report(self, schedule: Schedule, report: Report) -> Executable<B> {
         let waits_into = schedule.waits_into();
         let recorded = schedule.recorded();
         let joins_into = schedule.joins_into();
@@ -68,6 +95,51 @@ impl<B: CommandBackend> Graph<B> {
             commands_checked: false,
         }
     }
+}
+
+/// `schedule`, rebuilt from its order, streams, waits and joins (its other fields follow from
+/// them), if it runs each of `n` commands once, on streams numbered below `n`, with every wait
+/// and join after the command it is on in the order (else it would wait for an event not
+/// recorded yet, which holds nothing).
+fn checked(schedule: Schedule, n: usize) -> Result<Schedule, GraphError> {
+    let bad = |message: String| GraphError::Schedule { message };
+    if schedule.stream_of.len() != n || schedule.order.len() != n {
+        return Err(bad(format!(
+            "{} streams and {} commands in order for a graph of {n} commands",
+            schedule.stream_of.len(),
+            schedule.order.len()
+        )));
+    }
+    if let Some(&s) = schedule.stream_of.iter().find(|&&s| s >= n.max(1)) {
+        return Err(bad(format!(
+            "stream {s} of {n} commands (at most one each)"
+        )));
+    }
+    let mut position = vec![usize::MAX; n];
+    for (i, &c) in schedule.order.iter().enumerate() {
+        match position.get_mut(c) {
+            Some(p) if *p == usize::MAX => *p = i,
+            Some(_) => return Err(bad(format!("command {c} is in the order twice"))),
+            None => return Err(bad(format!("command {c} of {n} in the order"))),
+        }
+    }
+    let misplaced = |w: &Wait| w.from >= n || w.to >= n || position[w.from] >= position[w.to];
+    for (what, list) in [("wait", &schedule.waits), ("join", &schedule.joins)] {
+        if let Some(w) = list.iter().find(|w| misplaced(w)) {
+            return Err(bad(format!(
+                "a {what} of command {} on command {} that does not come before it",
+                w.to, w.from
+            )));
+        }
+    }
+    let Schedule {
+        order,
+        stream_of,
+        waits,
+        joins,
+        ..
+    } = schedule;
+    Ok(Schedule::new(order, stream_of, waits).with_joins(joins))
 }
 
 impl<B: CommandBackend> Executable<B> {
@@ -99,4 +171,17 @@ impl<B: CommandBackend> Executable<B> {
     pub fn analysis(&self) -> &Analysis {
         &self.graph.analysis
     }
+}
+
+/// [`Graph::with_schedule`] that runs a schedule missing dependencies of the graph (its report
+/// counts them), for tests that want a misordered schedule run (the hazard checker's); its
+/// shape is checked as there.
+///
+/// # Errors
+/// [`GraphError::Schedule`].
+pub fn with_schedule_allowing_missing<B: CommandBackend>(
+    graph: Graph<B>,
+    schedule: Schedule,
+) -> Result<Executable<B>, GraphError> {
+    graph.with_schedule_unchecked(schedule)
 }

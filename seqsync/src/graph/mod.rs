@@ -30,7 +30,7 @@
 pub(crate) mod bitset;
 pub(crate) mod dag;
 pub(crate) mod error;
-mod executable;
+pub(crate) mod executable;
 pub(crate) mod lower_cuda_graph;
 pub(crate) mod lower_levels;
 pub(crate) mod lower_streams;

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::backend::{Backend, EventOptions};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::timeline::{MarkState, Observer, StreamMark, Timeline};
 
 /// What a free stands on that the host has not seen settled when the free was called: the
@@ -66,6 +66,9 @@ impl<B: Backend> Until<B> {
         self.0.retain(|h| match h {
             Hold::Value(t, v) => match t.query() {
                 Ok(c) => c < *v,
+                // Failed after reaching the value: the wait was released by its signal, so
+                // the free's point means what it says.
+                Err(Error::TimelineFailed { value, .. }) if value >= *v => false,
                 Err(_) => {
                     failed = true;
                     true

@@ -587,27 +587,39 @@ fn queue_affinity_orders_single_bit_submissions_only() {
 fn hazard_checker_finds_nothing_on_the_streams_lowering() {
     let run = |preds: &[Vec<usize>], drop_wait: bool| {
         let vb = ValidatingBackend::new(HostBackend::new());
-        let dag = Dag::from_preds(preds).unwrap();
-        let ops = (0..dag.len())
-            .map(|c| {
-                let mut accesses: Vec<Access> = dag
-                    .preds(c)
-                    .iter()
-                    .map(|&p| Access::read(&format!("c{c}"), "slot", p, 0))
-                    .collect();
-                accesses.push(Access::write(&format!("c{c}"), "slot", c, 0));
-                Command::Kernel(ValidatingKernel {
-                    inner: HostKernel::new(|| {}),
-                    accesses,
+        let graph = || {
+            let dag = Dag::from_preds(preds).unwrap();
+            let ops = (0..dag.len())
+                .map(|c| {
+                    let mut accesses: Vec<Access> = dag
+                        .preds(c)
+                        .iter()
+                        .map(|&p| Access::read(&format!("c{c}"), "slot", p, 0))
+                        .collect();
+                    accesses.push(Access::write(&format!("c{c}"), "slot", c, 0));
+                    Command::Kernel(ValidatingKernel {
+                        inner: HostKernel::new(|| {}),
+                        accesses,
+                    })
                 })
-            })
-            .collect();
-        let graph = Graph::<ValidatingBackend<HostBackend>>::new(dag, ops);
-        let mut s = lower(graph.dag(), graph.analysis(), Lowering::Streams);
-        if drop_wait {
+                .collect();
+            Graph::<ValidatingBackend<HostBackend>>::new(dag, ops)
+        };
+        let g = graph();
+        let mut s = lower(g.dag(), g.analysis(), Lowering::Streams);
+        let mut exe = if drop_wait {
             s = Schedule::new(s.order.clone(), s.stream_of.clone(), s.waits[1..].to_vec());
-        }
-        let mut exe = graph.with_schedule(s);
+            // A schedule missing a dependency is refused by name...
+            let missing = graph().with_schedule(s.clone());
+            assert!(
+                matches!(missing, Err(seqsync::graph::GraphError::Schedule { .. })),
+                "a schedule missing a wait was taken"
+            );
+            // ... and run anyway (the internal door) for the checker to see.
+            seqsync::internal::graph::with_schedule_allowing_missing(g, s).unwrap()
+        } else {
+            g.with_schedule(s).unwrap()
+        };
         let mut pool = Queues::new(vb.clone());
         pool.submit(&mut exe, Affinity::queue(0)).unwrap();
         pool.synchronize().unwrap();
@@ -710,4 +722,63 @@ fn barrier_groups_lower_to_joins_exactly() {
         }
     }
     assert!(joined > 50, "only {joined} joins in 60 graphs");
+}
+
+/// A schedule made elsewhere that does not run the graph is refused by name, never run and
+/// never a panic: a command left out or twice, one out of range, a stream number past the
+/// commands, a wait before the command it waits for (it would wait for an event not recorded
+/// yet), a dependency not honoured. The lowering's own schedule is taken.
+#[test]
+fn a_schedule_that_does_not_run_the_graph_is_refused() {
+    let (preds, _) = diamond(3, 2);
+    let graph = || {
+        let dag = Dag::from_preds(&preds).unwrap();
+        let ops = (0..dag.len())
+            .map(|_| Command::Kernel(HostKernel::new(|| {})))
+            .collect();
+        Graph::<HostBackend>::new(dag, ops)
+    };
+    let good = {
+        let g = graph();
+        lower(g.dag(), g.analysis(), Lowering::Streams)
+    };
+    let n = good.order.len();
+    assert!(!good.waits.is_empty(), "the diamond needs waits");
+    let refused = |s: Schedule, what: &str| match graph().with_schedule(s) {
+        Err(seqsync::graph::GraphError::Schedule { message }) => message,
+        Err(e) => panic!("{what}: {e}"),
+        Ok(_) => panic!("{what}: taken"),
+    };
+    let mut order = good.order.clone();
+    order.pop();
+    refused(
+        Schedule::new(order, good.stream_of.clone(), good.waits.clone()),
+        "a command left out",
+    );
+    let mut twice = good.order.clone();
+    twice[1] = twice[0];
+    refused(
+        Schedule::new(twice, good.stream_of.clone(), good.waits.clone()),
+        "a command twice",
+    );
+    let mut out = good.clone();
+    out.order[0] = n + 5;
+    refused(out, "a command out of range");
+    let mut far = good.clone();
+    far.stream_of[0] = usize::MAX;
+    refused(far, "a stream past the commands");
+    let mut reversed = good.clone();
+    reversed.waits[0] = seqsync::internal::graph::Wait {
+        from: good.waits[0].to,
+        to: good.waits[0].from,
+    };
+    refused(reversed, "a wait before what it waits for");
+    let dropped = Schedule::new(
+        good.order.clone(),
+        good.stream_of.clone(),
+        good.waits[1..].to_vec(),
+    );
+    let message = refused(dropped, "a dependency not honoured");
+    assert!(message.contains("not honoured"), "{message}");
+    graph().with_schedule(good).unwrap();
 }

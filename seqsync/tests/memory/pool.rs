@@ -1070,6 +1070,31 @@ fn a_free_whose_wait_fails_later_never_frees<B: MemOps>(b: &B) {
     }
 }
 
+/// A free whose timeline wait was reached, the timeline failing only after that (before the
+/// pool looked again): the wait was released by its signal, so the block is freed, not leaked.
+fn a_free_whose_wait_was_reached_before_a_failure_frees<B: MemOps>(b: &B) {
+    let p = pool(b, PoolConfig::default());
+    let q = b.stream();
+    let r = Timeline::new(b, "r", 0).unwrap();
+    let a = p.alloc(&q, 1024, &[]).unwrap();
+    let Some(_) = refused_or_ok(&r, p.free(&q, a.block, &[Wait::Timeline(&r, 1)])) else {
+        return;
+    };
+    assert_eq!(p.stats().quarantined, 1);
+    r.signal(1).unwrap();
+    r.fail(Error::Cancelled("after the value".into()));
+    b.sync_stream(&q);
+    let again = p.alloc(&q, 1024, &[]).unwrap();
+    assert_eq!(
+        again.block.addr(),
+        a.block.addr(),
+        "not reused once reached"
+    );
+    let s = p.stats();
+    assert_eq!((s.quarantined, s.leaked), (0, 0));
+    p.free(&q, again.block, &[]).unwrap();
+}
+
 /// A free whose timeline wait is reached later frees as usual once it is: the block is held
 /// back (quarantined) until the host sees the value, then reused.
 fn a_free_whose_wait_is_reached_later_frees_then<B: MemOps>(b: &B) {
@@ -1330,6 +1355,7 @@ on_both_backends!(
     a_held_free_does_not_keep_its_timeline_from_failing_when_dropped,
     a_free_waiting_before_its_signal_is_refused_where_it_cannot_be_held,
     a_free_whose_wait_fails_later_never_frees,
+    a_free_whose_wait_was_reached_before_a_failure_frees,
     a_free_whose_wait_is_reached_later_frees_then,
     same_stream_reuse_needs_no_event,
     unordered_stream_gets_fresh_memory,

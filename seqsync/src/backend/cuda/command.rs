@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use super::driver;
 
 use super::{bind_for, make_current, with_context, CudaBackend, CudaFunction, DeviceBuffer};
-use crate::backend::command::{check_range, CommandBackend, CopyOp, FillOp};
+use crate::backend::command::{check_disjoint, check_range, CommandBackend, CopyOp, FillOp};
 use crate::error::Result;
 
 /// One kernel parameter, by value.
@@ -138,8 +138,7 @@ impl CommandBackend for CudaBackend {
     }
 
     fn check_copy(&self, op: &CopyOp<Self::Memory>) -> Result<()> {
-        check_range("copy source", op.src_offset, op.words, op.src.len())?;
-        check_range("copy destination", op.dst_offset, op.words, op.dst.len())
+        check_copy(op)
     }
 
     fn check_fill(&self, op: &FillOp<Self::Memory>) -> Result<()> {
@@ -228,4 +227,17 @@ fn legacy_stream_synchronize() -> Result<()> {
     // SAFETY: the null stream handle names the current context's legacy default stream (the
     // caller made the context current).
     unsafe { driver::stream_synchronize(std::ptr::null_mut()) }.check()
+}
+
+/// A copy's ranges inside their memory, and apart from each other (`cuMemcpyAsync` and a graph's
+/// copy node give no defined result for overlapping ranges).
+pub(super) fn check_copy(op: &CopyOp<Arc<DeviceBuffer>>) -> Result<()> {
+    check_range("copy source", op.src_offset, op.words, op.src.len())?;
+    check_range("copy destination", op.dst_offset, op.words, op.dst.len())?;
+    check_disjoint(
+        op.src.device_ptr() + op.src_offset as u64 * 4,
+        op.dst.device_ptr() + op.dst_offset as u64 * 4,
+        op.words,
+        4,
+    )
 }

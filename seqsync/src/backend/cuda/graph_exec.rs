@@ -231,8 +231,7 @@ impl GraphBackend for CudaBackend {
                     .check()?;
                 }
                 Command::Copy(c) => {
-                    check_range("copy source", c.src_offset, c.words, c.src.len())?;
-                    check_range("copy destination", c.dst_offset, c.words, c.dst.len())?;
+                    super::command::check_copy(c)?;
                     // Every field spelled out: `mem::zeroed` is undefined behaviour here, since
                     // `CUmemorytype` has no variant 0 (it aborts at run time). Unified
                     // addresses: device memory, or pinned host memory viewed as command memory

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use super::stream::{Job, StreamShared};
 use super::{HostBackend, HostStream};
-use crate::backend::command::{check_range, Command, CommandBackend, CopyOp, FillOp};
+use crate::backend::command::{
+    check_disjoint, check_range, Command, CommandBackend, CopyOp, FillOp,
+};
 use crate::backend::replay::GraphBackend;
 use crate::error::Result;
 
@@ -82,7 +84,11 @@ impl std::ops::DerefMut for HostWords<'_> {
 
 fn check_copy(op: &CopyOp<HostMemory>) -> Result<()> {
     check_range("copy source", op.src_offset, op.words, op.src.len())?;
-    check_range("copy destination", op.dst_offset, op.words, op.dst.len())
+    check_range("copy destination", op.dst_offset, op.words, op.dst.len())?;
+    if Arc::ptr_eq(&op.src.0, &op.dst.0) {
+        check_disjoint(op.src_offset as u64, op.dst_offset as u64, op.words, 1)?;
+    }
+    Ok(())
 }
 
 fn check_fill(op: &FillOp<HostMemory>) -> Result<()> {
@@ -91,6 +97,7 @@ fn check_fill(op: &FillOp<HostMemory>) -> Result<()> {
 
 fn run_copy(op: &CopyOp<HostMemory>) {
     if Arc::ptr_eq(&op.src.0, &op.dst.0) {
+        // Disjoint ranges of one memory (`check_copy`).
         let mut m = op.src.lock();
         m.copy_within(op.src_offset..op.src_offset + op.words, op.dst_offset);
     } else {
