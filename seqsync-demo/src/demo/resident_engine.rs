@@ -280,8 +280,17 @@ pub(crate) fn run<D: Device>(
         }
     }
     let wall = start.elapsed();
-    first_error(results)?;
-    synced?;
+    match (first_error(results), synced) {
+        // The streams' own error (a kernel that faulted never stores `done`: the threads saw a
+        // stop or a stall) says more than what it caused.
+        (Err(e), Err(device)) if e.is_stopped() || matches!(e, Error::Stalled { .. }) => {
+            return Err(device)
+        }
+        (threads, device) => {
+            threads?;
+            device?;
+        }
+    }
     let mut verification = checker_owned.finish();
     verification.phases = Some(workers.phases().summaries());
     Ok((wall, verification))

@@ -18,7 +18,10 @@ use crate::timeline::{MarkState, StreamMark};
 /// 1. **reuse**: a freed block of class `c` whose free `S` is already ordered after: freed on
 ///    `S` itself (stream order; no event, no wait), or freed on a stream whose later point `S`
 ///    waited on through this pool (a wait list entry, [`Pool::wait`], or transitively through
-///    other points). Zero synchronization.
+///    other points). Zero synchronization. A timeline wait enqueued on the freeing stream
+///    before the free (and after the block's allocation there, if it was allocated there)
+///    holds the block back until it is reached: a failure could still release that wait
+///    early, with the block's last user at work (then the block is leaked, never reused).
 /// 2. **fresh**: never-used space, from the class's slab or a new slab, while the pool holds
 ///    at most [`PoolConfig::max_bytes`].
 /// 3. **wait**, only with [`AllocFlags::allow_wait`]: the oldest freed block of class `c`,
@@ -253,13 +256,14 @@ impl<B: MemoryBackend> Pool<B> {
             free: VecDeque::new(),
             carving: None,
         });
-        // 1. Reuse: the most recently freed block the requester is ordered after (one whose
-        // free a failure has released since is never handed out: `released_by_failure`).
+        // 1. Reuse: the most recently freed block the requester is ordered after, whose free's
+        // stream is past its timeline waits (`free_state`: one a failure has released is
+        // never handed out, one still pending not yet).
         let dominated = loop {
-            let i = entry
-                .free
-                .iter()
-                .rposition(|f| st.clocks.ordered_after_in(&would_follow, sid, &f.death));
+            let i = entry.free.iter().rposition(|f| {
+                st.clocks.ordered_after_in(&would_follow, sid, &f.death)
+                    && free_state(f) != MarkState::Pending
+            });
             match i {
                 Some(i) if released_by_failure(&entry.free[i]) => {
                     let f = entry.free.remove(i).expect("index from rposition");
@@ -402,11 +406,18 @@ impl<B: MemoryBackend> Pool<B> {
     #[cold]
     fn oldest_healthy_free(&self, st: &mut State<B>, class: usize) -> Option<Freed<B>> {
         let entry = st.classes.get_mut(&class)?;
-        while let Some(f) = entry.free.pop_front() {
-            if self.backend.query(f.death.event()).is_ok() && !released_by_failure(&f) {
-                return Some(f);
+        let mut i = 0;
+        while i < entry.free.len() {
+            let f = &entry.free[i];
+            if self.backend.query(f.death.event()).is_err() || released_by_failure(f) {
+                let f = entry.free.remove(i).expect("index in range");
+                leak(&mut st.slabs, &mut st.stats, &mut st.leaked, f);
+            } else if free_state(f) == MarkState::Pending {
+                // A wait on its free's stream may still be released by a failure: not yet.
+                i += 1;
+            } else {
+                return entry.free.remove(i);
             }
-            leak(&mut st.slabs, &mut st.stats, &mut st.leaked, f);
         }
         None
     }
@@ -694,6 +705,16 @@ impl<B: MemoryBackend> Pool<B> {
 /// free's point may then have been passed while that writer still runs: the block is never
 /// handed out again. A failure that comes after the block was handed out is not seen: name
 /// such waits in the free's list (they quarantine it until reached).
+/// Where the timeline waits on freed block `f`'s free's stream stand (those since the block
+/// was allocated there, or all): `Pending` while one is not reached (a failure could still
+/// release it early, with the block's last user still at work: the block is not handed out
+/// yet), `Failed` once a failure released one (never handed out again).
+fn free_state<B: MemoryBackend>(f: &Freed<B>) -> MarkState {
+    f.death
+        .mark()
+        .map_or(MarkState::Reached, |m| m.state_since(f.born.as_ref()))
+}
+
 fn released_by_failure<B: MemoryBackend>(f: &Freed<B>) -> bool {
     f.death
         .mark()

@@ -258,30 +258,86 @@ fn a_failure_after_the_allocation_on_a_poisoned_stream_still_holds_the_block() {
     s.synchronize().unwrap();
 }
 
-/// Timeline waits not named in a free's wait list hold nothing back: a stream with a wait
-/// pending (enqueued ahead of its signal) frees and reuses a block at once, whatever stream
-/// allocated it.
+/// A timeline wait pending on the freeing stream (enqueued ahead of its signal, not in the
+/// free's wait list) that a failure could still release early holds the block back until it
+/// is reached, unless the block was allocated on that stream after the wait (then its every
+/// user came after the wait too): a block allocated elsewhere is not handed out again while
+/// the wait is pending, and is once it is reached.
 #[test]
-fn a_pending_wait_on_the_freeing_stream_does_not_hold_a_free_back() {
+fn a_pending_wait_on_the_freeing_stream_holds_a_free_back_until_reached() {
     let host = HostBackend::new();
     let (a, s) = (host.new_stream("a").unwrap(), host.new_stream("s").unwrap());
     let p = Pool::new(&host, "p", PoolConfig::default()).unwrap();
     let t = Timeline::new(&host, "t", 0).unwrap();
     t.wait_on(&s, 1).unwrap();
-    for from in [&s, &a] {
-        let b = p.alloc(from, 1024, &[]).unwrap().block;
-        p.free(&s, b, &[]).unwrap();
-        let c = p.alloc(&s, 1024, &[]).unwrap().block;
-        assert_eq!(
-            c.addr(),
-            b.addr(),
-            "not reused at once on the freeing stream"
-        );
-        p.free(&s, c, &[]).unwrap();
-    }
-    assert_eq!(p.stats().quarantined, 0);
+    // Allocated on the freeing stream after its wait: reused at once.
+    let b = p.alloc(&s, 1024, &[]).unwrap().block;
+    p.free(&s, b, &[]).unwrap();
+    let c = p.alloc(&s, 1024, &[]).unwrap().block;
+    assert_eq!(
+        c.addr(),
+        b.addr(),
+        "not reused at once on the freeing stream"
+    );
+    p.free(&s, c, &[]).unwrap();
+    // Allocated on another stream: held while the wait is pending.
+    let d = p.alloc(&a, 2048, &[]).unwrap().block;
+    p.free(&s, d, &[]).unwrap();
+    let e = p.alloc(&s, 2048, &[]).unwrap().block;
+    assert_ne!(
+        e.addr(),
+        d.addr(),
+        "handed out under a wait a failure could release"
+    );
+    p.free(&s, e, &[]).unwrap();
     t.signal(1).unwrap();
     s.synchronize().unwrap();
+    let f = p.alloc(&s, 2048, &[]).unwrap().block;
+    let g = p.alloc(&s, 2048, &[]).unwrap().block;
+    assert!(
+        [f.addr(), g.addr()].contains(&d.addr()),
+        "not reused once its stream's wait was reached"
+    );
+    p.free(&s, f, &[]).unwrap();
+    p.free(&s, g, &[]).unwrap();
+    assert_eq!(p.stats().leaked, 0);
+    s.synchronize().unwrap();
+}
+
+/// A block freed past a timeline wait that a failure releases only after the block was handed
+/// out again would be written by its new user while its old one still writes: it is not handed
+/// out while that wait is pending (the failure then leaks it instead).
+#[test]
+fn a_free_behind_a_pending_wait_is_not_reused_before_a_later_failure() {
+    let host = HostBackend::new();
+    let (w, r) = (host.new_stream("w").unwrap(), host.new_stream("r").unwrap());
+    let p = Pool::new(&host, "p", PoolConfig::default()).unwrap();
+    let t = Timeline::new(&host, "written", 0).unwrap();
+    let x = p
+        .alloc_with(&w, 4096, &[], AllocFlags::default().signal())
+        .unwrap();
+    // The writer: at work on the block for a while, then its signal.
+    w.launch(|| std::thread::sleep(Duration::from_millis(200)));
+    t.signal_on(&w, 1).unwrap();
+    p.wait(&r, x.ready.as_ref().unwrap()).unwrap();
+    t.wait_on(&r, 1).unwrap();
+    p.free(&r, x.block, &[]).unwrap();
+    let y = p.alloc(&r, 4096, &[]).unwrap();
+    assert_ne!(
+        y.block.addr(),
+        x.block.addr(),
+        "reused under a pending wait"
+    );
+    t.fail(Error::Cancelled("the watchdog".into()));
+    let z = p.alloc(&r, 4096, &[]).unwrap();
+    assert_ne!(
+        z.block.addr(),
+        x.block.addr(),
+        "reused after its wait failed"
+    );
+    w.synchronize().ok();
+    r.synchronize().ok();
+    assert_eq!(p.stats().leaked, 1, "{:?}", p.stats());
 }
 
 /// An alignment so large that a slab of one block and its alignment passes the address space:
