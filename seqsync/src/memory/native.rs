@@ -179,7 +179,9 @@ impl<B: MemoryBackend> NativePool<B> {
     /// memory is free. As with [`Pool::free`](super::Pool::free), a failed wait never frees:
     /// with a [`Wait::Timeline`] not reached yet, the driver's free is enqueued only once the
     /// host sees the value reached and the returned point completed (at a later call of this
-    /// pool, on that call's stream); if the timeline fails first, the block is leaked.
+    /// pool, on that call's stream); if the timeline fails first, the block is leaked. A
+    /// timeline wait still pending on `stream` (enqueued before the free) holds it back alike:
+    /// a failure could release it early, with the block's last user at work.
     ///
     /// # Errors
     /// [`Error::DoubleFree`], [`Error::ForeignMemory`]; a wait's error (the block stays
@@ -210,7 +212,10 @@ impl<B: MemoryBackend> NativePool<B> {
         Clocks::check_waits(&self.backend, stream, waits)?;
         self.settle_quarantine(&mut st, stream);
         st.clocks.enqueue_waits(&self.backend, stream, sid, waits)?;
-        if let Some(until) = Until::of(waits) {
+        // The driver reuses a freed block in its stream's order at once: a timeline wait still
+        // pending on the stream holds the free back too (see `Until::with_stream_waits`).
+        let mark = crate::timeline::stream_mark(&self.backend, stream);
+        if let Some(until) = Until::with_stream_waits(Until::of(waits), mark) {
             // Not freed until the values are reached: the point is the proof it needs then.
             let point = st.clocks.record(&self.backend, stream, sid)?;
             st.live.remove(&block.addr);

@@ -59,6 +59,20 @@ impl<B: Backend> Until<B> {
         (!v.is_empty()).then_some(Until(v))
     }
 
+    /// `until`, and also the timeline waits enqueued on the freeing stream before the free
+    /// (`mark`, at the free), if some are still pending: a failure could release one early,
+    /// with the block's last user still at work.
+    pub(crate) fn with_stream_waits(until: Option<Self>, mark: Option<StreamMark>) -> Option<Self> {
+        match mark.filter(|m| m.state() == MarkState::Pending) {
+            None => until,
+            Some(m) => {
+                let mut u = until.unwrap_or(Until(Vec::new()));
+                u.0.push(Hold::Waits(m));
+                Some(u)
+            }
+        }
+    }
+
     /// Look at the timelines again (a load of each word, a lock of each mark's ledger; never
     /// blocks).
     pub(crate) fn settle(&mut self) -> Settled {
