@@ -197,6 +197,57 @@ fn a_dip_after_the_last_handle_went_is_still_repaired_hybrid() {
     a_dip_after_the_last_handle_went_is_still_repaired(TimelineMechanism::Hybrid)
 }
 
+/// A new stream per batch waits on one timeline (and is dropped by its user): past the streams
+/// a word keeps listed, the word trades them for events at their ends. Every wait still holds
+/// its stream until the value comes, and every stream's later signal lands.
+fn a_new_stream_per_batch_waits_on_one_timeline(m: TimelineMechanism) {
+    let Some((_, b)) = with(m) else {
+        return;
+    };
+    let t = Timeline::new(&b, "t", 0).unwrap();
+    let done: Vec<_> = (1..=200u64)
+        .map(|v| {
+            let s = b.new_stream("per-batch").unwrap();
+            t.wait_on(&s, v).unwrap();
+            let d = Timeline::new(&b, "done", 0).unwrap();
+            d.signal_on(&s, 1).unwrap();
+            d
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(
+        done.iter().all(|d| d.query().unwrap() == 0),
+        "a stream went past its wait"
+    );
+    t.signal(100).unwrap();
+    for d in &done[..100] {
+        d.wait(1, LONG).unwrap();
+    }
+    assert!(done[100..].iter().all(|d| d.query().unwrap() == 0));
+    t.signal(200).unwrap();
+    for d in &done {
+        d.wait(1, LONG).unwrap();
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn a_new_stream_per_batch_waits_on_one_timeline_memops() {
+    a_new_stream_per_batch_waits_on_one_timeline(TimelineMechanism::MemOps)
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn a_new_stream_per_batch_waits_on_one_timeline_hybrid() {
+    a_new_stream_per_batch_waits_on_one_timeline(TimelineMechanism::Hybrid)
+}
+
 /// Signals and waits with no host read of the timeline in between (nothing polls its points):
 /// its events are still reused, so the events alive stay bounded however many values it
 /// signals (every mechanism that records events).

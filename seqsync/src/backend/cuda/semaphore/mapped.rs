@@ -87,16 +87,28 @@ impl MappedWords {
         Ok(slot)
     }
 
+    /// An event at the current end of `stream`: once it completed, the stream is past
+    /// everything enqueued on it so far (see [`give_back`](Self::give_back)'s `passed`).
+    pub(crate) fn mark_end(
+        &self,
+        ctx: &Arc<CudaContext>,
+        stream: &CudaStream,
+    ) -> Result<CudaEvent> {
+        record_now(ctx, &self.errors, stream)
+    }
+
     /// Give `slot` back once the streams in `users` are past everything enqueued on them now,
-    /// and `hold` (when given) was released.
+    /// the events in `passed` completed (ends of streams that used it, marked before), and
+    /// `hold` (when given) was released.
     pub(crate) fn give_back(
         &mut self,
         ctx: &Arc<CudaContext>,
         slot: MappedWord,
         users: &[Arc<CudaStream>],
+        passed: Vec<CudaEvent>,
         hold: Option<Arc<Hold>>,
     ) {
-        let mut events = Vec::new();
+        let mut events = passed;
         for s in users {
             match record_now(ctx, &self.errors, s) {
                 Ok(ev) => events.push(ev),

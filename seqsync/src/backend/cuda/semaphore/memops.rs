@@ -29,10 +29,14 @@ use super::mapped::{self, Hold, MappedWord, MappedWords};
 use super::repair::{self, Repair};
 use super::write_order::{Plan, Top, Watches};
 use crate::backend::cuda::driver::{self, with_context};
-use crate::backend::cuda::make_current;
 use crate::backend::cuda::open_waits;
+use crate::backend::cuda::{make_current, CudaEvent};
 use crate::backend::semaphore::{failed_word, FAILED_BIT};
 use crate::error::{Error, Result};
+
+/// Streams listed as waiters of a word before they are traded for events at their ends (see
+/// [`MemOpsWord::let_waiters_go`]).
+const WAITERS_KEPT: usize = 64;
 
 /// How often (at most) a host wait asks the driver whether a stream that should write the word
 /// failed.
@@ -53,6 +57,9 @@ pub(crate) struct MemOpsWord {
     /// added (a stream that waits again needs no lock).
     waiters: Mutex<Vec<Arc<CudaStream>>>,
     last_waiter: AtomicPtr<CudaStream>,
+    /// Ends of streams let go from `waiters` (see [`MemOpsWord::add_waiter`]), until they
+    /// complete: the slot's quarantine waits for those not complete at the drop.
+    passed: Mutex<Vec<CudaEvent>>,
     failure: Mutex<Option<Error>>,
     born: Instant,
     last_health_ns: AtomicU64,
@@ -194,6 +201,7 @@ impl MemOpsWord {
             enqueued: AtomicU64::new(initial),
             waiters: Mutex::new(Vec::new()),
             last_waiter: AtomicPtr::new(std::ptr::null_mut()),
+            passed: Mutex::new(Vec::new()),
             failure: Mutex::new(None),
             born: Instant::now(),
             last_health_ns: AtomicU64::new(0),
@@ -345,11 +353,39 @@ impl MemOpsWord {
     fn add_waiter(&self, stream: &Arc<CudaStream>) {
         let mut waiters = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
         if !waiters.iter().any(|s| Arc::ptr_eq(s, stream)) {
+            if waiters.len() >= WAITERS_KEPT {
+                self.let_waiters_go(&mut waiters);
+            }
             waiters.push(stream.clone());
         }
         // The list keeps the stream alive, so the address names it for as long as the word is.
         self.last_waiter
             .store(Arc::as_ptr(stream) as *mut CudaStream, Ordering::Relaxed);
+    }
+
+    /// Trade the streams in `waiters` for events at their ends (a stream that waits again is
+    /// listed again), and forget the events that completed: a word waited on by a new stream
+    /// per batch keeps a bounded list, of the streams whose waits may still be open. A stream
+    /// whose end cannot be marked stays listed.
+    #[cold]
+    fn let_waiters_go(&self, waiters: &mut Vec<Arc<CudaStream>>) {
+        let mut passed = self.passed.lock().unwrap_or_else(|e| e.into_inner());
+        passed.retain(|e| {
+            // SAFETY: a live event owned by the list; cuEventQuery only reads it.
+            unsafe { driver::event_query(e.raw) }.code() != sys::CUresult::CUDA_SUCCESS
+        });
+        // Before any stream goes: a stream made later at a freed one's address must not pass
+        // for the last waiter.
+        self.last_waiter
+            .store(std::ptr::null_mut(), Ordering::SeqCst);
+        let pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        waiters.retain(|s| match pool.mark_end(&self.ctx, s) {
+            Ok(end) => {
+                passed.push(end);
+                false
+            }
+            Err(_) => true,
+        });
     }
 
     /// Host store of `value` (above every write enqueued).
@@ -453,6 +489,7 @@ impl Drop for MemOpsWord {
         open_waits::forget(self.at());
         let mut users: Vec<Arc<CudaStream>> =
             std::mem::take(&mut *self.waiters.lock().unwrap_or_else(|e| e.into_inner()));
+        let passed = std::mem::take(&mut *self.passed.lock().unwrap_or_else(|e| e.into_inner()));
         if let Some((s, _)) = self.writes.order().take() {
             if !users.iter().any(|u| Arc::ptr_eq(u, &s)) {
                 users.push(s);
@@ -492,13 +529,19 @@ impl Drop for MemOpsWord {
             if marker_landed(&w.marker) {
                 pool.give_back_idle(w.marker);
             } else {
-                pool.give_back(&self.ctx, w.marker, std::slice::from_ref(&w.stream), None);
+                pool.give_back(
+                    &self.ctx,
+                    w.marker,
+                    std::slice::from_ref(&w.stream),
+                    Vec::new(),
+                    None,
+                );
             }
             if !users.iter().any(|u| Arc::ptr_eq(u, &w.stream)) {
                 users.push(w.stream);
             }
         }
-        pool.give_back(&self.ctx, self.slot, &users, orphaned.clone());
+        pool.give_back(&self.ctx, self.slot, &users, passed, orphaned.clone());
         drop(pool);
         if orphaned.is_some() {
             let me: Arc<dyn Repair> = self.writes.clone();
