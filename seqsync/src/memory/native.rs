@@ -42,7 +42,8 @@ pub struct NativePool<B: MemoryBackend> {
 struct State<B: MemoryBackend> {
     clocks: Clocks<B>,
     /// Live allocations: address → size and [`Block::generation`].
-    live: HashMap<u64, (usize, u64)>,
+    /// Live blocks: size, generation, and the stream they were allocated on.
+    live: HashMap<u64, (usize, u64, u64)>,
     /// Allocations made (the last one's generation).
     generations: u64,
     /// Freed addresses not handed out again since (for [`Error::DoubleFree`]).
@@ -161,7 +162,7 @@ impl<B: MemoryBackend> NativePool<B> {
         };
         st.generations += 1;
         let generation = st.generations;
-        st.live.insert(addr, (size, generation));
+        st.live.insert(addr, (size, generation, sid));
         st.freed.remove(&addr);
         st.allocs += 1;
         Ok(Allocation {
@@ -195,7 +196,7 @@ impl<B: MemoryBackend> NativePool<B> {
         let sid = self.backend.stream_id(stream);
         let mut st = self.lock();
         let live = st.live.get(&block.addr);
-        if !live.is_some_and(|&(_, g)| block.is_generation(g)) {
+        if !live.is_some_and(|&(_, g, _)| block.is_generation(g)) {
             // Freed, or handed out again since (a block of an earlier allocation there).
             return Err(if live.is_some() || st.freed.contains(&block.addr) {
                 Error::DoubleFree {
@@ -212,9 +213,16 @@ impl<B: MemoryBackend> NativePool<B> {
         Clocks::check_waits(&self.backend, stream, waits)?;
         self.settle_quarantine(&mut st, stream);
         st.clocks.enqueue_waits(&self.backend, stream, sid, waits)?;
-        // The driver reuses a freed block in its stream's order at once: a timeline wait still
-        // pending on the stream holds the free back too (see `Until::with_stream_waits`).
-        let mark = crate::timeline::stream_mark(&self.backend, stream);
+        // The driver reuses a freed block in its stream's order at once: for a block allocated
+        // on another stream, a timeline wait on this one not reached yet (or released by a
+        // failure) holds the free back too (see `Until::with_stream_waits`).
+        let elsewhere = st
+            .live
+            .get(&block.addr)
+            .is_some_and(|&(_, _, at)| at != sid);
+        let mark = elsewhere
+            .then(|| crate::timeline::stream_mark(&self.backend, stream))
+            .flatten();
         if let Some(until) = Until::with_stream_waits(Until::of(waits), mark) {
             // Not freed until the values are reached: the point is the proof it needs then.
             let point = st.clocks.record(&self.backend, stream, sid)?;

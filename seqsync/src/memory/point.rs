@@ -60,10 +60,10 @@ impl<B: Backend> Until<B> {
     }
 
     /// `until`, and also the timeline waits enqueued on the freeing stream before the free
-    /// (`mark`, at the free), if some are still pending: a failure could release one early,
-    /// with the block's last user still at work.
+    /// (`mark`, at the free), unless all are reached: a failure could release one early (or
+    /// did), with the block's last user still at work.
     pub(crate) fn with_stream_waits(until: Option<Self>, mark: Option<StreamMark>) -> Option<Self> {
-        match mark.filter(|m| m.state() == MarkState::Pending) {
+        match mark.filter(|m| m.state() != MarkState::Reached) {
             None => until,
             Some(m) => {
                 let mut u = until.unwrap_or(Until(Vec::new()));

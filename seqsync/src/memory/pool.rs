@@ -18,10 +18,10 @@ use crate::timeline::{MarkState, StreamMark};
 /// 1. **reuse**: a freed block of class `c` whose free `S` is already ordered after: freed on
 ///    `S` itself (stream order; no event, no wait), or freed on a stream whose later point `S`
 ///    waited on through this pool (a wait list entry, [`Pool::wait`], or transitively through
-///    other points). Zero synchronization. A timeline wait enqueued on the freeing stream
-///    before the free (and after the block's allocation there, if it was allocated there)
-///    holds the block back until it is reached: a failure could still release that wait
-///    early, with the block's last user at work (then the block is leaked, never reused).
+///    other points). Zero synchronization. A block allocated on another stream is held back
+///    by a timeline wait enqueued on the freeing stream before the free until that wait is
+///    reached: a failure could still release it early, with the block's last user at work
+///    (then the block is leaked, never reused).
 /// 2. **fresh**: never-used space, from the class's slab or a new slab, while the pool holds
 ///    at most [`PoolConfig::max_bytes`].
 /// 3. **wait**, only with [`AllocFlags::allow_wait`]: the oldest freed block of class `c`,
@@ -700,21 +700,26 @@ impl<B: MemoryBackend> Pool<B> {
     }
 }
 
+/// Where the timeline waits on the stream of freed block `f`'s free stand, for a block
+/// allocated on another stream (its users crossed streams, and the free may be ordered after
+/// them by nothing but such a wait): `Pending` while one is not reached (a failure could
+/// still release it early, with the block's last user still at work: not handed out yet),
+/// `Failed` once a failure released one. A block allocated on the freeing stream is not held
+/// back by them (only `released_by_failure` counts there): its users are that stream's own
+/// work, unless handed to others by waits of theirs, which the same rule would then hold for
+/// every block of a pipeline that waits before its signals.
+fn free_state<B: MemoryBackend>(f: &Freed<B>) -> MarkState {
+    match (&f.born, f.death.mark()) {
+        (None, Some(m)) => m.state(),
+        _ => MarkState::Reached,
+    }
+}
+
 /// Did a failure release a timeline wait enqueued on the free's stream before the free (one
 /// outside its wait list: a reader's stream that waited for its writer's timeline, say)? The
 /// free's point may then have been passed while that writer still runs: the block is never
 /// handed out again. A failure that comes after the block was handed out is not seen: name
 /// such waits in the free's list (they quarantine it until reached).
-/// Where the timeline waits on freed block `f`'s free's stream stand (those since the block
-/// was allocated there, or all): `Pending` while one is not reached (a failure could still
-/// release it early, with the block's last user still at work: the block is not handed out
-/// yet), `Failed` once a failure released one (never handed out again).
-fn free_state<B: MemoryBackend>(f: &Freed<B>) -> MarkState {
-    f.death
-        .mark()
-        .map_or(MarkState::Reached, |m| m.state_since(f.born.as_ref()))
-}
-
 fn released_by_failure<B: MemoryBackend>(f: &Freed<B>) -> bool {
     f.death
         .mark()

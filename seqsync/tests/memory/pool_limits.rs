@@ -359,24 +359,28 @@ fn an_alignment_beyond_the_address_space_is_refused_not_exhausted() {
     assert_eq!(p.stats().allocs, 0);
 }
 
-/// The native pool: a free on a stream with a timeline wait still pending is held back (the
-/// driver would hand the block out again in the stream's order at once) until the wait is
-/// reached, then freed; if a failure releases the wait first, the block is leaked.
+/// The native pool: a free of a block allocated on another stream, on a stream with a timeline
+/// wait still pending, is held back (the driver would hand the block out again in the stream's
+/// order at once) until the wait is reached, then freed; if a failure releases the wait, before
+/// the free or after it, the block is leaked.
 #[test]
 fn the_native_pool_holds_a_free_behind_a_pending_wait() {
     use seqsync::internal::memory::NativePool;
-    for fail in [false, true] {
+    for (fail, before) in [(false, false), (true, false), (true, true)] {
         let host = HostBackend::new();
         let (a, s) = (host.new_stream("a").unwrap(), host.new_stream("s").unwrap());
         let p = NativePool::new(&host, "native", u64::MAX).unwrap();
         let t = Timeline::new(&host, "t", 0).unwrap();
         t.wait_on(&s, 1).unwrap();
         let b = p.alloc(&a, 1024, &[]).unwrap().block;
+        if before {
+            t.fail(Error::Cancelled("the watchdog".into()));
+        }
         p.free(&s, b, &[]).unwrap();
         assert_eq!(p.stats().quarantined, 1, "freed under a pending wait");
-        if fail {
+        if fail && !before {
             t.fail(Error::Cancelled("the watchdog".into()));
-        } else {
+        } else if !fail {
             t.signal(1).unwrap();
         }
         s.synchronize().unwrap_or(());
