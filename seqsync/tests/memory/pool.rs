@@ -1227,7 +1227,6 @@ fn a_free_on_a_stream_behind_a_wait_before_its_signal_is_accepted<B: MemOps>(b: 
 /// An allocation or free refused for a wait list entry (a value out of range) enqueues none
 /// of the list: the stream is not left holding the first entry's wait, which nobody signals.
 fn a_refused_wait_list_enqueues_nothing<B: MemOps>(b: &B) {
-    use seqsync::backend::EventOptions;
     let p = pool(b, PoolConfig::default());
     let s = b.stream();
     let (t, u) = (
@@ -1258,23 +1257,28 @@ fn a_refused_wait_list_enqueues_nothing<B: MemOps>(b: &B) {
     assert!(refused(&e), "{e}");
     // Work after the refusals runs without `t` reaching 1.
     b.fill_u32(&s, x.block.addr(), 16, 5);
-    let done = b.create_event(EventOptions::default()).unwrap();
-    b.record(&done, &s).unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while !b.query(&done).unwrap() && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    let ran = b.query(&done).unwrap();
+    let ran = reaches_its_end(b, &s);
     t.signal(1).unwrap(); // releases a wait left behind, if any, so that the test ends
     assert!(ran, "a refused call left a wait on the stream");
     assert!(b.read_u32(&s, x.block.addr(), 16).iter().all(|&v| v == 5));
     p.free(&s, x.block, &[]).unwrap();
 }
 
+/// Does `s` get past everything enqueued on it so far within 5 s (no wait left parks it)?
+fn reaches_its_end<B: MemOps>(b: &B, s: &B::Stream) -> bool {
+    use seqsync::backend::EventOptions;
+    let done = b.create_event(EventOptions::default()).unwrap();
+    b.record(&done, s).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !b.query(&done).unwrap() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    b.query(&done).unwrap()
+}
+
 /// An allocation refused for want of memory (exhausted) enqueues nothing, its wait list
 /// included: a wait nobody will now satisfy would park the stream for good.
 fn an_exhausted_alloc_enqueues_no_waits<B: MemOps>(b: &B) {
-    use seqsync::backend::EventOptions;
     let p = pool(b, PoolConfig::fixed_blocks(256, 1));
     let s = b.stream();
     let t = Timeline::new(b, "never", 0).unwrap();
@@ -1282,13 +1286,7 @@ fn an_exhausted_alloc_enqueues_no_waits<B: MemOps>(b: &B) {
     let e = p.alloc(&s, 256, &[Wait::Timeline(&t, 1)]).unwrap_err();
     assert!(matches!(e, Error::Exhausted { .. }), "{e}");
     b.fill_u32(&s, x.block.addr(), 16, 5);
-    let done = b.create_event(EventOptions::default()).unwrap();
-    b.record(&done, &s).unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while !b.query(&done).unwrap() && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    let ran = b.query(&done).unwrap();
+    let ran = reaches_its_end(b, &s);
     t.signal(1).unwrap(); // releases a wait left behind, if any, so that the test ends
     assert!(ran, "an exhausted alloc left its wait on the stream");
     assert!(b.read_u32(&s, x.block.addr(), 16).iter().all(|&v| v == 5));
