@@ -9,6 +9,7 @@ use super::point::{Clocks, Settled, Until};
 use super::{AllocFlags, Allocation, Block, Point, PoolStats, StreamAllocator, Wait};
 use crate::backend::MemoryBackend;
 use crate::error::{Error, Result};
+use crate::timeline::{MarkState, StreamMark};
 
 /// The backend's stream-ordered pool (on CUDA `cuMemAllocFromPoolAsync` / `cuMemFreeAsync` on
 /// a pool created with only event-dependency reuse enabled: peer-suites §5) behind the same
@@ -41,9 +42,10 @@ pub struct NativePool<B: MemoryBackend> {
 
 struct State<B: MemoryBackend> {
     clocks: Clocks<B>,
-    /// Live allocations: address → size and [`Block::generation`].
-    /// Live blocks: size, generation, and the stream they were allocated on.
-    live: HashMap<u64, (usize, u64, u64)>,
+    /// Live blocks by address: size, [`Block::generation`], the stream they were allocated
+    /// on, and its mark then (if a timeline wait on it could still be released by a
+    /// failure: a failure before the allocation concerns no use of the block).
+    live: HashMap<u64, (usize, u64, u64, Option<StreamMark>)>,
     /// Allocations made (the last one's generation).
     generations: u64,
     /// Freed addresses not handed out again since (for [`Error::DoubleFree`]).
@@ -162,7 +164,8 @@ impl<B: MemoryBackend> NativePool<B> {
         };
         st.generations += 1;
         let generation = st.generations;
-        st.live.insert(addr, (size, generation, sid));
+        let born = crate::timeline::stream_mark(&self.backend, stream);
+        st.live.insert(addr, (size, generation, sid, born));
         st.freed.remove(&addr);
         st.allocs += 1;
         Ok(Allocation {
@@ -196,7 +199,7 @@ impl<B: MemoryBackend> NativePool<B> {
         let sid = self.backend.stream_id(stream);
         let mut st = self.lock();
         let live = st.live.get(&block.addr);
-        if !live.is_some_and(|&(_, g, _)| block.is_generation(g)) {
+        if !live.is_some_and(|&(_, g, ..)| block.is_generation(g)) {
             // Freed, or handed out again since (a block of an earlier allocation there).
             return Err(if live.is_some() || st.freed.contains(&block.addr) {
                 Error::DoubleFree {
@@ -216,13 +219,27 @@ impl<B: MemoryBackend> NativePool<B> {
         // The driver reuses a freed block in its stream's order at once: for a block allocated
         // on another stream, a timeline wait on this one not reached yet (or released by a
         // failure) holds the free back too (see `Until::with_stream_waits`).
-        let elsewhere = st
-            .live
-            .get(&block.addr)
-            .is_some_and(|&(_, _, at)| at != sid);
-        let mark = elsewhere
-            .then(|| crate::timeline::stream_mark(&self.backend, stream))
-            .flatten();
+        let (elsewhere, born) = match st.live.get(&block.addr) {
+            Some((_, _, at, born)) => (*at != sid, born.clone()),
+            None => (false, None),
+        };
+        let now = crate::timeline::stream_mark(&self.backend, stream);
+        if !elsewhere
+            && now
+                .as_ref()
+                .is_some_and(|m| m.state_since(born.as_ref()) == MarkState::Failed)
+        {
+            // A failure released a wait of this stream enqueued since the allocation: the
+            // free's place may come while a user the wait stood for still runs. Never handed
+            // out again (leaked, counted).
+            let point = st.clocks.record(&self.backend, stream, sid)?;
+            st.live.remove(&block.addr);
+            st.freed.insert(block.addr);
+            st.frees += 1;
+            st.leaked += 1;
+            return Ok(point);
+        }
+        let mark = if elsewhere { now } else { None };
         if let Some(until) = Until::with_stream_waits(Until::of(waits), mark) {
             // Not freed until the values are reached: the point is the proof it needs then.
             let point = st.clocks.record(&self.backend, stream, sid)?;

@@ -101,8 +101,9 @@ struct Freed<B: MemoryBackend> {
     slab: usize,
     /// The point after which the block is free.
     death: Point<B>,
-    /// Freed on the stream that allocated it: that stream's mark at the allocation.
-    born: Option<StreamMark>,
+    /// Freed on the stream that allocated it (`Some`, with that stream's mark at the
+    /// allocation, if it had one), or on another (`None`).
+    born: Option<Option<StreamMark>>,
 }
 
 /// A freed block held back until its free's timeline values are reached.
@@ -120,7 +121,7 @@ struct Live {
     generation: u64,
     /// The allocating stream's id and its mark then, if a timeline wait on it could still be
     /// released by a failure: a failure before the allocation concerns no use of the block.
-    born: Option<(u64, StreamMark)>,
+    born: (u64, Option<StreamMark>),
 }
 
 impl<B: MemoryBackend> std::fmt::Debug for Pool<B> {
@@ -374,7 +375,7 @@ impl<B: MemoryBackend> Pool<B> {
         st.stats.allocs += 1;
         // Generations count allocations: never 0 (a raw block's), never repeated.
         let generation = st.stats.allocs;
-        let born = crate::timeline::stream_mark(&self.backend, stream).map(|m| (sid, m));
+        let born = (sid, crate::timeline::stream_mark(&self.backend, stream));
         st.live.insert(
             addr,
             Live {
@@ -555,7 +556,7 @@ impl<B: MemoryBackend> Pool<B> {
             addr: block.addr,
             slab: live.slab,
             death: death.clone(),
-            born: live.born.filter(|(at, _)| *at == sid).map(|(_, m)| m),
+            born: (live.born.0 == sid).then_some(live.born.1),
         };
         match Until::of(waits) {
             // Its slab keeps counting it live until it settles.
@@ -721,9 +722,9 @@ fn free_state<B: MemoryBackend>(f: &Freed<B>) -> MarkState {
 /// handed out again. A failure that comes after the block was handed out is not seen: name
 /// such waits in the free's list (they quarantine it until reached).
 fn released_by_failure<B: MemoryBackend>(f: &Freed<B>) -> bool {
-    f.death
-        .mark()
-        .is_some_and(|m| m.state_since(f.born.as_ref()) == MarkState::Failed)
+    f.death.mark().is_some_and(|m| {
+        m.state_since(f.born.as_ref().and_then(Option::as_ref)) == MarkState::Failed
+    })
 }
 
 /// Give up on freed block `f` for good: its slab counts it live again (never given back under

@@ -64,6 +64,10 @@
 //! timelines it signals afterwards, with the panic's message, and the failure spreads from
 //! there the same way: the stream's signal marks the timeline failed and poisons the streams
 //! that wait on it before its failed word releases their waits (`Semaphore::on_stream_failure`).
+//! On CUDA a host function that panics (`Backend::launch_host`) is not a stream failure: the
+//! device is not told, the stream's later signals land, and the panic is reported by the
+//! stream's next synchronize only (a host function may make no CUDA call, so it cannot fail
+//! a word there; synchronize the stream before trusting what it signalled after one).
 //!
 //! The rule of propagation does not depend on bookkeeping: a signal enqueued after a
 //! released wait fails its timeline unless that timeline has reached the signal's value

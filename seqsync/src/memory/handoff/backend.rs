@@ -52,7 +52,9 @@ impl<B: Backend> std::fmt::Debug for TrackingBackend<B> {
 }
 
 /// A stream of a [`TrackingBackend`]: the inner stream plus its epochs. Dropping it
-/// synchronizes it first (its work then counts as completed).
+/// synchronizes it first (its work then counts as completed), so do not drop it while its
+/// work waits for something only the dropping thread does later (a timeline value it has yet
+/// to signal): the drop would wait for it.
 pub struct TrackedStream<B: Backend> {
     inner: Arc<B::Stream>,
     id: ActorId,

@@ -33,17 +33,20 @@ unsafe impl Sync for MappedWord {}
 
 /// A slot given back while a user on the host still had it (see [`MappedWords::give_back`]):
 /// released by that user once done, with the slots of its own to give back then (a word's
-/// markers). Released without the pool's lock, which threads hold across driver calls.
+/// markers) and the streams it kept (dropped by the pool's next reclaim, on a caller's thread:
+/// the last drop of a stream is a driver call, which the releasing thread may not make).
+/// Released without the pool's lock, which threads hold across driver calls.
 #[derive(Default)]
 pub(crate) struct Hold {
     released: std::sync::atomic::AtomicBool,
-    slots: std::sync::Mutex<Vec<MappedWord>>,
+    kept: std::sync::Mutex<(Vec<MappedWord>, Vec<Arc<CudaStream>>)>,
 }
 
 impl Hold {
-    /// The user is done with the slot; `slots` go back to the pool with it.
-    pub(crate) fn release(&self, slots: Vec<MappedWord>) {
-        *self.slots.lock().unwrap_or_else(|e| e.into_inner()) = slots;
+    /// The user is done with the slot; `slots` go back to the pool with it, and `streams` are
+    /// dropped there.
+    pub(crate) fn release(&self, slots: Vec<MappedWord>, streams: Vec<Arc<CudaStream>>) {
+        *self.kept.lock().unwrap_or_else(|e| e.into_inner()) = (slots, streams);
         self.released
             .store(true, std::sync::atomic::Ordering::SeqCst);
     }
@@ -52,16 +55,28 @@ impl Hold {
         self.released.load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    fn take_slots(&self) -> Vec<MappedWord> {
-        std::mem::take(&mut *self.slots.lock().unwrap_or_else(|e| e.into_inner()))
+    fn take_kept(&self) -> (Vec<MappedWord>, Vec<Arc<CudaStream>>) {
+        std::mem::take(&mut *self.kept.lock().unwrap_or_else(|e| e.into_inner()))
     }
+}
+
+/// A slot given back while streams may still touch it.
+struct Quarantined {
+    slot: MappedWord,
+    /// Recorded at the ends of the streams that may touch it.
+    events: Vec<CudaEvent>,
+    /// Released by a user on the host that still had it, where given.
+    hold: Option<Arc<Hold>>,
+    /// Those streams, kept until the events completed: a stream's last drop while it is still
+    /// held up (by a wait for a value a host signal brings later) could block in the driver.
+    streams: Vec<Arc<CudaStream>>,
 }
 
 pub(crate) struct MappedWords {
     free: Vec<MappedWord>,
     /// Slots given back while streams may still touch them: each free once the events
     /// recorded on those streams completed and, where given, its hold was released.
-    quarantine: Vec<(MappedWord, Vec<CudaEvent>, Option<Arc<Hold>>)>,
+    quarantine: Vec<Quarantined>,
     /// The backend's store of errors that cleanup could not return.
     errors: Arc<Deferred>,
 }
@@ -98,25 +113,31 @@ impl MappedWords {
     }
 
     /// Give `slot` back once the streams in `users` are past everything enqueued on them now,
-    /// the events in `passed` completed (ends of streams that used it, marked before), and
-    /// `hold` (when given) was released.
+    /// the events in `passed` completed (ends of streams that used it, marked before, with
+    /// those streams), and `hold` (when given) was released. The streams are kept until then.
     pub(crate) fn give_back(
         &mut self,
         ctx: &Arc<CudaContext>,
         slot: MappedWord,
-        users: &[Arc<CudaStream>],
-        passed: Vec<CudaEvent>,
+        users: Vec<Arc<CudaStream>>,
+        passed: Vec<(CudaEvent, Arc<CudaStream>)>,
         hold: Option<Arc<Hold>>,
     ) {
-        let mut events = passed;
+        let (mut events, mut streams): (Vec<_>, Vec<_>) = passed.into_iter().unzip();
         for s in users {
-            match record_now(ctx, &self.errors, s) {
+            match record_now(ctx, &self.errors, &s) {
                 Ok(ev) => events.push(ev),
                 // Cannot tell when the stream is done with the word: never reuse it.
                 Err(_) => return,
             }
+            streams.push(s);
         }
-        self.quarantine.push((slot, events, hold));
+        self.quarantine.push(Quarantined {
+            slot,
+            events,
+            hold,
+            streams,
+        });
     }
 
     /// Give back `slot`, which no stream touches any more.
@@ -127,17 +148,26 @@ impl MappedWords {
     fn reclaim(&mut self) {
         let mut i = 0;
         while i < self.quarantine.len() {
-            let (_, events, hold) = &self.quarantine[i];
-            let done = hold.as_ref().is_none_or(|h| h.released())
-                && events.iter().all(|e| {
+            let q = &self.quarantine[i];
+            let done = q.hold.as_ref().is_none_or(|h| h.released())
+                && q.events.iter().all(|e| {
                     // SAFETY: the events are live handles owned by the quarantine entry.
                     unsafe { driver::event_query(e.raw) }.code() == sys::CUresult::CUDA_SUCCESS
                 });
             if done {
-                let (slot, _events, hold) = self.quarantine.swap_remove(i);
+                let Quarantined {
+                    slot,
+                    hold,
+                    streams,
+                    ..
+                } = self.quarantine.swap_remove(i);
                 self.free.push(slot);
+                // Past the word: their last drops no longer wait for anything.
+                drop(streams);
                 if let Some(h) = hold {
-                    self.free.extend(h.take_slots());
+                    let (slots, streams) = h.take_kept();
+                    self.free.extend(slots);
+                    drop(streams);
                 }
             } else {
                 i += 1;

@@ -21,7 +21,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use cudarc::driver::{sys, CudaContext, CudaStream};
 
@@ -57,9 +57,11 @@ pub(crate) struct MemOpsWord {
     /// added (a stream that waits again needs no lock).
     waiters: Mutex<Vec<Arc<CudaStream>>>,
     last_waiter: AtomicPtr<CudaStream>,
-    /// Ends of streams let go from `waiters` (see [`MemOpsWord::add_waiter`]), until they
-    /// complete: the slot's quarantine waits for those not complete at the drop.
-    passed: Mutex<Vec<CudaEvent>>,
+    /// Ends of streams let go from `waiters` (see [`MemOpsWord::add_waiter`]), with the
+    /// streams, until they complete: the slot's quarantine waits for those not complete at the
+    /// drop. The stream stays alive until then: its last drop while a wait on it is still
+    /// open could block in the driver, behind the host signal that would release it.
+    passed: Mutex<Vec<(CudaEvent, Arc<CudaStream>)>>,
     failure: Mutex<Option<Error>>,
     born: Instant,
     last_health_ns: AtomicU64,
@@ -92,20 +94,31 @@ struct Watch {
     /// holds it) goes on repairing it until the last one landed, then gives back its markers
     /// and lets its slot serve another word (which its quarantine waits for).
     orphan: Option<Orphan>,
+    /// Streams of watched writes that landed, one entry a stream, dropped on a caller's
+    /// thread (the word's next watched write, its drop, or the pool's reclaim after an
+    /// orphan): a stream's last drop is a driver call, which the repair thread never makes.
+    retired: Vec<Arc<CudaStream>>,
 }
 
 /// What a word gone with watched writes gives back once they landed (see [`Watch::orphan`]).
 struct Orphan {
-    /// Released (with the word's markers) once the repair thread is done with the slot.
+    /// Released (with the word's markers and retired streams) once the repair thread is done
+    /// with the slot.
     hold: Arc<Hold>,
-    /// When the word went: a write that has not landed [`ORPHAN_LIMIT`] later never will (a
-    /// stream stuck for good, a faulted context); the slot and its markers are then kept
-    /// (leaked) and the thread stops looking.
+    /// The context of the slot's page: while the thread looks at the word, its memory stays
+    /// even if every other handle of the context went (its last release frees the page).
+    ctx: Arc<CudaContext>,
+    /// When the word went: a write still pending [`ORPHAN_PATIENT`] later may wait for long
+    /// (behind a wait for a host signal, or on a faulted context), so the thread looks at it
+    /// only every [`ORPHAN_SLOW_POLL`] from then on.
     since: Instant,
 }
 
-/// How long the repair thread looks after a gone word's last watched writes.
-const ORPHAN_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+/// How long the repair thread looks after a gone word's last watched writes at its usual pace.
+const ORPHAN_PATIENT: Duration = Duration::from_secs(1);
+
+/// How often it looks after that.
+const ORPHAN_SLOW_POLL: Duration = Duration::from_millis(10);
 
 impl Writes {
     fn order(&self) -> MutexGuard<'_, Top<Arc<CudaStream>>> {
@@ -127,6 +140,10 @@ impl Writes {
             let me: Arc<dyn Repair> = self.clone();
             repair::watch(Arc::downgrade(&me));
         }
+        let retired = std::mem::take(&mut w.retired);
+        drop(w);
+        // Here, on the caller's thread, outside the lock the repair thread takes.
+        drop(retired);
     }
 }
 
@@ -137,36 +154,48 @@ fn marker_landed(m: &MappedWord) -> bool {
 }
 
 impl Repair for Writes {
-    fn repair(&self) -> bool {
+    fn repair(&self) -> Option<Duration> {
         let mut w = self.watch();
         if w.gone && w.orphan.is_none() {
             w.queued = false;
-            return false;
+            return None;
         }
-        let Watch { watches, spare, .. } = &mut *w;
-        let (target, more) = watches.repair(marker_landed, |x| spare.push(x.marker));
+        let Watch {
+            watches,
+            spare,
+            retired,
+            ..
+        } = &mut *w;
+        let (target, more) = watches.repair(marker_landed, |x| {
+            spare.push(x.marker);
+            if !retired.iter().any(|s| Arc::ptr_eq(s, &x.stream)) {
+                retired.push(x.stream);
+            }
+        });
         // Every value in `target` was reached; a higher one the word holds stays.
         self.at.fetch_max(target, Ordering::SeqCst);
-        if !more {
-            w.queued = false;
-            self.watching.store(false, Ordering::SeqCst);
-            if let Some(o) = w.orphan.take() {
-                // The word went before its last watched write landed; that one is repaired
-                // now. Its markers landed (no stream writes them any more); they and its slot
-                // may serve other words once its quarantine's streams are past it.
-                o.hold.release(std::mem::take(&mut w.spare));
-            }
-        } else if w
-            .orphan
-            .as_ref()
-            .is_some_and(|o| o.since.elapsed() > ORPHAN_LIMIT)
-        {
-            // Never landing: the slot and its markers stay held (leaked), untouched from now.
-            w.orphan = None;
-            w.queued = false;
-            return false;
+        if more {
+            return Some(match &w.orphan {
+                Some(o) if o.since.elapsed() > ORPHAN_PATIENT => ORPHAN_SLOW_POLL,
+                _ => repair::POLL,
+            });
         }
-        more
+        w.queued = false;
+        self.watching.store(false, Ordering::SeqCst);
+        if let Some(o) = w.orphan.take() {
+            // The word went before its last watched write landed; that one is repaired now.
+            // Its markers landed (no stream writes them any more); they and its slot may
+            // serve other words once its quarantine's streams are past it. This thread
+            // touches none of them from here on, so the context may go too; where this would
+            // be its last handle, it stays (its release is a driver call).
+            o.hold
+                .release(std::mem::take(&mut w.spare), std::mem::take(&mut w.retired));
+            drop(w);
+            if Arc::strong_count(&o.ctx) == 1 {
+                std::mem::forget(o.ctx);
+            }
+        }
+        None
     }
 }
 
@@ -194,6 +223,7 @@ impl MemOpsWord {
                     queued: false,
                     gone: false,
                     orphan: None,
+                    retired: Vec::new(),
                 }),
                 watching: AtomicBool::new(false),
             }),
@@ -370,7 +400,7 @@ impl MemOpsWord {
     #[cold]
     fn let_waiters_go(&self, waiters: &mut Vec<Arc<CudaStream>>) {
         let mut passed = self.passed.lock().unwrap_or_else(|e| e.into_inner());
-        passed.retain(|e| {
+        passed.retain(|(e, _)| {
             // SAFETY: a live event owned by the list; cuEventQuery only reads it.
             unsafe { driver::event_query(e.raw) }.code() != sys::CUresult::CUDA_SUCCESS
         });
@@ -379,13 +409,14 @@ impl MemOpsWord {
         self.last_waiter
             .store(std::ptr::null_mut(), Ordering::SeqCst);
         let pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
-        waiters.retain(|s| match pool.mark_end(&self.ctx, s) {
-            Ok(end) => {
-                passed.push(end);
-                false
+        let mut kept = Vec::new();
+        for s in waiters.drain(..) {
+            match pool.mark_end(&self.ctx, &s) {
+                Ok(end) => passed.push((end, s)),
+                Err(_) => kept.push(s),
             }
-            Err(_) => true,
-        });
+        }
+        *waiters = kept;
     }
 
     /// Host store of `value` (above every write enqueued).
@@ -496,7 +527,7 @@ impl Drop for MemOpsWord {
             }
         }
         let mut orphaned = None;
-        let (watched, spare) = {
+        let (watched, spare, retired) = {
             let mut w = self.writes.watch();
             w.gone = true;
             if w.watches.watching() {
@@ -512,13 +543,18 @@ impl Drop for MemOpsWord {
                 let hold = Arc::new(Hold::default());
                 w.orphan = Some(Orphan {
                     hold: hold.clone(),
+                    ctx: self.ctx.clone(),
                     since: Instant::now(),
                 });
                 orphaned = Some(hold);
-                (Vec::new(), Vec::new())
+                (Vec::new(), Vec::new(), Vec::new())
             } else {
                 // From here on the repair thread leaves the slot alone.
-                (w.watches.take(), std::mem::take(&mut w.spare))
+                (
+                    w.watches.take(),
+                    std::mem::take(&mut w.spare),
+                    std::mem::take(&mut w.retired),
+                )
             }
         };
         let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
@@ -532,7 +568,7 @@ impl Drop for MemOpsWord {
                 pool.give_back(
                     &self.ctx,
                     w.marker,
-                    std::slice::from_ref(&w.stream),
+                    vec![w.stream.clone()],
                     Vec::new(),
                     None,
                 );
@@ -541,8 +577,9 @@ impl Drop for MemOpsWord {
                 users.push(w.stream);
             }
         }
-        pool.give_back(&self.ctx, self.slot, &users, passed, orphaned.clone());
+        pool.give_back(&self.ctx, self.slot, users, passed, orphaned.clone());
         drop(pool);
+        drop(retired);
         if orphaned.is_some() {
             let me: Arc<dyn Repair> = self.writes.clone();
             repair::keep(me);

@@ -2,8 +2,9 @@
 //! order (see `write_order`).
 //!
 //! A word with watched writes is handed to the thread ([`watch`]); the thread looks at every
-//! such word every [`POLL`], raising each to its highest value known landed, and lets a word
-//! go once none of its writes is watched. A word whose owner went while writes of it were
+//! such word every [`POLL`] (or as often as the word asks: a gone word whose writes stay
+//! pending for long, less often), raising each to its highest value known landed, and lets a
+//! word go once none of its writes is watched. A word whose owner went while writes of it were
 //! still watched is kept alive by the thread ([`keep`]) until they landed: a stream waiting on
 //! it may be released only by the repair of a dip. It makes no driver call (markers are host loads),
 //! so nothing the driver blocks on (a free that waits for the device to drain, behind a stream
@@ -17,12 +18,13 @@ use crate::error::{BackendError, Error, Result};
 
 /// How long the thread sleeps between looks while a word has watched writes (a dip lasts
 /// about this long, plus the sleep's own slack).
-const POLL: Duration = Duration::from_micros(20);
+pub(crate) const POLL: Duration = Duration::from_micros(20);
 
 /// A word the thread repairs.
 pub(crate) trait Repair: Send + Sync {
-    /// Raise the word to its highest value known landed; `true` while writes are watched.
-    fn repair(&self) -> bool;
+    /// Raise the word to its highest value known landed; while writes are still watched, how
+    /// soon to look again (`None`: nothing is watched).
+    fn repair(&self) -> Option<Duration>;
 }
 
 /// A word handed to the thread: looked at while it lives ([`watch`]), or kept alive until
@@ -33,10 +35,10 @@ enum Entry {
 }
 
 impl Entry {
-    /// Repair it; `true` while it needs looking at again.
-    fn repair(&self) -> bool {
+    /// Repair it; while it needs looking at again, how soon.
+    fn repair(&self) -> Option<Duration> {
         match self {
-            Entry::Watched(w) => w.upgrade().is_some_and(|w: Arc<dyn Repair>| w.repair()),
+            Entry::Watched(w) => w.upgrade().and_then(|w: Arc<dyn Repair>| w.repair()),
             Entry::Kept(w) => w.repair(),
         }
     }
@@ -100,17 +102,44 @@ fn hand_over(entry: Entry) {
 
 fn run() {
     let mut words: Vec<Entry> = Vec::new();
+    // How long to wait before the next look (`None`: until a word is handed over).
+    let mut next: Option<Duration> = None;
     loop {
         {
             let mut inbox = INBOX.words.lock().unwrap_or_else(|e| e.into_inner());
-            while inbox.is_empty() && words.is_empty() {
-                inbox = INBOX.wake.wait(inbox).unwrap_or_else(|e| e.into_inner());
+            match next {
+                // The common case: a short sleep without the lock.
+                Some(d) if d <= POLL => {
+                    drop(inbox);
+                    std::thread::sleep(d);
+                    inbox = INBOX.words.lock().unwrap_or_else(|e| e.into_inner());
+                }
+                // Only words that are looked at rarely (see `Repair::repair`): a word handed
+                // over meanwhile ends the wait.
+                Some(d) => {
+                    if inbox.is_empty() {
+                        inbox = INBOX
+                            .wake
+                            .wait_timeout(inbox, d)
+                            .unwrap_or_else(|e| e.into_inner())
+                            .0;
+                    }
+                }
+                None => {
+                    while inbox.is_empty() {
+                        inbox = INBOX.wake.wait(inbox).unwrap_or_else(|e| e.into_inner());
+                    }
+                }
             }
             words.append(&mut inbox);
         }
-        words.retain(Entry::repair);
-        if !words.is_empty() {
-            std::thread::sleep(POLL);
-        }
+        next = None;
+        words.retain(|w| match w.repair() {
+            Some(d) => {
+                next = Some(next.map_or(d, |n| n.min(d)));
+                true
+            }
+            None => false,
+        });
     }
 }
