@@ -25,7 +25,8 @@ use crate::timeline::{MarkState, StreamMark};
 /// 2. **fresh**: never-used space, from the class's slab or a new slab, while the pool holds
 ///    at most [`PoolConfig::max_bytes`].
 /// 3. **wait**, only with [`AllocFlags::allow_wait`]: the oldest freed block of class `c`,
-///    after a stream wait on its free enqueued on `S`.
+///    after a stream wait on its free enqueued on `S` (a block still held back by a pending
+///    timeline wait, as in 1, is not one: until it is reached, nothing says when it is free).
 /// 4. otherwise [`Error::Exhausted`].
 ///
 /// It never synchronizes the host ([`PoolStats::host_syncs`] stays 0), not even when it
@@ -223,6 +224,10 @@ impl<B: MemoryBackend> Pool<B> {
     /// - the backend's, when a new slab cannot be allocated (out of memory).
     /// - a wait's error: its producer failed (checked before anything is enqueued), or the
     ///   backend refused the wait.
+    ///
+    /// A driver error part-way (a wait or the `signal` record the backend fails to enqueue
+    /// after the checks passed) is no refusal: the waits enqueued before it stay, and the
+    /// block goes back to the pool.
     pub fn alloc_with(
         &self,
         stream: &B::Stream,
