@@ -37,10 +37,16 @@ suite() {
   [ -x ".gpu-bundle/tests/$t" ] || { echo "$label: not in the bundle"; return; }
   [ $left -gt 10 ] || { echo "$label: skipped (the part's 540 s are spent)"; return; }
   [ $left -gt 150 ] && left=150
-  local s=$(date +%s)
-  local r=$(timeout $left ".gpu-bundle/tests/$t" --test-threads=2 "$@" 2>&1 \
-    | grep -E "test result|^test .* FAILED|panicked")
+  local s=$(date +%s) log=$OUT/suite.log
+  timeout $left ".gpu-bundle/tests/$t" --test-threads=2 "$@" > "$log" 2>&1
+  local r=$(grep -E "test result|^test .* FAILED|panicked" "$log")
   echo "$label ($(( $(date +%s) - s )) s): ${r:-no result (timed out after $left s?)}"
+  if ! grep -q "test result" "$log"; then
+    # Which tests never reported: the ones still running when the time ran out.
+    ".gpu-bundle/tests/$t" --list "$@" 2>/dev/null | sed -n 's/: test$//p' | sort > "$log.all"
+    sed -n 's/^test \(.*\) \.\.\. .*/\1/p' "$log" | sort > "$log.done"
+    echo "  still running: $(comm -23 "$log.all" "$log.done" | head -5 | tr '\n' ' ')"
+  fi
 }
 
 tests() (
