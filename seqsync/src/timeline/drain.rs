@@ -21,20 +21,25 @@
 //! holds bring it to; once the value stands there with waits above it left, the signals behind
 //! those waits never land, and the timeline fails then (its satisfiable waits were reached
 //! first). For the second, a kept timeline whose value has not moved for [`STALL`] while
-//! stream waits on it exist for values above everything enqueued fails then, as it would have
+//! stream waits on it exist for values above everything enqueued, and whose signals still in
+//! flight all stand behind open timeline waits on their streams, fails then, as it would have
 //! at the drop (which releases its other waits too: the bound that keeps a dropped timeline
-//! from hanging its streams forever).
+//! from hanging its streams forever). A signal held by its stream's own work only (a slow
+//! kernel, a long host function: no open timeline wait ahead of it) is waited for, up to
+//! [`SLOW_WORK`] of standing still (such work may itself wait, by an event, on a stream that is
+//! stuck).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// A timeline kept until its signals in flight have landed.
 pub(crate) trait Draining: Send + Sync {
-    /// Settle it if its signals have landed (or it failed), or, with `stalled`, if waits on
-    /// it for values nothing enqueued reaches exist, or, with `look`, if the signals left are
-    /// held behind its own waits for good (a search of every stream's ledger): `true` once
-    /// there is nothing left to do.
-    fn settle(&self, stalled: bool, look: bool) -> bool;
+    /// Settle it if its signals have landed (or it failed), or, with `still` (how long its
+    /// value has stood still, given once per [`STALL`] from the first), if waits on it for
+    /// values nothing enqueued reaches exist and its signals left are stuck (see the module
+    /// docs), or, with `look`, if the signals left are held behind its own waits for good (a
+    /// search of every stream's ledger): `true` once there is nothing left to do.
+    fn settle(&self, still: Option<Duration>, look: bool) -> bool;
     /// Its value now (to see whether it moves).
     fn progress(&self) -> u64;
 }
@@ -46,14 +51,18 @@ pub(crate) const POLL: Duration = Duration::from_millis(1);
 /// for stuck (see the module docs).
 pub(crate) const STALL: Duration = Duration::from_secs(5);
 
+/// How long a kept timeline's value may stand still while a signal of it is held by its
+/// stream's own work only, before that signal is taken for stuck too (see the module docs).
+pub(crate) const SLOW_WORK: Duration = Duration::from_secs(120);
+
 /// How long a kept timeline's value stands still before the ledgers are searched for signals
 /// held for good, and how often they are searched while it stands (a search takes every
 /// stream's ledger lock: not on every poll).
 pub(crate) const LOOK_EVERY: Duration = Duration::from_millis(10);
 
-/// A kept timeline, the value it had when last seen moving, since when, and when its ledgers
-/// were last searched.
-type Entry = (Arc<dyn Draining>, u64, Instant, Instant);
+/// A kept timeline, the value it had when last seen moving, since when, when its ledgers were
+/// last searched, and when it was last asked whether it is stuck.
+type Entry = (Arc<dyn Draining>, u64, Instant, Instant, Instant);
 
 struct Kept {
     list: Vec<Entry>,
@@ -75,7 +84,7 @@ pub(crate) fn keep(t: Arc<dyn Draining>) {
     let mut k = lock();
     let v = t.progress();
     let now = Instant::now();
-    k.list.push((t, v, now, now));
+    k.list.push((t, v, now, now, now));
     if k.running {
         return;
     }
@@ -96,20 +105,19 @@ fn run() {
         let now = Instant::now();
         let mut left: Vec<Entry> = list
             .into_iter()
-            .filter_map(|(t, seen, since, searched)| {
+            .filter_map(|(t, seen, since, searched, asked)| {
                 let v = t.progress();
                 let (seen, since) = if v != seen { (v, now) } else { (seen, since) };
-                let stalled = now.duration_since(since) >= STALL;
-                let look = now.duration_since(since) >= LOOK_EVERY
-                    && now.duration_since(searched) >= LOOK_EVERY;
-                if t.settle(stalled, look) {
+                let still = now.duration_since(since);
+                // Stalled, but not found stuck: asked again only after another stall (the
+                // question searches every stream's ledger), not on every poll.
+                let stalled = still >= STALL && now.duration_since(asked) >= STALL;
+                let look = still >= LOOK_EVERY && now.duration_since(searched) >= LOOK_EVERY;
+                if t.settle(stalled.then_some(still), look) {
                     return None;
                 }
-                // Stalled but not stuck for good (its waits are all for enqueued values): look
-                // for stuck waits again only after another stall (the search takes every
-                // stream's ledger lock), not on every poll.
                 let searched = if look { now } else { searched };
-                Some((t, seen, if stalled { now } else { since }, searched))
+                Some((t, seen, since, searched, if stalled { now } else { asked }))
             })
             .collect();
         let mut k = lock();

@@ -84,7 +84,10 @@
 //! with [`Error::TimelineDropped`]. A signal enqueued behind a wait of its own timeline on its
 //! stream (for a value nothing else brings) is one that never lands: once the others have
 //! landed, the waits left fail. A failure upstream of its signals still spreads through it
-//! meanwhile.
+//! meanwhile. With waits left that nothing enqueued reaches, the signals in flight are given a
+//! bound: 5 s of the value standing still where each stands behind an open timeline wait on its
+//! stream (a wait that may itself never be reached), 120 s where one is held by its stream's
+//! own work only (a slow kernel or host function); past it the timeline fails, as at the drop.
 //!
 //! # What each mechanism holds
 //!

@@ -2,6 +2,7 @@
 //! enqueued, failure), its parked host waiters, and the stream waits enqueued on it.
 
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use super::propagate::{self, FailTarget, Propagation};
 use super::wait::Waiters;
@@ -298,7 +299,7 @@ impl<B: Backend> Shared<B> {
         {
             return false;
         }
-        if !self.settle_dropped(false, true) {
+        if !self.settle_dropped(None, true) {
             super::drain::keep(self.clone());
         }
         true
@@ -308,7 +309,7 @@ impl<B: Backend> Shared<B> {
     /// `stalled` and streams wait for values above every signal enqueued: then it fails, see
     /// [`super::drain`]); else fail the timeline if streams wait on it for values above the
     /// last one enqueued (no signal can come any more), and `true`.
-    fn settle_dropped(&self, stalled: bool, look: bool) -> bool {
+    fn settle_dropped(&self, still: Option<Duration>, look: bool) -> bool {
         let st = self.lock();
         let (last, failed) = (st.last_enqueued, st.failure.is_some());
         drop(st);
@@ -320,8 +321,13 @@ impl<B: Backend> Shared<B> {
             // Failed by the backend: the failure releases its waits.
             _ => return true,
         };
-        // Stuck for good: stalled, with waits above everything enqueued.
-        let stuck = stalled && !propagate::waits_on(self.id(), last).is_empty();
+        // Stuck for good: stalled, with waits above everything enqueued, and no signal left
+        // that only its stream's own work holds (that one lands: waited for up to
+        // `SLOW_WORK`).
+        let stuck = still.is_some_and(|d| {
+            !propagate::waits_on(self.id(), last).is_empty()
+                && (d >= super::drain::SLOW_WORK || !self.held_by_work_only(current))
+        });
         if current < last && !stuck {
             // Signals in flight land, unless a wait of this timeline ahead of them on their
             // stream holds them and nothing else reaches it: then only what can land is
@@ -357,6 +363,14 @@ impl<B: Backend> Shared<B> {
     /// theirs to settle). A signal behind such a wait lands only if these reach it, which the
     /// next look sees (its wait is then at or below `current`); if `current` stands at this
     /// value and such waits are left, what they hold never lands.
+    /// Is a signal still in flight above `current` held by its stream's own work only: one no
+    /// ledger kept (its stream had no open timeline wait), or one with no open wait of any
+    /// timeline ahead of it on its stream? Such a signal lands once that work ends.
+    fn held_by_work_only(&self, current: u64) -> bool {
+        self.last_free.load(std::sync::atomic::Ordering::Relaxed) > current
+            || propagate::signals_past_open_waits(self.id(), current) > current
+    }
+
     fn reachable(&self, current: u64) -> u64 {
         current
             .max(self.last_free.load(std::sync::atomic::Ordering::Relaxed))
@@ -365,8 +379,8 @@ impl<B: Backend> Shared<B> {
 }
 
 impl<B: Backend> super::drain::Draining for Shared<B> {
-    fn settle(&self, stalled: bool, look: bool) -> bool {
-        self.settle_dropped(stalled, look)
+    fn settle(&self, still: Option<Duration>, look: bool) -> bool {
+        self.settle_dropped(still, look)
     }
 
     fn progress(&self) -> u64 {

@@ -549,8 +549,45 @@ fn a_drop_whose_signal_can_never_land_fails_after_the_stall_bound<B: Harness>(b:
     b.sync_stream(&s);
 }
 
+/// A dropped timeline with a wait nothing enqueued reaches and an enqueued signal held only by
+/// slow work (longer than the drain's stall bound): the signal still lands, and the wait it
+/// satisfies is released by it, not by the failure the other wait brings once it has landed.
+fn a_drop_waits_past_the_stall_bound_for_a_signal_behind_slow_work<B: Harness>(b: &B) {
+    let (a, c, d) = (b.stream(), b.stream(), b.stream());
+    let (u, w) = (
+        Timeline::new(b, "u", 0).unwrap(),
+        Timeline::new(b, "w", 0).unwrap(),
+    );
+    let t = Timeline::new(b, "t", 0).unwrap();
+    b.busy(&a, Duration::from_millis(6500)); // past the 5 s stall bound
+    t.signal_on(&a, 2).unwrap();
+    t.wait_on(&c, 2).unwrap(); // its signal is enqueued: satisfiable
+    u.signal_on(&c, 1).unwrap();
+    if !b.holds_waits_before_signals() {
+        // CUDA `events`: nothing enqueued reaches 3: refused, nothing enqueued.
+        common::assert_wait_refused(t.wait_on(&d, 3));
+        drop(t);
+        u.wait(1, Duration::from_secs(30)).unwrap();
+        return;
+    }
+    t.wait_on(&d, 3).unwrap(); // nothing enqueued reaches 3
+    w.signal_on(&d, 1).unwrap();
+    drop(t);
+    u.wait(1, Duration::from_secs(30))
+        .expect("the slow signal landed: the wait it satisfies is not failed");
+    let err = w.wait(1, Duration::from_secs(30)).unwrap_err();
+    assert!(
+        matches!(err.root_cause(), Error::TimelineDropped { .. }),
+        "{err}"
+    );
+    b.sync_stream(&a);
+    b.sync_stream(&c);
+    b.sync_stream(&d);
+}
+
 on_both_backends!(
     a_drop_whose_signal_can_never_land_fails_after_the_stall_bound,
+    a_drop_waits_past_the_stall_bound_for_a_signal_behind_slow_work,
     drop_with_its_signal_enqueued_changes_nothing,
     drop_fails_only_what_nothing_enqueued_reaches,
     a_failure_spreads_by_one_rule_whatever_was_pruned,

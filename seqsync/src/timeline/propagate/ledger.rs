@@ -166,6 +166,37 @@ impl Ledger {
             .unwrap_or(0)
     }
 
+    /// The highest value above `above` of the timeline at address `timeline` that a signal
+    /// listed here brings it to with no *open* wait ahead of it on this stream (0: none): no
+    /// wait, of any timeline, that is neither reached nor released by a failure. Such a signal
+    /// is held by its stream's own work only (kernels, copies, host work), not by a value that
+    /// may never come. The timelines read go to `dropped`, to be dropped outside the locks.
+    pub(super) fn signals_past_open_waits(
+        &self,
+        timeline: *const (),
+        above: u64,
+        dropped: &mut Vec<Arc<dyn FailTarget>>,
+    ) -> u64 {
+        let st = self.lock();
+        let id = timeline as usize;
+        let mut now = Reached::new(&st.timelines);
+        let first_open = st
+            .all_waits()
+            .filter(|w| !now.resolves(w.timeline, w.value) && !now.failed(w.timeline))
+            .map(|w| w.seq)
+            .min()
+            .unwrap_or(u64::MAX);
+        let reach = st
+            .signals
+            .iter()
+            .filter(|s| s.seq < first_open && s.value > above && s.timeline == id)
+            .map(|s| s.value)
+            .max()
+            .unwrap_or(0);
+        dropped.extend(now.into_upgraded());
+        reach
+    }
+
     /// For a sweep: retire the ledger if it is idle (no poison, every wait satisfied, every
     /// signal landed: a signal still in flight stays where a dropped timeline's settling
     /// finds it), or, if its stream is gone, settled; and say so. The timelines it looked at go to `dropped`, to be dropped

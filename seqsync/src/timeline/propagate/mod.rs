@@ -70,7 +70,8 @@ mod tests;
 
 pub(crate) use ledger::{Ledger, MarkState, Refused, Retired};
 pub(crate) use registry::{
-    look_up, signals_before_own_waits, waits_on, with_cached_ledger, with_ledger,
+    look_up, signals_before_own_waits, signals_past_open_waits, waits_on, with_cached_ledger,
+    with_ledger,
 };
 
 /// What the ledger needs of a timeline (object-safe, so one ledger serves every backend).

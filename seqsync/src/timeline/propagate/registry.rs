@@ -301,6 +301,24 @@ pub(crate) fn signals_before_own_waits(timeline: *const (), above: u64) -> u64 {
         .unwrap_or(0)
 }
 
+/// Over every stream, the highest value above `above` that a listed signal of the timeline
+/// whose `Weak`s point to `timeline` brings it to with no open wait (of any timeline) ahead of
+/// it on its stream (0: none; see `Ledger::signals_past_open_waits`).
+pub(crate) fn signals_past_open_waits(timeline: *const (), above: u64) -> u64 {
+    let mut dropped = Vec::new();
+    let reach = {
+        let reg = lock_registry();
+        reg.ledgers
+            .values()
+            .map(|l| l.signals_past_open_waits(timeline, above, &mut dropped))
+            .max()
+            .unwrap_or(0)
+    };
+    // Outside the registry's lock: a timeline dropped here may settle others.
+    drop(dropped);
+    reach
+}
+
 /// The waits enqueued on any stream for values above `above` of the timeline whose `Weak`s
 /// point to `timeline`, not yet pruned (a run of waits with nothing between them is one entry):
 /// their ledgers and sequence numbers. A failure poisons their streams from there; a timeline
