@@ -418,8 +418,11 @@ impl<B: MemoryBackend> Pool<B> {
             if self.backend.query(f.death.event()).is_err() || released_by_failure(f) {
                 let f = entry.free.remove(i).expect("index in range");
                 leak(&mut st.slabs, &mut st.stats, &mut st.leaked, f);
-            } else if free_state(f) == MarkState::Pending {
-                // A wait on its free's stream may still be released by a failure: not yet.
+            } else if waits_pending(f) {
+                // A timeline wait on its free's stream is not reached yet, whoever allocated
+                // the block: a wait inserted on the requester's stream would sit behind it,
+                // maybe for a value the requester itself signals later (a deadlock), and a
+                // failure could still release it early. Not yet.
                 i += 1;
             } else {
                 return entry.free.remove(i);
@@ -719,6 +722,14 @@ fn free_state<B: MemoryBackend>(f: &Freed<B>) -> MarkState {
         (None, Some(m)) => m.state(),
         _ => MarkState::Reached,
     }
+}
+
+/// Is a timeline wait enqueued on the free's stream before the free not reached yet (a
+/// failure has not released it either)? Whatever stream allocated the block.
+fn waits_pending<B: MemoryBackend>(f: &Freed<B>) -> bool {
+    f.death
+        .mark()
+        .is_some_and(|m| m.state() == MarkState::Pending)
 }
 
 /// Did a failure release a timeline wait enqueued on the free's stream before the free (one

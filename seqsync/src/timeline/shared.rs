@@ -357,12 +357,6 @@ impl<B: Backend> Shared<B> {
         true
     }
 
-    /// The highest value the signals enqueued so far bring the timeline to from `current`
-    /// without waiting on it any further: those with no wait of this timeline above `current`
-    /// ahead of them on their stream (as far as this timeline goes: waits on others are
-    /// theirs to settle). A signal behind such a wait lands only if these reach it, which the
-    /// next look sees (its wait is then at or below `current`); if `current` stands at this
-    /// value and such waits are left, what they hold never lands.
     /// Is a signal still in flight above `current` held by its stream's own work only: one no
     /// ledger kept (its stream had no open timeline wait), or one with no open wait of any
     /// timeline ahead of it on its stream? Such a signal lands once that work ends.
@@ -371,6 +365,12 @@ impl<B: Backend> Shared<B> {
             || propagate::signals_past_open_waits(self.id(), current) > current
     }
 
+    /// The highest value the signals enqueued so far bring the timeline to from `current`
+    /// without waiting on it any further: those with no wait of this timeline above `current`
+    /// ahead of them on their stream (as far as this timeline goes: waits on others are
+    /// theirs to settle). A signal behind such a wait lands only if these reach it, which the
+    /// next look sees (its wait is then at or below `current`); if `current` stands at this
+    /// value and such waits are left, what they hold never lands.
     fn reachable(&self, current: u64) -> u64 {
         current
             .max(self.last_free.load(std::sync::atomic::Ordering::Relaxed))

@@ -1400,8 +1400,40 @@ fn a_native_free_past_a_wait_released_by_a_failure_is_leaked<B: MemOps>(b: &B) {
     b.sync_stream(&r);
 }
 
+/// The wait tier never takes a block whose free sits behind a timeline wait not reached yet,
+/// even one freed on the stream that allocated it: the requester's inserted wait would sit
+/// behind that wait too, maybe for a value the requester itself signals later (a deadlock).
+/// Refused as exhausted instead; taken once the wait is reached.
+fn an_inserted_wait_never_takes_a_block_freed_behind_a_pending_wait<B: MemOps>(b: &B) {
+    let p = pool(b, PoolConfig::fixed_blocks(256, 1));
+    let (w, a, other) = (b.stream(), b.stream(), b.stream());
+    let t = Timeline::new(b, "gate", 0).unwrap();
+    let x = p.alloc(&a, 256, &[]).unwrap();
+    b.busy(&w, Duration::from_millis(300));
+    t.signal_on(&w, 1).unwrap();
+    t.wait_on(&a, 1).unwrap(); // pending behind the busy work
+    p.free(&a, x.block, &[]).unwrap();
+    let e = p
+        .alloc_with(&other, 256, &[], AllocFlags::default().allow_wait())
+        .unwrap_err();
+    assert!(matches!(e, Error::Exhausted { .. }), "{e}");
+    t.wait(1, Duration::from_secs(30)).unwrap();
+    b.sync_stream(&a);
+    let y = p
+        .alloc_with(&other, 256, &[], AllocFlags::default().allow_wait())
+        .unwrap();
+    assert_eq!(
+        y.block.addr(),
+        x.block.addr(),
+        "taken once the wait is reached"
+    );
+    p.free(&other, y.block, &[]).unwrap();
+    b.sync_stream(&other);
+}
+
 on_both_backends!(
     a_refused_wait_list_enqueues_nothing,
+    an_inserted_wait_never_takes_a_block_freed_behind_a_pending_wait,
     a_block_freed_on_its_own_stream_behind_a_pending_wait_is_reused_there,
     a_native_free_past_a_wait_released_by_a_failure_is_leaked,
     an_exhausted_alloc_enqueues_no_waits,

@@ -188,11 +188,19 @@ impl Repair for Writes {
             // serve other words once its quarantine's streams are past it. This thread
             // touches none of them from here on, so the context may go too; where this would
             // be its last handle, it stays (its release is a driver call).
-            o.hold
-                .release(std::mem::take(&mut w.spare), std::mem::take(&mut w.retired));
+            let (slots, streams) = (std::mem::take(&mut w.spare), std::mem::take(&mut w.retired));
             drop(w);
-            if Arc::strong_count(&o.ctx) == 1 {
-                std::mem::forget(o.ctx);
+            let Orphan { hold, ctx, .. } = o;
+            if Arc::strong_count(&hold) > 1 {
+                hold.release(slots, streams);
+            } else {
+                // The pool is gone (nothing will reclaim them): the streams stay, as their
+                // last drop is a driver call.
+                std::mem::forget(streams);
+            }
+            drop(hold);
+            if Arc::strong_count(&ctx) == 1 {
+                std::mem::forget(ctx);
             }
         }
         None
