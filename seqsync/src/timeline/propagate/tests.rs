@@ -193,11 +193,14 @@ fn a_ledger_left_with_signals_of_a_failed_timeline_is_retired() {
     );
     u.wait_on(&s, 1).unwrap(); // listed: u is at 0
     t.signal_on(&s, 1).unwrap(); // kept behind it
+    let id = crate::backend::Backend::stream_id(&b, &s);
+    assert!(
+        find(id).is_some(),
+        "listed while its wait is pending (no sweep, another test's either, retires it now)"
+    );
     t.fail(Error::Cancelled("t".into()));
     u.signal(1).unwrap();
     crate::backend::Backend::synchronize_stream(&b, &s).unwrap();
-    let id = crate::backend::Backend::stream_id(&b, &s);
-    assert!(find(id).is_some());
     sweep_now();
     assert!(
         find(id).is_none(),
