@@ -25,8 +25,9 @@ use crate::timeline::{MarkState, StreamMark};
 /// 2. **fresh**: never-used space, from the class's slab or a new slab, while the pool holds
 ///    at most [`PoolConfig::max_bytes`].
 /// 3. **wait**, only with [`AllocFlags::allow_wait`]: the oldest freed block of class `c`,
-///    after a stream wait on its free enqueued on `S` (a block still held back by a pending
-///    timeline wait, as in 1, is not one: until it is reached, nothing says when it is free).
+///    after a stream wait on its free enqueued on `S`; never one freed behind a timeline wait
+///    on its freeing stream not reached yet, whatever stream allocated it (the inserted wait
+///    would sit behind that one, maybe for a value `S` itself signals later).
 /// 4. otherwise [`Error::Exhausted`].
 ///
 /// It never synchronizes the host ([`PoolStats::host_syncs`] stays 0), not even when it
@@ -262,13 +263,12 @@ impl<B: MemoryBackend> Pool<B> {
             free: VecDeque::new(),
             carving: None,
         });
-        // 1. Reuse: the most recently freed block the requester is ordered after, whose free's
-        // stream is past its timeline waits (`free_state`: one a failure has released is
-        // never handed out, one still pending not yet).
+        // 1. Reuse: the most recently freed block the requester is ordered after and not held
+        // back (`held_back`); one a failure has released (`released_by_failure`) is never
+        // handed out.
         let dominated = loop {
             let i = entry.free.iter().rposition(|f| {
-                st.clocks.ordered_after_in(&would_follow, sid, &f.death)
-                    && free_state(f) != MarkState::Pending
+                st.clocks.ordered_after_in(&would_follow, sid, &f.death) && !held_back(f)
             });
             match i {
                 Some(i) if released_by_failure(&entry.free[i]) => {
@@ -709,19 +709,15 @@ impl<B: MemoryBackend> Pool<B> {
     }
 }
 
-/// Where the timeline waits on the stream of freed block `f`'s free stand, for a block
-/// allocated on another stream (its users crossed streams, and the free may be ordered after
-/// them by nothing but such a wait): `Pending` while one is not reached (a failure could
-/// still release it early, with the block's last user still at work: not handed out yet),
-/// `Failed` once a failure released one. A block allocated on the freeing stream is not held
-/// back by them (only `released_by_failure` counts there): its users are that stream's own
-/// work, unless handed to others by waits of theirs, which the same rule would then hold for
-/// every block of a pipeline that waits before its signals.
-fn free_state<B: MemoryBackend>(f: &Freed<B>) -> MarkState {
-    match (&f.born, f.death.mark()) {
-        (None, Some(m)) => m.state(),
-        _ => MarkState::Reached,
-    }
+/// Is freed block `f` held back from reuse: allocated on another stream (its users crossed
+/// streams, and the free may be ordered after them by nothing but a timeline wait) and freed
+/// behind a timeline wait not reached yet (`waits_pending`: a failure could still release it
+/// early, with the block's last user at work)? A block allocated on the freeing stream is not
+/// (only `released_by_failure` counts there): its users are that stream's own work, unless
+/// handed to others by waits of theirs, which the same rule would then hold for every block
+/// of a pipeline that waits before its signals.
+fn held_back<B: MemoryBackend>(f: &Freed<B>) -> bool {
+    f.born.is_none() && waits_pending(f)
 }
 
 /// Is a timeline wait enqueued on the free's stream before the free not reached yet (a

@@ -306,8 +306,8 @@ impl<B: Backend> Shared<B> {
     }
 
     /// After the last handle went: `false` while signals enqueued are still in flight (unless
-    /// `stalled` and streams wait for values above every signal enqueued: then it fails, see
-    /// [`super::drain`]); else fail the timeline if streams wait on it for values above the
+    /// they are stuck, by `still`'s stall, and streams wait for values above every signal
+    /// enqueued: then it fails, see [`super::drain`]); else fail the timeline if streams wait on it for values above the
     /// last one enqueued (no signal can come any more), and `true`.
     fn settle_dropped(&self, still: Option<Duration>, look: bool) -> bool {
         let st = self.lock();

@@ -158,12 +158,7 @@ impl Ledger {
             .map(|w| w.seq)
             .min()
             .unwrap_or(u64::MAX);
-        st.signals
-            .iter()
-            .filter(|s| s.seq < first_wait && s.value > above && s.timeline == id)
-            .map(|s| s.value)
-            .max()
-            .unwrap_or(0)
+        st.highest_signal_before(id, above, first_wait)
     }
 
     /// The highest value above `above` of the timeline at address `timeline` that a signal
@@ -186,13 +181,7 @@ impl Ledger {
             .map(|w| w.seq)
             .min()
             .unwrap_or(u64::MAX);
-        let reach = st
-            .signals
-            .iter()
-            .filter(|s| s.seq < first_open && s.value > above && s.timeline == id)
-            .map(|s| s.value)
-            .max()
-            .unwrap_or(0);
+        let reach = st.highest_signal_before(id, above, first_open);
         dropped.extend(now.into_upgraded());
         reach
     }
@@ -454,6 +443,17 @@ impl LedgerState {
     /// Every wait entry, in enqueue order.
     fn all_waits(&self) -> impl Iterator<Item = &Entry> {
         self.waits.iter().chain(&self.last_wait)
+    }
+
+    /// The highest value above `above` of timeline `id` that a signal listed before sequence
+    /// number `before` brings it to (0: none).
+    fn highest_signal_before(&self, id: TimelineId, above: u64, before: u64) -> u64 {
+        self.signals
+            .iter()
+            .filter(|s| s.seq < before && s.value > above && s.timeline == id)
+            .map(|s| s.value)
+            .max()
+            .unwrap_or(0)
     }
 
     /// The id of `timeline`, listed if new.
