@@ -80,10 +80,18 @@ fn demo_adaptive_engine_verifies_under_chaos_and_catches_a_dropped_edge() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("verified 96/96"), "{out}");
     assert!(out.contains("at most 4 batches a launch"), "{out}");
+    // A dropped edge shows as a misorder only when chaos's delays fall so (seen to miss once
+    // in CI): a few runs each, every one that fails failing by verification.
     for edge in ["f-h", "group-waits"] {
-        let (code, _, err) = seqsync(&args(&["--drop-edge", edge]));
-        assert_eq!(code, 1, "{edge}: {err}");
-        assert!(err.contains("verification failed"), "{edge}: {err}");
+        let caught = (0..4).any(|_| {
+            let (code, _, err) = seqsync(&args(&["--drop-edge", edge]));
+            assert!(code == 0 || code == 1, "{edge}: {err}");
+            code == 1 && {
+                assert!(err.contains("verification failed"), "{edge}: {err}");
+                true
+            }
+        });
+        assert!(caught, "{edge}: four runs without the edge all verified");
     }
 }
 
