@@ -118,6 +118,12 @@ create_exception!(
 );
 create_exception!(
     seqsync,
+    NoStreamWhileWaitsOpen,
+    Error,
+    "A CUDA stream asked for while a wait before its signal is open, with the streams made ahead for that handed out; `open` and `made_ahead` say how many."
+);
+create_exception!(
+    seqsync,
     Stalled,
     Error,
     "A pipeline run made no progress for its timeout."
@@ -181,6 +187,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         Cancelled,
         TimelineDropped,
         WaitBeforeSignalUnsupported,
+        NoStreamWhileWaitsOpen,
         Stalled,
         NoDevice,
         PeerLost,
@@ -319,6 +326,10 @@ pub(crate) fn to_py(e: &E) -> PyErr {
                 with_attrs!(py, WaitBeforeSignalUnsupported::new_err(m);
                     "timeline" => timeline, "value" => value, "enqueued" => enqueued,
                     "mechanism" => mechanism)
+            }
+            E::NoStreamWhileWaitsOpen { open, made_ahead } => {
+                with_attrs!(py, NoStreamWhileWaitsOpen::new_err(m);
+                    "open" => open, "made_ahead" => made_ahead)
             }
             E::Stalled {
                 timeout_ms,

@@ -59,6 +59,9 @@ class Cancelled(Error):
     reason: str
 class TimelineDropped(Error): ...
 class WaitBeforeSignalUnsupported(Error): ...
+class NoStreamWhileWaitsOpen(Error):
+    open: int
+    made_ahead: int
 class Stalled(Error):
     timeout_ms: int
     threads: list[str]

@@ -279,6 +279,25 @@ pub enum Error {
         mechanism: String,
     },
 
+    /// A CUDA stream was asked for while a stream wait for a value nothing has written yet was
+    /// open, and the streams its backend made ahead for that case were all handed out. The
+    /// driver's `cuStreamCreate` may then wait for the device to drain, which waits for the
+    /// host: a hang, so nothing was made. Make streams before enqueuing waits ahead of their
+    /// signals, or once those waits are past, or keep more made ahead
+    /// (`CudaBackend::with_streams_made_ahead`).
+    #[error(
+        "no CUDA stream can be made now: {open} stream wait(s) for values nothing has written \
+         yet are open (cuStreamCreate could wait for them: a hang), and the {made_ahead} \
+         streams made ahead for this are handed out; make streams before such waits or after \
+         them, or keep more made ahead (CudaBackend::with_streams_made_ahead)"
+    )]
+    NoStreamWhileWaitsOpen {
+        /// The stream waits open (those listed, whose words were below their values).
+        open: usize,
+        /// How many streams the backend keeps made ahead.
+        made_ahead: usize,
+    },
+
     /// Work running on a host stream waited for work behind it on the same stream (a
     /// synchronize of its own stream, or of an event recorded there after it): it would wait
     /// for itself forever. The wait returns this at once instead.

@@ -109,9 +109,13 @@
 //! driver calls too (measured on the H200: BENCHMARKS.md §5, "Driver calls that wait for the
 //! device"). seqsync makes none of them then: a `DeviceBuffer`, `PinnedBuffer` or CUDA graph
 //! dropped while such a wait is open is freed once none is (past 1 GiB held, allocations are
-//! refused with a named error rather than grow). Code of your own that makes those calls must
-//! not do so while a thread it waits for has a signal to make, or the
-//! process hangs; the `events` mechanism, which refuses such waits, never blocks the GPU.
+//! refused with a named error rather than grow). `cuStreamCreate` returns for a few dozen more
+//! streams, then waits too (measured on the H100): `CudaBackend::new_stream` makes streams
+//! only while no such wait is open, and keeps 256 made then for the streams asked for while
+//! one is (past those, [`Error::NoStreamWhileWaitsOpen`]; `with_streams_made_ahead` sets the
+//! number). Code of your own that makes those calls must not do so while a thread it waits
+//! for has a signal to make, or the process hangs; the `events` mechanism, which refuses such
+//! waits, never blocks the GPU.
 //!
 //! # Host waits
 //!

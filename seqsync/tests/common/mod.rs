@@ -132,9 +132,26 @@ extern "C" __global__ void slow_fill(float *out, int n, float value, unsigned lo
 
     /// The CUDA backend with the harness's kernels; `Harness` is implemented on it through
     /// a thread-local handle to the kernels.
+    /// A stream of `b`. While a test running beside this one has a wait before its signal
+    /// open, streams come from those `b` made ahead; should they all be handed out, this
+    /// waits (up to 10 s) for a moment with no wait open.
+    pub fn new_stream(b: &CudaBackend) -> std::sync::Arc<seqsync::cudarc::driver::CudaStream> {
+        let start = std::time::Instant::now();
+        loop {
+            match b.new_stream("s") {
+                Err(seqsync::Error::NoStreamWhileWaitsOpen { .. })
+                    if start.elapsed() < Duration::from_secs(10) =>
+                {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
+                r => return r.unwrap(),
+            }
+        }
+    }
+
     impl Harness for CudaBackend {
         fn stream(&self) -> Self::Stream {
-            self.new_stream("s").unwrap()
+            new_stream(self)
         }
         fn busy(&self, stream: &Self::Stream, d: Duration) {
             gpu().expect("gpu").spin(stream, d);

@@ -200,6 +200,45 @@ fn wait_on_before_signal_across_streams<B: Harness>(b: &B) {
     assert_eq!(t.query().unwrap(), 1);
 }
 
+/// A new stream per batch, each waiting on one timeline for its batch before that is signalled
+/// (200 streams: a word keeps a bounded list of the streams that waited on it), then signalling a
+/// timeline of its own: each is held until its batch is signalled, and released then.
+fn a_new_stream_per_batch_waits_on_one_timeline<B: Harness>(b: &B) {
+    if !b.holds_waits_before_signals() {
+        // CUDA `events` refuses a wait before its signal (wait_on_before_signal_across_streams).
+        return;
+    }
+    let t = Timeline::new(b, "t", 0).unwrap();
+    let done: Vec<_> = (1..=200u64)
+        .map(|v| {
+            let s = b.stream();
+            t.wait_on(&s, v).unwrap();
+            let d = Timeline::new(b, "done", 0).unwrap();
+            d.signal_on(&s, 1).unwrap();
+            d
+        })
+        .collect();
+    std::thread::sleep(SHORT);
+    assert!(
+        done.iter().all(|d| d.query().unwrap() == 0),
+        "a stream went past its wait"
+    );
+    t.signal(100).unwrap();
+    for (i, d) in done[..100].iter().enumerate() {
+        d.wait(1, LONG)
+            .unwrap_or_else(|e| panic!("batch {}: not released by 100: {e}", i + 1));
+    }
+    assert!(
+        done[100..].iter().all(|d| d.query().unwrap() == 0),
+        "a stream went past its wait"
+    );
+    t.signal(200).unwrap();
+    for (i, d) in done.iter().enumerate() {
+        d.wait(1, LONG)
+            .unwrap_or_else(|e| panic!("batch {}: not released by 200: {e}", i + 1));
+    }
+}
+
 fn wait_all_and_any<B: Harness>(b: &B) {
     let none: [(&Timeline<B>, u64); 0] = [];
     wait_all(&none, Duration::ZERO).unwrap();
@@ -598,6 +637,7 @@ on_both_backends!(
     wait_reached_returns_at_once,
     wait_timeout_changes_nothing,
     wait_on_before_signal_across_streams,
+    a_new_stream_per_batch_waits_on_one_timeline,
     wait_all_and_any,
     fail_wakes_waiters_and_sticks,
     failure_propagates_to_later_signals,
@@ -616,6 +656,7 @@ on_polling_host!(
     wait_reached_returns_at_once,
     wait_timeout_changes_nothing,
     wait_on_before_signal_across_streams,
+    a_new_stream_per_batch_waits_on_one_timeline,
     wait_all_and_any,
     fail_wakes_waiters_and_sticks,
     failure_propagates_to_later_signals,

@@ -204,10 +204,12 @@ fn a_new_stream_per_batch_waits_on_one_timeline(m: TimelineMechanism) {
     let Some((_, b)) = with(m) else {
         return;
     };
+    // A reserve of its own: the streams made while its waits are open come from it.
+    let b = b.with_streams_made_ahead(256);
     let t = Timeline::new(&b, "t", 0).unwrap();
     let done: Vec<_> = (1..=200u64)
         .map(|v| {
-            let s = b.new_stream("per-batch").unwrap();
+            let s = common::gpu::new_stream(&b);
             t.wait_on(&s, v).unwrap();
             let d = Timeline::new(&b, "done", 0).unwrap();
             d.signal_on(&s, 1).unwrap();
@@ -246,6 +248,81 @@ fn a_new_stream_per_batch_waits_on_one_timeline_memops() {
 )]
 fn a_new_stream_per_batch_waits_on_one_timeline_hybrid() {
     a_new_stream_per_batch_waits_on_one_timeline(TimelineMechanism::Hybrid)
+}
+
+/// A stream asked for while a stream waits for a value nothing has written yet is one the
+/// backend made ahead (`cuStreamCreate` may wait for that wait: a hang); past those it is
+/// refused by name, nothing made, and made again once the wait is past.
+fn streams_asked_for_while_a_wait_is_open_are_made_ahead(m: TimelineMechanism) {
+    let Some((_, b)) = with(m) else {
+        return;
+    };
+    let b = b.with_streams_made_ahead(3);
+    let t = Timeline::new(&b, "t", 0).unwrap();
+    // Made with no wait open (after those of a test beside this one): the reserve is full.
+    let first = common::gpu::new_stream(&b);
+    t.wait_on(&first, 1).unwrap();
+    let mut streams = vec![first];
+    // Its wait is open: the streams come from the 3 made ahead (`first` may have been one,
+    // when a wait of a test beside this one was open), then are refused.
+    let refused = loop {
+        match b.new_stream("made ahead") {
+            Ok(s) if streams.len() <= 4 => streams.push(s),
+            other => break other,
+        }
+    };
+    match refused {
+        Err(Error::NoStreamWhileWaitsOpen {
+            open,
+            made_ahead: 3,
+        }) if open >= 1 => {}
+        other => panic!("expected NoStreamWhileWaitsOpen, got {other:?}"),
+    }
+    assert!(
+        (3..=4).contains(&streams.len()),
+        "{} streams before the refusal, of 3 made ahead",
+        streams.len()
+    );
+    let done: Vec<_> = streams
+        .into_iter()
+        .map(|s| {
+            t.wait_on(&s, 1).unwrap();
+            let d = Timeline::new(&b, "done", 0).unwrap();
+            d.signal_on(&s, 1).unwrap();
+            (s, d)
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(
+        done.iter().all(|(_, d)| d.query().unwrap() == 0),
+        "a stream went past its wait"
+    );
+    t.signal(1).unwrap();
+    for (_, d) in &done {
+        d.wait(1, LONG).unwrap();
+    }
+    let after = b.new_stream("after").expect("no wait open: made now");
+    let d = Timeline::new(&b, "after", 0).unwrap();
+    d.signal_on(&after, 1).unwrap();
+    d.wait(1, LONG).unwrap();
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn streams_asked_for_while_a_wait_is_open_are_made_ahead_memops() {
+    streams_asked_for_while_a_wait_is_open_are_made_ahead(TimelineMechanism::MemOps)
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn streams_asked_for_while_a_wait_is_open_are_made_ahead_hybrid() {
+    streams_asked_for_while_a_wait_is_open_are_made_ahead(TimelineMechanism::Hybrid)
 }
 
 /// Signals and waits with no host read of the timeline in between (nothing polls its points):

@@ -63,6 +63,7 @@ mod open_wait;
 mod open_waits;
 pub(crate) mod semaphore;
 mod stream_id;
+mod stream_reserve;
 
 pub use command::{CudaKernel, KernelParam};
 pub use memory::{DeviceBuffer, PinnedBuffer};
@@ -97,6 +98,8 @@ pub struct CudaBackend {
     host_panics: Arc<HostPanics>,
     deferred: Arc<Deferred>,
     timelines: Arc<semaphore::TimelineSupport>,
+    /// Streams made ahead for `new_stream` calls while a stream waits for a host store.
+    streams: Arc<stream_reserve::StreamReserve>,
 }
 
 impl CudaBackend {
@@ -127,6 +130,10 @@ impl CudaBackend {
         // orders all work itself with events, which is exactly what turning tracking off asks.
         unsafe { ctx.disable_event_tracking() };
         let deferred: Arc<Deferred> = Arc::default();
+        let streams = Arc::new(stream_reserve::StreamReserve::new(
+            stream_reserve::MADE_AHEAD,
+        ));
+        streams.fill(&ctx);
         Ok(CudaBackend {
             ctx,
             host_panics: Arc::default(),
@@ -134,14 +141,61 @@ impl CudaBackend {
             timelines: Arc::new(semaphore::TimelineSupport::new(
                 TimelineMechanism::from_env(),
                 &deferred,
+                &streams,
             )),
+            streams,
         })
     }
 
     /// This backend with timelines made by `mechanism` (timelines made before keep theirs).
     /// [`CudaBackend::new`] takes it from `SEQSYNC_TIMELINE_MECHANISM` (`auto` by default).
     pub fn with_timeline_mechanism(mut self, mechanism: TimelineMechanism) -> Self {
-        self.timelines = Arc::new(semaphore::TimelineSupport::new(mechanism, &self.deferred));
+        self.timelines = Arc::new(semaphore::TimelineSupport::new(
+            mechanism,
+            &self.deferred,
+            &self.streams,
+        ));
+        self
+    }
+
+    /// This backend keeping `n` streams made ahead (256 by default) for the streams asked
+    /// for while a stream wait for a value nothing has written yet is open.
+    ///
+    /// While such a wait is open, the driver's `cuStreamCreate` may wait for the device to
+    /// drain, which waits for the host: a thread that makes a stream before it signals would
+    /// hang. So [`new_stream`](Self::new_stream) makes streams only while no wait of
+    /// seqsync's is open, and then tops up a reserve of `n`; while one is open it hands out
+    /// one of those, or returns [`Error::NoStreamWhileWaitsOpen`]. `n` bounds the streams a
+    /// program may make between two moments with no such wait open (a new stream per batch
+    /// with each batch's wait enqueued before its signal). The reserve is made now if no such
+    /// wait is open, else at the first `new_stream` with none open; this backend's clones
+    /// share it.
+    ///
+    /// ```no_run
+    /// # fn main() -> seqsync::Result<()> {
+    /// use seqsync::backend::cuda::CudaBackend;
+    /// use seqsync::timeline::Timeline;
+    /// use seqsync::Error;
+    ///
+    /// let gpu = CudaBackend::new(0)?.with_streams_made_ahead(1);
+    /// let t = Timeline::new(&gpu, "t", 0)?;
+    /// let first = gpu.new_stream("first")?; // no wait open: made now
+    /// t.wait_on(&first, 1)?; // a wait before its signal: open until t reaches 1
+    /// let second = gpu.new_stream("second")?; // the one made ahead
+    /// let third = gpu.new_stream("third");
+    /// assert!(matches!(third, Err(Error::NoStreamWhileWaitsOpen { made_ahead: 1, .. })));
+    /// t.signal(1)?;
+    /// let third = gpu.new_stream("third")?; // the wait is past: made now
+    /// # drop((second, third)); Ok(()) }
+    /// ```
+    pub fn with_streams_made_ahead(mut self, n: usize) -> Self {
+        self.streams = Arc::new(stream_reserve::StreamReserve::new(n));
+        self.streams.fill(&self.ctx);
+        self.timelines = Arc::new(semaphore::TimelineSupport::new(
+            self.timelines.choice(),
+            &self.deferred,
+            &self.streams,
+        ));
         self
     }
 
@@ -238,11 +292,13 @@ impl CudaBackend {
     /// A new non-blocking stream: [`Backend::new_stream`], callable without the trait in scope.
     /// CUDA streams have no name; `name` is for the other backends' sake (host streams name
     /// their worker threads with it).
+    ///
+    /// While a stream wait for a value nothing has written yet is open, the stream is one made
+    /// ahead, or [`Error::NoStreamWhileWaitsOpen`] (see
+    /// [`with_streams_made_ahead`](Self::with_streams_made_ahead)).
     pub fn new_stream(&self, _name: &str) -> Result<Arc<CudaStream>> {
         self.deferred.drain(&self.ctx);
-        self.ctx
-            .new_stream()
-            .map_err(|e| driver_error("cuStreamCreate", e))
+        self.streams.take(&self.ctx)
     }
 
     /// A stream made elsewhere (by PyTorch, CuPy, `cuda.core` or your own `cuStreamCreate`),

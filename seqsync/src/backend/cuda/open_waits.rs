@@ -207,6 +207,22 @@ pub(crate) fn forget(word: &AtomicU64) {
     state().open.retain(|&(a, _)| a != at);
 }
 
+/// Run `f` with no word wait open and none enqueued meanwhile (the gate's exclusive side, as a
+/// free): for a driver call that may wait for the device to drain. `Err(open)`, how many waits
+/// are open, without running `f` otherwise. `f` must not enqueue a word wait.
+pub(crate) fn while_quiet<R>(f: impl FnOnce() -> R) -> std::result::Result<R, usize> {
+    let _exclusive = GATE.write().unwrap_or_else(|e| e.into_inner());
+    let open = {
+        let mut st = state();
+        st.prune();
+        st.open.len()
+    };
+    if open > 0 {
+        return Err(open);
+    }
+    Ok(f())
+}
+
 /// Free `buffer` now if no word wait is open, else hold it until none is.
 pub(crate) fn free(buffer: Held) {
     let _exclusive = GATE.write().unwrap_or_else(|e| e.into_inner());

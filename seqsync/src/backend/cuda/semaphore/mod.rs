@@ -55,6 +55,8 @@ use hybrid::{HybridWord, WordOps};
 use mapped::MappedWords;
 use memops::MemOpsWord;
 
+use super::stream_reserve::StreamReserve;
+
 /// Which mechanism a CUDA backend's timelines use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum TimelineMechanism {
@@ -108,6 +110,8 @@ pub(crate) struct TimelineSupport {
     pool: Arc<Mutex<MappedWords>>,
     events: Arc<EventPool>,
     word_ops: Arc<WordOps>,
+    /// Where the probe's stream comes from (the backend's streams).
+    streams: Arc<StreamReserve>,
 }
 
 impl std::fmt::Debug for TimelineSupport {
@@ -120,8 +124,13 @@ impl std::fmt::Debug for TimelineSupport {
 }
 
 impl TimelineSupport {
-    pub(crate) fn new(choice: TimelineMechanism, errors: &Arc<Deferred>) -> Self {
+    pub(crate) fn new(
+        choice: TimelineMechanism,
+        errors: &Arc<Deferred>,
+        streams: &Arc<StreamReserve>,
+    ) -> Self {
         TimelineSupport {
+            streams: streams.clone(),
             choice,
             probed: OnceLock::new(),
             pool: Arc::new(Mutex::new(MappedWords::new(errors.clone()))),
@@ -146,10 +155,17 @@ impl TimelineSupport {
         )
     }
 
-    fn probe(&self, ctx: &Arc<CudaContext>) -> std::result::Result<(), String> {
-        self.probed
-            .get_or_init(|| probe_memops(ctx, &self.pool))
-            .clone()
+    /// The probe's answer, probed at the first call. `Err`: no stream for it now
+    /// ([`Error::NoStreamWhileWaitsOpen`]), nothing answered: a later call probes.
+    fn probe(&self, ctx: &Arc<CudaContext>) -> Result<std::result::Result<(), String>> {
+        if let Some(answer) = self.probed.get() {
+            return Ok(answer.clone());
+        }
+        let stream = self.streams.take(ctx)?;
+        Ok(self
+            .probed
+            .get_or_init(|| probe_memops(ctx, &self.pool, stream))
+            .clone())
     }
 
     pub(crate) fn create(&self, ctx: &Arc<CudaContext>, initial: u64) -> Result<CudaSemaphore> {
@@ -162,7 +178,7 @@ impl TimelineSupport {
         };
         match self.choice {
             TimelineMechanism::Events => Ok(use_events(None)),
-            TimelineMechanism::Auto => match self.probe(ctx) {
+            TimelineMechanism::Auto => match self.probe(ctx)? {
                 Ok(()) => self.memops(ctx, initial),
                 Err(why) => Ok(use_events(Some(why))),
             },
@@ -187,7 +203,7 @@ impl TimelineSupport {
     }
 
     pub(crate) fn probe_or_fail(&self, ctx: &Arc<CudaContext>) -> Result<()> {
-        self.probe(ctx).map_err(|why| {
+        self.probe(ctx)?.map_err(|why| {
             Error::Backend(BackendError::new(
                 "cuda",
                 "timeline (stream memory operations)",
@@ -210,6 +226,7 @@ impl TimelineSupport {
 fn probe_memops(
     ctx: &Arc<CudaContext>,
     pool: &Arc<Mutex<MappedWords>>,
+    stream: Arc<CudaStream>,
 ) -> std::result::Result<(), String> {
     let attr = {
         let mut v = 0i32;
@@ -225,9 +242,6 @@ fn probe_memops(
         format!("{what} (CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS = {attr})")
     };
     let word = MemOpsWord::new(ctx, pool, 0).map_err(|e| fail(e.to_string()))?;
-    let stream = ctx
-        .new_stream()
-        .map_err(|e| fail(format!("cuStreamCreate: {e}")))?;
     word.signal_on(&stream, 1)
         .and_then(|()| word.wait_on(&stream, 1))
         .and_then(|()| word.signal_on(&stream, 2))
