@@ -186,7 +186,9 @@ impl<B: Backend> Timeline<B> {
     ///
     /// # Errors
     /// [`Error::ValueOutOfRange`] for `initial > MAX_VALUE`; a backend error if the word cannot
-    /// be made (CUDA: pinned memory).
+    /// be made (CUDA: pinned memory); on CUDA, [`Error::NoStreamWhileWaitsOpen`] for the first
+    /// timeline of a backend whose stream memory operations are not probed yet, made while a
+    /// wait before its signal is open and no stream made ahead is left for the probe.
     pub fn new(backend: &B, name: &str, initial: u64) -> Result<Self> {
         Ok(Timeline {
             shared: Shared::new(backend, name, initial)?,

@@ -96,6 +96,11 @@ extern "C" __global__ void slow_fill(float *out, int n, float value, unsigned lo
         static GPU: OnceLock<Result<Gpu, String>> = OnceLock::new();
         let r = GPU.get_or_init(|| {
             let backend = CudaBackend::new(0).map_err(|e| e.to_string())?;
+            // Before any test has a wait open: the stream memory operations are probed (the
+            // answer is shared by the backend's clones and rebuilds) and the streams made
+            // ahead are made (the probe takes a stream).
+            let _ = backend.stream_memory_ops();
+            let _ = backend.new_stream("made ahead");
             let k = backend
                 .load_kernels(KERNELS, &["spin_ns", "slow_fill"])
                 .map_err(|e| e.to_string())?;
@@ -130,8 +135,6 @@ extern "C" __global__ void slow_fill(float *out, int n, float value, unsigned lo
         }
     }
 
-    /// The CUDA backend with the harness's kernels; `Harness` is implemented on it through
-    /// a thread-local handle to the kernels.
     /// A stream of `b`. While a test running beside this one has a wait before its signal
     /// open, streams come from those `b` made ahead; should they all be handed out, this
     /// waits (up to 10 s) for a moment with no wait open.
@@ -149,6 +152,8 @@ extern "C" __global__ void slow_fill(float *out, int n, float value, unsigned lo
         }
     }
 
+    /// The CUDA backend with the harness's kernels; `Harness` is implemented on it through
+    /// a thread-local handle to the kernels.
     impl Harness for CudaBackend {
         fn stream(&self) -> Self::Stream {
             new_stream(self)

@@ -201,15 +201,17 @@ fn wait_on_before_signal_across_streams<B: Harness>(b: &B) {
 }
 
 /// A new stream per batch, each waiting on one timeline for its batch before that is signalled
-/// (200 streams: a word keeps a bounded list of the streams that waited on it), then signalling a
-/// timeline of its own: each is held until its batch is signalled, and released then.
+/// (100 streams: a word keeps a bounded list of the streams that waited on it, 64 long), then
+/// signalling a timeline of its own: each is held until its batch is signalled, and released
+/// then. (On CUDA the streams made while its waits are open are ones made ahead: 256 a backend;
+/// `timeline_cuda.rs` runs 200 on a backend of its own.)
 fn a_new_stream_per_batch_waits_on_one_timeline<B: Harness>(b: &B) {
     if !b.holds_waits_before_signals() {
         // CUDA `events` refuses a wait before its signal (wait_on_before_signal_across_streams).
         return;
     }
     let t = Timeline::new(b, "t", 0).unwrap();
-    let done: Vec<_> = (1..=200u64)
+    let done: Vec<_> = (1..=100u64)
         .map(|v| {
             let s = b.stream();
             t.wait_on(&s, v).unwrap();
@@ -223,19 +225,19 @@ fn a_new_stream_per_batch_waits_on_one_timeline<B: Harness>(b: &B) {
         done.iter().all(|d| d.query().unwrap() == 0),
         "a stream went past its wait"
     );
-    t.signal(100).unwrap();
-    for (i, d) in done[..100].iter().enumerate() {
+    t.signal(50).unwrap();
+    for (i, d) in done[..50].iter().enumerate() {
         d.wait(1, LONG)
-            .unwrap_or_else(|e| panic!("batch {}: not released by 100: {e}", i + 1));
+            .unwrap_or_else(|e| panic!("batch {}: not released by 50: {e}", i + 1));
     }
     assert!(
-        done[100..].iter().all(|d| d.query().unwrap() == 0),
+        done[50..].iter().all(|d| d.query().unwrap() == 0),
         "a stream went past its wait"
     );
-    t.signal(200).unwrap();
+    t.signal(100).unwrap();
     for (i, d) in done.iter().enumerate() {
         d.wait(1, LONG)
-            .unwrap_or_else(|e| panic!("batch {}: not released by 200: {e}", i + 1));
+            .unwrap_or_else(|e| panic!("batch {}: not released by 100: {e}", i + 1));
     }
 }
 

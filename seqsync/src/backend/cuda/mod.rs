@@ -133,7 +133,6 @@ impl CudaBackend {
         let streams = Arc::new(stream_reserve::StreamReserve::new(
             stream_reserve::MADE_AHEAD,
         ));
-        streams.fill(&ctx);
         Ok(CudaBackend {
             ctx,
             host_panics: Arc::default(),
@@ -150,7 +149,7 @@ impl CudaBackend {
     /// This backend with timelines made by `mechanism` (timelines made before keep theirs).
     /// [`CudaBackend::new`] takes it from `SEQSYNC_TIMELINE_MECHANISM` (`auto` by default).
     pub fn with_timeline_mechanism(mut self, mechanism: TimelineMechanism) -> Self {
-        self.timelines = Arc::new(semaphore::TimelineSupport::new(
+        self.timelines = Arc::new(self.timelines.with_choice(
             mechanism,
             &self.deferred,
             &self.streams,
@@ -167,9 +166,8 @@ impl CudaBackend {
     /// seqsync's is open, and then tops up a reserve of `n`; while one is open it hands out
     /// one of those, or returns [`Error::NoStreamWhileWaitsOpen`]. `n` bounds the streams a
     /// program may make between two moments with no such wait open (a new stream per batch
-    /// with each batch's wait enqueued before its signal). The reserve is made now if no such
-    /// wait is open, else at the first `new_stream` with none open; this backend's clones
-    /// share it.
+    /// with each batch's wait enqueued before its signal). The reserve is made at the first
+    /// `new_stream` with no such wait open; this backend's clones share it.
     ///
     /// ```no_run
     /// # fn main() -> seqsync::Result<()> {
@@ -190,8 +188,7 @@ impl CudaBackend {
     /// ```
     pub fn with_streams_made_ahead(mut self, n: usize) -> Self {
         self.streams = Arc::new(stream_reserve::StreamReserve::new(n));
-        self.streams.fill(&self.ctx);
-        self.timelines = Arc::new(semaphore::TimelineSupport::new(
+        self.timelines = Arc::new(self.timelines.with_choice(
             self.timelines.choice(),
             &self.deferred,
             &self.streams,
@@ -247,7 +244,8 @@ impl CudaBackend {
     ///
     /// # Errors
     /// [`Error::Backend`] saying why not (the device attribute, the driver's refusal, or a wait
-    /// that did not end).
+    /// that did not end); [`Error::NoStreamWhileWaitsOpen`] if not probed yet and no stream can
+    /// be had for the probe now (a later call probes).
     ///
     /// ```no_run
     /// # fn main() -> seqsync::Result<()> {

@@ -291,7 +291,21 @@ pub(crate) fn admit_allocation(op: &'static str, bytes: usize) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::reached;
+    use super::{forget, list_open, reached, while_quiet};
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    #[test]
+    fn while_quiet_runs_only_with_no_wait_open() {
+        static WORD: AtomicU64 = AtomicU64::new(0);
+        list_open(&WORD);
+        let mut ran = false;
+        assert!(matches!(while_quiet(|| ran = true), Err(n) if n >= 1));
+        assert!(!ran, "ran with a wait open");
+        // The word got there: the wait is past (pruned), nothing else is open.
+        WORD.store(1, Ordering::SeqCst);
+        assert_eq!(while_quiet(|| 7), Ok(7));
+        forget(&WORD);
+    }
 
     #[test]
     fn reached_reads_the_word_as_the_stream_wait_does() {

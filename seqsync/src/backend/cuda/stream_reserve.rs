@@ -62,11 +62,6 @@ impl StreamReserve {
         }
     }
 
-    /// Fill the reserve now if no wait is open (else it fills at the next stream made).
-    pub(crate) fn fill(&self, ctx: &Arc<CudaContext>) {
-        let _ = open_waits::while_quiet(|| self.top_up(ctx));
-    }
-
     /// With no wait open: a stream, and the reserve full again.
     fn make(&self, ctx: &Arc<CudaContext>) -> Result<Arc<CudaStream>> {
         let stream = ctx
@@ -77,13 +72,21 @@ impl StreamReserve {
     }
 
     /// With no wait open: the reserve full again (a stream the driver refuses to make ahead
-    /// leaves it short; no call fails for it).
+    /// leaves it short; no call fails for it). Each stream made ahead has an event recorded on
+    /// it now, so that whatever the driver sets up at a stream's first use is set up while no
+    /// wait is open too.
     fn top_up(&self, ctx: &Arc<CudaContext>) {
         let mut spare = self.spare.lock().unwrap_or_else(|e| e.into_inner());
+        if spare.len() >= self.made_ahead {
+            return;
+        }
+        let Ok(event) = ctx.new_event(None) else {
+            return;
+        };
         while spare.len() < self.made_ahead {
             match ctx.new_stream() {
-                Ok(s) => spare.push(s),
-                Err(_) => break,
+                Ok(s) if event.record(&s).is_ok() => spare.push(s),
+                _ => break,
             }
         }
     }

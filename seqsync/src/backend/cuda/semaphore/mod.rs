@@ -105,8 +105,9 @@ impl TimelineMechanism {
 /// A backend's timeline machinery: the choice, the decision, the word pool, the event pool.
 pub(crate) struct TimelineSupport {
     choice: TimelineMechanism,
-    /// `Ok(())`: memory operations work; `Err(reason)`: they do not.
-    probed: OnceLock<std::result::Result<(), String>>,
+    /// `Ok(())`: memory operations work; `Err(reason)`: they do not. A property of the
+    /// device: shared with the machinery of the backend's rebuilds ([`Self::with_choice`]).
+    probed: Arc<OnceLock<std::result::Result<(), String>>>,
     pool: Arc<Mutex<MappedWords>>,
     events: Arc<EventPool>,
     word_ops: Arc<WordOps>,
@@ -132,10 +133,23 @@ impl TimelineSupport {
         TimelineSupport {
             streams: streams.clone(),
             choice,
-            probed: OnceLock::new(),
+            probed: Arc::default(),
             pool: Arc::new(Mutex::new(MappedWords::new(errors.clone()))),
             events: Arc::new(EventPool::new(errors)),
             word_ops: Arc::default(),
+        }
+    }
+
+    /// New machinery for `choice` and `streams`, with this one's probe answer.
+    pub(crate) fn with_choice(
+        &self,
+        choice: TimelineMechanism,
+        errors: &Arc<Deferred>,
+        streams: &Arc<StreamReserve>,
+    ) -> Self {
+        TimelineSupport {
+            probed: self.probed.clone(),
+            ..Self::new(choice, errors, streams)
         }
     }
 
@@ -161,11 +175,12 @@ impl TimelineSupport {
         if let Some(answer) = self.probed.get() {
             return Ok(answer.clone());
         }
-        let stream = self.streams.take(ctx)?;
-        Ok(self
-            .probed
-            .get_or_init(|| probe_memops(ctx, &self.pool, stream))
-            .clone())
+        let answer = match self.streams.take(ctx) {
+            Ok(stream) => probe_memops(ctx, &self.pool, stream),
+            Err(e @ Error::NoStreamWhileWaitsOpen { .. }) => return Err(e),
+            Err(e) => Err(format!("cuStreamCreate: {e}")),
+        };
+        Ok(self.probed.get_or_init(|| answer).clone())
     }
 
     pub(crate) fn create(&self, ctx: &Arc<CudaContext>, initial: u64) -> Result<CudaSemaphore> {
