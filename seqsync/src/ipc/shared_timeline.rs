@@ -28,6 +28,11 @@
 //! (`cuMemHostUnregister` waits for the whole device, and a stream may wait for good), and
 //! keeps its peer entry until its handles are gone and no device wait of it can be pending.
 //!
+//! Its device waits are not among the waits that hold back this process's frees and stream
+//! creations (the timeline docs, "# Mechanisms"): while a stream waits for another process's
+//! signal, a `cuMemFree` or a `cuStreamCreate` past the few dozen the driver makes at once may
+//! wait for that signal. They wait, not hang, unless that process waits for this one first.
+//!
 //! It may use: `backend` (host work, mapped host words) and `timeline` (the failure rule).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

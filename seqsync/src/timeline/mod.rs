@@ -113,9 +113,10 @@
 //! streams, then waits too (measured on the H100): `CudaBackend::new_stream` makes streams
 //! only while no such wait is open, and keeps 256 made then for the streams asked for while
 //! one is (past those, [`Error::NoStreamWhileWaitsOpen`]; `with_streams_made_ahead` sets the
-//! number). Code of your own that makes those calls must not do so while a thread it waits
-//! for has a signal to make, or the process hangs; the `events` mechanism, which refuses such
-//! waits, never blocks the GPU.
+//! number). Waits on a timeline shared with other processes are not counted (see
+//! `ipc::SharedTimeline`). Code of your own that makes those calls must not do so while a
+//! thread it waits for has a signal to make, or the process hangs; the `events` mechanism,
+//! which refuses such waits, never blocks the GPU.
 //!
 //! # Host waits
 //!
