@@ -140,7 +140,6 @@ impl CudaBackend {
             timelines: Arc::new(semaphore::TimelineSupport::new(
                 TimelineMechanism::from_env(),
                 &deferred,
-                &streams,
             )),
             streams,
         })
@@ -149,11 +148,7 @@ impl CudaBackend {
     /// This backend with timelines made by `mechanism` (timelines made before keep theirs).
     /// [`CudaBackend::new`] takes it from `SEQSYNC_TIMELINE_MECHANISM` (`auto` by default).
     pub fn with_timeline_mechanism(mut self, mechanism: TimelineMechanism) -> Self {
-        self.timelines = Arc::new(self.timelines.with_choice(
-            mechanism,
-            &self.deferred,
-            &self.streams,
-        ));
+        self.timelines = Arc::new(self.timelines.with_choice(mechanism, &self.deferred));
         self
     }
 
@@ -188,11 +183,6 @@ impl CudaBackend {
     /// ```
     pub fn with_streams_made_ahead(mut self, n: usize) -> Self {
         self.streams = Arc::new(stream_reserve::StreamReserve::new(n));
-        self.timelines = Arc::new(self.timelines.with_choice(
-            self.timelines.choice(),
-            &self.deferred,
-            &self.streams,
-        ));
         self
     }
 
@@ -255,7 +245,7 @@ impl CudaBackend {
     /// # Ok(()) }
     /// ```
     pub fn stream_memory_ops(&self) -> Result<()> {
-        self.timelines.probe_or_fail(&self.ctx)
+        self.timelines.probe_or_fail(&self.ctx, &self.streams)
     }
 
     /// True when a driver and at least one GPU are present.
@@ -568,7 +558,7 @@ impl Backend for CudaBackend {
     }
 
     fn create_semaphore(&self, initial: u64, _waker: SemaphoreWaker) -> Result<CudaSemaphore> {
-        self.timelines.create(&self.ctx, initial)
+        self.timelines.create(&self.ctx, &self.streams, initial)
     }
 
     /// As [`record`](Backend::record): no context need be current for a stream whose handle

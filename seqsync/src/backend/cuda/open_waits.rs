@@ -1,4 +1,5 @@
-//! Stream waits that may be waiting on the host, and the frees that must not run while one is.
+//! Stream waits that may be waiting on the host, and the frees (and stream creations:
+//! [`while_quiet`]) that must not run while one is.
 //!
 //! A stream memory wait (`cuStreamWaitValue64`) for a value its word does not hold yet blocks
 //! its stream on the GPU until the word gets there, and the value may come from a host store
@@ -6,8 +7,9 @@
 //! wait for the whole device to drain, on whatever thread makes them, and hold a driver lock
 //! meanwhile that blocks other threads' calls too (`cuLaunchKernel`, `cuEventCreate`): measured
 //! on the H200 (BENCHMARKS.md §5, "calls that wait for the device"): `cuMemFree`,
-//! `cuMemFreeHost`, `cuMemHostUnregister`, `cuCtxSynchronize`; the allocations, event and stream
-//! calls, `cuMemFreeAsync` and `cuStreamSynchronize` of another stream do not. Should the
+//! `cuMemFreeHost`, `cuMemHostUnregister`, `cuCtxSynchronize`, and `cuStreamCreate` past a few
+//! dozen streams (on the H100); the allocations, event calls, `cuMemFreeAsync` and
+//! `cuStreamSynchronize` of another stream do not. Should the
 //! thread that will store the value be blocked there, or in any driver call behind that lock,
 //! the process hangs.
 //!

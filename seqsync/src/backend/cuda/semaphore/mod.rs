@@ -111,8 +111,6 @@ pub(crate) struct TimelineSupport {
     pool: Arc<Mutex<MappedWords>>,
     events: Arc<EventPool>,
     word_ops: Arc<WordOps>,
-    /// Where the probe's stream comes from (the backend's streams).
-    streams: Arc<StreamReserve>,
 }
 
 impl std::fmt::Debug for TimelineSupport {
@@ -125,13 +123,8 @@ impl std::fmt::Debug for TimelineSupport {
 }
 
 impl TimelineSupport {
-    pub(crate) fn new(
-        choice: TimelineMechanism,
-        errors: &Arc<Deferred>,
-        streams: &Arc<StreamReserve>,
-    ) -> Self {
+    pub(crate) fn new(choice: TimelineMechanism, errors: &Arc<Deferred>) -> Self {
         TimelineSupport {
-            streams: streams.clone(),
             choice,
             probed: Arc::default(),
             pool: Arc::new(Mutex::new(MappedWords::new(errors.clone()))),
@@ -140,16 +133,11 @@ impl TimelineSupport {
         }
     }
 
-    /// New machinery for `choice` and `streams`, with this one's probe answer.
-    pub(crate) fn with_choice(
-        &self,
-        choice: TimelineMechanism,
-        errors: &Arc<Deferred>,
-        streams: &Arc<StreamReserve>,
-    ) -> Self {
+    /// New machinery for `choice`, with this one's probe answer.
+    pub(crate) fn with_choice(&self, choice: TimelineMechanism, errors: &Arc<Deferred>) -> Self {
         TimelineSupport {
             probed: self.probed.clone(),
-            ..Self::new(choice, errors, streams)
+            ..Self::new(choice, errors)
         }
     }
 
@@ -169,13 +157,18 @@ impl TimelineSupport {
         )
     }
 
-    /// The probe's answer, probed at the first call. `Err`: no stream for it now
-    /// ([`Error::NoStreamWhileWaitsOpen`]), nothing answered: a later call probes.
-    fn probe(&self, ctx: &Arc<CudaContext>) -> Result<std::result::Result<(), String>> {
+    /// The probe's answer, probed at the first call on a stream from `streams`. `Err`: no
+    /// stream for it now ([`Error::NoStreamWhileWaitsOpen`]), nothing answered: a later call
+    /// probes.
+    fn probe(
+        &self,
+        ctx: &Arc<CudaContext>,
+        streams: &StreamReserve,
+    ) -> Result<std::result::Result<(), String>> {
         if let Some(answer) = self.probed.get() {
             return Ok(answer.clone());
         }
-        let answer = match self.streams.take(ctx) {
+        let answer = match streams.take(ctx) {
             Ok(stream) => probe_memops(ctx, &self.pool, stream),
             Err(e @ Error::NoStreamWhileWaitsOpen { .. }) => return Err(e),
             Err(e) => Err(format!("cuStreamCreate: {e}")),
@@ -183,7 +176,12 @@ impl TimelineSupport {
         Ok(self.probed.get_or_init(|| answer).clone())
     }
 
-    pub(crate) fn create(&self, ctx: &Arc<CudaContext>, initial: u64) -> Result<CudaSemaphore> {
+    pub(crate) fn create(
+        &self,
+        ctx: &Arc<CudaContext>,
+        streams: &StreamReserve,
+        initial: u64,
+    ) -> Result<CudaSemaphore> {
         let use_events = |reason: Option<String>| CudaSemaphore {
             at: None,
             word: Word::Events(Arc::new(EventsWord::new(ctx, &self.events, initial))),
@@ -193,16 +191,16 @@ impl TimelineSupport {
         };
         match self.choice {
             TimelineMechanism::Events => Ok(use_events(None)),
-            TimelineMechanism::Auto => match self.probe(ctx)? {
+            TimelineMechanism::Auto => match self.probe(ctx, streams)? {
                 Ok(()) => self.memops(ctx, initial),
                 Err(why) => Ok(use_events(Some(why))),
             },
             TimelineMechanism::Hybrid => {
-                self.probe_or_fail(ctx)?;
+                self.probe_or_fail(ctx, streams)?;
                 self.hybrid(ctx, initial)
             }
             TimelineMechanism::MemOps => {
-                self.probe_or_fail(ctx)?;
+                self.probe_or_fail(ctx, streams)?;
                 self.memops(ctx, initial)
             }
         }
@@ -217,8 +215,12 @@ impl TimelineSupport {
         })
     }
 
-    pub(crate) fn probe_or_fail(&self, ctx: &Arc<CudaContext>) -> Result<()> {
-        self.probe(ctx)?.map_err(|why| {
+    pub(crate) fn probe_or_fail(
+        &self,
+        ctx: &Arc<CudaContext>,
+        streams: &StreamReserve,
+    ) -> Result<()> {
+        self.probe(ctx, streams)?.map_err(|why| {
             Error::Backend(BackendError::new(
                 "cuda",
                 "timeline (stream memory operations)",
