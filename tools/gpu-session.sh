@@ -39,7 +39,8 @@ suite() {
   [ $left -gt 150 ] && left=150
   local s=$(date +%s) log=$OUT/suite.log
   timeout $left ".gpu-bundle/tests/$t" --test-threads=2 "$@" > "$log" 2>&1
-  local r=$(grep -E "test result|^test .* FAILED|panicked" "$log")
+  # The failures, each panic with its message (the lines after it), and the summary.
+  local r=$(grep -E "^test .* FAILED" "$log"; grep -A2 "panicked" "$log" | grep -v "^note:" | cut -c1-300 | head -15; grep "test result" "$log")
   echo "$label ($(( $(date +%s) - s )) s): ${r:-no result (timed out after $left s?)}"
   if ! grep -q "test result" "$log"; then
     # Which tests never reported: the ones still running when the time ran out.

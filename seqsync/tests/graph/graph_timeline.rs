@@ -4,7 +4,7 @@
 
 use crate::common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -466,23 +466,40 @@ fn a_poisoned_pool_stream_is_not_reused<B: GraphBackend>(b: &B) {
 
 /// A graph dropped while a replay of it is in flight keeps its host nodes' closures until the
 /// replay has run (the driver calls them through pointers: freeing them at the drop was a use
-/// after free on CUDA).
+/// after free on CUDA). Nothing here depends on how long the submission takes: each host node
+/// checks that the gate has opened when it runs, and the closures are checked alive only if
+/// the gate was still shut after that look (a replay cannot have run then).
 fn a_graph_dropped_mid_replay_keeps_its_host_nodes<B: GraphBackend>(b: &B) {
     let mut pool = Queues::new(b.clone());
     let (go, done) = (
         Timeline::new(b, "go", 0).unwrap(),
         Timeline::new(b, "done", 0).unwrap(),
     );
-    let count = Arc::new(AtomicUsize::new(0));
-    let exe = counting::<B>(3, &count)
-        .finish()
-        .unwrap()
-        .instantiate(b)
-        .unwrap();
+    let opened = Arc::new(AtomicBool::new(false));
+    let (count, early) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let mut cb = CommandBuffer::<B>::new();
+    for i in 0..3 {
+        let (opened, count, early) = (opened.clone(), count.clone(), early.clone());
+        cb.host(
+            &format!("c{i}"),
+            move || {
+                if !opened.load(Ordering::SeqCst) {
+                    early.fetch_add(1, Ordering::SeqCst);
+                }
+                count.fetch_add(1, Ordering::SeqCst);
+            },
+            &[],
+        );
+    }
+    let exe = cb.finish().unwrap().instantiate(b).unwrap();
     let gate = b.new_stream("gate").unwrap();
+    let gate_opens = opened.clone();
     b.launch_host(
         &gate,
-        Box::new(|| std::thread::sleep(Duration::from_millis(200))),
+        Box::new(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            gate_opens.store(true, Ordering::SeqCst);
+        }),
     )
     .unwrap();
     go.signal_on(&gate, 1).unwrap();
@@ -493,14 +510,18 @@ fn a_graph_dropped_mid_replay_keeps_its_host_nodes<B: GraphBackend>(b: &B) {
     };
     pool.submit_graph_with(&exe, &how).unwrap();
     drop(exe);
-    assert_eq!(count.load(Ordering::SeqCst), 0, "ran before its wait");
-    assert!(
-        Arc::strong_count(&count) > 1,
-        "the host nodes went with the graph while its replay was in flight"
-    );
+    // Alive first, then the gate: shut after the look means no replay had run at it.
+    let alive = Arc::strong_count(&count) > 1;
+    if !opened.load(Ordering::SeqCst) {
+        assert!(
+            alive,
+            "the host nodes went with the graph while its replay was in flight"
+        );
+    }
     done.wait(1, LONG).unwrap();
     pool.synchronize().unwrap();
     assert_eq!(count.load(Ordering::SeqCst), 3);
+    assert_eq!(early.load(Ordering::SeqCst), 0, "ran before its wait");
 }
 
 /// A wait whose signal is enqueued on a stream behind a wait before its own signal: the

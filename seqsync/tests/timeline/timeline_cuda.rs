@@ -326,6 +326,111 @@ fn streams_asked_for_while_a_wait_is_open_are_made_ahead_hybrid() {
     streams_asked_for_while_a_wait_is_open_are_made_ahead(TimelineMechanism::Hybrid)
 }
 
+/// The variants of a test that keeps a wait open for a second, one at a time: the other's
+/// first half would find that wait open past its own second.
+static A_WAIT_OPEN_FOR_A_SECOND: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// With none made ahead, a stream asked for while a wait is open is made once the wait has
+/// closed (another thread signals it), not before; a wait that stays open gets the named
+/// refusal after a second, nothing made.
+fn a_stream_asked_for_with_none_made_ahead_is_made_once_the_waits_close(m: TimelineMechanism) {
+    let Some((_, b)) = with(m) else {
+        return;
+    };
+    let _one_at_a_time = A_WAIT_OPEN_FOR_A_SECOND
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let b = b.with_streams_made_ahead(0);
+    let t = Timeline::new(&b, "t", 0).unwrap();
+    let first = common::gpu::new_stream(&b);
+    t.wait_on(&first, 1).unwrap(); // open until t reaches 1
+    let made = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            std::thread::sleep(Duration::from_millis(100));
+            t.signal(1).unwrap();
+        });
+        let started = std::time::Instant::now();
+        let made = b.new_stream("after the wait");
+        (made, started.elapsed())
+    });
+    let (s, took) = (made.0.unwrap(), made.1);
+    assert!(
+        took >= Duration::from_millis(90),
+        "made after {took:?}, while the wait was open"
+    );
+    let d = Timeline::new(&b, "d", 0).unwrap();
+    d.signal_on(&s, 1).unwrap();
+    d.wait(1, LONG).unwrap();
+    // A wait that stays open: refused after the second.
+    let u = Timeline::new(&b, "u", 0).unwrap();
+    let held = common::gpu::new_stream(&b);
+    u.wait_on(&held, 1).unwrap();
+    let started = std::time::Instant::now();
+    let refused = b.new_stream("refused");
+    let took = started.elapsed();
+    u.signal(1).unwrap();
+    match refused {
+        Err(Error::NoStreamWhileWaitsOpen { made_ahead: 0, .. }) => {}
+        other => panic!("expected NoStreamWhileWaitsOpen, got {other:?}"),
+    }
+    assert!(took >= Duration::from_millis(900), "refused after {took:?}");
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn a_stream_asked_for_with_none_made_ahead_is_made_once_the_waits_close_memops() {
+    a_stream_asked_for_with_none_made_ahead_is_made_once_the_waits_close(TimelineMechanism::MemOps)
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn a_stream_asked_for_with_none_made_ahead_is_made_once_the_waits_close_hybrid() {
+    a_stream_asked_for_with_none_made_ahead_is_made_once_the_waits_close(TimelineMechanism::Hybrid)
+}
+
+/// A backend made while another's wait is open (a demo run per test, two tests at once) gets
+/// its first stream from the streams made ahead that the backends of the device share, at
+/// once, not a refusal.
+fn a_new_backend_takes_streams_made_ahead_for_the_device(m: TimelineMechanism) {
+    let Some((_, b)) = with(m) else {
+        return;
+    };
+    let t = Timeline::new(&b, "t", 0).unwrap();
+    let first = common::gpu::new_stream(&b); // fills the device's reserve, if not yet
+    t.wait_on(&first, 1).unwrap(); // open until t reaches 1, below
+    let fresh = CudaBackend::new(0).unwrap().with_timeline_mechanism(m);
+    let s = fresh.new_stream("from the reserve");
+    t.signal(1).unwrap();
+    let s = s.unwrap();
+    let d = Timeline::new(&fresh, "d", 0).unwrap();
+    d.signal_on(&s, 1).unwrap();
+    d.wait(1, LONG).unwrap();
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn a_new_backend_takes_streams_made_ahead_for_the_device_memops() {
+    a_new_backend_takes_streams_made_ahead_for_the_device(TimelineMechanism::MemOps)
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "gpu-tests"),
+    ignore = "needs a GPU: cargo test --features gpu-tests"
+)]
+fn a_new_backend_takes_streams_made_ahead_for_the_device_hybrid() {
+    a_new_backend_takes_streams_made_ahead_for_the_device(TimelineMechanism::Hybrid)
+}
+
 /// Signals and waits with no host read of the timeline in between (nothing polls its points):
 /// its events are still reused, so the events alive stay bounded however many values it
 /// signals (every mechanism that records events).

@@ -130,9 +130,7 @@ impl CudaBackend {
         // orders all work itself with events, which is exactly what turning tracking off asks.
         unsafe { ctx.disable_event_tracking() };
         let deferred: Arc<Deferred> = Arc::default();
-        let streams = Arc::new(stream_reserve::StreamReserve::new(
-            stream_reserve::MADE_AHEAD,
-        ));
+        let streams = stream_reserve::StreamReserve::of_context(&ctx);
         Ok(CudaBackend {
             ctx,
             host_panics: Arc::default(),
@@ -152,17 +150,21 @@ impl CudaBackend {
         self
     }
 
-    /// This backend keeping `n` streams made ahead (256 by default) for the streams asked
-    /// for while a stream wait for a value nothing has written yet is open.
+    /// This backend keeping `n` streams made ahead of its own, for the streams asked for
+    /// while a stream wait for a value nothing has written yet is open (by default the
+    /// backends of one device share a reserve of 256).
     ///
     /// While such a wait is open, the driver's `cuStreamCreate` may wait for the device to
     /// drain, which waits for the host: a thread that makes a stream before it signals would
     /// hang. So [`new_stream`](Self::new_stream) makes streams only while no wait of
     /// seqsync's is open, and then tops up a reserve of `n`; while one is open it hands out
-    /// one of those, or returns [`Error::NoStreamWhileWaitsOpen`]. `n` bounds the streams a
-    /// program may make between two moments with no such wait open (a new stream per batch
-    /// with each batch's wait enqueued before its signal). The reserve is made at the first
-    /// `new_stream` with no such wait open; this backend's clones share it.
+    /// one of those, else makes one as soon as the waits have closed (they may be another
+    /// thread's), else, after a second, returns [`Error::NoStreamWhileWaitsOpen`]. `n`
+    /// bounds the streams a program may take while such waits stay open (a new stream per
+    /// batch with each batch's wait enqueued before its signal). The reserve is made at the
+    /// first `new_stream` with no such wait open, and grows back two streams per later one
+    /// (a whole refill at once could wait for the device to drain); this backend's clones
+    /// share it.
     ///
     /// ```no_run
     /// # fn main() -> seqsync::Result<()> {
