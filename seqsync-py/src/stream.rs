@@ -75,12 +75,16 @@ impl Backend {
         self.inner().name()
     }
 
-    /// A new stream (on the host backend a worker thread named `name`).
+    /// A new stream (on the host backend a worker thread named `name`). Made without the GIL:
+    /// on CUDA, while a wait before its signal is open, it may wait (a second at most) for
+    /// another thread to signal.
     #[pyo3(signature = (name = "stream"))]
-    fn new_stream(&self, name: &str) -> PyResult<Stream> {
+    fn new_stream(&self, py: Python<'_>, name: &str) -> PyResult<Stream> {
+        let backend = self.inner().clone();
+        let made = py.detach(move || backend.new_stream(name)).py_err()?;
         Ok(Stream {
             backend: self.inner().clone(),
-            inner: Some(self.inner().new_stream(name).py_err()?),
+            inner: Some(made),
             name: name.to_string(),
             borrowed: None,
             raised: Arc::default(),
