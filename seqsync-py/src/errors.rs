@@ -120,7 +120,7 @@ create_exception!(
     seqsync,
     NoStreamWhileWaitsOpen,
     Error,
-    "A CUDA stream asked for while a wait before its signal is open and stayed open for a second, with the streams made ahead for that handed out; `open` and `made_ahead` say how many."
+    "A CUDA stream asked for while a wait before its signal is open and stayed open for a second, with no stream made ahead for that left; `open` (waits open) and `made_ahead` (the reserve's size) say how many."
 );
 create_exception!(
     seqsync,

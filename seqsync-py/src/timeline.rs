@@ -77,10 +77,16 @@ pub(crate) fn wait_sliced<T: Send>(
 impl Timeline {
     #[new]
     #[pyo3(signature = (backend, name, initial = 0))]
-    fn new(backend: &Backend, name: &str, initial: u64) -> PyResult<Self> {
+    fn new(py: Python<'_>, backend: &Backend, name: &str, initial: u64) -> PyResult<Self> {
+        // Without the GIL: on CUDA the first timeline probes on a new stream, which may wait
+        // (a second at most) for another thread to signal an open wait.
+        let inner = backend.inner().clone();
+        let made = py
+            .detach(move || seqsync::Timeline::new(&inner, name, initial))
+            .py_err()?;
         Ok(Timeline {
             backend: Arc::clone(&backend.shared),
-            inner: seqsync::Timeline::new(backend.inner(), name, initial).py_err()?,
+            inner: made,
         })
     }
 

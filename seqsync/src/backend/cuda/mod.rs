@@ -152,7 +152,8 @@ impl CudaBackend {
 
     /// This backend keeping `n` streams made ahead of its own, for the streams asked for
     /// while a stream wait for a value nothing has written yet is open (by default the
-    /// backends of one device share a reserve of 256).
+    /// backends of one device share a reserve of 256, made at the first stream made with no
+    /// such wait open while none of them was alive).
     ///
     /// While such a wait is open, the driver's `cuStreamCreate` may wait for the device to
     /// drain, which waits for the host: a thread that makes a stream before it signals would
@@ -284,7 +285,8 @@ impl CudaBackend {
     /// their worker threads with it).
     ///
     /// While a stream wait for a value nothing has written yet is open, the stream is one made
-    /// ahead, or [`Error::NoStreamWhileWaitsOpen`] (see
+    /// ahead, else one made once the waits have closed (this call waits a second at most for
+    /// that), else [`Error::NoStreamWhileWaitsOpen`] (see
     /// [`with_streams_made_ahead`](Self::with_streams_made_ahead)).
     pub fn new_stream(&self, _name: &str) -> Result<Arc<CudaStream>> {
         self.deferred.drain(&self.ctx);

@@ -23,7 +23,12 @@
 //! made then stalled the caller until the device drained (seen on the H100: a graph replay ran
 //! to completion inside a `new_stream`); a few creations per call stall about as seldom as
 //! making the caller's stream alone would, and the reserve still grows back between bursts
-//! (each quiet call makes one more than it hands out).
+//! (each quiet call puts back up to two beside the one it hands out). The first fill still
+//! makes the whole reserve at once: once per reserve, where a backend (the first of its
+//! device) starts.
+//!
+//! A reserve dropped while a wait is open parks its streams (destroying one could wait for the
+//! device as making one does); the next quiet `new_stream` destroys them.
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -48,6 +53,11 @@ pub(crate) const QUIET_WAIT: Duration = Duration::from_secs(1);
 /// The reserves shared by the backends of each context (by `CUcontext` address), alive while
 /// one of those is: a backend made while another's waits are open finds streams made ahead.
 static SHARED: Mutex<Vec<(usize, Weak<StreamReserve>)>> = Mutex::new(Vec::new());
+
+/// Streams of reserves dropped while a wait was open, destroyed at the next quiet moment (who
+/// parks: a reserve's drop; who destroys: [`StreamReserve::make`]). At most the streams of the
+/// reserves dropped between two quiet moments.
+static PARKED: Mutex<Vec<Arc<CudaStream>>> = Mutex::new(Vec::new());
 
 pub(crate) struct StreamReserve {
     made_ahead: usize,
@@ -120,8 +130,11 @@ impl StreamReserve {
         }
     }
 
-    /// With no wait open: a stream, and the reserve full again.
+    /// With no wait open: a stream, the reserve nearer full, and the parked streams gone.
     fn make(&self, ctx: &Arc<CudaContext>) -> Result<Arc<CudaStream>> {
+        drop(std::mem::take(
+            &mut *PARKED.lock().unwrap_or_else(|e| e.into_inner()),
+        ));
         let stream = ctx
             .new_stream()
             .map_err(|e| driver_error("cuStreamCreate", e))?;
@@ -197,10 +210,15 @@ impl Drop for StreamReserve {
                 .unwrap_or_else(|e| e.into_inner())
                 .streams,
         ));
-        // Destroyed while no wait is open, as they were made; else they stay (their destroy
-        // could wait for the device as their making would).
+        // Destroyed while no wait is open, as they were made; else parked until no wait is
+        // (their destroy could wait for the device as their making would).
         if open_waits::while_quiet(|| drop(spare.take())).is_err() {
-            std::mem::forget(spare);
+            if let Some(streams) = spare {
+                PARKED
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .extend(streams);
+            }
         }
     }
 }
