@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Runs test executable $1 (one test at a time, names printed as they start) with the remaining
-# arguments; if it is still running after $WAIT seconds (default 40), prints the test it is in
-# and every thread's stack (tools/diag/stack_peek.py; symbolize here with addr2line on the
+# Runs test executable $1 ($THREADS tests at a time, default 1; names printed as they start)
+# with the remaining arguments; if it is still running after $WAIT seconds (default 40), prints
+# the test it is in and every thread's stack (tools/diag/stack_peek.py; symbolize here with addr2line on the
 # unstripped binary, vaddr = file offset + 0x1000), then kills it.
 set -u
 t=$1; shift

@@ -282,10 +282,11 @@ pub enum Error {
     /// A CUDA stream was asked for while a stream wait for a value nothing has written yet was
     /// open, none of the streams made ahead for that case was left (the reserve the backends
     /// of a device share, `made_ahead` streams when full; it fills at the first stream made
-    /// with no such wait open), and the waits stayed open for a second more. The driver's `cuStreamCreate` may then wait for
-    /// the device to drain, which waits for the host: a hang, so nothing was made. Make
-    /// streams before enqueuing waits ahead of their signals, or once those waits are past,
-    /// or keep more made ahead (`CudaBackend::with_streams_made_ahead`).
+    /// with no such wait open), and the waits stayed open for a second more. The driver's
+    /// `cuStreamCreate` may then wait for the device to drain, which waits for the host: a
+    /// hang, so nothing was made. Make streams before enqueuing waits ahead of their signals,
+    /// or once those waits are past, or keep more made ahead
+    /// (`CudaBackend::with_streams_made_ahead`).
     #[error(
         "no CUDA stream can be made now: {open} stream wait(s) for values nothing has written \
          yet are open and stayed open for 1 s (cuStreamCreate could wait for them: a hang), \
@@ -296,7 +297,7 @@ pub enum Error {
     NoStreamWhileWaitsOpen {
         /// The stream waits open (those listed, whose words were below their values).
         open: usize,
-        /// How many streams the backend keeps made ahead.
+        /// The size of the reserve of streams made ahead (when full).
         made_ahead: usize,
     },
 

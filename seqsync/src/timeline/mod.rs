@@ -114,10 +114,11 @@
 //! only while no such wait is open, and keeps a reserve made then (256, shared by the
 //! backends of a device) for the streams asked for while one is; with none left it waits up
 //! to a second for the waits to close, then returns [`Error::NoStreamWhileWaitsOpen`]
-//! (`with_streams_made_ahead` gives a backend a reserve of its own, of any size). Waits on a timeline shared with other processes are not counted (see
-//! `ipc::SharedTimeline`). Code of your own that makes those calls must not do so while a
-//! thread it waits for has a signal to make, or the process hangs; the `events` mechanism,
-//! which refuses such waits, never blocks the GPU.
+//! (`with_streams_made_ahead` gives a backend a reserve of its own, of any size). Waits on a
+//! timeline shared with other processes are not counted (see `ipc::SharedTimeline`). Code of
+//! your own that makes those calls must not do so while a thread it waits for has a signal
+//! to make, or the process hangs; the `events` mechanism, which refuses such waits, never
+//! blocks the GPU.
 //!
 //! # Host waits
 //!

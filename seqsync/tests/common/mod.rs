@@ -136,8 +136,8 @@ extern "C" __global__ void slow_fill(float *out, int n, float value, unsigned lo
     }
 
     /// A stream of `b`. While a test running beside this one has a wait before its signal
-    /// open, streams come from those `b` made ahead; should they all be handed out, this
-    /// waits (up to 10 s) for a moment with no wait open.
+    /// open, streams come from those made ahead; should none be left and the waits stay open
+    /// past the second `new_stream` waits for them, this asks again (for 10 s at most).
     pub fn new_stream(b: &CudaBackend) -> std::sync::Arc<seqsync::cudarc::driver::CudaStream> {
         let start = std::time::Instant::now();
         loop {

@@ -171,7 +171,7 @@ impl TimelineSupport {
         let answer = match streams.take(ctx) {
             Ok(stream) => probe_memops(ctx, &self.pool, stream),
             Err(e @ Error::NoStreamWhileWaitsOpen { .. }) => return Err(e),
-            Err(e) => Err(format!("cuStreamCreate: {e}")),
+            Err(e) => Err(e.to_string()), // names cuStreamCreate already
         };
         Ok(self.probed.get_or_init(|| answer).clone())
     }
