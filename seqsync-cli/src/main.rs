@@ -124,18 +124,20 @@ pub(crate) struct DemoArgs {
     slot_wait: Option<SlotWait>,
     /// --engine adaptive or resident: threads running process_data (each batch's check), reporting
     /// batches processed in seq order (1..=64; default: the cores left beside the engine's
-    /// three threads, 1 to 4).
+    /// three threads, 1 to 6 where the check reads every line of a batch, as with
+    /// --verify-samples 0, else 1 to 4).
     #[arg(long, value_name = "N")]
     process_threads: Option<usize>,
     /// --engine resident: slots of every buffer, host input and output batches included
-    /// (1..=65536; default: 16 at 256 KiB, as the inverse square root of the batch size, 8 to
+    /// (1..=65536; default: 12 at 256 KiB, as the inverse square root of the batch size, 6 to
     /// 24).
     #[arg(long, value_name = "S")]
     slots: Option<usize>,
     /// Host output batches for --variant host-ring.
     #[arg(long, default_value_t = 4)]
     host_slots: usize,
-    /// Body elements checked per batch besides the seq header (0: every element).
+    /// Body elements checked per batch besides the seq header (0: every element), in runs of
+    /// 16 consecutive elements (a 64-byte line) spread evenly over the body.
     #[arg(long, default_value_t = 4096)]
     verify_samples: usize,
     /// Skip the baselines (stage alone, serialized, hand-rolled).

@@ -83,8 +83,8 @@ pub struct DemoConfig {
     /// threads, 1 to 4).
     pub process_threads: Option<usize>,
     /// [`Engine::Resident`]: slots of every buffer, host input and output batches included
-    /// (`None`: [`auto_resident_slots`](super::auto_resident_slots): 16 at 256 KiB, as the
-    /// inverse square root of the batch size, 8 to 24).
+    /// (`None`: [`auto_resident_slots`](super::auto_resident_slots): 12 at 256 KiB, as the
+    /// inverse square root of the batch size, 6 to 24).
     pub slots: Option<usize>,
     /// Test only, [`Engine::Graph`] on the host backend: leave one edge out of every batch's
     /// body (verification must then fail).

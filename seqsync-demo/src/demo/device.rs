@@ -41,7 +41,39 @@ pub(crate) struct Layout {
     pub copy_by: CopyBy,
 }
 
+/// Consecutive body elements a sampled check compares at each place it looks: 64 bytes, one
+/// cache line where the body is line-aligned. What a check costs the host is the lines it
+/// reads from a batch just written, not the elements it compares.
+pub(crate) const CHECK_RUN: usize = 16;
+
 impl Layout {
+    /// Body elements checked per batch: [`verify_samples`](Self::verify_samples), or the whole
+    /// body when that is 0 or the body no larger.
+    fn check_samples(&self) -> usize {
+        let body = self.n.saturating_sub(HEADER);
+        if self.verify_samples == 0 {
+            body
+        } else {
+            body.min(self.verify_samples)
+        }
+    }
+
+    /// Body elements from the start of one checked run of [`CHECK_RUN`] elements to the next
+    /// (a multiple of it, at least two runs), the samples spread evenly over the body; `None`
+    /// where the check compares the whole body (every element asked for, or runs that would
+    /// lie closer than that).
+    fn check_spacing(&self) -> Option<usize> {
+        let (body, samples) = (self.n.saturating_sub(HEADER), self.check_samples());
+        let spacing = body / samples.div_ceil(CHECK_RUN).max(1) / CHECK_RUN * CHECK_RUN;
+        (samples < body && spacing >= 2 * CHECK_RUN).then_some(spacing)
+    }
+
+    /// Does the check read every 64-byte line of a batch's output? Then a check costs a whole
+    /// batch of memory reads on the host; a sampled one reads at most every other line.
+    pub(crate) fn check_reads_every_line(&self) -> bool {
+        self.check_spacing().is_none()
+    }
+
     /// `slots` slots in every buffer (host input and output batches included) of `n` u32s,
     /// `intensity` rounds, every element checked, copies by the automatic choice (tests).
     #[cfg(test)]
@@ -108,74 +140,80 @@ impl Layout {
 
 /// Reference values at the checked positions, per body pattern.
 pub(crate) struct Reference {
-    /// The expected output at each checked position, per pattern: position `j` of pattern
-    /// `p` is `HEADER + j * stride + offset(p)` (computed, not stored: the check reads the
-    /// output and these values only).
+    /// The expected output at each checked position, per pattern: the whole body, or run `r`
+    /// of [`CHECK_RUN`] values at body element `r * spacing + offset(p)` (computed, not stored:
+    /// the check reads the output and these values only).
     per_pattern: Vec<Vec<u32>>,
-    /// Body elements between two checked positions (1: every element is checked).
-    stride: usize,
+    /// Body elements from one checked run's start to the next ([`Layout::check_spacing`];
+    /// `None`: the whole body is checked).
+    spacing: Option<usize>,
     layout: Layout,
 }
 
 impl Reference {
     pub(crate) fn new(layout: Layout) -> Self {
         let body = layout.n.saturating_sub(HEADER);
-        let samples = if layout.verify_samples == 0 {
-            body
-        } else {
-            body.min(layout.verify_samples)
-        };
-        // Evenly spread, with a per-pattern offset inside each stride.
-        let stride = (body / samples.max(1)).max(1);
+        let spacing = layout.check_spacing();
         let per_pattern = (0..layout.npatterns)
             .map(|p| {
-                let offset = Self::offset(p, stride);
-                (0..samples)
-                    .map(|j| {
-                        // Any seq with this pattern has the same body: use seq = p.
-                        workload::reference_elem(
-                            p as i64,
-                            HEADER + j * stride + offset,
-                            layout.npatterns,
-                            layout.intensity,
-                        )
-                    })
-                    .collect()
+                // Any seq with this pattern has the same body: use seq = p.
+                let at = |i: usize| {
+                    workload::reference_elem(
+                        p as i64,
+                        HEADER + i,
+                        layout.npatterns,
+                        layout.intensity,
+                    )
+                };
+                match spacing {
+                    None => (0..body).map(at).collect(),
+                    // Runs spread evenly, at a per-pattern offset inside each spacing.
+                    Some(spacing) => {
+                        let offset = Self::offset(p, spacing);
+                        (0..layout.check_samples())
+                            .map(|k| at(k / CHECK_RUN * spacing + offset + k % CHECK_RUN))
+                            .collect()
+                    }
+                }
             })
             .collect();
         Reference {
             per_pattern,
-            stride,
+            spacing,
             layout,
         }
     }
 
-    /// Where pattern `p`'s checked positions start inside each stride.
-    fn offset(p: usize, stride: usize) -> usize {
-        (p * 7919) % stride
+    /// Where pattern `p`'s checked runs start inside each spacing: a multiple of
+    /// [`CHECK_RUN`], the run inside the spacing.
+    fn offset(p: usize, spacing: usize) -> usize {
+        (p * 7919) % (spacing / CHECK_RUN) * CHECK_RUN
     }
 
-    /// Does `out` hold the output of `seq`? Checks the whole header and the sampled body.
+    /// Does `out` hold the output of `seq`? Checks its length, the whole header and the
+    /// checked body.
     pub(crate) fn check(&self, out: &[u32], seq: i64) -> bool {
         let l = &self.layout;
-        let header_ok = (0..HEADER.min(l.n))
-            .all(|i| out[i] == workload::reference_elem(seq, i, l.npatterns, l.intensity));
-        let p = seq as usize % l.npatterns;
-        let values = &self.per_pattern[p];
-        let start = HEADER + Self::offset(p, self.stride);
-        let body = out.get(start..).unwrap_or_default();
-        if !header_ok || body.len().div_ceil(self.stride) < values.len() {
+        if out.len() != l.n
+            || !(0..HEADER.min(l.n))
+                .all(|i| out[i] == workload::reference_elem(seq, i, l.npatterns, l.intensity))
+        {
             return false;
         }
-        if self.stride == 1 {
-            // Every element: one slice comparison (a vectorized memory compare, several times
-            // faster than the element loop, which holds a small batch's check).
-            body[..values.len()] == values[..]
-        } else {
-            body.iter()
-                .step_by(self.stride)
-                .zip(values)
-                .all(|(o, v)| o == v)
+        let p = seq as usize % l.npatterns;
+        let values = &self.per_pattern[p];
+        let body = out.get(HEADER..).unwrap_or_default();
+        // Slice comparisons: vectorized memory compares, several times faster than an
+        // element loop (which held a small batch's check).
+        match self.spacing {
+            None => body == &values[..],
+            Some(spacing) => {
+                let offset = Self::offset(p, spacing);
+                values.chunks(CHECK_RUN).enumerate().all(|(r, want)| {
+                    let at = r * spacing + offset;
+                    body.get(at..at + want.len()) == Some(want)
+                })
+            }
         }
     }
 }
@@ -852,12 +890,55 @@ mod tests {
         let reference = Reference::new(layout);
         let right = right_output(&layout, 1);
         assert!(reference.check(&right, 1));
-        let sampled = HEADER + Reference::offset(1, reference.stride);
-        let mut wrong = right.clone();
-        wrong[sampled] ^= 1;
-        assert!(!reference.check(&wrong, 1), "a sampled element wrong");
+        let spacing = layout.check_spacing().expect("sampled");
+        let sampled = HEADER + Reference::offset(1, spacing);
+        for at in [sampled, sampled + CHECK_RUN - 1] {
+            let mut wrong = right.clone();
+            wrong[at] ^= 1;
+            assert!(!reference.check(&wrong, 1), "sampled element {at} wrong");
+        }
         let mut unsampled = right;
-        unsampled[sampled + 1] ^= 1;
+        unsampled[sampled + CHECK_RUN] ^= 1;
         assert!(reference.check(&unsampled, 1), "an element between samples");
+    }
+
+    #[test]
+    fn the_sampled_check_compares_whole_lines_spread_over_the_body() {
+        // 1024 body elements, 64 samples: 4 runs of 16, 256 elements apart.
+        let mut layout = Layout::uniform(HEADER + 1024, 5, 1);
+        layout.verify_samples = 64;
+        assert!(!layout.check_reads_every_line());
+        let reference = Reference::new(layout);
+        for seq in [0, 3] {
+            let right = right_output(&layout, seq);
+            assert!(reference.check(&right, seq), "seq {seq} right");
+            let checked: Vec<usize> = (HEADER..layout.n)
+                .filter(|&at| {
+                    let mut wrong = right.clone();
+                    wrong[at] ^= 1;
+                    !reference.check(&wrong, seq)
+                })
+                .map(|at| at - HEADER)
+                .collect();
+            assert_eq!(checked.len(), 64, "seq {seq}: {checked:?}");
+            let starts: Vec<usize> = checked.iter().step_by(CHECK_RUN).copied().collect();
+            for (r, w) in checked.chunks(CHECK_RUN).enumerate() {
+                assert!(
+                    w.windows(2).all(|p| p[1] == p[0] + 1),
+                    "run {r} consecutive"
+                );
+                assert_eq!(w[0] % CHECK_RUN, 0, "run {r} starts on a line");
+                assert_eq!(w[0] - starts[0], r * 256, "runs evenly spread");
+            }
+        }
+        // The default samples read every line of 256 KiB and smaller batches no more; every
+        // element checked reads them all.
+        for bytes in [64 << 10, 256 << 10, 1 << 20] {
+            layout = Layout::uniform(bytes / 4, 4, 1);
+            layout.verify_samples = 4096;
+            assert!(!layout.check_reads_every_line(), "{bytes}");
+            layout.verify_samples = 0;
+            assert!(layout.check_reads_every_line(), "{bytes}");
+        }
     }
 }

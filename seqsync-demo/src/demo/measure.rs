@@ -59,7 +59,7 @@ pub(super) fn run_on<D: Device>(
     let process_threads = config.engine.has_process_threads().then(|| {
         config
             .process_threads
-            .unwrap_or_else(pipeline::auto_process_threads)
+            .unwrap_or_else(|| pipeline::auto_process_threads(dev.layout()))
     });
     let pool = match config.variant {
         Variant::Pool => Some((pool_pipeline::pool_for(dev)?, pipeline::Streams::new(dev)?)),

@@ -73,21 +73,23 @@ use seqsync::{Error, Result};
 const COPY_STREAMS: usize = 2;
 
 /// Slots at 256 KiB batches when not told ([`auto_slots`]) ...
-const AUTO_SLOTS_AT_256K: f64 = 16.0;
+const AUTO_SLOTS_AT_256K: f64 = 12.0;
 
-/// ... at least this many (a batch being filled or copied in, some on the device, one being
-/// copied out or checked) ...
-const MIN_AUTO_SLOTS: usize = 8;
+/// ... at least this many (a batch being filled, some on the device or being copied, one
+/// being checked) ...
+const MIN_AUTO_SLOTS: usize = 6;
 
 /// ... and at most this many.
 const MAX_AUTO_SLOTS: usize = 24;
 
-/// Slots for batches of `batch_bytes` when not told: 16 at 256 KiB, inversely as the square
-/// root of the batch size (8 from 1 MiB), 8 to 24 (24 at 64 KiB and below). A saturated closed
-/// loop keeps every slot full, so its latency is the slots over the throughput (Little's law):
-/// in the H100 scans (BENCHMARKS.md §13, the resident engine) 16 slots held the throughput at
-/// 256 KiB and 8 at 1 MiB, while at 64 KiB 32 slots gave up to a fifth more throughput than 16
-/// at twice the p99: 24 is between.
+/// Slots for batches of `batch_bytes` when not told: 12 at 256 KiB, inversely as the square
+/// root of the batch size (6 from 1 MiB), 6 to 24 (24 at 64 KiB and below). A saturated closed
+/// loop keeps every slot full, so its latency is the slots over the throughput (Little's law).
+/// With the check sampling runs of whole lines (BENCHMARKS.md §13, run O) it takes a few
+/// microseconds, so fewer slots hold the throughput: on the H100, 12 at 256 KiB and 5 or 6 at
+/// 1 MiB gave the throughput of 16 and 8 at a p99 within 1.5 x the hand-written engine's, which
+/// 16 and 8 missed; at 64 KiB 24 gave 0.92-0.95 of the device bound and 16 or 20 only
+/// 0.77-0.87.
 pub fn auto_slots(batch_bytes: usize) -> usize {
     let at = AUTO_SLOTS_AT_256K * (262144.0 / batch_bytes.max(1) as f64).sqrt();
     (at.round() as usize).clamp(MIN_AUTO_SLOTS, MAX_AUTO_SLOTS)
@@ -332,13 +334,13 @@ mod tests {
     }
 
     #[test]
-    fn the_automatic_slots_fall_as_the_square_root_of_the_batch_within_8_and_24() {
-        assert_eq!(auto_slots(256 << 10), 16);
-        assert_eq!(auto_slots(128 << 10), 23);
+    fn the_automatic_slots_fall_as_the_square_root_of_the_batch_within_6_and_24() {
+        assert_eq!(auto_slots(256 << 10), 12);
+        assert_eq!(auto_slots(128 << 10), 17);
         assert_eq!(auto_slots(64 << 10), 24);
-        assert_eq!(auto_slots(1 << 20), 8);
-        assert_eq!(auto_slots(512 << 10), 11);
-        assert_eq!(auto_slots(64 << 20), 8);
+        assert_eq!(auto_slots(1 << 20), 6);
+        assert_eq!(auto_slots(512 << 10), 8);
+        assert_eq!(auto_slots(64 << 20), 6);
         assert_eq!(auto_slots(64), 24);
         assert_eq!(auto_slots(0), 24);
     }

@@ -4,6 +4,7 @@
 use seqsync::backend::BackendKind;
 use seqsync::{Error, Result};
 
+use super::device::CHECK_RUN;
 use super::{graph_engine, workload, CopyBy, DemoConfig, Engine, GraphEdge, Release, Variant};
 
 pub(super) fn invalid(msg: String) -> Error {
@@ -236,9 +237,14 @@ impl DemoConfig {
         } + patterns
             + outputs;
         let elements = batch_bytes / 4;
+        // A sampled check whose runs would lie closer than two runs apart keeps the whole body:
+        // under twice the samples plus two runs.
         let checked = match self.verify_samples {
             0 => elements,
-            n => elements.min(n.saturating_add(workload::HEADER)),
+            n => elements.min(
+                n.saturating_mul(2)
+                    .saturating_add(2 * CHECK_RUN + workload::HEADER),
+            ),
         };
         let need =
             (batch_bytes as u128) * host_buffers as u128 + 4 * checked as u128 * patterns as u128;

@@ -2,9 +2,9 @@
 //! which, as their launches complete), any free worker checks the next one, and the batches
 //! processed are reported on a timeline in seq order, as a single process_data thread would.
 //!
-//! Why: at 64 and 256 KiB the sampled check reads every cache line of a batch that a copy just
-//! wrote, and one thread doing that for every batch was slower than the device (BENCHMARKS.md
-//! §13, run F). Several threads read in parallel; the slots stay ordered because `processed`
+//! Why: a check reads lines of a batch that a copy just wrote (at 64 and 256 KiB, before the
+//! samples were taken in runs of whole lines, every line), and one thread doing that for every
+//! batch was slower than the device (BENCHMARKS.md §13, runs F and O). Several threads read in parallel; the slots stay ordered because `processed`
 //! (what the h2g thread waits on before rewriting a slot) only passes a batch once it and every
 //! batch before it were checked.
 
@@ -14,26 +14,42 @@ use std::time::Duration;
 
 use super::batch_phases::{BatchPhases, PhaseHistograms};
 use super::{failed_by_stop, stopped, Checker};
-use crate::demo::device::Device;
+use crate::demo::device::{Device, Layout};
 use seqsync::backend::Backend;
 use seqsync::timeline::Timeline;
 use seqsync::{Error, Result};
 
-/// Most process_data threads [`auto_threads`] picks: past four the check outran the H200's
-/// copies at every size.
+/// Most process_data threads [`auto_threads`] picks where the check samples a batch (runs of
+/// lines spread over it; the default): past four the check outran the H200's copies at every
+/// size.
 const MAX_AUTO_THREADS: usize = 4;
+
+/// ... and where it reads every line of a batch (`--verify-samples 0`): one thread reads about
+/// 7 GB/s of freshly written output on the lent machines (a check of every line of 64 KiB took
+/// 9-11 µs at p50 beside the resident kernel), so four threads held the resident engine at
+/// 64 KiB below the 31 GB/s the device could do, where six reached 0.85-0.87 of it in runs
+/// the host did not stall (BENCHMARKS.md §13, run O).
+const MAX_AUTO_THREADS_EVERY_LINE: usize = 6;
 
 /// Threads the engine itself keeps busy besides process_data (h2g, g2h and, with the device
 /// release, get_data).
 const ENGINE_THREADS: usize = 3;
 
-/// process_data threads when not told: the cores left beside the engine's own threads, at
-/// least one and at most [`MAX_AUTO_THREADS`].
-pub(crate) fn auto_threads() -> usize {
-    std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .saturating_sub(ENGINE_THREADS)
-        .clamp(1, MAX_AUTO_THREADS)
+/// process_data threads when not told, for batches of `layout`: the cores left beside the
+/// engine's own threads, at least one and at most [`MAX_AUTO_THREADS_EVERY_LINE`] where the
+/// check reads every line of a batch, else [`MAX_AUTO_THREADS`].
+pub(crate) fn auto_threads(layout: &Layout) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    threads_for(cores, layout)
+}
+
+fn threads_for(cores: usize, layout: &Layout) -> usize {
+    let most = if layout.check_reads_every_line() {
+        MAX_AUTO_THREADS_EVERY_LINE
+    } else {
+        MAX_AUTO_THREADS
+    };
+    cores.saturating_sub(ENGINE_THREADS).clamp(1, most)
 }
 
 /// process_data spread over worker threads, reporting in seq order.
@@ -194,5 +210,38 @@ impl<B: Backend> ProcessWorkers<B> {
                 .map_err(|e| failed_by_stop(processed, e))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(batch_bytes: usize, verify_samples: usize) -> Layout {
+        Layout {
+            verify_samples,
+            ..Layout::uniform(batch_bytes / 4, 8, 1)
+        }
+    }
+
+    #[test]
+    fn six_threads_where_the_check_reads_every_line_else_four() {
+        for bytes in [64 << 10, 1 << 20] {
+            assert_eq!(
+                threads_for(16, &layout(bytes, 0)),
+                6,
+                "every element, {bytes}"
+            );
+            assert_eq!(threads_for(16, &layout(bytes, 4096)), 4, "sampled, {bytes}");
+        }
+        // Samples as many as the body: every element.
+        assert_eq!(threads_for(16, &layout(16 << 10, 4096)), 6);
+    }
+
+    #[test]
+    fn the_threads_leave_the_engine_its_cores_and_are_at_least_one() {
+        assert_eq!(threads_for(2, &layout(64 << 10, 4096)), 1);
+        assert_eq!(threads_for(6, &layout(64 << 10, 4096)), 3);
+        assert_eq!(threads_for(1, &layout(1 << 20, 4096)), 1);
     }
 }
