@@ -7,7 +7,7 @@ usage: tools/diag/resident_configs.py SEQSYNC ROUNDS BYTES RATE "FLAGS" ["FLAGS"
 Each round runs every FLAGS once saturated (no baselines) and once at RATE batches a second;
 then prints, per FLAGS, the median and the worst of the GB/s, the saturated p99 and the p99 at
 RATE (microseconds), every batch verified. With PHASES=1 in the environment, also each run's
-GB/s, p99, the steal jiffies during it and its phases' p50. Diagnostic only (issue 22).
+GB/s, p99, the steal jiffies (10 ms each) during it and its phases' p50. Diagnostic only (issue 22).
 """
 import json
 import os
@@ -19,18 +19,22 @@ BATCHES = {65536: 6000, 262144: 1500, 1048576: 375}
 
 
 def steal():
-    """The machine's steal and iowait jiffies so far (/proc/stat), 0 where unreadable."""
+    """The machine's steal time so far in jiffies (/proc/stat, all CPUs), 0 where unreadable."""
     try:
-        f = open("/proc/stat").readline().split()
-        return int(f[8])
+        with open("/proc/stat") as f:
+            return int(f.readline().split()[8])
     except (OSError, IndexError, ValueError):
         return 0
 
 
 def demo(seqsync, args):
     st = steal()
-    p = subprocess.run([seqsync, "demo", "--backend", "cuda", "--engine", "resident", "--json",
-                        "--no-baselines"] + args, capture_output=True, text=True, timeout=120)
+    try:
+        p = subprocess.run([seqsync, "demo", "--backend", "cuda", "--engine", "resident",
+                            "--json", "--no-baselines"] + args,
+                           capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return None
     if p.returncode != 0:
         return None
     d = json.loads(p.stdout)

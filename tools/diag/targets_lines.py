@@ -16,10 +16,12 @@ for line in sys.stdin:
     if "summary" in d or "failed" in d:
         print(line.strip(), flush=True)
         continue
+    def f(v, spec):
+        return "-" if v is None else format(v, spec)
+    rp = d.get("r_phases_p50_p99") or {}
     print(f'{d["bytes"]} [{d["extra"]}] x_bound {d["x_bound"]:.3f} ({d["gbps"]:.1f} GB/s) '
           f'p99 {d["p99"]:.0f} / hw {d["hw_p99"]:.0f} = {d["x_hw_p99"]:.2f}  '
-          f'iso {d["isolated"]:.1f} r_p99 {d["r_p99"]:.1f} = {d["r_x_iso"]:.2f}  '
+          f'iso {d["isolated"]:.1f} r_p99 {f(d["r_p99"], ".1f")} = {f(d["r_x_iso"], ".2f")}  '
           f'steal {d["steal_ms"]} check {d["phases_p50_p99"].get("check")} '
           f'threads {d["process_threads"]} slots {d["slots"]}  at 80 %: on_device '
-          f'{d["r_phases_p50_p99"].get("on_device")} in_order {d["r_phases_p50_p99"].get("in_order")}',
-          flush=True)
+          f'{rp.get("on_device")} in_order {rp.get("in_order")}', flush=True)

@@ -78,9 +78,10 @@ pub struct DemoConfig {
     /// [`Engine::Adaptive`]: where a launch waits for the slots it rewrites (`None`: on the
     /// device with the device release, else on the host: [`SlotWait::for_release`]).
     pub slot_wait: Option<SlotWait>,
-    /// [`Engine::Adaptive`] and [`Engine::Resident`]: threads running process_data (the check of each batch), which
-    /// report batches processed in seq order (`None`: the cores left beside the engine's three
-    /// threads, 1 to 4).
+    /// [`Engine::Adaptive`] and [`Engine::Resident`]: threads running process_data (the check
+    /// of each batch), which report batches processed in seq order (`None`: the cores left
+    /// beside the engine's three threads, 1 to 6 where the check reads every line of a batch,
+    /// else 1 to 4).
     pub process_threads: Option<usize>,
     /// [`Engine::Resident`]: slots of every buffer, host input and output batches included
     /// (`None`: [`auto_resident_slots`](super::auto_resident_slots): 12 at 256 KiB, as the

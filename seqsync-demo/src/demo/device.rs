@@ -46,6 +46,23 @@ pub(crate) struct Layout {
 /// reads from a batch just written, not the elements it compares.
 pub(crate) const CHECK_RUN: usize = 16;
 
+/// Where a sampled check looks: the body's `lines` (runs of [`CHECK_RUN`] elements from its
+/// start) split into `runs` equal parts, one checked run in each, at a per-pattern line inside
+/// the part; the last run is shorter where the samples are not a multiple of [`CHECK_RUN`].
+#[derive(Debug, Clone, Copy)]
+struct CheckRuns {
+    lines: usize,
+    runs: usize,
+}
+
+impl CheckRuns {
+    /// The body element where pattern `p`'s run `r` starts.
+    fn start(&self, p: usize, r: usize) -> usize {
+        let part = self.lines / self.runs;
+        (r * self.lines / self.runs + (p * 7919) % part) * CHECK_RUN
+    }
+}
+
 impl Layout {
     /// Body elements checked per batch: [`verify_samples`](Self::verify_samples), or the whole
     /// body when that is 0 or the body no larger.
@@ -58,20 +75,20 @@ impl Layout {
         }
     }
 
-    /// Body elements from the start of one checked run of [`CHECK_RUN`] elements to the next
-    /// (a multiple of it, at least two runs), the samples spread evenly over the body; `None`
-    /// where the check compares the whole body (every element asked for, or runs that would
-    /// lie closer than that).
-    fn check_spacing(&self) -> Option<usize> {
+    /// The lines of the body (runs of [`CHECK_RUN`] elements from its start) and the checked
+    /// runs among them, at least two lines apart on average; `None` where the check compares
+    /// the whole body (every element asked for, or runs that would lie closer than that).
+    fn check_runs(&self) -> Option<CheckRuns> {
         let (body, samples) = (self.n.saturating_sub(HEADER), self.check_samples());
-        let spacing = body / samples.div_ceil(CHECK_RUN).max(1) / CHECK_RUN * CHECK_RUN;
-        (samples < body && spacing >= 2 * CHECK_RUN).then_some(spacing)
+        let (lines, runs) = (body / CHECK_RUN, samples.div_ceil(CHECK_RUN).max(1));
+        (samples < body && lines / runs >= 2).then_some(CheckRuns { lines, runs })
     }
 
     /// Does the check read every 64-byte line of a batch's output? Then a check costs a whole
-    /// batch of memory reads on the host; a sampled one reads at most every other line.
+    /// batch of memory reads on the host; a sampled one reads one run in every two lines or
+    /// more (a run straddles two lines where the body is not line-aligned).
     pub(crate) fn check_reads_every_line(&self) -> bool {
-        self.check_spacing().is_none()
+        self.check_runs().is_none()
     }
 
     /// `slots` slots in every buffer (host input and output batches included) of `n` u32s,
@@ -140,20 +157,19 @@ impl Layout {
 
 /// Reference values at the checked positions, per body pattern.
 pub(crate) struct Reference {
-    /// The expected output at each checked position, per pattern: the whole body, or run `r`
-    /// of [`CHECK_RUN`] values at body element `r * spacing + offset(p)` (computed, not stored:
-    /// the check reads the output and these values only).
+    /// The expected output at each checked position, per pattern: the whole body, or run
+    /// after run of [`CHECK_RUN`] values, run `r` at body element `runs.start(p, r)` (computed,
+    /// not stored: the check reads the output and these values only).
     per_pattern: Vec<Vec<u32>>,
-    /// Body elements from one checked run's start to the next ([`Layout::check_spacing`];
-    /// `None`: the whole body is checked).
-    spacing: Option<usize>,
+    /// Where the check looks ([`Layout::check_runs`]; `None`: the whole body).
+    runs: Option<CheckRuns>,
     layout: Layout,
 }
 
 impl Reference {
     pub(crate) fn new(layout: Layout) -> Self {
         let body = layout.n.saturating_sub(HEADER);
-        let spacing = layout.check_spacing();
+        let runs = layout.check_runs();
         let per_pattern = (0..layout.npatterns)
             .map(|p| {
                 // Any seq with this pattern has the same body: use seq = p.
@@ -165,29 +181,19 @@ impl Reference {
                         layout.intensity,
                     )
                 };
-                match spacing {
+                match runs {
                     None => (0..body).map(at).collect(),
-                    // Runs spread evenly, at a per-pattern offset inside each spacing.
-                    Some(spacing) => {
-                        let offset = Self::offset(p, spacing);
-                        (0..layout.check_samples())
-                            .map(|k| at(k / CHECK_RUN * spacing + offset + k % CHECK_RUN))
-                            .collect()
-                    }
+                    Some(runs) => (0..layout.check_samples())
+                        .map(|k| at(runs.start(p, k / CHECK_RUN) + k % CHECK_RUN))
+                        .collect(),
                 }
             })
             .collect();
         Reference {
             per_pattern,
-            spacing,
+            runs,
             layout,
         }
-    }
-
-    /// Where pattern `p`'s checked runs start inside each spacing: a multiple of
-    /// [`CHECK_RUN`], the run inside the spacing.
-    fn offset(p: usize, spacing: usize) -> usize {
-        (p * 7919) % (spacing / CHECK_RUN) * CHECK_RUN
     }
 
     /// Does `out` hold the output of `seq`? Checks its length, the whole header and the
@@ -205,15 +211,12 @@ impl Reference {
         let body = out.get(HEADER..).unwrap_or_default();
         // Slice comparisons: vectorized memory compares, several times faster than an
         // element loop (which held a small batch's check).
-        match self.spacing {
+        match self.runs {
             None => body == &values[..],
-            Some(spacing) => {
-                let offset = Self::offset(p, spacing);
-                values.chunks(CHECK_RUN).enumerate().all(|(r, want)| {
-                    let at = r * spacing + offset;
-                    body.get(at..at + want.len()) == Some(want)
-                })
-            }
+            Some(runs) => values.chunks(CHECK_RUN).enumerate().all(|(r, want)| {
+                let at = runs.start(p, r);
+                body.get(at..at + want.len()) == Some(want)
+            }),
         }
     }
 }
@@ -890,8 +893,7 @@ mod tests {
         let reference = Reference::new(layout);
         let right = right_output(&layout, 1);
         assert!(reference.check(&right, 1));
-        let spacing = layout.check_spacing().expect("sampled");
-        let sampled = HEADER + Reference::offset(1, spacing);
+        let sampled = HEADER + layout.check_runs().expect("sampled").start(1, 0);
         for at in [sampled, sampled + CHECK_RUN - 1] {
             let mut wrong = right.clone();
             wrong[at] ^= 1;
@@ -902,33 +904,37 @@ mod tests {
         assert!(reference.check(&unsampled, 1), "an element between samples");
     }
 
+    /// The body elements (from its start) whose change the check of `seq` refuses.
+    fn checked(layout: &Layout, seq: i64) -> Vec<usize> {
+        let reference = Reference::new(*layout);
+        let right = right_output(layout, seq);
+        assert!(reference.check(&right, seq), "seq {seq} right");
+        (HEADER..layout.n)
+            .filter(|&at| {
+                let mut wrong = right.clone();
+                wrong[at] ^= 1;
+                !reference.check(&wrong, seq)
+            })
+            .map(|at| at - HEADER)
+            .collect()
+    }
+
     #[test]
     fn the_sampled_check_compares_whole_lines_spread_over_the_body() {
-        // 1024 body elements, 64 samples: 4 runs of 16, 256 elements apart.
+        // 1024 body elements, 64 samples: 4 runs of 16, one in each quarter of the body.
         let mut layout = Layout::uniform(HEADER + 1024, 5, 1);
         layout.verify_samples = 64;
         assert!(!layout.check_reads_every_line());
-        let reference = Reference::new(layout);
         for seq in [0, 3] {
-            let right = right_output(&layout, seq);
-            assert!(reference.check(&right, seq), "seq {seq} right");
-            let checked: Vec<usize> = (HEADER..layout.n)
-                .filter(|&at| {
-                    let mut wrong = right.clone();
-                    wrong[at] ^= 1;
-                    !reference.check(&wrong, seq)
-                })
-                .map(|at| at - HEADER)
-                .collect();
+            let checked = checked(&layout, seq);
             assert_eq!(checked.len(), 64, "seq {seq}: {checked:?}");
-            let starts: Vec<usize> = checked.iter().step_by(CHECK_RUN).copied().collect();
             for (r, w) in checked.chunks(CHECK_RUN).enumerate() {
                 assert!(
                     w.windows(2).all(|p| p[1] == p[0] + 1),
                     "run {r} consecutive"
                 );
                 assert_eq!(w[0] % CHECK_RUN, 0, "run {r} starts on a line");
-                assert_eq!(w[0] - starts[0], r * 256, "runs evenly spread");
+                assert_eq!(w[0] / 256, r, "run {r} in quarter {r}: {w:?}");
             }
         }
         // The default samples read every line of 256 KiB and smaller batches no more; every
@@ -939,6 +945,28 @@ mod tests {
             assert!(!layout.check_reads_every_line(), "{bytes}");
             layout.verify_samples = 0;
             assert!(layout.check_reads_every_line(), "{bytes}");
+        }
+    }
+
+    #[test]
+    fn the_sampled_check_leaves_no_part_of_the_body_unchecked() {
+        // 255 lines, 16 runs: one run in each sixteenth of the lines, the last sixteenth (the
+        // batch's end) included, for every pattern; 20 samples: a short last run.
+        let mut layout = Layout::uniform(HEADER + 255 * CHECK_RUN, 7, 1);
+        for samples in [256, 20] {
+            layout.verify_samples = samples;
+            for seq in 0..7 {
+                let checked = checked(&layout, seq);
+                assert_eq!(checked.len(), samples, "seq {seq}");
+                let runs = samples.div_ceil(CHECK_RUN);
+                for (r, w) in checked.chunks(CHECK_RUN).enumerate() {
+                    let line = w[0] / CHECK_RUN;
+                    assert!(
+                        (r * 255 / runs..(r + 1) * 255 / runs).contains(&line),
+                        "{samples} samples, seq {seq}: run {r} at line {line}"
+                    );
+                }
+            }
         }
     }
 }
