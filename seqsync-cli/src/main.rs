@@ -486,6 +486,12 @@ pub(crate) fn print_summary(r: &DemoReport, trace: Option<&std::path::Path>) {
         "  pipeline      {:>9.3} GB/s   (wall {:.3} s{runs})",
         r.gbps, r.wall_s
     );
+    if let Some(ms) = r.host_steal_ms.filter(|&ms| ms > 0.0) {
+        println!(
+            "  host steal    {ms:>9.0} ms     (CPU time the hypervisor took from this machine \
+             during the run: its figures may be the machine's, not the engine's)"
+        );
+    }
     if let (Some(p50), Some(p99), Some(max)) =
         (r.latency_p50_us, r.latency_p99_us, r.latency_max_us)
     {

@@ -10,7 +10,8 @@ use super::dispatch::{graph_depth, graph_k, graph_span};
 use super::pipeline::{self, RunOptions, Verification};
 use super::trace::{self, HostSpans};
 use super::{
-    adaptive_engine, baseline, bounds, engine, graph_engine, pool_pipeline, resident_engine,
+    adaptive_engine, baseline, bounds, engine, graph_engine, host_steal, pool_pipeline,
+    resident_engine,
 };
 use super::{DemoConfig, DemoReport, Engine, GraphEdge, Release, SlotWait, Variant};
 
@@ -126,12 +127,18 @@ pub(super) fn run_on<D: Device>(
     let repeat = config.repeat.max(1);
     let (mut walls, mut hand_walls, mut written_walls) = (Vec::new(), Vec::new(), Vec::new());
     let mut verification: Option<Verification> = None;
+    // The hypervisor's steal during the engine's timed runs (not the baselines').
+    let mut steal: Option<f64> = None;
     for r in 0..repeat {
         let opt = RunOptions {
             spans: if r == 0 { opt.spans } else { None },
             ..opt
         };
+        let before = host_steal::steal_ms();
         let (wall, v) = run_once(&opt)?;
+        if let (Some(a), Some(b)) = (before, host_steal::steal_ms()) {
+            *steal.get_or_insert(0.0) += (b - a).max(0.0);
+        }
         walls.push(wall.as_secs_f64());
         // Keep the first run's verification, or the first that failed.
         if verification
@@ -194,6 +201,7 @@ pub(super) fn run_on<D: Device>(
         missing: v.missing,
         duplicated: v.duplicated,
         wall_s: wall,
+        host_steal_ms: steal,
         gbps,
         stages: Vec::new(),
         bound_gbps: None,

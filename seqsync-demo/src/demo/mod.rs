@@ -56,6 +56,7 @@ mod device;
 mod dispatch;
 mod engine;
 mod graph_engine;
+mod host_steal;
 mod measure;
 mod names;
 mod pipeline;

@@ -43,6 +43,11 @@ pub struct DemoReport {
     pub duplicated: i64,
     /// Pipeline wall time.
     pub wall_s: f64,
+    /// The hypervisor's steal time during the engine's timed runs (baselines excluded), all
+    /// CPUs together, in milliseconds: CPU time the machine was ready to use and not given.
+    /// Above zero, the run's figures may say more about the machine than about the engine
+    /// (BENCHMARKS.md §13, run O). `None` where the system does not say (not Linux).
+    pub host_steal_ms: Option<f64>,
     /// Pipeline throughput.
     pub gbps: f64,
     /// Each stage alone.
