@@ -87,9 +87,9 @@ const MAX_AUTO_SLOTS: usize = 24;
 /// loop keeps every slot full, so its latency is the slots over the throughput (Little's law).
 /// With the check sampling runs of whole lines (BENCHMARKS.md §13, run O) it takes a few
 /// microseconds, so fewer slots hold the throughput: on the H100, 12 at 256 KiB and 5 or 6 at
-/// 1 MiB gave the throughput of 16 and 8 at a p99 within 1.5 x the hand-written engine's, which
-/// 16 and 8 missed; at 64 KiB 24 gave 0.92-0.95 of the device bound and 16 or 20 only
-/// 0.77-0.87.
+/// 1 MiB gave about the throughput of 16 and 8 (at 1 MiB 0.79-0.80 of the device bound against
+/// 0.82-0.83) at a p99 within 1.5 x the hand-written engine's, which 16 and 8 missed; at 64 KiB
+/// 24 gave 0.92-0.95 of the device bound and 16 or 20 only 0.77-0.87.
 pub fn auto_slots(batch_bytes: usize) -> usize {
     let at = AUTO_SLOTS_AT_256K * (262144.0 / batch_bytes.max(1) as f64).sqrt();
     (at.round() as usize).clamp(MIN_AUTO_SLOTS, MAX_AUTO_SLOTS)

@@ -237,7 +237,7 @@ impl DemoConfig {
         } + patterns
             + outputs;
         let elements = batch_bytes / 4;
-        // A sampled check whose runs would lie closer than two runs apart keeps the whole body:
+        // A sampled check with fewer than two lines of the body per run keeps the whole body:
         // under twice the samples plus two runs.
         let checked = match self.verify_samples {
             0 => elements,

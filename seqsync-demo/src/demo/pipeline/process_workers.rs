@@ -4,9 +4,9 @@
 //!
 //! Why: a check reads lines of a batch that a copy just wrote (at 64 and 256 KiB, before the
 //! samples were taken in runs of whole lines, every line), and one thread doing that for every
-//! batch was slower than the device (BENCHMARKS.md §13, runs F and O). Several threads read in parallel; the slots stay ordered because `processed`
-//! (what the h2g thread waits on before rewriting a slot) only passes a batch once it and every
-//! batch before it were checked.
+//! batch was slower than the device (BENCHMARKS.md §13, runs F and O). Several threads read in
+//! parallel; the slots stay ordered because `processed` (what the h2g thread waits on before
+//! rewriting a slot) only passes a batch once it and every batch before it were checked.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Mutex;
