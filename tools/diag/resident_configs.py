@@ -7,7 +7,8 @@ usage: tools/diag/resident_configs.py SEQSYNC ROUNDS BYTES RATE "FLAGS" ["FLAGS"
 Each round runs every FLAGS once saturated (no baselines) and once at RATE batches a second;
 then prints, per FLAGS, the median and the worst of the GB/s, the saturated p99 and the p99 at
 RATE (microseconds), every batch verified. With PHASES=1 in the environment, also each run's
-GB/s, p99, the steal jiffies (10 ms each) during it and its phases' p50. Diagnostic only (issue 22).
+GB/s, p99, the steal jiffies (10 ms each) during it and its phases' p50, p99 and max. LONG=K
+runs K times the batches. Diagnostic only (issue 22).
 """
 import json
 import os
@@ -39,16 +40,18 @@ def demo(seqsync, args):
         return None
     d = json.loads(p.stdout)
     if os.environ.get("PHASES"):
-        ph = {x["phase"]: round(x["p50_us"], 1) for x in d.get("phases") or []}
+        ph = {x["phase"]: (round(x["p50_us"], 1), round(x["p99_us"], 1), round(x["max_us"]))
+              for x in d.get("phases") or []}
         print(f"  {' '.join(args[4:])}: {d['gbps']:.1f} GB/s p99 {d['latency_p99_us']:.0f} "
-              f"steal {steal() - st} p50s {ph}", flush=True)
+              f"steal {steal() - st} phases (p50, p99, max) {ph}", flush=True)
     return d if d["verified"] == d["batches"] else None
 
 
 def main():
     seqsync, rounds, size, rate = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     configs = sys.argv[5:]
-    base = ["--batch-bytes", str(size), "--batches", str(BATCHES.get(size, 1000))]
+    batches = BATCHES.get(size, 1000) * int(os.environ.get("LONG", "1"))
+    base = ["--batch-bytes", str(size), "--batches", str(batches)]
     seen = {c: [] for c in configs}
     for _ in range(rounds):
         for c in configs:

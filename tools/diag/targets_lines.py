@@ -5,7 +5,8 @@ usage: ... small-batch-targets.py SEQSYNC | tools/diag/targets_lines.py
 
 Per run: batch, extra flags, x bound, GB/s, p99 and the hand-written p99 (x), isolated
 latency, the p99 at 80 % and its ratio, the steal (ms) during each of the three runs, the
-check's p50/p99, and at 80 % the on-device and in-order phases' p50/p99; summary and failure
+check's p50/p99, and at 80 % every phase's p50/p99 (the resident engine's `before_launch`:
+get_data late, `launch`: its fill, `slot_wait`: its wait for slots); summary and failure
 lines as they are.
 """
 import json
@@ -23,5 +24,5 @@ for line in sys.stdin:
           f'p99 {d["p99"]:.0f} / hw {d["hw_p99"]:.0f} = {d["x_hw_p99"]:.2f}  '
           f'iso {d["isolated"]:.1f} r_p99 {f(d["r_p99"], ".1f")} = {f(d["r_x_iso"], ".2f")}  '
           f'steal {d["steal_ms"]} check {d["phases_p50_p99"].get("check")} '
-          f'threads {d["process_threads"]} slots {d["slots"]}  at 80 %: on_device '
-          f'{rp.get("on_device")} in_order {rp.get("in_order")}', flush=True)
+          f'threads {d["process_threads"]} slots {d["slots"]}  at 80 %: '
+          + " ".join(f"{k} {v}" for k, v in rp.items()), flush=True)

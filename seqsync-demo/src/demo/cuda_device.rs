@@ -7,7 +7,7 @@ use seqsync::cudarc::driver::{sys, CudaFunction, CudaStream, LaunchConfig, PushK
 
 use super::copy_by::CopyBy;
 use super::device::{Device, Layout, Mark, Reference};
-use super::resident_words::ResidentWords;
+use super::resident_words::{device_word_count, ResidentWords};
 use super::workload::{self, HEADER};
 use seqsync::backend::cuda::{CudaBackend, CudaKernel, DeviceBuffer, KernelParam, PinnedBuffer};
 use seqsync::backend::{Backend, CopyOp, EventOptions};
@@ -56,10 +56,6 @@ pub(crate) struct CudaDevice {
 
 /// Threads a block.
 const BLOCK: u32 = 256;
-
-/// The resident kernel's own device words besides one per slot (its ticket, what it saw of
-/// `arrived` and `stop`).
-const DEVICE_WORDS: usize = 3;
 
 /// The launch shape of a kernel over `elements` u32s: a thread an element, in blocks of
 /// [`BLOCK`], at most `max_blocks` blocks.
@@ -519,7 +515,7 @@ impl Device for CudaDevice {
         let len = ResidentWords::len_for(slots);
         // u64 words as pairs of u32s; pinned memory is page-aligned and zeroed.
         let host = self.backend.alloc_pinned(2 * len)?;
-        let device = self.backend.alloc_device(2 * (DEVICE_WORDS + slots))?;
+        let device = self.backend.alloc_device(2 * device_word_count(slots))?;
         let (ptr, device_words) = (host.as_ptr().cast::<u64>(), device.device_ptr());
         // SAFETY: `ptr` is 2 * len zeroed u32s (len u64s), page-aligned, owned by `host`, which
         // the words keep; the host touches them only through the words.
@@ -573,7 +569,7 @@ impl Device for CudaDevice {
         let (n, k, tile) = (l.n as u64, l.intensity, resident_tile(l.n));
         let (slots_u, batches_u) = (slots as u64, batches.max(0) as u64);
         let (ctl, dev_words) = (words.address(), words.device_words());
-        let count = (DEVICE_WORDS + slots) as u64;
+        let count = device_word_count(slots) as u64;
         // The kernel waits for host stores seqsync does not make: frees are held back until it
         // no longer may (a free would wait for the kernel, which may wait for the freeing
         // thread).

@@ -176,14 +176,26 @@ pub(crate) fn run<D: Device>(
                     ));
                 }
                 // Slot s % S is free once batch s - S was processed.
+                let wait_from = checker.now_ns();
                 if waits && s >= s_total {
                     processed
                         .wait((s + 1 - s_total) as u64, Duration::MAX)
                         .map_err(|e| stopped("processed", e))?;
                 }
+                let slot_wait = checker.now_ns().saturating_sub(wait_from);
                 checker.wait_arrival(s);
+                let fill_from = checker.now_ns();
                 dev.fill_input(s);
+                let filled = checker.now_ns();
                 checker.issued(s);
+                // The phases (batch_phases.rs): with a rate, `before_launch` is the arrival to
+                // the fill's start (get_data late: its slots not yet free, or its thread held),
+                // `launch` the fill, `on_device` the release to its worker seeing it done
+                // (without a rate latency starts after the fill: all of it `on_device`).
+                // Stamped before the release, which the worker's load of `done` follows.
+                workers
+                    .phases()
+                    .launched(s..s + 1, slot_wait, fill_from, filled);
                 match staged_ref {
                     None => words_ref.arrive(s as u64 + 1),
                     Some((copy_in, _)) => {

@@ -12,12 +12,25 @@
 //! With copies by the copy engines ([`CopyBy::Memcpy`](super::CopyBy::Memcpy)) `arrived` is
 //! written by the copy-in stream after each copy, not by the host.
 //!
-//! One set per kernel launch: a `done` or `copied` word only grows, from zero.
+//! One set per kernel launch: a `done` or `copied` word only grows, from zero. Each word has a
+//! 64-byte line of its own ([`LINE`]), and each of the kernel's own words in device memory a
+//! 128-byte line ([`device_word_count`]): a thread polling one word shares its line with no
+//! word another thread or the device writes (BENCHMARKS.md §13, run P).
 
 use std::any::Any;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
+
+/// u64s a word takes: one a 64-byte line (the kernel's `CTL_LINE`), so that a host thread
+/// polling one word shares its line with no word another thread or the device writes.
+pub(crate) const LINE: usize = 8;
+
+/// The kernel's own words in device memory, one a 128-byte line (its `DEV_LINE`): the ticket,
+/// `arrived` and `stop` as seen, and the tiles done of each slot.
+pub(crate) fn device_word_count(slots: usize) -> usize {
+    (3 + slots) * 16
+}
 
 const ARRIVED: usize = 0;
 const STOP: usize = 1;
@@ -64,7 +77,7 @@ unsafe impl Sync for ResidentWords {}
 impl ResidentWords {
     /// u64 words for `slots` slots.
     pub(crate) fn len_for(slots: usize) -> usize {
-        DONE + (1 + COPIED_AFTER_DONE) * slots
+        (DONE + (1 + COPIED_AFTER_DONE) * slots) * LINE
     }
 
     /// Words in host memory (the host backend's kernel is a host thread).
@@ -119,7 +132,7 @@ impl ResidentWords {
     }
 
     fn word(&self, i: usize) -> &AtomicU64 {
-        &self.words()[i]
+        &self.words()[i * LINE]
     }
 
     /// Keep `hold` (what tells the backend that the kernel may wait for the host) until the
@@ -243,10 +256,11 @@ impl ResidentWords {
             "slot {slot} out of bounds: {} slots",
             self.slots
         );
+        let bytes = |i: usize| 8 * LINE * i;
         (
-            8 * ARRIVED,
-            8 * self.done_index(slot),
-            8 * self.copied_index(slot),
+            bytes(ARRIVED),
+            bytes(self.done_index(slot)),
+            bytes(self.copied_index(slot)),
         )
     }
 
@@ -286,11 +300,20 @@ mod tests {
             (2, 0, 0),
             "copied apart from done"
         );
-        assert_eq!(w.offsets(1), (0, 8 * 3, 8 * 6));
+        assert_eq!(w.offsets(1), (0, 64 * 3, 64 * 6), "a word a 64-byte line");
         assert!(w.stopped());
         assert_eq!(w.device_words(), 0);
         // The address is the first word's: the kernel's ctl[0].
         assert_eq!(w.address(), w.word(0) as *const AtomicU64 as u64);
+    }
+
+    #[test]
+    fn the_kernel_spaces_the_words_as_the_host_does() {
+        use crate::demo::workload::CUDA_SOURCE;
+        assert!(CUDA_SOURCE.contains(&format!("#define CTL_LINE {LINE}ull")));
+        // Three words of the kernel's own and one a slot, 16 u64s (128 bytes) each.
+        assert!(CUDA_SOURCE.contains("#define DEV_LINE 16ull"));
+        assert_eq!(device_word_count(2), 5 * 16);
     }
 
     #[test]

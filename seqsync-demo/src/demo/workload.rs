@@ -137,22 +137,31 @@ extern "C" __global__ void h_kernel(const unsigned *x, const unsigned *y, unsign
 
 // ---- the resident kernel (Engine::Resident; the words: resident_words.rs) ----
 //
-// ctl (pinned host memory, u64): [0] arrived (host), [1] stop (host), [2 + slot] done (device:
-// 1 + the newest batch complete in that slot). words (device memory, zeroed by
-// resident_reset before the launch): [0] the next ticket, [1] arrived as seen, [2] stop as
-// seen, [3 + slot] tiles done in that slot, ever.
+// ctl (pinned host memory, u64, one word a 64-byte line: CTL_LINE): [0] arrived (host), [1]
+// stop (host), [2 + slot] done (device: 1 + the newest batch complete in that slot). words
+// (device memory, zeroed by resident_reset before the launch, one word a 128-byte line:
+// DEV_LINE): [0] the next ticket, [1] arrived as seen, [2] stop as seen, [3 + slot] tiles done
+// in that slot, ever. A line a word: the line the waiting blocks poll (`arrived as seen`)
+// holds neither the ticket nor a count that working blocks update atomically, and a host
+// thread polling one `done` word shares its line with neither `arrived` nor another slot's.
 //
 // Ticket t is tile t % tiles of batch t / tiles (tiles = ceil(n / tile)): blocks take them in
 // order, so the oldest batch is worked on first. One block polls the host's words (the first
-// tile of the next batch to arrive), the others the copies in device memory.
+// tile of the next batch to arrive), the others the copies in device memory, less often the
+// further their batch is from arriving.
+#define CTL_LINE 8ull
+#define DEV_LINE 16ull
+#define CTL(i) ctl[(i) * CTL_LINE]
+#define DEV(i) words[(i) * DEV_LINE]
 
 __device__ __forceinline__ unsigned fgh_elem(unsigned v, unsigned k) {
     return h_elem(f_elem(v, k), g_elem(v, k), k);
 }
-// A short pause between polls (~0.1 us), as __nanosleep is not in every architecture.
-__device__ __forceinline__ void resident_pause() {
-    long long t0 = clock64();
-    while (clock64() - t0 < 200) {}
+// A pause between polls of `ahead` short pauses (~0.1 us each, at most 16), as __nanosleep is
+// not in every architecture.
+__device__ __forceinline__ void resident_pause(unsigned long long ahead) {
+    const long long t0 = clock64(), len = 200 * (long long)min(ahead, 16ull);
+    while (clock64() - t0 < len) {}
 }
 extern "C" __global__ void resident_reset(unsigned long long *words, unsigned long long count) {
     for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < count;
@@ -165,12 +174,11 @@ extern "C" __global__ void resident_kernel(const unsigned *hin, unsigned *hout,
     __shared__ unsigned long long s_ticket;
     __shared__ int s_go;
     const unsigned long long tiles = (n + tile - 1) / tile;
-    volatile unsigned long long *seen_arrived = words + 1;
-    volatile unsigned long long *seen_stop = words + 2;
-    unsigned long long *tiles_done = words + 3;
+    volatile unsigned long long *seen_arrived = &DEV(1);
+    volatile unsigned long long *seen_stop = &DEV(2);
     for (;;) {
         if (threadIdx.x == 0) {
-            const unsigned long long t = atomicAdd(words, 1ull);
+            const unsigned long long t = atomicAdd(&DEV(0), 1ull);
             const unsigned long long s = t / tiles;
             int go = s < batches;
             while (go) {
@@ -179,16 +187,16 @@ extern "C" __global__ void resident_kernel(const unsigned *hin, unsigned *hout,
                 if (*seen_stop) { go = 0; break; }
                 if (a == s && t % tiles == 0) {
                     // Arrived first: a stop ends only the waits for batches that never came.
-                    const unsigned long long h = ctl[0];
+                    const unsigned long long h = CTL(0);
                     if (h > a) {
                         // The host's inputs before the copy the other blocks read.
                         __threadfence_system();
                         atomicMax((unsigned long long *)seen_arrived, h);
                         continue;
                     }
-                    if (ctl[1]) { *seen_stop = 1; go = 0; break; }
+                    if (CTL(1)) { *seen_stop = 1; go = 0; break; }
                 }
-                resident_pause();
+                resident_pause(s - a + 1);
             }
             // The batch's input (written by the host before its arrival) is read after this.
             __threadfence_system();
@@ -233,10 +241,10 @@ extern "C" __global__ void resident_kernel(const unsigned *hin, unsigned *hout,
             // block that counts the batch's last tile makes them all visible to the host
             // before its done word.
             __threadfence();
-            const unsigned long long c = atomicAdd(&tiles_done[slot], 1ull) + 1;
+            const unsigned long long c = atomicAdd(&DEV(3 + slot), 1ull) + 1;
             if (c == tiles * (s / slots + 1)) {
                 __threadfence_system();
-                ctl[2 + slot] = s + 1;
+                CTL(2 + slot) = s + 1;
             }
         }
         __syncthreads();

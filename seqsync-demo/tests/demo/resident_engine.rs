@@ -34,6 +34,27 @@ fn resident_engine_verifies_every_batch_on_host() {
 }
 
 #[test]
+fn resident_engine_at_a_rate_it_cannot_keep_counts_get_datas_lateness_before_the_release() {
+    // One slot, batches due every microsecond: each waits for the one before it to be checked,
+    // so get_data releases it late, and the phases say so (the arrival to the fill's start,
+    // get_data's wait for the slot), not the device.
+    let r = run(&DemoConfig {
+        batches: 40,
+        rate: Some(1e6),
+        slots: Some(1),
+        ..config()
+    })
+    .unwrap();
+    assert!(r.all_verified(), "{r:?}");
+    let phases = r.phases.expect("the resident engine reports phases");
+    let p50 = |name: &str| phases.iter().find(|p| p.phase == name).unwrap().p50_us;
+    assert!(p50("before_launch") > 5.0, "{phases:?}");
+    assert!(p50("slot_wait") > 1.0, "{phases:?}");
+    // The release comes after the lateness: the device's phase is shorter than the latency.
+    assert!(p50("on_device") < r.latency_p50_us.unwrap(), "{phases:?}");
+}
+
+#[test]
 fn resident_engine_verifies_every_batch_under_chaos_on_one_slot_and_many() {
     for (seed, slots, threads) in [(1, 1, 1), (2, 2, 3), (3, 5, 2), (4, 64, 4)] {
         let r = run(&DemoConfig {

@@ -12,6 +12,11 @@
 //! | `in_order` | the check ended | every batch before it was checked too, and its slots were released |
 //! | `slot_wait` | the h2g thread began waiting for the slots of the launch that carries the batch to come free | they did (the batches `S` before them were processed) |
 //!
+//! The resident engine has no launch a batch: there `before_launch` runs from the batch's
+//! issue to get_data beginning its fill, `launch` is the fill, `on_device` runs from the
+//! release (the store of its arrival, or its copy in enqueued) to its worker seeing it done,
+//! and `slot_wait` is get_data's wait for the batch's slots.
+//!
 //! The first five add up to the batch's latency (issue to check done); `in_order` comes after
 //! it and delays only the reuse of the batch's slots. `slot_wait` is the h2g thread's, per
 //! launch, and mostly not part of the latency: without `--rate` a batch is issued only once its
