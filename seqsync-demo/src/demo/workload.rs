@@ -199,7 +199,12 @@ extern "C" __global__ void resident_kernel(const unsigned *hin, unsigned *hout,
                 resident_pause(s - a + 1);
             }
             // The batch's input (written by the host before its arrival) is read after this.
-            __threadfence_system();
+            // A device-scope fence suffices: the block that read `arrived` from the host
+            // fenced at system scope before it raised `arrived as seen`, which this block read,
+            // so the host's writes happen before that raise and, through this fence, before
+            // the reads below. (A system-scope fence here, once a tile, cost 3-10 % of the
+            // throughput at 256 KiB and 1 MiB: BENCHMARKS.md §13, run P.)
+            __threadfence();
             s_ticket = t;
             s_go = go;
         }
