@@ -14,7 +14,7 @@
 //!
 //! One set per kernel launch: a `done` or `copied` word only grows, from zero. Each word has a
 //! 64-byte line of its own ([`LINE`]), and each of the kernel's own words in device memory a
-//! 128-byte line ([`device_word_count`]): a thread polling one word shares its line with no
+//! 128-byte line ([`DEVICE_LINE`]): a thread polling one word shares its line with no
 //! word another thread or the device writes (BENCHMARKS.md §13, run P).
 
 use std::any::Any;
@@ -26,10 +26,18 @@ use std::sync::Mutex;
 /// polling one word shares its line with no word another thread or the device writes.
 pub(crate) const LINE: usize = 8;
 
-/// The kernel's own words in device memory, one a 128-byte line (its `DEV_LINE`): the ticket,
-/// `arrived` and `stop` as seen, and the tiles done of each slot.
+/// u64s each of the kernel's own words in device memory takes: one a 128-byte line (its
+/// `DEV_LINE`).
+const DEVICE_LINE: usize = 16;
+
+/// The kernel's own words in device memory besides one a slot: the ticket, `arrived` and
+/// `stop` as seen.
+const KERNEL_WORDS: usize = 3;
+
+/// u64s of the kernel's own words in device memory, one a line ([`DEVICE_LINE`]): its
+/// [`KERNEL_WORDS`] and the tiles done of each slot.
 pub(crate) fn device_word_count(slots: usize) -> usize {
-    (3 + slots) * 16
+    (KERNEL_WORDS + slots) * DEVICE_LINE
 }
 
 const ARRIVED: usize = 0;
@@ -311,8 +319,8 @@ mod tests {
     fn the_kernel_spaces_the_words_as_the_host_does() {
         use crate::demo::workload::CUDA_SOURCE;
         assert!(CUDA_SOURCE.contains(&format!("#define CTL_LINE {LINE}ull")));
+        assert!(CUDA_SOURCE.contains(&format!("#define DEV_LINE {DEVICE_LINE}ull")));
         // Three words of the kernel's own and one a slot, 16 u64s (128 bytes) each.
-        assert!(CUDA_SOURCE.contains("#define DEV_LINE 16ull"));
         assert_eq!(device_word_count(2), 5 * 16);
     }
 
