@@ -86,6 +86,12 @@ fn no_unified_addressing(what: &str) -> Error {
 /// tiles spread a small batch over more multiprocessors (lower latency); larger ones cost
 /// less per byte (BENCHMARKS.md §13, the resident kernel).
 fn resident_tile(n: usize) -> u64 {
+    if let Some(t) = std::env::var("SEQSYNC_RESIDENT_TILE")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        return t;
+    }
     ((n / 4).clamp(4096, 16384) / 4 * 4) as u64
 }
 
@@ -567,6 +573,10 @@ impl Device for CudaDevice {
             CopyBy::Memcpy => (self.at(&self.d_in, 0, slots), self.at(&self.out, 0, slots)),
         };
         let (n, k, tile) = (l.n as u64, l.intensity, resident_tile(l.n));
+        let readers: u64 = std::env::var("SEQSYNC_RESIDENT_READERS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
         let (slots_u, batches_u) = (slots as u64, batches.max(0) as u64);
         let (ctl, dev_words) = (words.address(), words.device_words());
         let count = device_word_count(slots) as u64;
@@ -590,7 +600,8 @@ impl Device for CudaDevice {
             .arg(&batches_u)
             .arg(&tile)
             .arg(&ctl)
-            .arg(&dev_words);
+            .arg(&dev_words)
+            .arg(&readers);
         let grid = LaunchConfig {
             grid_dim: (self.sms, 1, 1),
             block_dim: (BLOCK, 1, 1),

@@ -35,9 +35,10 @@ const DEVICE_LINE: usize = 16;
 const KERNEL_WORDS: usize = 3;
 
 /// u64s of the kernel's own words in device memory, one a line ([`DEVICE_LINE`]): its
-/// [`KERNEL_WORDS`] and the tiles done of each slot.
+/// [`KERNEL_WORDS`], the tiles done of each slot, and the tiles finished (the cap on tiles
+/// reading at once).
 pub(crate) fn device_word_count(slots: usize) -> usize {
-    (KERNEL_WORDS + slots) * DEVICE_LINE
+    (KERNEL_WORDS + slots + 1) * DEVICE_LINE
 }
 
 const ARRIVED: usize = 0;
@@ -320,8 +321,9 @@ mod tests {
         use crate::demo::workload::CUDA_SOURCE;
         assert!(CUDA_SOURCE.contains(&format!("#define CTL_LINE {LINE}ull")));
         assert!(CUDA_SOURCE.contains(&format!("#define DEV_LINE {DEVICE_LINE}ull")));
-        // Three words of the kernel's own and one a slot, 16 u64s (128 bytes) each.
-        assert_eq!(device_word_count(2), 5 * 16);
+        // Three words of the kernel's own, one a slot and the tiles finished, 16 u64s (128
+        // bytes) each.
+        assert_eq!(device_word_count(2), 6 * 16);
     }
 
     #[test]

@@ -170,7 +170,8 @@ extern "C" __global__ void resident_reset(unsigned long long *words, unsigned lo
 }
 extern "C" __global__ void resident_kernel(const unsigned *hin, unsigned *hout,
         unsigned long long n, unsigned k, unsigned long long slots, unsigned long long batches,
-        unsigned long long tile, volatile unsigned long long *ctl, unsigned long long *words) {
+        unsigned long long tile, volatile unsigned long long *ctl, unsigned long long *words,
+        unsigned long long readers) {
     __shared__ unsigned long long s_ticket;
     __shared__ int s_go;
     const unsigned long long tiles = (n + tile - 1) / tile;
@@ -197,6 +198,13 @@ extern "C" __global__ void resident_kernel(const unsigned *hin, unsigned *hout,
                     if (CTL(1)) { *seen_stop = 1; go = 0; break; }
                 }
                 resident_pause(s - a + 1);
+            }
+            // At most `readers` tiles read at once (0: no cap): tile t starts once all but
+            // readers - 1 of the tiles before it have finished. Every tile before t belongs to
+            // a batch that has arrived, so each finishes; a stop lifts the cap.
+            if (go && readers) {
+                volatile unsigned long long *finished = &DEV(3 + slots);
+                while (*finished + readers <= t && !*seen_stop) resident_pause(1);
             }
             // The batch's input (written by the host before its arrival) is read after this.
             // A device-scope fence suffices: the block that read `arrived` from the host
@@ -242,6 +250,7 @@ extern "C" __global__ void resident_kernel(const unsigned *hin, unsigned *hout,
             out[i] = fgh_elem(__ldcv(in + i), k);
         __syncthreads();
         if (threadIdx.x == 0) {
+            if (readers) atomicAdd(&DEV(3 + slots), 1ull);
             // Every thread's writes of the tile (ordered by the barrier) before its count; the
             // block that counts the batch's last tile makes them all visible to the host
             // before its done word.
