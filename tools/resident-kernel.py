@@ -13,7 +13,9 @@ threads per multiprocessor, intensity 8):
   touch host memory in place;
 - `bound`: every batch (512, 256, 128, 32 of them) arrived before the kernel starts, GB/s of
   batches, for tiles of 4096, 8192 and 16384 elements and 1, 2 and 4 blocks per
-  multiprocessor (the demo's tile: a quarter of the batch within 4096..16384);
+  multiprocessor (the demo's tile: an eighth of the batch within 4096..16384), with no
+  cap on the tiles reading at once unless READERS=N is in the environment (the demo's cap:
+  24 under 256 KiB, 32 from there);
 - `isolated`: the kernel resident over 8 slots, one batch at a time from Python (store
   `arrived`, spin on the slot's `done` word), median and p99 of 300 (Python's own loop adds
   about a microsecond);
@@ -33,6 +35,10 @@ import cupy as cp
 import numpy as np
 
 K = 8
+# The kernel's word spacing (u64s a word: CTL_LINE in pinned memory, DEV_LINE in device memory)
+# and its cap on tiles reading at once (READERS in the environment; 0, the default: no cap).
+CTL_LINE, DEV_LINE = 8, 16
+READERS = int(os.environ.get("READERS", "0"))
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 SOURCE = open(os.path.join(ROOT, "seqsync-demo/src/demo/workload.rs")).read()
 CUDA = re.search(r'pub const CUDA_SOURCE: &str = r#"(.*?)"#;', SOURCE, re.S).group(1)
@@ -90,12 +96,13 @@ def reference(v):
 def launch(n, slots, batches, tile, grid, stream):
     hin_m, hin = pinned(slots * n)
     hout_m, hout = pinned(slots * n)
-    ctl_m, ctl = pinned(2 + slots, np.uint64)
+    ctl_m, ctl = pinned((2 + slots) * CTL_LINE, np.uint64)
     hin[:] = np.random.default_rng(1).integers(0, 2**32, slots * n, dtype=np.uint32)
-    words = cp.zeros(3 + slots, dtype=cp.uint64)
-    reset((1,), (256,), (words, np.uint64(3 + slots)), stream=stream)
+    words = cp.zeros((4 + slots) * DEV_LINE, dtype=cp.uint64)
+    reset((1,), (256,), (words, np.uint64(words.size)), stream=stream)
     args = (np.uint64(hin_m.ptr), np.uint64(hout_m.ptr), np.uint64(n), np.uint32(K),
-            np.uint64(slots), np.uint64(batches), np.uint64(tile), np.uint64(ctl_m.ptr), words)
+            np.uint64(slots), np.uint64(batches), np.uint64(tile), np.uint64(ctl_m.ptr), words,
+            np.uint64(READERS))
     return (hin_m, hout_m, ctl_m, words), hin, hout, ctl, lambda: resident(
         (grid,), (256,), args, stream=stream)
 
@@ -112,7 +119,7 @@ def bound(nbytes, nb, tile, grid):
     first, last = slice(0, n), slice((nb - 1) * n, nb * n)
     ok = (np.array_equal(hout[first], reference(hin[first]))
           and np.array_equal(hout[last], reference(hin[last]))
-          and all(ctl[2 + i] == i + 1 for i in range(nb)))
+          and all(ctl[(2 + i) * CTL_LINE] == i + 1 for i in range(nb)))
     return nb * nbytes / cp.cuda.get_elapsed_time(e0, e1) / 1e6, ok
 
 
@@ -124,7 +131,7 @@ def isolated(nbytes, tile, rounds=300, slots=8):
     for b in range(rounds):
         t0 = time.perf_counter_ns()
         ctl[0] = b + 1
-        while ctl[2 + b % slots] != b + 1:
+        while ctl[(2 + b % slots) * CTL_LINE] != b + 1:
             pass
         lat.append((time.perf_counter_ns() - t0) / 1e3)
     s.synchronize()

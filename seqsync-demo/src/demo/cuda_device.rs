@@ -81,18 +81,29 @@ fn no_unified_addressing(what: &str) -> Error {
     )
 }
 
-/// Elements of a batch one block of the resident kernel takes at once: a quarter of the batch,
+/// Elements of a batch one block of the resident kernel takes at once: an eighth of the batch,
 /// within 4096 and 16384 elements (16 to 64 KiB), a multiple of four (16-byte loads). Smaller
-/// tiles spread a small batch over more multiprocessors (lower latency); larger ones cost
-/// less per byte (BENCHMARKS.md §13, the resident kernel).
+/// tiles spread a small batch over more multiprocessors (lower latency at a rate); larger ones
+/// cost less per byte. Saturated, the cap of [`resident_readers`] keeps the smaller tiles'
+/// extra blocks from costing throughput (BENCHMARKS.md §13, run U).
 fn resident_tile(n: usize) -> u64 {
-    if let Some(t) = std::env::var("SEQSYNC_RESIDENT_TILE")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-    {
-        return t;
+    ((n / 8).clamp(4096, 16384) / 4 * 4) as u64
+}
+
+/// Tiles of the resident kernel that read at once, at most, where it reads the host's slots in
+/// place (`--copy kernel`): 24 for batches under 256 KiB (`n` u32s), 32 from there. Each
+/// reading block has up to 16 KiB of host reads in flight; saturated, more blocks reading cost
+/// the link throughput instead of adding it (BENCHMARKS.md §13, run U). A batch alone meets the
+/// cap only above 32 tiles (from 2 MiB). 0 (no cap) where the kernel reads device memory
+/// (`--copy memcpy`), which takes far more reads in flight.
+fn resident_readers(n: usize, copies: CopyBy) -> u64 {
+    if copies == CopyBy::Memcpy {
+        0
+    } else if n < 65536 {
+        24
+    } else {
+        32
     }
-    ((n / 4).clamp(4096, 16384) / 4 * 4) as u64
 }
 
 /// A test switch that only the host backend takes (there a left-out ordering shows as a wrong
@@ -573,10 +584,7 @@ impl Device for CudaDevice {
             CopyBy::Memcpy => (self.at(&self.d_in, 0, slots), self.at(&self.out, 0, slots)),
         };
         let (n, k, tile) = (l.n as u64, l.intensity, resident_tile(l.n));
-        let readers: u64 = std::env::var("SEQSYNC_RESIDENT_READERS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
+        let readers = resident_readers(l.n, copies);
         let (slots_u, batches_u) = (slots as u64, batches.max(0) as u64);
         let (ctl, dev_words) = (words.address(), words.device_words());
         let count = device_word_count(slots) as u64;
@@ -607,8 +615,8 @@ impl Device for CudaDevice {
             block_dim: (BLOCK, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: resident_kernel(const u32*, u32*, u64, u32, u64, u64, u64, volatile u64*,
-        // u64*) reads inputs and writes outputs of `slots` slots of n u32s (pinned host slots,
+        // SAFETY: resident_kernel(const u32*, u32*, u64, u32, u64, u64, u64, volatile u64*, u64*,
+        // u64) reads inputs and writes outputs of `slots` slots of n u32s (pinned host slots,
         // in range: pinned_at; or device slots, in range: at), and the words (live until the
         // stream is synchronized: the caller). The caller's protocol keeps the host and the
         // copies off a slot while the kernel may use it: a batch's input is written (and
@@ -739,5 +747,36 @@ mod tests {
         assert_eq!(blocks(usize::MAX, 1056), 1056);
         assert_eq!(blocks(1 << 20, 0), 1);
         assert_eq!(launch_config(1, 8).block_dim, (BLOCK, 1, 1));
+    }
+
+    #[test]
+    fn the_resident_tile_is_an_eighth_of_the_batch_within_16_to_64_kib() {
+        // 64 KiB, 128 KiB, 256 KiB, 1 MiB and 4 MiB batches of u32s.
+        assert_eq!(resident_tile(16 << 10), 4096);
+        assert_eq!(resident_tile(32 << 10), 4096);
+        assert_eq!(resident_tile(64 << 10), 8192);
+        assert_eq!(resident_tile(256 << 10), 16384);
+        assert_eq!(resident_tile(1 << 20), 16384);
+        // A multiple of four elements (the kernel's 16-byte loads).
+        assert_eq!(resident_tile(100_028), 12_500);
+    }
+
+    #[test]
+    fn the_resident_readers_cap_host_reads_and_never_device_ones() {
+        // n in u32s: 64 KiB, 256 KiB, 1 MiB.
+        assert_eq!(resident_readers(16 << 10, CopyBy::Kernel), 24);
+        assert_eq!(resident_readers(64 << 10, CopyBy::Kernel), 32);
+        assert_eq!(resident_readers(1 << 20, CopyBy::Kernel), 32);
+        // Device memory takes far more reads in flight: no cap.
+        assert_eq!(resident_readers(16 << 10, CopyBy::Memcpy), 0);
+        assert_eq!(resident_readers(1 << 20, CopyBy::Memcpy), 0);
+        // A batch alone of up to 2 MiB never waits for the cap (its tiles all read at once).
+        for n in [16 << 10, 64 << 10, 256 << 10, 512 << 10] {
+            let tiles = (n as u64).div_ceil(resident_tile(n));
+            assert!(
+                tiles <= resident_readers(n, CopyBy::Kernel),
+                "{n}: {tiles} tiles"
+            );
+        }
     }
 }

@@ -141,7 +141,8 @@ extern "C" __global__ void h_kernel(const unsigned *x, const unsigned *y, unsign
 // stop (host), [2 + slot] done (device: 1 + the newest batch complete in that slot). words
 // (device memory, zeroed by resident_reset before the launch, one word a 128-byte line:
 // DEV_LINE): [0] the next ticket, [1] arrived as seen, [2] stop as seen, [3 + slot] tiles done
-// in that slot, ever. A line a word: the line the waiting blocks poll (`arrived as seen`)
+// in that slot, ever, [3 + slots] tiles finished reading, ever (the cap on tiles reading at
+// once). A line a word: the line the waiting blocks poll (`arrived as seen`)
 // holds neither the ticket nor a count that working blocks update atomically, and a host
 // thread polling one `done` word shares its line with neither `arrived` nor another slot's.
 //
@@ -199,9 +200,10 @@ extern "C" __global__ void resident_kernel(const unsigned *hin, unsigned *hout,
                 }
                 resident_pause(s - a + 1);
             }
-            // At most `readers` tiles read at once (0: no cap): tile t starts once all but
-            // readers - 1 of the tiles before it have finished. Every tile before t belongs to
-            // a batch that has arrived, so each finishes; a stop lifts the cap.
+            // At most `readers` tiles read at once (0: no cap; cuda_device.rs, resident_readers):
+            // tile t starts once all but readers - 1 of the tiles before it have finished.
+            // Every tile before t belongs to a batch that has arrived, so each finishes; a stop
+            // lifts the cap.
             if (go && readers) {
                 volatile unsigned long long *finished = &DEV(3 + slots);
                 while (*finished + readers <= t && !*seen_stop) resident_pause(1);
