@@ -94,7 +94,7 @@ fn resident_tile(n: usize) -> u64 {
 /// place (`--copy kernel`): 24 for batches under 256 KiB (`n` u32s), 32 from there. Each
 /// reading block has up to 16 KiB of host reads in flight; saturated, more blocks reading cost
 /// the link throughput instead of adding it (BENCHMARKS.md §13, run U). A batch alone meets the
-/// cap only above 32 tiles (from 2 MiB). 0 (no cap) where the kernel reads device memory
+/// cap only above 2 MiB (more than 32 tiles). 0 (no cap) where the kernel reads device memory
 /// (`--copy memcpy`), which takes far more reads in flight.
 fn resident_readers(n: usize, copies: CopyBy) -> u64 {
     if copies == CopyBy::Memcpy {
