@@ -4,14 +4,13 @@
 //! (its completion).
 //!
 //! Every buffer has `S` slots (`--slots`, or [`auto_slots`]; host input and output batches
-//! included) and batch `s` lives in slot `s % S`. The kernel's blocks take
-//! tiles of batches in seq order from a counter in device memory; a block that took a tile of
-//! batch `s` waits until `arrived > s` (and, reading the host's slots in place, until fewer
-//! than a cap of tiles are reading: more reads in flight cost the link throughput), then reads
-//! the tile from host input slot `s % S` (the
-//! copy in), runs f, g and h over each element in one thread (the stages of one element one
-//! after the other: within a batch the stages are elementwise, so program order orders them),
-//! writes host output slot `s % S` (the copy out), and counts its tile done; the block that
+//! included) and batch `s` lives in slot `s % S`. The kernel's blocks take tiles of batches in seq
+//! order from a counter in device memory; a block that took a tile of batch `s` waits until
+//! `arrived > s` (and, reading the host's slots in place, until fewer than a cap of tiles are
+//! reading: more reads in flight cost the link throughput), then reads the tile from host input
+//! slot `s % S` (the copy in), runs f, g and h over each element in one thread (the stages of one
+//! element one after the other: within a batch the stages are elementwise, so program order orders
+//! them), writes host output slot `s % S` (the copy out), and counts its tile done; the block that
 //! counts a batch's last tile sets `done[s % S] = s + 1`. The words are
 //! [`ResidentWords`](super::resident_words::ResidentWords).
 //!
