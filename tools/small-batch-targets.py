@@ -4,8 +4,8 @@ ENGINE=resident), one line of JSON per batch size.
 
 usage: [ENGINE=E] tools/small-batch-targets.py SEQSYNC [BYTES:"EXTRA FLAGS" ...]
 
-For each batch size (64 KiB, 256 KiB, 1 MiB; or only those given, each with extra flags for the
-adaptive engine, e.g. 65536:"--graph-depth 6"), on the CUDA backend, every batch verified:
+For each batch size (64 KiB, 256 KiB, 1 MiB; or only those given, any size, each with extra
+flags for the engine, e.g. 65536:"--graph-depth 6"), on the CUDA backend, every batch verified:
 
 1. the adaptive engine saturated, with baselines: GB/s against the device bound
    (`x_bound`, target >= 0.85) and its p99 latency;
@@ -16,7 +16,7 @@ adaptive engine, e.g. 65536:"--graph-depth 6"), on the CUDA backend, every batch
 and, for (1) and (3), where the batches' latency went (`phases_p50_p99`: the report's
 `phases`, p50 and p99 in microseconds).
 
-Batches: 6000 / 1500 / 375 (about 400 MB each). Stdlib only: runs where only Python is.
+Batches: 6000 / 1500 / 375 (about 400 MB each; another size: 400 MB of batches, at least 100). Stdlib only: runs where only Python is.
 
 ROUNDS (environment, default 1) repeats the three runs per size that many times, sizes
 interleaved, and then prints one summary line per size: the median of each ratio and how many
@@ -32,6 +32,10 @@ import subprocess
 import sys
 
 BATCHES = {65536: 6000, 262144: 1500, 1048576: 375}
+
+
+def batches(size):
+    return BATCHES.get(size, max(100, 393_216_000 // size))
 ENGINE = os.environ.get("ENGINE", "adaptive")
 ROUNDS = int(os.environ.get("ROUNDS", "1"))
 TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
@@ -76,8 +80,10 @@ def main():
     extras = {}
     for a in sys.argv[2:]:
         size, _, flags = a.partition(":")
+        if not size.isdigit() or int(size) <= 0:
+            sys.exit(f"{a!r}: a size is a positive number of bytes, then ':' and its flags")
         extras[int(size)] = flags.split()
-    sizes = [b for b in BATCHES if not extras or b in extras]
+    sizes = list(extras) or list(BATCHES)
     rows = {size: [] for size in sizes}
     for _ in range(ROUNDS):
         for size in sizes:
@@ -92,7 +98,7 @@ def main():
                 return round(statistics.median(v), 3) if v else None
             met = sum(r["r_x_iso"] is not None and r["x_bound"] >= 0.85
                       and r["x_hw_p99"] <= 1.5 and r["r_x_iso"] <= 2
-                      and all(v == BATCHES[size] for v in r["verified"]) for r in got)
+                      and all(v == batches(size) for v in r["verified"]) for r in got)
             print(json.dumps({"summary": size, "engine": ENGINE, "rounds": ROUNDS,
                               "rounds_failed": ROUNDS - len(got),
                               "median": {k: median(k) for k in ("x_bound", "x_hw_p99", "r_x_iso")},
@@ -103,7 +109,7 @@ def main():
 
 def measure(seqsync, size, extra):
     """One round at one size: the three runs, as one dict (None if a run failed)."""
-    base = ["--batch-bytes", str(size), "--batches", str(BATCHES[size])]
+    base = ["--batch-bytes", str(size), "--batches", str(batches(size))]
     a = demo(seqsync, base + ["--engine", ENGINE] + extra)
     h = demo(seqsync, base + ["--engine", "handwritten", "--no-baselines"])
     if not a or not h:

@@ -81,13 +81,21 @@ fn no_unified_addressing(what: &str) -> Error {
     )
 }
 
-/// Elements of a batch one block of the resident kernel takes at once: an eighth of the batch,
-/// within 4096 and 16384 elements (16 to 64 KiB), a multiple of four (16-byte loads). Smaller
-/// tiles spread a small batch over more multiprocessors (lower latency at a rate); larger ones
-/// cost less per byte. Saturated, the cap of [`resident_readers`] keeps the smaller tiles'
-/// extra blocks from costing throughput (BENCHMARKS.md §13, run U).
+/// Elements of a batch one block of the resident kernel takes at once (a multiple of four, for
+/// the kernel's 16-byte loads): 4096 (16 KiB) for batches up to 64 KiB (`n` u32s), 8192 up to
+/// 256 KiB, 16384 above. Smaller tiles spread a batch over more multiprocessors (a shorter
+/// batch at a rate); larger ones cost less per byte, and below these sizes the shorter batch
+/// cost more than it gained (BENCHMARKS.md §13, runs U and V: 2048 at 64 KiB, 4096 at 128 KiB).
+/// Saturated, the cap of [`resident_readers`] keeps the smaller tiles' extra blocks from costing
+/// throughput.
 fn resident_tile(n: usize) -> u64 {
-    ((n / 8).clamp(4096, 16384) / 4 * 4) as u64
+    if n <= 16384 {
+        4096
+    } else if n <= 65536 {
+        8192
+    } else {
+        16384
+    }
 }
 
 /// Tiles of the resident kernel that read at once, at most, where it reads the host's slots in
@@ -750,15 +758,20 @@ mod tests {
     }
 
     #[test]
-    fn the_resident_tile_is_an_eighth_of_the_batch_within_16_to_64_kib() {
-        // 64 KiB, 128 KiB, 256 KiB, 1 MiB and 4 MiB batches of u32s.
+    fn the_resident_tile_grows_with_the_batch_from_16_to_64_kib() {
+        // n in u32s: 4 KiB, 64 KiB, 96 KiB, 128 KiB, 256 KiB, 512 KiB, 1 MiB and 4 MiB batches.
+        assert_eq!(resident_tile(1 << 10), 4096);
         assert_eq!(resident_tile(16 << 10), 4096);
-        assert_eq!(resident_tile(32 << 10), 4096);
+        assert_eq!(resident_tile(24 << 10), 8192);
+        assert_eq!(resident_tile(32 << 10), 8192);
         assert_eq!(resident_tile(64 << 10), 8192);
+        assert_eq!(resident_tile(128 << 10), 16384);
         assert_eq!(resident_tile(256 << 10), 16384);
         assert_eq!(resident_tile(1 << 20), 16384);
-        // A multiple of four elements (the kernel's 16-byte loads).
-        assert_eq!(resident_tile(100_028), 12_500);
+        // A multiple of four elements everywhere (the kernel's 16-byte loads).
+        for n in [1, 16383, 16385, 65537, 100_028, 1 << 30] {
+            assert_eq!(resident_tile(n) % 4, 0, "{n}");
+        }
     }
 
     #[test]
