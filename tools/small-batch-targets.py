@@ -16,7 +16,8 @@ flags for the engine, e.g. 65536:"--graph-depth 6"), on the CUDA backend, every 
 and, for (1) and (3), where the batches' latency went (`phases_p50_p99`: the report's
 `phases`, p50 and p99 in microseconds).
 
-Batches: 6000 / 1500 / 375 (about 400 MB each; another size: 400 MB of batches, at least 100). Stdlib only: runs where only Python is.
+Batches: 6000 / 1500 / 375 (about 400 MB each; another size: 400 MB of batches, at least 100).
+Stdlib only: runs where only Python is.
 
 ROUNDS (environment, default 1) repeats the three runs per size that many times, sizes
 interleaved, and then prints one summary line per size: the median of each ratio and how many
@@ -32,13 +33,14 @@ import subprocess
 import sys
 
 BATCHES = {65536: 6000, 262144: 1500, 1048576: 375}
-
-
-def batches(size):
-    return BATCHES.get(size, max(100, 393_216_000 // size))
 ENGINE = os.environ.get("ENGINE", "adaptive")
 ROUNDS = int(os.environ.get("ROUNDS", "1"))
 TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def batches(size):
+    """Batches a run at this size: the table's, else about 400 MB of them (at least 100)."""
+    return BATCHES.get(size, max(100, 393_216_000 // size))
 
 
 def steal_ms():
