@@ -13,8 +13,8 @@ threads per multiprocessor, intensity 8):
   touch host memory in place;
 - `bound`: every batch (512, 256, 128, 32 of them) arrived before the kernel starts, GB/s of
   batches, for tiles of 4096, 8192 and 16384 elements and 1, 2 and 4 blocks per
-  multiprocessor (the demo's tile: an eighth of the batch within 4096..16384), with no
-  cap on the tiles reading at once unless READERS=N is in the environment (the demo's cap:
+  multiprocessor (the demo's tile: 4096 up to 64 KiB, 8192 up to 256 KiB, 16384 above), with
+  no cap on the tiles reading at once unless READERS=N is in the environment (the demo's cap:
   24 under 256 KiB, 32 from there);
 - `isolated`: the kernel resident over 8 slots, one batch at a time from Python (store
   `arrived`, spin on the slot's `done` word), median and p99 of 300 (Python's own loop adds
