@@ -63,6 +63,7 @@ mod pipeline;
 mod poll;
 mod pool_pipeline;
 mod processes;
+mod released;
 mod report;
 mod resident_engine;
 mod resident_words;

@@ -2,20 +2,19 @@
 
 use std::time::{Duration, Instant};
 
+/// Spins before the first yield.
+const SPINS: u32 = 256;
+/// How long to yield before sleeping.
+const YIELD_FOR: Duration = Duration::from_millis(1);
+/// A nap of [`poll`] once it sleeps.
+const NAP: Duration = Duration::from_micros(20);
+
 /// Spin on `ready` (then yield, then nap: a wait that lasts is not worth a core) until it holds
 /// or `given_up` does; true when it held.
 pub(crate) fn poll(ready: impl Fn() -> bool, given_up: impl Fn() -> bool) -> bool {
-    /// Spins before the first yield, and how long to yield before napping.
-    const SPINS: u32 = 256;
-    const YIELD_FOR: Duration = Duration::from_millis(1);
-    const NAP: Duration = Duration::from_micros(20);
-    for _ in 0..SPINS {
-        if ready() {
-            return true;
-        }
-        std::hint::spin_loop();
+    if let Some(held) = spin_then_yield(&ready, &given_up) {
+        return held;
     }
-    let t = Instant::now();
     loop {
         if ready() {
             return true;
@@ -23,12 +22,34 @@ pub(crate) fn poll(ready: impl Fn() -> bool, given_up: impl Fn() -> bool) -> boo
         if given_up() {
             return false;
         }
-        if t.elapsed() < YIELD_FOR {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(NAP);
-        }
+        std::thread::sleep(NAP);
     }
+}
+
+/// The first phases of [`poll`]: spin on `ready`, then yield for up to `YIELD_FOR` (1 ms);
+/// `Some(true)` once it held, `Some(false)` once `given_up` did, `None` when neither did by then
+/// (the caller sleeps: a nap, or a wait for a wake-up where something rings one).
+pub(crate) fn spin_then_yield(
+    ready: &impl Fn() -> bool,
+    given_up: &impl Fn() -> bool,
+) -> Option<bool> {
+    for _ in 0..SPINS {
+        if ready() {
+            return Some(true);
+        }
+        std::hint::spin_loop();
+    }
+    let t = Instant::now();
+    while t.elapsed() < YIELD_FOR {
+        if ready() {
+            return Some(true);
+        }
+        if given_up() {
+            return Some(false);
+        }
+        std::thread::yield_now();
+    }
+    None
 }
 
 #[cfg(test)]
@@ -39,5 +60,14 @@ mod tests {
     fn a_poll_ends_when_ready_or_given_up() {
         assert!(poll(|| true, || false));
         assert!(!poll(|| false, || true));
+    }
+
+    #[test]
+    fn spinning_and_yielding_end_after_a_millisecond_of_neither() {
+        let t = Instant::now();
+        assert_eq!(spin_then_yield(&|| false, &|| false), None);
+        assert!(t.elapsed() >= YIELD_FOR);
+        assert_eq!(spin_then_yield(&|| true, &|| false), Some(true));
+        assert_eq!(spin_then_yield(&|| false, &|| true), Some(false));
     }
 }

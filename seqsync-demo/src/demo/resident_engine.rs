@@ -33,9 +33,9 @@
 //!   its input in, then `arrived = s + 1` (or enqueue its copy in).
 //! - copy_out (copies on streams only): enqueue each batch's copy out once its copy in was,
 //!   at most four ahead of the copies out done.
-//! - process_data ([`ProcessWorkers`], `--process-threads`): a worker takes the next seq, polls
-//!   `done[s % S]` (or `copied[s % S]`) until it reaches `s + 1`, checks the batch, and reports
-//!   it; batches are reported processed (the `processed` timeline get_data waits on) in seq
+//! - process_data ([`ProcessWorkers`], `--process-threads`): a worker takes the next seq, waits
+//!   for get_data to release it ([`Released`], asleep if that takes long), polls `done[s % S]`
+//!   (or `copied[s % S]`) until it reaches `s + 1`, checks the batch, and reports it; batches are reported processed (the `processed` timeline get_data waits on) in seq
 //!   order.
 //!
 //! So the only orderings are: arrival before the kernel reads a batch (the kernel's wait on
@@ -62,6 +62,7 @@ use super::graph_engine::GraphEdge;
 use super::pipeline::{first_error, stopped, Checker, ProcessWorkers};
 use super::pipeline::{RunOptions, Variant, Verification};
 use super::poll::poll;
+use super::released::Released;
 use super::threads::{run_threads_named, Body};
 use super::watchdog::Watch;
 use seqsync::backend::Backend;
@@ -133,6 +134,8 @@ pub(crate) fn run<D: Device>(
         }
     };
     let processed = Timeline::new(b, "processed", 0)?;
+    let released = Released::new();
+    let released = &released;
     let workers =
         ProcessWorkers::new(b, batches, slots, drop != Some(GraphEdge::ProcessedInOrder))?;
     let checker_owned = Checker::paced(batches, opt.rate);
@@ -211,20 +214,23 @@ pub(crate) fn run<D: Device>(
                         words_ref.arrivals_enqueued(s as u64 + 1);
                     }
                 }
+                released.raise(s as u64 + 1);
             }
             Ok(())
         })();
         (r, ())
     };
-    // A worker's wait for its batch: the kernel's `done` for its slot, or with copies by the
-    // copy engines the copy-out's `copied`.
+    // A worker's wait for its batch: its release (asleep if that takes long: released.rs), then
+    // the kernel's `done` for its slot, or with copies by the copy engines the copy-out's
+    // `copied`.
     let landed = move |seq: i64| -> Result<()> {
         let slot = (seq % s_total) as usize;
         let word = |slot| match staged_ref {
             None => words_ref.done(slot),
             Some(_) => words_ref.copied(slot),
         };
-        if poll(|| word(slot) > seq as u64, || words_ref.stopped()) {
+        let given_up = || words_ref.stopped();
+        if released.wait(seq as u64 + 1, given_up) && poll(|| word(slot) > seq as u64, given_up) {
             workers.phases().landed(seq..seq + 1, checker.now_ns());
             Ok(())
         } else {
@@ -239,6 +245,7 @@ pub(crate) fn run<D: Device>(
     let stop = |why: String| {
         checker.stop();
         words_ref.stop();
+        released.wake_all();
         processed.fail(Error::Cancelled(why.clone()));
         workers.stop(why);
     };
