@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""The resident engine's latency against the load (on a GPU): per batch size, one saturated run
-of the first binary sets the rate, then every binary runs at fractions of it, interleaved.
+"""An engine's latency against the load (on a GPU): per batch size, one saturated run of the
+first binary sets the rate, then every binary runs at fractions of it, interleaved.
 
-usage: [LOADS=0.02,0.1,0.3,0.8] [REPS=2] [BACKEND=cuda] tools/diag/latency_by_load.py SEQSYNC [SEQSYNC2 ...] \\
+usage: [ENGINE=resident] [LOADS=0.02,0.1,0.3,0.8] [REPS=2] [BACKEND=cuda] tools/diag/latency_by_load.py SEQSYNC [SEQSYNC2 ...] \\
            [--sizes 1048576,262144,65536]
 
 One line a run: the binary (by its position), the load and its batches a second, the latency's
-p50/p99/max (µs), the `before_launch` (get_data late), `on_device` (release to seen done) and
-`check` phases' p50/p99, and the batches verified. Several binaries compare two builds on the
+p50/p99/max (µs), the `before_launch` (get_data late), `on_device` (the resident engine's
+release to seen done) and `check` phases' p50/p99 where the engine reports them, and the
+batches verified. Several binaries compare two builds on the
 same machine in the same minutes (BENCHMARKS.md §13, run W).
 """
 import json
@@ -21,7 +22,8 @@ BATCHES = {65536: 6000, 131072: 4000, 262144: 2000, 1048576: 600}
 def demo(seqsync, args):
     """One run's report, or None (the reason printed)."""
     backend = os.environ.get("BACKEND", "cuda")
-    p = subprocess.run([seqsync, "demo", "--backend", backend, "--json", "--engine", "resident"]
+    engine = os.environ.get("ENGINE", "resident")
+    p = subprocess.run([seqsync, "demo", "--backend", backend, "--json", "--engine", engine]
                        + args, capture_output=True, text=True, timeout=300)
     if p.returncode != 0:
         print(f"  failed: {' '.join(args)}: {p.stderr[-300:]}", flush=True)
