@@ -35,8 +35,8 @@
 //!   at most four ahead of the copies out done.
 //! - process_data ([`ProcessWorkers`], `--process-threads`): a worker takes the next seq, waits
 //!   for get_data to release it ([`Released`], asleep if that takes long), polls `done[s % S]`
-//!   (or `copied[s % S]`) until it reaches `s + 1`, checks the batch, and reports it; batches are reported processed (the `processed` timeline get_data waits on) in seq
-//!   order.
+//!   (or `copied[s % S]`) until it reaches `s + 1`, checks the batch, and reports it; batches
+//!   are reported processed (the `processed` timeline get_data waits on) in seq order.
 //!
 //! So the only orderings are: arrival before the kernel reads a batch (the kernel's wait on
 //! `arrived`; on streams, the arrival written after the copy in), the kernel's writes before
