@@ -1,16 +1,16 @@
 //! The batches get_data released (the resident engine's arrivals), as a count the process_data
 //! workers wait on before they poll for a batch's completion.
 //!
-//! A worker takes the next seq as soon as it is free, so at a low `--rate` it waits for its
-//! batch to arrive for several arrival intervals. Polling the batch's `done` word the whole
-//! time, as [`poll`](super::poll::poll) does, it would be napping by the time the batch
-//! arrives and see it done up to a nap (plus the timer's slack) late: about 40 µs more a batch
-//! at 1 MiB once the intervals times the workers passed a millisecond (BENCHMARKS.md §13,
-//! run W). A release is a host event, so it can wake the worker: the worker sleeps until the
-//! release rings, then polls `done`, and its wake-up overlaps the batch's time on the device.
+//! A worker takes the next seq as soon as it is free, so at a low `--rate` it waits for its batch
+//! to arrive for several arrival intervals. Polling the batch's `done` word the whole time, as
+//! [`poll`](super::poll::poll) does, it would be napping by the time the batch arrives and see it
+//! done up to a nap (plus the timer's slack) late: 30-40 µs more a batch at the median at 256 KiB
+//! and 1 MiB once the intervals times the workers passed a millisecond (BENCHMARKS.md §13, run W).
+//! A release is a host event, so it can wake the worker: the worker sleeps until the release rings,
+//! then polls `done`, and its wake-up overlaps the batch's time on the device.
 //!
-//! Producer: get_data, one raise a batch, in seq order. Consumers: the workers, each waiting
-//! for one batch's release at a time. A raise costs a fence and a load while nobody sleeps
+//! Producer: get_data, one raise a batch, in seq order. Consumers: the workers, each waiting for
+//! one batch's release at a time. A raise costs a store, a fence and a load while nobody sleeps
 //! (every wait at a rate the workers keep up with ends while spinning or yielding).
 
 use std::sync::atomic::{AtomicU64, Ordering};
