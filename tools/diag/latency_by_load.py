@@ -8,8 +8,8 @@ usage: [ENGINE=resident] [LOADS=0.02,0.1,0.3,0.8] [REPS=2] [BACKEND=cuda] tools/
 One line a run: the binary (by its position), the load and its batches a second, the latency's
 p50/p99/max (µs), the `before_launch` (get_data late), `on_device` (the resident engine's
 release to seen done) and `check` phases' p50/p99 where the engine reports them, and the
-batches verified. Several binaries compare two builds on the
-same machine in the same minutes (BENCHMARKS.md §13, run W).
+batches verified. Several binaries compare builds on the same machine in the same minutes
+(BENCHMARKS.md §13, run W).
 """
 import json
 import os
