@@ -15,13 +15,12 @@ at four blocks' pace and the link fills only with many batches reading at once. 
 rate grows with L, fewer blocks fill the link, and the oldest batch could be served first.
 Written without a GPU at hand (2026-12-07): its first run is the next session's.
 """
-import ctypes
-
 import cupy as cp
 import numpy as np
 
-TEMPLATE = r'''
-extern "C" __global__ void reads_L(const uint4 *src, unsigned long long n4, unsigned *sum) {
+SOURCE = r'''
+template <int L>
+__global__ void reads(const uint4 *src, unsigned long long n4, unsigned *sum) {
     const unsigned long long chunk = 256ull * L;
     unsigned acc = 0;
     for (unsigned long long base = blockIdx.x * chunk; base + chunk <= n4;
@@ -40,20 +39,18 @@ BLOCKS = (1, 2, 4, 8, 16, 32)
 
 
 def main():
-    dev = cp.cuda.Device()
-    sms = dev.attributes["MultiProcessorCount"]
+    sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     print(cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), sms, "SMs", flush=True)
-    src = "".join(TEMPLATE.replace("reads_L", f"reads_{n}").replace("[L]", f"[{n}]")
-                  .replace("* L", f"* {n}").replace("< L", f"< {n}") for n in LOADS)
-    mod = cp.RawModule(code=src)
+    names = [f"reads<{n}>" for n in LOADS]
+    mod = cp.RawModule(code=SOURCE, name_expressions=names)
     nbytes = 64 << 20
-    ptr = cp.cuda.runtime.hostAlloc(nbytes, 0)
-    host = np.ctypeslib.as_array((ctypes.c_uint32 * (nbytes // 4)).from_address(ptr))
+    mem = cp.cuda.alloc_pinned_memory(nbytes)
+    host = np.frombuffer(mem, np.uint32, nbytes // 4)
     host[:] = np.arange(nbytes // 4, dtype=np.uint32)
     stream = cp.cuda.Stream(non_blocking=True)
     total = cp.zeros(1, dtype=cp.uint32)
     for n in LOADS:
-        f = mod.get_function(f"reads_{n}")
+        f = mod.get_function(f"reads<{n}>")
         chunk = 256 * n * 16
         # Whole chunks only: each block reads chunks blockIdx, blockIdx + blocks, ...
         used = nbytes // chunk * chunk
@@ -65,7 +62,7 @@ def main():
                 total.fill(0)
                 e0, e1 = cp.cuda.Event(), cp.cuda.Event()
                 e0.record(stream)
-                f((blocks,), (256,), (np.uint64(ptr), np.uint64(nbytes // 16), total),
+                f((blocks,), (256,), (np.uint64(mem.ptr), np.uint64(nbytes // 16), total),
                   stream=stream)
                 e1.record(stream)
                 e1.synchronize()
@@ -75,7 +72,6 @@ def main():
             row.append(f"{blocks}: {best:.1f} ({best / blocks:.2f}/block)")
         print(f"L {n} ({256 * n * 16 >> 10} KiB in flight a block): GB/s " + ", ".join(row),
               flush=True)
-    cp.cuda.runtime.freeHost(ptr)
 
 
 if __name__ == "__main__":
