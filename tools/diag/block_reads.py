@@ -13,7 +13,9 @@ Diagnostic only (issue 22, BENCHMARKS.md §13 run Y): the resident kernel's bloc
 of host reads in flight (L = 4) and each moves about 2 GB/s, so a 64 KiB batch alone is read
 at four blocks' pace and the link fills only with many batches reading at once. If a block's
 rate grows with L, fewer blocks fill the link, and the oldest batch could be served first.
-Written without a GPU at hand (2026-12-07): its first run is the next session's.
+First run: BENCHMARKS.md §13 run Z (H100). One block reads at most about 11 GB/s, reached with
+16 KiB in flight, and the link fills with about 128 KiB in flight, so the resident kernel's
+2 GB/s a reading block is not its read rate.
 """
 import cupy as cp
 import numpy as np
