@@ -21,7 +21,8 @@ over every block of 200 launches, by k (0, 8), where the outputs go (pinned host
 device memory) and the compute's form: `loop` is main's (`fgh_elem` with k at run time),
 `fixed8` the same with k = 8 known when compiled (its loops unrolled), `quad` a uint4's four
 elements in the same loops (k at run time), `quad4` a thread's four uint4s in the same loops.
-Each form's outputs are checked against NumPy's.
+f, g, h and `fgh_elem` are the demo's own (its `CUDA_SOURCE`, read from workload.rs), and
+each form's outputs are checked against tools/resident-kernel.py's NumPy reference.
 
 Diagnostic only (issue 22): main's tile takes about 8 µs where its reads alone would take
 about 3 (BENCHMARKS.md §13, run Z). First run: run AA (H100). At k = 8 the compute is 5.0 µs of
@@ -30,29 +31,21 @@ a lone tile's 8.2 (`loop`); `quad4`, the form of tools/diag/fgh-sixteen.patch, t
 8-11 µs where the outputs go to the host, against 1.3 µs for a block alone or with the
 outputs in device memory.
 """
+import importlib.util
+import os
+
 import cupy as cp
 import numpy as np
 
-SOURCE = r'''
-__device__ __forceinline__ unsigned f_elem(unsigned v, unsigned k) {
-    for (unsigned j = 0; j < k; j++) v = v * 1664525u + 1013904223u;
-    return v;
-}
-__device__ __forceinline__ unsigned g_elem(unsigned v, unsigned k) {
-    for (unsigned j = 0; j < k; j++) { v ^= v << 13; v ^= v >> 17; v ^= v << 5; }
-    return v;
-}
-__device__ __forceinline__ unsigned h_elem(unsigned x, unsigned yy, unsigned k) {
-    unsigned v = x ^ ((yy << 7) | (yy >> 25));
-    for (unsigned j = 0; j < k; j++) {
-        v = v * 0x2545F491u;
-        v = ((v << 11) | (v >> 21)) ^ 0x9E3779B9u;
-    }
-    return v;
-}
-__device__ __forceinline__ unsigned fgh_elem(unsigned v, unsigned k) {
-    return h_elem(f_elem(v, k), g_elem(v, k), k);
-}
+# The demo's kernels (its CUDA_SOURCE, with f_elem, g_elem, h_elem and fgh_elem) and the NumPy
+# reference, as tools/resident-kernel.py reads and defines them.
+_SPEC = importlib.util.spec_from_file_location(
+    "resident_kernel", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                    "resident-kernel.py"))
+RK = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(RK)
+
+EXTRA = r'''
 template <unsigned K> __device__ __forceinline__ unsigned fgh_fixed(unsigned v) {
     unsigned x = v, y = v;
 #pragma unroll
@@ -136,7 +129,7 @@ __device__ __forceinline__ uint4 fgh4(uint4 v, unsigned k) {
 // (a uint4's four elements in the same loops); 3: quad4 (four uint4s in the same loops).
 // FUSED: main's loop without barriers between the steps.
 template <int FORM, int FUSED>
-__global__ void tile(const unsigned *in, unsigned *out, unsigned k, unsigned long long *stamps,
+__global__ void tile_steps(const unsigned *in, unsigned *out, unsigned k, unsigned long long *stamps,
                      unsigned *flag) {
     const unsigned long long n = 4096, step = 1024;
     const unsigned *bin = in + blockIdx.x * n;
@@ -191,32 +184,14 @@ REPS = 200
 N = 4096
 
 
-def reference(v, k):
-    v = v.astype(np.uint64)
-    m = (1 << 32) - 1
-    x = v.copy()
-    for _ in range(k):
-        x = (x * 1664525 + 1013904223) & m
-    y = v.copy()
-    for _ in range(k):
-        y ^= (y << 13) & m
-        y ^= y >> 17
-        y ^= (y << 5) & m
-    r = x ^ (((y << 7) | (y >> 25)) & m)
-    for _ in range(k):
-        r = (r * 0x2545F491) & m
-        r = (((r << 11) | (r >> 21)) & m) ^ 0x9E3779B9
-    return r.astype(np.uint32)
-
-
 def q(xs, p):
     return float(np.percentile(xs, p)) / 1000
 
 
 def main():
     print(cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), flush=True)
-    names = [f"tile<{f},{u}>" for f in FORMS.values() for u in (0, 1)]
-    mod = cp.RawModule(code=SOURCE, name_expressions=names, options=("-std=c++14",))
+    names = [f"tile_steps<{f},{u}>" for f in FORMS.values() for u in (0, 1)]
+    mod = cp.RawModule(code=RK.CUDA + EXTRA, name_expressions=names, options=("-std=c++14",))
     nb = max(BLOCKS)
     hin_mem = cp.cuda.alloc_pinned_memory(nb * N * 4)
     hin = np.frombuffer(hin_mem, np.uint32, nb * N)
@@ -229,13 +204,13 @@ def main():
     stamps = cp.zeros(nb * 8, dtype=cp.uint64)
     stream = cp.cuda.Stream(non_blocking=True)
     for k in (0, 8):
-        want = reference(hin, k)
+        want = RK.reference(hin, k)
         for out_name in ("host", "device"):
             for form, fid in FORMS.items():
                 if k != 8 and form == "fixed8":
                     continue
                 for fused in (0, 1):
-                    f = mod.get_function(f"tile<{fid},{fused}>")
+                    f = mod.get_function(f"tile_steps<{fid},{fused}>")
                     for blocks in BLOCKS:
                         ph = {n: [] for n in ("loads", "compute", "stores", "fence", "sysfence",
                                               "total")}
