@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The resident kernels' CUDA C, run on the CPU: a check of their protocol without a GPU.
 
-usage: tools/resident-kernel-cpu.py [--kernel resident_kernel] [--extra-block] [CASE ...]
+usage: tools/resident-kernel-cpu.py [--kernel resident_kernel] [--extra-block] [--k 2] [CASE ...]
 
 Each CASE is `n,slots,batches,blocks,threads,p7,p10[,stop_at]`: batches of n u32s over `slots`
 slots, `blocks` blocks of `threads` threads, p7 and p10 the kernel's 7th and 10th arguments
@@ -9,7 +9,8 @@ slots, `blocks` blocks of `threads` threads, p7 and p10 the kernel's 7th and 10t
 tools/diag/sliced-resident-kernel.patch: the most batches a turn and the loads a thread), and
 where given, the host stops after releasing `stop_at` batches. Without a CASE, a set of cases
 with sizes of 17 to 4096 elements, sizes that are not multiples of four, 1 to 24 slots and
-stops part way.
+stops part way. `--k` is the intensity that the kernel runs and the check expects (default 2;
+the demo's is 8).
 
 The kernel source is the demo's `CUDA_SOURCE` (seqsync-demo/src/demo/workload.rs) as it is in
 this checkout, compiled with g++ (C++20): every CUDA thread is an OS thread, `__syncthreads` a
@@ -91,7 +92,7 @@ int main(int argc, char **argv) {
     const unsigned blocks = atoi(argv[4]), threads = atoi(argv[5]);
     const unsigned long long p7 = atoll(argv[6]), p10 = atoll(argv[7]);
     const long long stop_at = argc > 8 ? atoll(argv[8]) : -1;
-    const unsigned k = 2;
+    const unsigned k = INTENSITY;
     if (blocks < 1 || blocks > 4096 || threads < 1 || slots < 1) return 2;
     gridDim = {blocks, 1, 1};
     blockDim = {threads, 1, 1};
@@ -134,9 +135,9 @@ int main(int argc, char **argv) {
     __atomic_store_n(&ctl[8], 1, __ATOMIC_SEQ_CST);
     for (auto &t : pool) t.join();
     printf("%s", bad ? "FAILED" : "ok");
-    printf(": n %llu slots %llu batches %llu (released %llu) blocks %u threads %u p7 %llu p10 %llu:"
-           " %lld checked, %lld wrong\n", n, slots, batches, released, blocks, threads, p7, p10,
-           checked, bad);
+    printf(": n %llu slots %llu batches %llu (released %llu) blocks %u threads %u p7 %llu p10 %llu"
+           " k %u: %lld checked, %lld wrong\n", n, slots, batches, released, blocks, threads, p7,
+           p10, k, checked, bad);
     return bad != 0;
 }
 '''
@@ -175,6 +176,8 @@ def main():
     ap.add_argument("--extra-block", action="store_true",
                     help="launch one block more than each case's (a kernel with a poller block)")
     ap.add_argument("--timeout", type=float, default=60)
+    ap.add_argument("--k", type=int, default=2,
+                    help="the intensity (f, g and h rounds) the kernel and the check use")
     ap.add_argument("cases", nargs="*")
     args = ap.parse_args()
     if f"void {args.kernel}(" not in open(WORKLOAD).read():
@@ -182,7 +185,8 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         cpp, exe = os.path.join(d, "emu.cpp"), os.path.join(d, "emu")
         with open(cpp, "w") as f:
-            f.write(PRELUDE + kernel_source() + f"\n#define KERNEL {args.kernel}\n" + HARNESS)
+            f.write(PRELUDE + kernel_source() + f"\n#define KERNEL {args.kernel}\n"
+                    f"#define INTENSITY {args.k}u\n" + HARNESS)
         r = subprocess.run(["g++", "-O2", "-std=c++20", "-pthread", "-w", cpp, "-o", exe],
                            capture_output=True, text=True)
         if r.returncode != 0:

@@ -9,8 +9,9 @@ kernel does with it: four 16-byte loads a thread (`__ldcv`), f, g and h at inten
 stores, a device-scope fence and a system-scope fence. Barriers between the steps let each
 block stamp `%globaltimer` after each one:
 
-    loads    the block's loads have landed (a barrier whose predicate uses every value)
-    compute  every thread has its 16 results
+    loads    the block's loads have landed (a barrier whose predicate uses a value of every
+             load)
+    compute  every thread has its 16 results (a barrier whose predicate uses all 16)
     stores   every thread has issued its stores (a barrier)
     fence    thread 0 after __threadfence()
     sysfence thread 0 after __threadfence_system() (the resident kernel's before `done`)
@@ -19,13 +20,17 @@ and `fused` is main's loop as it is (no barriers between the steps: loads, then 
 store), from the start to the end of the same fences. Each line: the medians (and p90) in µs
 over every block of 200 launches, by k (0, 8), where the outputs go (pinned host memory or
 device memory) and the compute's form: `loop` is main's (`fgh_elem` with k at run time),
-`fixed8` the same with k = 8 known when compiled (its loops unrolled), `quad` a uint4's four
+`fixed8` the same with k = 8 known when compiled (its loops unrolled; k = 8 only), `quad` a
+uint4's four
 elements in the same loops (k at run time), `quad4` a thread's four uint4s in the same loops.
 f, g, h and `fgh_elem` are the demo's own (its `CUDA_SOURCE`, read from workload.rs), and
 each form's outputs are checked against tools/resident-kernel.py's NumPy reference.
 
 Diagnostic only (issue 22): main's tile takes about 8 µs where its reads alone would take
-about 3 (BENCHMARKS.md §13, run Z). First run: run AA (H100). At k = 8 the compute is 5.0 µs of
+about 3 (BENCHMARKS.md §13, run Z). First run: run AA (H100), with an earlier form of this
+script: the same kernels, with copies of f, g, h and the reference, the device output filled
+on another stream, and the compute barrier's predicate on 4 of the 16 results. Not run on a
+GPU in this form yet. At k = 8 the compute is 5.0 µs of
 a lone tile's 8.2 (`loop`); `quad4`, the form of tools/diag/fgh-sixteen.patch, takes 2.1. With
 24 blocks at once the loads take 8.9 µs (384 KiB in flight), and the two fences together
 8-11 µs where the outputs go to the host, against 1.3 µs for a block alone or with the
@@ -160,7 +165,10 @@ __global__ void tile_steps(const unsigned *in, unsigned *out, unsigned k, unsign
 #pragma unroll
             for (int j = 0; j < 4; j++) r[j] = fgh4<FORM>(v[j], k);
         }
-        __syncthreads_or((r[0].x ^ r[1].y ^ r[2].z ^ r[3].w) == 0x9E3779B9u);
+        unsigned all = 0;
+#pragma unroll
+        for (int j = 0; j < 4; j++) all ^= r[j].x ^ r[j].y ^ r[j].z ^ r[j].w;
+        __syncthreads_or(all == 0x9E3779B9u);
         t2 = now();
 #pragma unroll
         for (int j = 0; j < 4; j++) *(uint4 *)(bout + i + j * step) = r[j];
@@ -216,7 +224,8 @@ def main():
                                               "total")}
                         for rep in range(REPS):
                             hout[:] = 0
-                            dout.fill(0)
+                            with stream:  # the kernel's stream, so the fill is done before it
+                                dout.fill(0)
                             optr = hout_mem.ptr if out_name == "host" else dout.data.ptr
                             f((blocks,), (256,), (np.uint64(hin_mem.ptr), np.uint64(optr),
                                                   np.uint32(k), stamps,
