@@ -25,8 +25,8 @@ taken twice, a hang on stop. What it cannot: the GPU's memory model (the emulati
 timing, or throughput. Break the kernel (say, count a batch done one tile early) and watch a
 case fail before trusting it.
 
-CI runs the default cases on main's kernel (.ci/run; skipped, saying so, where there is no
-g++). Needs g++ with C++20 (<barrier>). BENCHMARKS.md §13 run Z has its first use.
+CI runs the default cases on main's kernel at k = 2 and k = 8 (.ci/run; skipped, saying so,
+where there is no g++). Needs g++ with C++20 (<barrier>). BENCHMARKS.md §13 run Z has its first use.
 """
 import argparse
 import os
