@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""What a batch's copy by the copy engines costs from its arrival when it is enqueued ahead of
+its data and released on the device (CuPy and the driver through ctypes, on a GPU).
+
+usage: tools/diag/arrival_copy.py [--bytes B] [--batches N] [--streams S]
+
+Each batch i is enqueued before it arrives, on stream i % S: a stream wait until the host word
+`arrived` is at least i + 1 (`cuStreamWaitValue64`), a copy of B bytes from its pinned host
+slot to a device slot, and a write of i + 1 to its `done` word in pinned host memory
+(`cuStreamWriteValue64`). Then the host releases the batches on a clock (one store of
+`arrived` each) and stamps when it sees each `done`. Printed: p50 / p99 / max µs from the store
+to the host seeing `done`, at several intervals between arrivals, idle and with T blocks of
+another kernel reading pinned host memory (16 KiB in flight each, as the resident kernel's
+tiles). The last round of device slots is checked against the host slots.
+
+Diagnostic only (issue 22, BENCHMARKS.md §13 run AB): the resident kernel's zero-copy reads
+are the queue its arrival poll waits in at 80 % load; the copy engines' traffic delays a read
+much less. If a pre-enqueued copy is quick from arrival, a path with copies enqueued ahead
+could hold both the throughput and the latency at 64 KiB. Prepared in run AB's session and not
+yet run on a GPU (no device time was left): run it before building on it.
+"""
+import argparse
+import ctypes
+import time
+
+import cupy as cp
+import numpy as np
+
+TRAFFIC = r'''
+extern "C" __global__ void traffic(const uint4 *rd, unsigned long long rd4, volatile int *stop,
+        unsigned *sink) {
+    unsigned acc = 0;
+    unsigned long long round = 0, t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    __shared__ int s_stop;
+    for (;;) {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        if (threadIdx.x == 0) s_stop = *stop || t - t0 > 5000000000ull;  // 5 s at most
+        __syncthreads();
+        if (s_stop) break;
+        const unsigned long long chunks = rd4 / 1024;
+        const unsigned long long c = (blockIdx.x + round * gridDim.x) % chunks;
+        uint4 v[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) v[j] = __ldcv(rd + c * 1024 + j * 256 + threadIdx.x);
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc += v[j].x ^ v[j].w;
+        round++;
+        __syncthreads();
+    }
+    atomicAdd(sink, acc);
+}
+'''
+
+
+def check(r, what):
+    if r != 0:
+        raise RuntimeError(f"{what} failed: CUresult {r}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bytes", type=int, default=65536)
+    ap.add_argument("--batches", type=int, default=400)
+    ap.add_argument("--streams", type=int, default=4)
+    a = ap.parse_args()
+    cuda = ctypes.CDLL("libcuda.so.1")
+    wait64 = cuda.cuStreamWaitValue64_v2
+    wait64.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint]
+    write64 = cuda.cuStreamWriteValue64_v2
+    write64.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint]
+    copy = cuda.cuMemcpyHtoDAsync_v2
+    copy.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    print(cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), flush=True)
+    n, b = a.batches, a.bytes
+    words = cp.cuda.alloc_pinned_memory(8 * (n + 1))
+    w = np.frombuffer(words, np.uint64, n + 1)  # w[0] arrived, w[1 + i] batch i's done
+    host = cp.cuda.alloc_pinned_memory(n * b)
+    hv = np.frombuffer(host, np.uint8, n * b)
+    hv[:] = (np.arange(n * b, dtype=np.uint64) * 2654435761 >> 13).astype(np.uint8)
+    dev = cp.empty(n * b, dtype=cp.uint8)
+    streams = [cp.cuda.Stream(non_blocking=True) for _ in range(a.streams)]
+    side = cp.cuda.Stream(non_blocking=True)
+    f = cp.RawModule(code=TRAFFIC).get_function("traffic")
+    rmem = cp.cuda.alloc_pinned_memory(64 << 20)
+    np.frombuffer(rmem, np.uint32, 16 << 20)[:] = 3
+    stop = cp.zeros(1, dtype=cp.int32)
+    sink = cp.zeros(1, dtype=cp.uint32)
+    for blocks in (0, 16):
+        for interval_us in (20.0, 5.0, 2.5):
+            w[:] = 0
+            dev.fill(0)
+            cp.cuda.Device().synchronize()
+            for i in range(n):
+                s = streams[i % a.streams].ptr
+                check(wait64(s, words.ptr, i + 1, 0), "cuStreamWaitValue64")  # GEQ
+                check(copy(dev.data.ptr + i * b, host.ptr + i * b, b, s), "cuMemcpyHtoDAsync")
+                check(write64(s, words.ptr + 8 * (i + 1), i + 1, 0), "cuStreamWriteValue64")
+            if blocks:
+                stop.fill(0)
+                cp.cuda.Device().synchronize()
+                f((blocks,), (256,), (np.uint64(rmem.ptr), np.uint64((64 << 20) // 16), stop,
+                                      sink), stream=side)
+                time.sleep(0.002)  # the traffic under way
+            released = np.zeros(n, dtype=np.int64)
+            seen = np.zeros(n, dtype=np.int64)
+            step = int(interval_us * 1000)
+            start = time.perf_counter_ns()
+            nxt, first = 0, 0
+            deadline = start + 2_000_000_000
+            while first < n:
+                t = time.perf_counter_ns()
+                if t > deadline:
+                    w[0] = n  # release every wait, so that the streams drain
+                    stop.fill(1)
+                    raise RuntimeError(f"batch {first} not done after 2 s")
+                if nxt < n and t >= start + nxt * step:
+                    w[0] = nxt + 1
+                    released[nxt] = t
+                    nxt += 1
+                while first < nxt and w[1 + first] == first + 1:
+                    seen[first] = time.perf_counter_ns()
+                    first += 1
+            if blocks:
+                stop.fill(1)  # on the default stream: the kernel reads it when it next looks
+            cp.cuda.Device().synchronize()
+            ok = bool((dev.get() == hv).all())
+            lat = np.sort(seen - released) / 1000.0
+            print(f"traffic blocks {blocks:2} interval {interval_us:4.1f} us "
+                  f"({b * 1e3 / interval_us / 1e6:.1f} GB/s of copies): p50 "
+                  f"{lat[n // 2]:.1f} p99 {lat[n * 99 // 100]:.1f} max {lat[-1]:.1f} us; "
+                  f"data ok {ok}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
