@@ -389,8 +389,8 @@ fn a_thread_the_os_refuses_stops_the_run_at_once_naming_it() {
         return;
     }
     let mut spec = String::from("[buffers]\n");
-    // 300 threads: three times the limit, and a spec whose check takes well under the time
-    // bound below in a debug build (3 000 took 3.3 s of a 5 s bound there).
+    // 300 threads: three times the limit, and a spec small enough that its check stays well
+    // under the time bound below in a debug build (3 000 came close to it).
     for i in 0..299 {
         spec += &format!("b{i} = 2\n");
     }
