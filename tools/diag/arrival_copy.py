@@ -2,7 +2,7 @@
 """What a batch's copy by the copy engines costs from its arrival when it is enqueued ahead of
 its data and released on the device (CuPy and the driver through ctypes, on a GPU).
 
-usage: tools/diag/arrival_copy.py [--bytes B] [--batches N] [--streams S]
+usage: tools/diag/arrival_copy.py [--bytes B] [--batches N] [--streams S] [--relay [--group G]]
 
 Each batch i is enqueued before it arrives, on stream i % S: a stream wait until the host word
 `arrived` is at least i + 1 (`cuStreamWaitValue64`), a copy of B bytes from its pinned host
@@ -11,7 +11,10 @@ slot to a device slot, and a write of i + 1 to its `done` word in pinned host me
 `arrived` each) and stamps when it sees each `done`. Printed: p50 / p99 / max µs from the store
 to the host seeing `done`, at several intervals between arrivals, idle and with T blocks of
 another kernel reading pinned host memory (16 KiB in flight each, as the resident kernel's
-tiles). The last round of device slots is checked against the host slots.
+tiles). The last round of device slots is checked against the host slots. With `--relay` no
+copy is enqueued: what is timed is the stream wait's own delay (a relay of the host's arrival to
+a word the device reads); with `--group G` too, the waits and writes of G batches at a time are
+one `cuStreamBatchMemOp` call, on one stream. Also printed: the host's time to enqueue one batch's operations.
 
 Diagnostic only (issue 22, BENCHMARKS.md §13 run AB): the resident kernel's zero-copy reads
 are the queue its arrival poll waits in at 80 % load; the copy engines' traffic delays a read
@@ -63,6 +66,8 @@ def main():
     ap.add_argument("--bytes", type=int, default=65536)
     ap.add_argument("--batches", type=int, default=400)
     ap.add_argument("--streams", type=int, default=4)
+    ap.add_argument("--relay", action="store_true", help="no copy: the wait and the write only")
+    ap.add_argument("--group", type=int, default=0, help="with --relay: batches a batch-op call")
     a = ap.parse_args()
     cuda = ctypes.CDLL("libcuda.so.1")
     wait64 = cuda.cuStreamWaitValue64_v2
@@ -71,6 +76,10 @@ def main():
     write64.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint]
     copy = cuda.cuMemcpyHtoDAsync_v2
     copy.argtypes = [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    batch_op = cuda.cuStreamBatchMemOp_v2
+    batch_op.argtypes = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_void_p, ctypes.c_uint]
+    if a.group and (not a.relay or not 0 < a.group < 128):
+        raise SystemExit("--group G needs --relay and 0 < G < 128 (at most 255 operations)")
     print(cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), flush=True)
     n, b = a.batches, a.bytes
     words = cp.cuda.alloc_pinned_memory(8 * (n + 1))
@@ -86,16 +95,30 @@ def main():
     np.frombuffer(rmem, np.uint32, 16 << 20)[:] = 3
     stop = cp.zeros(1, dtype=cp.int32)
     sink = cp.zeros(1, dtype=cp.uint32)
-    for blocks in (0, 16):
+    for blocks in (0, 16, 32):
         for interval_us in (20.0, 5.0, 2.5):
             w[:] = 0
             dev.fill(0)
             cp.cuda.Device().synchronize()
-            for i in range(n):
+            t_enq = time.perf_counter_ns()
+            if a.group:
+                ops = np.zeros((2 * a.group, 6), dtype=np.uint64)  # CUstreamBatchMemOpParams
+                for g0 in range(0, n, a.group):
+                    m = min(a.group, n - g0)
+                    for j in range(m):
+                        i = g0 + j
+                        ops[2 * j] = (4, words.ptr, i + 1, 0, 0, 0)  # WAIT_VALUE_64, GEQ
+                        ops[2 * j + 1] = (5, words.ptr + 8 * (i + 1), i + 1, 0, 0, 0)  # WRITE
+                    check(batch_op(streams[0].ptr, 2 * m, ops.ctypes.data, 0),
+                          "cuStreamBatchMemOp")
+            for i in range(0 if a.group else n):
                 s = streams[i % a.streams].ptr
                 check(wait64(s, words.ptr, i + 1, 0), "cuStreamWaitValue64")  # GEQ
-                check(copy(dev.data.ptr + i * b, host.ptr + i * b, b, s), "cuMemcpyHtoDAsync")
+                if not a.relay:
+                    check(copy(dev.data.ptr + i * b, host.ptr + i * b, b, s),
+                          "cuMemcpyHtoDAsync")
                 check(write64(s, words.ptr + 8 * (i + 1), i + 1, 0), "cuStreamWriteValue64")
+            enq_us = (time.perf_counter_ns() - t_enq) / 1000.0 / n
             if blocks:
                 stop.fill(0)
                 cp.cuda.Device().synchronize()
@@ -124,12 +147,12 @@ def main():
             if blocks:
                 stop.fill(1)  # on the default stream: the kernel reads it when it next looks
             cp.cuda.Device().synchronize()
-            ok = bool((dev.get() == hv).all())
+            ok = True if a.relay else bool((dev.get() == hv).all())
             lat = np.sort(seen - released) / 1000.0
             print(f"traffic blocks {blocks:2} interval {interval_us:4.1f} us "
                   f"({b * 1e3 / interval_us / 1e6:.1f} GB/s of copies): p50 "
                   f"{lat[n // 2]:.1f} p99 {lat[n * 99 // 100]:.1f} max {lat[-1]:.1f} us; "
-                  f"data ok {ok}", flush=True)
+                  f"enqueue {enq_us:.2f} us a batch; data ok {ok}", flush=True)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::arrival_by::ArrivalBy;
 use super::copy_by::CopyBy;
 use super::device::{Device, Layout};
 use super::pipeline::Streams;
@@ -158,7 +159,14 @@ fn resident_kernel<D: Device>(bound: &D, nb: usize) -> Result<Option<DeviceBound
         let t = Instant::now();
         // Every batch has arrived: the kernel ends by itself after the last one.
         if bound
-            .launch_resident(&stream, &words, nb as i64, true, CopyBy::Kernel)
+            .launch_resident(
+                &stream,
+                &words,
+                nb as i64,
+                true,
+                CopyBy::Kernel,
+                ArrivalBy::Poll,
+            )
             .is_err()
         {
             return Ok(None);
@@ -366,7 +374,14 @@ fn resident_latency<D: Device>(dev: &D, rounds: usize) -> Result<Option<f64>> {
     let stream = b.new_stream("s_isolated_resident")?;
     let total = ISOLATED_WARMUP + rounds;
     if dev
-        .launch_resident(&stream, &words, total as i64, true, CopyBy::Kernel)
+        .launch_resident(
+            &stream,
+            &words,
+            total as i64,
+            true,
+            CopyBy::Kernel,
+            ArrivalBy::Poll,
+        )
         .is_err()
     {
         return Ok(None);
