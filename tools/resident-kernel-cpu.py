@@ -1,8 +1,7 @@
 #!/usr/bin/env python3
 """The resident kernels' CUDA C, run on the CPU: a check of their protocol without a GPU.
 
-usage: tools/resident-kernel-cpu.py [--kernel resident_kernel] [--extra-block] [--k 2] [--relay]
-                                    [CASE ...]
+usage: tools/resident-kernel-cpu.py [--kernel resident_kernel] [--extra-block] [--k 2] [CASE ...]
 
 Each CASE is `n,slots,batches,blocks,threads,p7,p10[,stop_at]`: batches of n u32s over `slots`
 slots, `blocks` blocks of `threads` threads, p7 and p10 the kernel's 7th and 10th arguments
@@ -20,18 +19,14 @@ sequentially consistent, and `__ldcv` a volatile load. A host thread plays get_d
 process_data: it fills batch s's input slot once batch s - slots was checked, raises
 `arrived`, and checks every element of each batch once its `done` word says so; at the end it
 raises `stop`. A case fails when an element is wrong or the kernel does not end (a timeout).
-With `--relay` the kernel runs with its arrivals relayed (its last argument, `relayed`, 1): a
-thread plays the relay stream, waiting for each batch's `arrived` in turn and then storing the
-kernel's `arrived as seen`, and once the kernel ended the host raises `arrived` to every batch
-so that the relay ends (as the engine's `release_arrivals`).
 
 What it catches: a lost or early `done`, a slot overwritten while read, a batch skipped or
 taken twice, a hang on stop. What it cannot: the GPU's memory model (the emulation is stronger),
 timing, or throughput. Break the kernel (say, count a batch done one tile early) and watch a
 case fail before trusting it.
 
-CI runs the default cases on main's kernel at k = 2 and k = 8, polled and relayed (.ci/run;
-skipped, saying so, where there is no g++). Needs g++ with C++20 (<barrier>). BENCHMARKS.md §13 run Z has its first use.
+CI runs the default cases on main's kernel at k = 2 and k = 8 (.ci/run; skipped, saying so,
+where there is no g++). Needs g++ with C++20 (<barrier>). BENCHMARKS.md §13 run Z has its first use.
 """
 import argparse
 import os
@@ -112,18 +107,8 @@ int main(int argc, char **argv) {
             pool.emplace_back([&, b, t] {
                 blockIdx = {b, 0, 0};
                 threadIdx = {t, 0, 0};
-                KERNEL(hin, hout, n, k, slots, batches, p7, ctl.data(), words.data(), p10
-                       RELAYED_ARG);
+                KERNEL(hin, hout, n, k, slots, batches, p7, ctl.data(), words.data(), p10);
             });
-    // The relay stream (RELAY): each batch's wait for `arrived`, then the write of `arrived as
-    // seen` (the kernel's device word 1).
-    std::thread relay([&] {
-        if (!RELAY) return;
-        for (unsigned long long s = 0; s < batches; s++) {
-            while (__atomic_load_n(&ctl[0], __ATOMIC_SEQ_CST) < s + 1) std::this_thread::yield();
-            __atomic_store_n(&words[16], s + 1, __ATOMIC_SEQ_CST);
-        }
-    });
     std::mt19937 rng((unsigned)(n * 31 + slots * 7 + batches));
     long long bad = 0, checked = 0;
     auto check = [&](unsigned long long s) {
@@ -149,13 +134,10 @@ int main(int argc, char **argv) {
         check(s);
     __atomic_store_n(&ctl[8], 1, __ATOMIC_SEQ_CST);
     for (auto &t : pool) t.join();
-    // The kernel ended: relays still waiting for batches that never came are let go.
-    __atomic_store_n(&ctl[0], batches, __ATOMIC_SEQ_CST);
-    relay.join();
     printf("%s", bad ? "FAILED" : "ok");
     printf(": n %llu slots %llu batches %llu (released %llu) blocks %u threads %u p7 %llu p10 %llu"
-           " k %u%s: %lld checked, %lld wrong\n", n, slots, batches, released, blocks, threads, p7,
-           p10, k, RELAY ? " relayed" : "", checked, bad);
+           " k %u: %lld checked, %lld wrong\n", n, slots, batches, released, blocks, threads, p7,
+           p10, k, checked, bad);
     return bad != 0;
 }
 '''
@@ -196,24 +178,15 @@ def main():
     ap.add_argument("--timeout", type=float, default=60)
     ap.add_argument("--k", type=int, default=2,
                     help="the intensity (f, g and h rounds) the kernel and the check use")
-    ap.add_argument("--relay", action="store_true",
-                    help="arrivals relayed: the kernel's `relayed` argument 1, and a relay thread")
     ap.add_argument("cases", nargs="*")
     args = ap.parse_args()
-    signature = re.search(rf"void {args.kernel}\(([^)]*)\)", open(WORKLOAD).read())
-    if not signature:
+    if f"void {args.kernel}(" not in open(WORKLOAD).read():
         sys.exit(f"no kernel {args.kernel} in {WORKLOAD}")
-    # main's kernel takes `relayed` last; a kernel of the older signature does not.
-    takes_relayed = "relayed" in signature.group(1)
-    if args.relay and not takes_relayed:
-        sys.exit(f"--relay: {args.kernel} takes no `relayed` argument")
     with tempfile.TemporaryDirectory() as d:
         cpp, exe = os.path.join(d, "emu.cpp"), os.path.join(d, "emu")
         with open(cpp, "w") as f:
             f.write(PRELUDE + kernel_source() + f"\n#define KERNEL {args.kernel}\n"
-                    f"#define INTENSITY {args.k}u\n"
-                    f"#define RELAY {int(args.relay)}\n"
-                    f"#define RELAYED_ARG {', RELAY' if takes_relayed else ''}\n" + HARNESS)
+                    f"#define INTENSITY {args.k}u\n" + HARNESS)
         r = subprocess.run(["g++", "-O2", "-std=c++20", "-pthread", "-w", cpp, "-o", exe],
                            capture_output=True, text=True)
         if r.returncode != 0:

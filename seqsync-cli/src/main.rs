@@ -9,8 +9,8 @@ use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use seqsync::BackendKind;
 use seqsync_demo::demo::{
-    self, ArrivalBy, CopyBy, DemoConfig, DemoReport, DeviceBoundBy, DroppedWait, Engine, GraphEdge,
-    Release, SlotWait, Variant,
+    self, CopyBy, DemoConfig, DemoReport, DeviceBoundBy, DroppedWait, Engine, GraphEdge, Release,
+    SlotWait, Variant,
 };
 
 mod bench;
@@ -109,12 +109,6 @@ pub(crate) struct DemoArgs {
     /// isolated latency take the faster of both, whatever the engine's.
     #[arg(long = "copy", value_parser = crate::parse::<CopyBy>)]
     copy_by: Option<CopyBy>,
-    /// --engine resident copying in place: how its kernel learns of a batch's arrival: poll
-    /// (one block reads the host's word; the default) or relay (a stream waits on the host's
-    /// word and writes one in device memory, which the kernel reads; needs stream memory
-    /// operations).
-    #[arg(long = "arrival", value_parser = crate::parse::<ArrivalBy>)]
-    arrival_by: Option<ArrivalBy>,
     /// --engine adaptive: where a batch's arrival releases its launch: device (the launch is
     /// enqueued ahead, behind a stream wait that get_data's signal ends; the default below
     /// 1 MiB batches, and refused under SEQSYNC_TIMELINE_MECHANISM=events, whose waits do not
@@ -330,7 +324,6 @@ pub(crate) fn config_of(
         graph_depth: a.graph_depth,
         graph_span: a.graph_span,
         copy_by: a.copy_by,
-        arrival_by: a.arrival_by,
         release: a.release,
         slot_wait: a.slot_wait,
         process_threads: a.process_threads,
@@ -520,10 +513,7 @@ pub(crate) fn print_summary(r: &DemoReport, trace: Option<&std::path::Path>) {
                 format!(" (at most {k} batches a launch{span}, {mean:.2} on average{released})")
             }
             (Some(k), None) => format!(" ({k} batches per graph)"),
-            _ => match r.arrival_by {
-                Some(ArrivalBy::Relay) => " (arrivals relayed to the kernel by a stream)".into(),
-                _ => String::new(),
-            },
+            _ => String::new(),
         };
         let from = match r.rate {
             Some(rate) => format!("arrival at {rate} batches/s"),

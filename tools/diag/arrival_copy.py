@@ -14,13 +14,15 @@ another kernel reading pinned host memory (16 KiB in flight each, as the residen
 tiles). The last round of device slots is checked against the host slots. With `--relay` no
 copy is enqueued: what is timed is the stream wait's own delay (a relay of the host's arrival to
 a word the device reads); with `--group G` too, the waits and writes of G batches at a time are
-one `cuStreamBatchMemOp` call, on one stream. Also printed: the host's time to enqueue one batch's operations.
+one `cuStreamBatchMemOp` call, on one stream. Also printed: the host's time to enqueue one
+batch's operations.
 
-Diagnostic only (issue 22, BENCHMARKS.md §13 run AB): the resident kernel's zero-copy reads
-are the queue its arrival poll waits in at 80 % load; the copy engines' traffic delays a read
-much less. If a pre-enqueued copy is quick from arrival, a path with copies enqueued ahead
-could hold both the throughput and the latency at 64 KiB. Prepared in run AB's session and not
-yet run on a GPU (no device time was left): run it before building on it.
+Diagnostic only (issue 22, BENCHMARKS.md §13 runs AB and AC): the resident kernel's zero-copy
+reads are the queue its arrival poll waits in at 80 % load; the copy engines' traffic delays a
+read much less. First run in run AC (an H100, `.gpu-scripts/rl.sh`): idle, a copy or a relay
+enqueued ahead took 2.3-20 us from the store at the median (a kernel's read of the host: 1.2),
+and the copies fell behind at 5 us apart. The runs with traffic printed nothing within the
+script's 40 s limit each (not yet understood: look there first before trusting those rows).
 """
 import argparse
 import ctypes

@@ -24,7 +24,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::arrival_by::ArrivalBy;
 use super::copy_by::CopyBy;
 use super::device::{Device, Layout};
 use super::pipeline::Streams;
@@ -159,14 +158,7 @@ fn resident_kernel<D: Device>(bound: &D, nb: usize) -> Result<Option<DeviceBound
         let t = Instant::now();
         // Every batch has arrived: the kernel ends by itself after the last one.
         if bound
-            .launch_resident(
-                &stream,
-                &words,
-                nb as i64,
-                true,
-                CopyBy::Kernel,
-                ArrivalBy::Poll,
-            )
+            .launch_resident(&stream, &words, nb as i64, true, CopyBy::Kernel)
             .is_err()
         {
             return Ok(None);
@@ -374,14 +366,7 @@ fn resident_latency<D: Device>(dev: &D, rounds: usize) -> Result<Option<f64>> {
     let stream = b.new_stream("s_isolated_resident")?;
     let total = ISOLATED_WARMUP + rounds;
     if dev
-        .launch_resident(
-            &stream,
-            &words,
-            total as i64,
-            true,
-            CopyBy::Kernel,
-            ArrivalBy::Poll,
-        )
+        .launch_resident(&stream, &words, total as i64, true, CopyBy::Kernel)
         .is_err()
     {
         return Ok(None);

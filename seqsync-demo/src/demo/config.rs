@@ -5,7 +5,7 @@ use std::sync::Arc;
 use seqsync::backend::BackendKind;
 use seqsync::pipeline::PipelineSpec;
 
-use super::{ArrivalBy, CopyBy, DroppedWait, Engine, GraphEdge, Release, SlotWait, Variant};
+use super::{CopyBy, DroppedWait, Engine, GraphEdge, Release, SlotWait, Variant};
 
 /// Everything `seqsync demo` can be told.
 #[derive(Clone)]
@@ -71,9 +71,6 @@ pub struct DemoConfig {
     /// resident engine: below 4 MiB). The device bound and the isolated latency take the
     /// faster of both, whatever the engine's.
     pub copy_by: Option<CopyBy>,
-    /// [`Engine::Resident`] copying in place: how its kernel learns of an arrival (`None`:
-    /// [`ArrivalBy::Poll`]).
-    pub arrival_by: Option<ArrivalBy>,
     /// [`Engine::Adaptive`]: where a batch's arrival releases its launch (`None`: on the
     /// device, [`Release::Device`], for batches below 1 MiB where the timelines' mechanism
     /// holds launches behind a wait, else on the host: [`Release::for_mechanism`]).
@@ -127,7 +124,6 @@ impl Default for DemoConfig {
             graph_depth: None,
             graph_span: None,
             copy_by: None,
-            arrival_by: None,
             release: None,
             slot_wait: None,
             process_threads: None,

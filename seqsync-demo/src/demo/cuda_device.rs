@@ -5,9 +5,8 @@ use std::time::Instant;
 
 use seqsync::cudarc::driver::{sys, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
-use super::arrival_by::ArrivalBy;
 use super::copy_by::CopyBy;
-use super::device::{check_arrivals, check_relay, Device, Layout, Mark, Reference};
+use super::device::{Device, Layout, Mark, Reference};
 use super::resident_words::{device_word_count, ResidentWords};
 use super::workload::{self, HEADER};
 use seqsync::backend::cuda::{CudaBackend, CudaKernel, DeviceBuffer, KernelParam, PinnedBuffer};
@@ -155,56 +154,6 @@ fn stream_wait_word(
     unsafe { sys::cuStreamWaitValue64_v2(s.cu_stream(), at, value, geq) }
         .result()
         .map_err(|e| seqsync::internal::backend::cuda::driver_error("cuStreamWaitValue64", e))
-}
-
-/// `cuStreamBatchMemOp` of `ops` on `s`, in order. The context is current (the caller bound it).
-///
-/// # Safety
-/// Every address in `ops` is an 8-aligned u64 that lives until `s` is synchronized (the
-/// caller keeps its memory alive).
-unsafe fn stream_batch_mem_ops(
-    s: &Arc<CudaStream>,
-    ops: &mut [sys::CUstreamBatchMemOpParams],
-) -> Result<()> {
-    let count = u32::try_from(ops.len()).expect("fewer than 256 operations (check_relay)");
-    // SAFETY: `ops` is `count` initialized parameter unions, which the driver reads during the
-    // call only; their addresses are the caller's to keep alive.
-    unsafe { sys::cuStreamBatchMemOp_v2(s.cu_stream(), count, ops.as_mut_ptr(), 0) }
-        .result()
-        .map_err(|e| seqsync::internal::backend::cuda::driver_error("cuStreamBatchMemOp", e))
-}
-
-/// The operations that relay the arrival of batch `seq`: a wait until the host's `arrived`
-/// (at `arrived`) is at least `seq + 1` (`GEQ`), then the write of `seq + 1` to the kernel's
-/// `arrived as seen` (at `seen`; with the default memory barrier).
-fn relay_ops(arrived: u64, seen: u64, seq: u64) -> [sys::CUstreamBatchMemOpParams; 2] {
-    use sys::CUstreamBatchMemOpType::{
-        CU_STREAM_MEM_OP_WAIT_VALUE_64, CU_STREAM_MEM_OP_WRITE_VALUE_64,
-    };
-    let wait = sys::CUstreamBatchMemOpParams_union_CUstreamMemOpWaitValueParams_st {
-        operation: CU_STREAM_MEM_OP_WAIT_VALUE_64,
-        address: arrived,
-        __bindgen_anon_1:
-            sys::CUstreamBatchMemOpParams_union_CUstreamMemOpWaitValueParams_st__bindgen_ty_1 {
-                value64: seq + 1,
-            },
-        flags: sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32,
-        alias: 0,
-    };
-    let write = sys::CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st {
-        operation: CU_STREAM_MEM_OP_WRITE_VALUE_64,
-        address: seen,
-        __bindgen_anon_1:
-            sys::CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st__bindgen_ty_1 {
-                value64: seq + 1,
-            },
-        flags: 0,
-        alias: 0,
-    };
-    [
-        sys::CUstreamBatchMemOpParams { waitValue: wait },
-        sys::CUstreamBatchMemOpParams { writeValue: write },
-    ]
 }
 
 fn launch_error(e: seqsync::cudarc::driver::DriverError) -> Error {
@@ -604,11 +553,9 @@ impl Device for CudaDevice {
         batches: i64,
         arrival_wait: bool,
         copies: CopyBy,
-        arrivals: ArrivalBy,
     ) -> Result<()> {
         let l = &self.layout;
         let slots = words.slots();
-        let relayed = check_arrivals(copies, arrivals)?;
         if !arrival_wait {
             return Err(host_only_switch("the resident kernel's wait for arrivals"));
         }
@@ -624,19 +571,6 @@ impl Device for CudaDevice {
                     format!(
                         "--engine resident copying on streams (--copy memcpy) needs stream \
                          memory operations ({e}); --copy kernel copies in place"
-                    ),
-                )
-            })?;
-        }
-        if relayed {
-            // The relay's waits and writes (resident_relay): refused here, before anything is
-            // enqueued, where stream memory operations do not work.
-            self.backend.stream_memory_ops().map_err(|e| {
-                crate::invalid(
-                    "demo",
-                    format!(
-                        "--engine resident with arrivals relayed (--arrival relay) needs stream \
-                         memory operations ({e}); --arrival poll reads the host's word instead"
                     ),
                 )
             })?;
@@ -661,7 +595,6 @@ impl Device for CudaDevice {
         let readers = resident_readers(l.n, copies);
         let (slots_u, batches_u) = (slots as u64, batches.max(0) as u64);
         let (ctl, dev_words) = (words.address(), words.device_words());
-        let relayed_u = relayed as u64;
         let count = device_word_count(slots) as u64;
         // The kernel waits for host stores seqsync does not make: frees are held back until it
         // no longer may (a free would wait for the kernel, which may wait for the freeing
@@ -674,11 +607,6 @@ impl Device for CudaDevice {
         // other kernel uses them (one resident kernel per set of words).
         unsafe { reset.launch(launch_config(count as usize, self.max_blocks)) }
             .map_err(launch_error)?;
-        if relayed {
-            // The relay stream writes `arrived as seen`, and nothing orders its writes after
-            // this zeroing but its end.
-            self.backend.synchronize_stream(s)?;
-        }
         let mut b = s.launch_builder(&self.resident);
         b.arg(&hin)
             .arg(&hout)
@@ -689,15 +617,14 @@ impl Device for CudaDevice {
             .arg(&tile)
             .arg(&ctl)
             .arg(&dev_words)
-            .arg(&readers)
-            .arg(&relayed_u);
+            .arg(&readers);
         let grid = LaunchConfig {
             grid_dim: (self.sms, 1, 1),
             block_dim: (BLOCK, 1, 1),
             shared_mem_bytes: 0,
         };
         // SAFETY: resident_kernel(const u32*, u32*, u64, u32, u64, u64, u64, volatile u64*, u64*,
-        // u64, u64) reads inputs and writes outputs of `slots` slots of n u32s (pinned host slots,
+        // u64) reads inputs and writes outputs of `slots` slots of n u32s (pinned host slots,
         // in range: pinned_at; or device slots, in range: at), and the words (live until the
         // stream is synchronized: the caller). The caller's protocol keeps the host and the
         // copies off a slot while the kernel may use it: a batch's input is written (and
@@ -705,37 +632,6 @@ impl Device for CudaDevice {
         // later is due (after this one was checked, hence done and copied out), and its output
         // is read (or copied out) only after its done word.
         unsafe { b.launch(grid) }.map(|_| ()).map_err(launch_error)
-    }
-    fn resident_relay(
-        &self,
-        s: &Arc<CudaStream>,
-        words: &Arc<ResidentWords>,
-        first: i64,
-        count: usize,
-        wait: bool,
-    ) -> Result<()> {
-        check_relay(first, count)?;
-        if !wait {
-            return Err(host_only_switch("the relay's wait for arrivals"));
-        }
-        let seen = words.device_arrived();
-        if seen == 0 {
-            return Err(crate::invalid(
-                "demo",
-                "a relay of arrivals needs the resident kernel's device words".to_string(),
-            ));
-        }
-        self.backend.stream_memory_ops()?;
-        let first = first as u64;
-        let mut ops: Vec<sys::CUstreamBatchMemOpParams> = (first..first + count as u64)
-            .flat_map(|seq| relay_ops(words.address(), seen, seq))
-            .collect();
-        self.bind()?;
-        // SAFETY: the host's `arrived` (words.address(): the first of the words' pinned
-        // u64s, at its host address under unified addressing, which launch_resident checked)
-        // and the kernel's `arrived as seen` (inside the words' device memory) are 8-aligned
-        // and live as long as `words`, which the caller keeps alive until `s` is synchronized.
-        unsafe { stream_batch_mem_ops(s, &mut ops) }
     }
     fn resident_copy_in(
         &self,

@@ -6,7 +6,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use super::arrival_by::ArrivalBy;
 use super::copy_by::CopyBy;
 use super::poll::poll;
 use super::resident_words::ResidentWords;
@@ -17,42 +16,6 @@ use seqsync::Result;
 
 /// A stream of device `D`.
 pub(crate) type Stream<D> = <<D as Device>::B as Backend>::Stream;
-
-/// Batches one [`Device::resident_relay`] call relays at most: on CUDA it is one
-/// `cuStreamBatchMemOp` of two operations a batch, and that call takes fewer than 256.
-pub(crate) const MAX_RELAY_BATCHES: usize = 127;
-
-/// [`Device::launch_resident`]'s check of how arrivals reach the kernel: relayed only with
-/// copies in place (with copies on streams the copy-in streams write `arrived` themselves).
-/// True when relayed.
-pub(crate) fn check_arrivals(copies: CopyBy, arrivals: ArrivalBy) -> Result<bool> {
-    match (arrivals, copies) {
-        (ArrivalBy::Poll, _) => Ok(false),
-        (ArrivalBy::Relay, CopyBy::Kernel) => Ok(true),
-        (ArrivalBy::Relay, CopyBy::Memcpy) => Err(crate::invalid(
-            "demo",
-            "arrivals relayed (--arrival relay) need the resident kernel copying in place \
-             (--copy kernel): copying on streams (--copy memcpy), the copy-in streams pass \
-             the arrivals on themselves"
-                .to_string(),
-        )),
-    }
-}
-
-/// [`Device::resident_relay`]'s checks, before anything is enqueued: a relay of 1 to
-/// [`MAX_RELAY_BATCHES`] batches from a batch that is not negative.
-pub(crate) fn check_relay(first: i64, count: usize) -> Result<()> {
-    if first < 0 || !(1..=MAX_RELAY_BATCHES).contains(&count) {
-        return Err(crate::invalid(
-            "demo",
-            format!(
-                "a relay of {count} arrivals from batch {first}: 1 to {MAX_RELAY_BATCHES} \
-                 batches a call, from batch 0 on"
-            ),
-        ));
-    }
-    Ok(())
-}
 
 /// Sizes of everything the demo allocates.
 #[derive(Debug, Clone, Copy)]
@@ -362,8 +325,6 @@ pub(crate) trait Device: Send + Sync + 'static {
     /// output `seq % slots` in place; with [`CopyBy::Memcpy`] it reads and writes the device's
     /// input and output slot `seq % slots`, which [`resident_copy_in`](Self::resident_copy_in)
     /// and [`resident_copy_out`](Self::resident_copy_out) copy by the copy engines.
-    /// With `arrivals` [`ArrivalBy::Relay`] (copies in place only) it waits for what
-    /// [`resident_relay`](Self::resident_relay) passes on instead of reading `arrived`.
     /// `arrival_wait` false (a test switch, host backend only) leaves the wait for the arrival
     /// out.
     ///
@@ -377,23 +338,6 @@ pub(crate) trait Device: Send + Sync + 'static {
         batches: i64,
         arrival_wait: bool,
         copies: CopyBy,
-        arrivals: ArrivalBy,
-    ) -> Result<()>;
-    /// For a resident kernel launched with [`ArrivalBy::Relay`]: enqueue on `s`, for each
-    /// batch `seq` of `first..first + count` in turn, a wait until `arrived > seq` (with
-    /// `wait`; false is a test switch, host backend only) and then the write that passes
-    /// `seq + 1` on to the kernel. At most [`MAX_RELAY_BATCHES`] a call; refused before
-    /// anything is enqueued where stream memory operations do not work.
-    ///
-    /// The caller keeps `words` alive until `s` was synchronized, and once the kernel ended
-    /// [`ResidentWords::release_arrivals`] releases waits for batches that never came.
-    fn resident_relay(
-        &self,
-        s: &Stream<Self>,
-        words: &Arc<ResidentWords>,
-        first: i64,
-        count: usize,
-        wait: bool,
     ) -> Result<()>;
     /// For a resident kernel launched with [`CopyBy::Memcpy`]: enqueue on `s` the copy of host
     /// input `seq % slots` into the device's input slot, then (with `signal`) a wait until
@@ -750,12 +694,10 @@ impl Device for HostDevice {
         batches: i64,
         arrival_wait: bool,
         copies: CopyBy,
-        arrivals: ArrivalBy,
     ) -> Result<()> {
         let l = self.layout;
         let slots = words.slots();
         l.fits_resident(slots)?;
-        let relayed = check_arrivals(copies, arrivals)?;
         let (w, b, k, backend) = (
             words.clone(),
             self.bufs.clone(),
@@ -769,11 +711,7 @@ impl Device for HostDevice {
         s.launch(move || {
             for seq in 0..batches {
                 let slot = seq as usize % slots;
-                let arrived = || match relayed {
-                    true => w.relayed(),
-                    false => w.arrived(),
-                };
-                let ready = || !arrival_wait || arrived() > seq as u64;
+                let ready = || !arrival_wait || w.arrived() > seq as u64;
                 // A stop ends only the wait for a batch that has not arrived.
                 if !poll(ready, || w.stopped()) {
                     return;
@@ -799,29 +737,6 @@ impl Device for HostDevice {
                     lock(&b.hout[slot]).copy_from_slice(&lock(&b.out[slot]));
                 }
                 w.set_done(slot, seq as u64 + 1);
-            }
-        });
-        Ok(())
-    }
-    fn resident_relay(
-        &self,
-        s: &HostStream,
-        words: &Arc<ResidentWords>,
-        first: i64,
-        count: usize,
-        wait: bool,
-    ) -> Result<()> {
-        check_relay(first, count)?;
-        let (w, backend) = (words.clone(), self.backend.clone());
-        s.launch(move || {
-            for seq in first as u64..first as u64 + count as u64 {
-                // As a stream's wait on a word: until it holds (`release_arrivals` ends it at
-                // the latest).
-                if wait {
-                    poll(|| w.arrived() > seq, || false);
-                }
-                backend.chaos_pause();
-                w.set_relayed(seq + 1);
             }
         });
         Ok(())
@@ -965,56 +880,10 @@ mod tests {
         let words = Arc::new(dev.resident_words(3).unwrap());
         let s = dev.backend().new_stream("s").unwrap();
         let e = dev
-            .launch_resident(&s, &words, 1, true, CopyBy::Kernel, ArrivalBy::Poll)
+            .launch_resident(&s, &words, 1, true, CopyBy::Kernel)
             .unwrap_err()
             .to_string();
         assert!(e.contains("3 slots do not fit"), "{e}");
-    }
-
-    #[test]
-    fn a_relay_is_refused_before_anything_is_enqueued_outside_its_bounds_or_copies() {
-        assert!(check_relay(0, 1).is_ok() && check_relay(5, MAX_RELAY_BATCHES).is_ok());
-        for (first, count) in [(0, 0), (0, MAX_RELAY_BATCHES + 1), (-1, 4)] {
-            let e = check_relay(first, count).unwrap_err().to_string();
-            assert!(
-                e.contains("1 to 127 batches a call, from batch 0 on"),
-                "{e}"
-            );
-        }
-        assert!(!check_arrivals(CopyBy::Memcpy, ArrivalBy::Poll).unwrap());
-        assert!(check_arrivals(CopyBy::Kernel, ArrivalBy::Relay).unwrap());
-        let e = check_arrivals(CopyBy::Memcpy, ArrivalBy::Relay)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("need the resident kernel copying in place"),
-            "{e}"
-        );
-        // The host backend's relay refuses as CUDA's does, and its launch too.
-        let dev = HostDevice::new(HostBackend::new(), Layout::uniform(64, 4, 1));
-        let words = Arc::new(dev.resident_words(4).unwrap());
-        let s = dev.backend().new_stream("s").unwrap();
-        let e = dev.resident_relay(&s, &words, 0, 128, true).unwrap_err();
-        assert!(e.to_string().contains("a relay of 128 arrivals"), "{e}");
-        let e = dev
-            .launch_resident(&s, &words, 1, true, CopyBy::Memcpy, ArrivalBy::Relay)
-            .unwrap_err();
-        assert!(e.to_string().contains("copying in place"), "{e}");
-    }
-
-    #[test]
-    fn the_host_relay_passes_each_arrival_on_after_it_and_only_then() {
-        let dev = HostDevice::new(HostBackend::new(), Layout::uniform(64, 4, 1));
-        let words = Arc::new(dev.resident_words(4).unwrap());
-        let s = dev.backend().new_stream("s").unwrap();
-        dev.resident_relay(&s, &words, 0, 3, true).unwrap();
-        words.arrive(2);
-        assert!(poll(|| words.relayed() == 2, || false));
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        assert_eq!(words.relayed(), 2, "batch 2 has not arrived");
-        words.arrive(3);
-        dev.backend().synchronize_stream(&s).unwrap();
-        assert_eq!(words.relayed(), 3);
     }
 
     #[test]

@@ -13,9 +13,7 @@ use super::{
     adaptive_engine, baseline, bounds, engine, graph_engine, host_steal, pool_pipeline,
     resident_engine,
 };
-use super::{
-    ArrivalBy, CopyBy, DemoConfig, DemoReport, Engine, GraphEdge, Release, SlotWait, Variant,
-};
+use super::{DemoConfig, DemoReport, Engine, GraphEdge, Release, SlotWait, Variant};
 
 pub(super) fn run_on<D: Device>(
     dev: &D,
@@ -59,12 +57,6 @@ pub(super) fn run_on<D: Device>(
     let slot_wait = release
         .map(|r| SlotWait::for_release(config.slot_wait, r))
         .transpose()?;
-    // Engine::Resident: how arrivals reach its kernel (copying on streams, the copy-in streams
-    // pass them on: polled is what the kernel does then).
-    let arrival_by = (config.engine == Engine::Resident).then(|| match dev.layout().copy_by {
-        CopyBy::Kernel => config.arrival_by.unwrap_or_default(),
-        CopyBy::Memcpy => ArrivalBy::Poll,
-    });
     let process_threads = config.engine.has_process_threads().then(|| {
         config
             .process_threads
@@ -91,7 +83,6 @@ pub(super) fn run_on<D: Device>(
             dev,
             o,
             process_threads.expect("resolved for the resident engine"),
-            arrival_by.expect("resolved for the resident engine"),
             config.drop_edge,
         ),
         (None, None, Some(k)) if config.engine == Engine::Adaptive => {
@@ -249,7 +240,6 @@ pub(super) fn run_on<D: Device>(
             .map(|n| batches as f64 / n.max(1) as f64),
         release,
         slot_wait,
-        arrival_by,
         process_threads,
         latency_p50_us: v.latency_us(0.5),
         latency_p99_us: v.latency_us(0.99),

@@ -21,8 +21,8 @@
 //! resolve the config and pick the backend), `measure.rs` (timed runs, baselines, bounds),
 //! `report.rs` ([`DemoReport`]); the pipeline itself in `pipeline/` (hand-written),
 //! `engine.rs` (pipeline runtime), `graph_engine.rs` (command graphs), `adaptive_engine.rs`
-//! (per-slot graphs, adaptive launches), `resident_engine.rs`, `resident_words.rs` and `arrival_by.rs` (the
-//! resident kernel, the words it shares with the host, how arrivals reach it), `threads.rs` and `watchdog.rs` (the host threads of
+//! (per-slot graphs, adaptive launches), `resident_engine.rs` and `resident_words.rs` (the
+//! resident kernel and the words it shares with the host), `threads.rs` and `watchdog.rs` (the host threads of
 //! these two and the hand-written engine, and their stall watchdog),
 //! `bounds.rs` (device bound, isolated latency),
 //! `pool_pipeline.rs`
@@ -46,7 +46,6 @@
 //! ```
 
 mod adaptive_engine;
-mod arrival_by;
 mod baseline;
 mod bounds;
 mod config;
@@ -80,7 +79,6 @@ pub use adaptive_engine::{
     auto_depth as auto_adaptive_depth, auto_launch_batches as auto_adaptive_batches, Release,
     SlotWait, DEVICE_RELEASE_BELOW,
 };
-pub use arrival_by::ArrivalBy;
 pub use baseline::StageTiming;
 pub use config::DemoConfig;
 pub use copy_by::{CopyBy, KERNEL_COPY_BELOW, RESIDENT_COPY_ENGINES_FROM};

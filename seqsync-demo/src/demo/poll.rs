@@ -26,20 +26,6 @@ pub(crate) fn poll(ready: impl Fn() -> bool, given_up: impl Fn() -> bool) -> boo
     }
 }
 
-/// Nap on `ready` until it holds or `given_up` does, never spinning: for a thread with slack
-/// (it acts well before what it waits for is needed); true when it held.
-pub(crate) fn nap_until(ready: impl Fn() -> bool, given_up: impl Fn() -> bool) -> bool {
-    loop {
-        if ready() {
-            return true;
-        }
-        if given_up() {
-            return false;
-        }
-        std::thread::sleep(NAP);
-    }
-}
-
 /// The first phases of [`poll`]: spin on `ready`, then yield for up to `YIELD_FOR` (1 ms);
 /// `Some(true)` once it held, `Some(false)` once `given_up` did, `None` when neither did by then
 /// (the caller sleeps: a nap, or a wait for a wake-up where something rings one).
@@ -74,14 +60,6 @@ mod tests {
     fn a_poll_ends_when_ready_or_given_up() {
         assert!(poll(|| true, || false));
         assert!(!poll(|| false, || true));
-    }
-
-    #[test]
-    fn a_nap_ends_when_ready_or_given_up() {
-        assert!(nap_until(|| true, || false));
-        assert!(!nap_until(|| false, || true));
-        let t = Instant::now();
-        assert!(nap_until(|| t.elapsed() >= 3 * NAP, || false));
     }
 
     #[test]

@@ -125,8 +125,6 @@ pub struct DemoReport {
     pub release: Option<super::Release>,
     /// [`Engine::Adaptive`]: where launches waited for their slots.
     pub slot_wait: Option<super::SlotWait>,
-    /// [`Engine::Resident`]: how arrivals reached its kernel.
-    pub arrival_by: Option<super::ArrivalBy>,
     /// [`Engine::Adaptive`]: threads that ran process_data.
     pub process_threads: Option<usize>,
     /// Median batch latency, from its copy-in being issued (with a rate: from its arrival)

@@ -25,12 +25,6 @@
 //! `done[s % S] > s`, the copy of the device's output slot to the host's, then the write
 //! `copied[s % S] = s + 1`.
 //!
-//! With arrivals relayed ([`ArrivalBy::Relay`], copies in place only) no block reads the host's
-//! `arrived`: a relay stream waits on it for each batch in turn and writes the kernel's own
-//! `arrived as seen` in device memory, which every block polls (a read of the host waits behind
-//! the tiles' reads of the host; the stream's wait does not). A host thread keeps those relays
-//! enqueued ahead of the arrivals.
-//!
 //! The host threads:
 //!
 //! - get_data (on the run's first thread): once the workers are up (the source starts then,
@@ -39,16 +33,13 @@
 //!   its input in, then `arrived = s + 1` (or enqueue its copy in).
 //! - copy_out (copies on streams only): enqueue each batch's copy out once its copy in was,
 //!   at most four ahead of the copies out done.
-//! - relay (arrivals relayed only): enqueue the relays of [`RELAY_GROUP`] batches a call, at
-//!   most [`RELAY_AHEAD`] past the batches arrived.
 //! - process_data ([`ProcessWorkers`], `--process-threads`): a worker takes the next seq, waits
 //!   for get_data to release it ([`Released`], asleep if that takes long), polls `done[s % S]`
 //!   (or `copied[s % S]`) until it reaches `s + 1`, checks the batch, and reports it; batches
 //!   are reported processed (the `processed` timeline get_data waits on) in seq order.
 //!
 //! So the only orderings are: arrival before the kernel reads a batch (the kernel's wait on
-//! `arrived`; on streams, the arrival written after the copy in; relayed, the relay's wait on
-//! `arrived` before its write, which the kernel waits on), the kernel's writes before
+//! `arrived`; on streams, the arrival written after the copy in), the kernel's writes before
 //! the check (the worker's wait on `done`; on streams, the copy out's wait on `done` and the
 //! worker's on `copied`), and the check of batch `s - S` before batch `s` overwrites its slots
 //! (get_data's wait on `processed`, which precedes the arrival the kernel waits for). Each can
@@ -60,21 +51,17 @@
 //! ended): the engine sets `stop` on every path before it synchronizes the kernel's stream,
 //! then raises the `done` words of batches the kernel never finished
 //! ([`ResidentWords::release_done`](super::resident_words::ResidentWords::release_done)), so
-//! that no copy out waits for ever, before it synchronizes the copy streams; relayed, it raises
-//! `arrived` to the last batch
-//! ([`ResidentWords::release_arrivals`](super::resident_words::ResidentWords::release_arrivals))
-//! before it synchronizes the relay stream.
+//! that no copy out waits for ever, before it synchronizes the copy streams.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::arrival_by::ArrivalBy;
 use super::copy_by::CopyBy;
-use super::device::{Device, MAX_RELAY_BATCHES};
+use super::device::Device;
 use super::graph_engine::GraphEdge;
 use super::pipeline::{first_error, stopped, Checker, ProcessWorkers};
 use super::pipeline::{RunOptions, Variant, Verification};
-use super::poll::{nap_until, poll};
+use super::poll::poll;
 use super::released::Released;
 use super::threads::{run_threads_named, Body};
 use super::watchdog::Watch;
@@ -86,21 +73,6 @@ use seqsync::{Error, Result};
 /// engines): one stream runs one copy at a time, and a 1 MiB copy alone leaves the link idle
 /// part of the time.
 const COPY_STREAMS: usize = 2;
-
-/// Batches a relay call passes on (arrivals relayed): the relay thread produces relays a group
-/// at a time, and the relay stream consumes them as batches arrive. One call costs the thread a
-/// few microseconds whatever its size, so the larger the group the less of that thread a batch
-/// takes; at most [`MAX_RELAY_BATCHES`] (one `cuStreamBatchMemOp`).
-pub(crate) const RELAY_GROUP: usize = 64;
-
-/// Batches relayed at most past the batches arrived: three groups, so that the next is
-/// enqueued while two are still ahead of the arrivals (the relay thread naps between groups;
-/// two groups are hundreds of microseconds of arrivals at the demo's fastest rates), and the
-/// relay stream's queue stays short (after a stop nothing drains it until
-/// `release_arrivals`).
-pub(crate) const RELAY_AHEAD: usize = 3 * RELAY_GROUP;
-
-const _: () = assert!(RELAY_GROUP <= MAX_RELAY_BATCHES && RELAY_AHEAD >= 2 * RELAY_GROUP);
 
 /// Slots at 256 KiB batches when not told ([`auto_slots`]) ...
 const AUTO_SLOTS_AT_256K: f64 = 12.0;
@@ -126,13 +98,12 @@ pub fn auto_slots(batch_bytes: usize) -> usize {
 }
 
 /// Run the seed's pipeline on a resident kernel over the layout's slots (every buffer and the
-/// host input and output batches the same number), process_data on `process_threads` threads,
-/// arrivals reaching the kernel by `arrivals`; returns the wall time and what process_data saw.
+/// host input and output batches the same number), process_data on `process_threads` threads;
+/// returns the wall time and what process_data saw.
 pub(crate) fn run<D: Device>(
     dev: &D,
     opt: &RunOptions<'_>,
     process_threads: usize,
-    arrivals: ArrivalBy,
     drop: Option<GraphEdge>,
 ) -> Result<(Duration, Verification)> {
     debug_assert!(opt.variant == Variant::Seed && opt.drop.is_none());
@@ -162,10 +133,6 @@ pub(crate) fn run<D: Device>(
             Some((streams("s_copy_in")?, streams("s_copy_out")?))
         }
     };
-    let relay_stream = match arrivals {
-        ArrivalBy::Relay => Some(b.new_stream("s_relay")?),
-        ArrivalBy::Poll => None,
-    };
     let processed = Timeline::new(b, "processed", 0)?;
     let released = Released::new();
     let released = &released;
@@ -184,21 +151,14 @@ pub(crate) fn run<D: Device>(
     if staged.is_some() {
         words.hold_through_copies_out();
     }
-    if relay_stream.is_some() {
-        words.hold_through_relays();
-    }
-    // Relayed, the test switch drops the relay's wait (the kernel still waits for the relay).
-    let arrival_wait = drop != Some(GraphEdge::ArrivalWait);
     let start = Instant::now();
     dev.launch_resident(
         &stream,
         &words,
         batches,
-        arrival_wait || relay_stream.is_some(),
+        drop != Some(GraphEdge::ArrivalWait),
         copies,
-        arrivals,
     )?;
-
     let get_data = move || -> (Result<()>, ()) {
         let r = (|| -> Result<()> {
             // The source starts once the workers are up (their start is not latency).
@@ -316,37 +276,9 @@ pub(crate) fn run<D: Device>(
         }
         Ok(())
     };
-    // relay (arrivals relayed): the relays of batches `0..relayed` are enqueued; the next
-    // group once the arrivals come within RELAY_AHEAD of its end (the first groups at once,
-    // while the workers start).
-    let relay_ref = &relay_stream;
-    let relay = move || -> Result<()> {
-        let Some(rs) = relay_ref else {
-            return Ok(());
-        };
-        let mut relayed = 0;
-        while relayed < batches {
-            let due =
-                || words_ref.arrived() as i64 + RELAY_AHEAD as i64 >= relayed + RELAY_GROUP as i64;
-            if !nap_until(due, || words_ref.stopped()) || words_ref.stopped() {
-                return Err(stopped(
-                    "arrivals",
-                    Error::Cancelled("the run stopped".into()),
-                ));
-            }
-            let count = RELAY_GROUP.min((batches - relayed) as usize);
-            dev.chaos_pause();
-            dev.resident_relay(rs, words_arc, relayed, count, arrival_wait)?;
-            relayed += count as i64;
-        }
-        Ok(())
-    };
     let mut others: Vec<Body<'_>> = Vec::new();
     if staged.is_some() {
         others.push(("copy_out", Box::new(copy_out)));
-    }
-    if relay_stream.is_some() {
-        others.push(("relay", Box::new(relay)));
     }
     for _ in 0..threads {
         others.push(("process_data", Box::new(process)));
@@ -368,11 +300,6 @@ pub(crate) fn run<D: Device>(
         for s in copy_in.iter().chain(copy_out) {
             synced = synced.and(b.synchronize_stream(s));
         }
-    }
-    if let Some(rs) = &relay_stream {
-        // The kernel's stream returned: what a relay still waiting passes on reaches no one.
-        words.release_arrivals(batches.max(0) as u64);
-        synced = synced.and(b.synchronize_stream(rs));
     }
     let wall = start.elapsed();
     match (first_error(results), synced) {
@@ -404,7 +331,7 @@ mod tests {
         let b = dev.backend();
         let words = std::sync::Arc::new(dev.resident_words(slots).unwrap());
         let stream = b.new_stream("s").unwrap();
-        dev.launch_resident(&stream, &words, 10, true, CopyBy::Kernel, ArrivalBy::Poll)
+        dev.launch_resident(&stream, &words, 10, true, CopyBy::Kernel)
             .unwrap();
         for seq in 0..3 {
             dev.fill_input(seq);

@@ -8,13 +8,9 @@
 //! | `stop` | the run's stop, and the engine once its threads ended | the kernel, while it waits for a batch that has not arrived | end now: nothing more will arrive |
 //! | `done[slot]` | the kernel, once every tile of a batch in that slot was written | the process_data thread that took the batch (copies in place), or the copy-out stream's wait (copies by the copy engines) | `1 +` the newest batch complete in `slot` |
 //! | `copied[slot]` | the copy-out stream, after copying a batch's output to its host slot (copies by the copy engines) | the process_data thread that took the batch | `1 +` the newest batch in host output `slot` |
-//! | `relayed` (host backend) | the relay stream, after its wait on `arrived` ([`ArrivalBy::Relay`](super::ArrivalBy::Relay)) | the kernel | batches `0..relayed` have arrived |
 //!
 //! With copies by the copy engines ([`CopyBy::Memcpy`](super::CopyBy::Memcpy)) `arrived` is
-//! written by the copy-in stream after each copy, not by the host. With arrivals relayed
-//! ([`ArrivalBy::Relay`](super::ArrivalBy::Relay)) the relay stream's writes go on CUDA to the
-//! kernel's own `arrived as seen` in device memory ([`device_arrived`](ResidentWords::device_arrived)),
-//! on the host backend to `relayed`.
+//! written by the copy-in stream after each copy, not by the host.
 //!
 //! One set per kernel launch: a `done` or `copied` word only grows, from zero. Each word has a
 //! 64-byte line of its own ([`LINE`]), and each of the kernel's own words in device memory a
@@ -50,8 +46,6 @@ const STOP: usize = 1;
 const DONE: usize = 2;
 /// `copied[slot]` is word `DONE + slots + slot`.
 const COPIED_AFTER_DONE: usize = 1;
-/// The kernel's `arrived as seen` is its device word 1 (the ticket is 0).
-const DEVICE_ARRIVED: usize = 1;
 
 /// Where the words live.
 enum Storage {
@@ -76,9 +70,6 @@ pub(crate) struct ResidentWords {
     /// Copies out on streams wait on `done` words, and after a stop only
     /// [`release_done`](Self::release_done) ends those waits: the hold goes with it, not before.
     copies_out_wait: AtomicBool,
-    /// A relay stream waits on `arrived` for batches that may never come, and after a stop only
-    /// [`release_arrivals`](Self::release_arrivals) ends those waits: the hold goes with it.
-    relays_wait: AtomicBool,
     storage: Storage,
     slots: usize,
     /// The kernel's own words in device memory (its ticket, what it saw of `arrived` and
@@ -95,8 +86,7 @@ unsafe impl Sync for ResidentWords {}
 impl ResidentWords {
     /// u64 words for `slots` slots.
     pub(crate) fn len_for(slots: usize) -> usize {
-        // `relayed` after the last `copied`.
-        (DONE + (1 + COPIED_AFTER_DONE) * slots + 1) * LINE
+        (DONE + (1 + COPIED_AFTER_DONE) * slots) * LINE
     }
 
     /// Words in host memory (the host backend's kernel is a host thread).
@@ -112,7 +102,6 @@ impl ResidentWords {
             hold: Mutex::new(None),
             release_at: AtomicU64::new(u64::MAX),
             copies_out_wait: AtomicBool::new(false),
-            relays_wait: AtomicBool::new(false),
             storage,
             slots,
             device_words,
@@ -172,13 +161,6 @@ impl ResidentWords {
         self.copies_out_wait.store(true, Ordering::SeqCst);
     }
 
-    /// A relay stream will wait on `arrived` (before
-    /// [`hold_until_released`](Self::hold_until_released)): keep the hold past a stop, until
-    /// [`release_arrivals`](Self::release_arrivals) or every batch arrived.
-    pub(crate) fn hold_through_relays(&self) {
-        self.relays_wait.store(true, Ordering::SeqCst);
-    }
-
     /// The kernel no longer waits for the host: drop the hold, unless copies out may still wait
     /// on words only the host will write.
     fn release_unless_copies_out_wait(&self) {
@@ -231,36 +213,11 @@ impl ResidentWords {
     /// End the kernel's waits: nothing more arrives.
     pub(crate) fn stop(&self) {
         self.word(STOP).store(1, Ordering::Release);
-        if !self.relays_wait.load(Ordering::SeqCst) {
-            self.release_unless_copies_out_wait();
-        }
+        self.release_unless_copies_out_wait();
     }
 
     pub(crate) fn stopped(&self) -> bool {
         self.word(STOP).load(Ordering::Acquire) != 0
-    }
-
-    /// The host backend's relay: batches `0..relayed` have arrived, as the kernel sees it.
-    pub(crate) fn relayed(&self) -> u64 {
-        self.word(self.relayed_index()).load(Ordering::Acquire)
-    }
-
-    /// The host backend's relay stream: batch `n - 1` arrived (after its wait on `arrived`).
-    pub(crate) fn set_relayed(&self, n: u64) {
-        self.word(self.relayed_index()).store(n, Ordering::Release);
-    }
-
-    fn relayed_index(&self) -> usize {
-        DONE + (1 + COPIED_AFTER_DONE) * self.slots
-    }
-
-    /// The device address of the kernel's `arrived as seen`, which a relay stream writes on
-    /// CUDA (0 on the host backend, which has no device words).
-    pub(crate) fn device_arrived(&self) -> u64 {
-        match self.device_words {
-            0 => 0,
-            at => at + (8 * DEVICE_LINE * DEVICE_ARRIVED) as u64,
-        }
     }
 
     /// `1 +` the newest batch complete in `slot` (0: none yet).
@@ -331,15 +288,6 @@ impl ResidentWords {
         // Nothing waits on the host any more.
         self.release();
     }
-
-    /// Once the kernel ended (its stream synchronized): raise `arrived` to `batches`, so that
-    /// no relay still waiting for a batch that never came (the run stopped first) waits for
-    /// ever, and drop the hold (unless copies out still wait). What such a relay passes on
-    /// reaches no one: the kernel has ended.
-    pub(crate) fn release_arrivals(&self, batches: u64) {
-        self.word(ARRIVED).fetch_max(batches, Ordering::AcqRel);
-        self.release_unless_copies_out_wait();
-    }
 }
 
 #[cfg(test)]
@@ -362,11 +310,6 @@ mod tests {
             "copied apart from done"
         );
         assert_eq!(w.offsets(1), (0, 64 * 3, 64 * 6), "a word a 64-byte line");
-        // `relayed` after the last `copied`, apart from the others.
-        w.set_relayed(4);
-        assert_eq!((w.relayed(), w.arrived(), w.copied(2)), (4, 5, 0));
-        assert_eq!(w.relayed_index(), 2 + 2 * 3);
-        assert_eq!(ResidentWords::len_for(3), (2 + 2 * 3 + 1) * LINE);
         assert!(w.stopped());
         assert_eq!(w.device_words(), 0);
         // The address is the first word's: the kernel's ctl[0].
@@ -435,24 +378,6 @@ mod tests {
         assert!(held(&w), "copies out may still wait");
         w.release_done(3);
         assert!(!held(&w), "the done words released");
-        // Relays wait on `arrived`: the hold stays past a stop, until the arrivals are
-        // released (which raises `arrived` and lowers nothing), or every batch arrived.
-        let w = ResidentWords::on_host(2);
-        w.hold_through_relays();
-        w.hold_until_released(Box::new(()), 3);
-        w.arrive(1);
-        w.stop();
-        assert!(held(&w), "relays may still wait");
-        w.release_arrivals(3);
-        assert!(!held(&w), "the arrivals released");
-        assert_eq!(w.arrived(), 3);
-        w.release_arrivals(2);
-        assert_eq!(w.arrived(), 3);
-        let w = ResidentWords::on_host(2);
-        w.hold_through_relays();
-        w.hold_until_released(Box::new(()), 3);
-        w.arrive(3);
-        assert!(!held(&w), "every batch arrived: no relay waits");
         // Taken after every batch arrived (the device bound's kernel): released at once.
         let w = ResidentWords::on_host(2);
         w.arrive(4);

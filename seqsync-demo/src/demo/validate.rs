@@ -4,7 +4,7 @@
 use seqsync::backend::BackendKind;
 use seqsync::{Error, Result};
 
-use super::device::{check_arrivals, CHECK_RUN};
+use super::device::CHECK_RUN;
 use super::{graph_engine, workload, CopyBy, DemoConfig, Engine, GraphEdge, Release, Variant};
 
 pub(super) fn invalid(msg: String) -> Error {
@@ -170,16 +170,6 @@ impl DemoConfig {
                 }
                 _ => {}
             }
-        }
-        if let Some(arrivals) = self.arrival_by {
-            if self.engine != Engine::Resident {
-                return Err(invalid("--arrival needs --engine resident".into()));
-            }
-            let copies = self
-                .copy_by
-                .or(CopyBy::auto_for(self.engine, batch_bytes))
-                .unwrap_or_default();
-            check_arrivals(copies, arrivals)?;
         }
         if self.release.is_some() && self.engine != Engine::Adaptive {
             return Err(invalid("--release needs --engine adaptive".into()));

@@ -150,18 +150,10 @@ extern "C" __global__ void h_kernel(const unsigned *x, const unsigned *y, unsign
 // order, so the oldest batch is worked on first. One block polls the host's words (the first
 // tile of the next batch to arrive), the others the copies in device memory, less often the
 // further their batch is from arriving.
-//
-// relayed != 0: a stream relays the arrivals (for each batch s, a cuStreamWaitValue64 until the
-// host's `arrived` is at least s + 1, then a cuStreamWriteValue64 of s + 1 to `arrived as
-// seen`, both enqueued ahead of the batch), so no block reads the host's `arrived`: every
-// block polls device memory, and the block first in line reads the host's `stop` only once
-// every RELAY_STOP_POLLS polls (a read of the host waits behind the tiles' reads of the host;
-// the stream's wait does not).
 #define CTL_LINE 8ull
 #define DEV_LINE 16ull
 #define CTL(i) ctl[(i) * CTL_LINE]
 #define DEV(i) words[(i) * DEV_LINE]
-#define RELAY_STOP_POLLS 1024u
 
 __device__ __forceinline__ unsigned fgh_elem(unsigned v, unsigned k) {
     return h_elem(f_elem(v, k), g_elem(v, k), k);
@@ -180,7 +172,7 @@ extern "C" __global__ void resident_reset(unsigned long long *words, unsigned lo
 extern "C" __global__ void resident_kernel(const unsigned *hin, unsigned *hout,
         unsigned long long n, unsigned k, unsigned long long slots, unsigned long long batches,
         unsigned long long tile, volatile unsigned long long *ctl, unsigned long long *words,
-        unsigned long long readers, unsigned long long relayed) {
+        unsigned long long readers) {
     __shared__ unsigned long long s_ticket;
     __shared__ int s_go;
     const unsigned long long tiles = (n + tile - 1) / tile;
@@ -191,19 +183,11 @@ extern "C" __global__ void resident_kernel(const unsigned *hin, unsigned *hout,
             const unsigned long long t = atomicAdd(&DEV(0), 1ull);
             const unsigned long long s = t / tiles;
             int go = s < batches;
-            unsigned polls = 0;
             while (go) {
                 const unsigned long long a = *seen_arrived;
                 if (a > s) break;
                 if (*seen_stop) { go = 0; break; }
-                if (relayed) {
-                    // The relay raises `arrived as seen`; the host's `stop`, now and then.
-                    if (a == s && t % tiles == 0 && ++polls % RELAY_STOP_POLLS == 0 && CTL(1)) {
-                        *seen_stop = 1;
-                        go = 0;
-                        break;
-                    }
-                } else if (a == s && t % tiles == 0) {
+                if (a == s && t % tiles == 0) {
                     // Arrived first: a stop ends only the waits for batches that never came.
                     const unsigned long long h = CTL(0);
                     if (h > a) {
@@ -228,8 +212,7 @@ extern "C" __global__ void resident_kernel(const unsigned *hin, unsigned *hout,
             // A device-scope fence suffices: the block that read `arrived` from the host
             // fenced at system scope before it raised `arrived as seen`, which this block read,
             // so the host's writes happen before that raise and, through this fence, before
-            // the reads below. (Relayed: the relay's write followed its wait, which saw the
-            // host's `arrived`, stored after the input.) (A system-scope fence here, once a tile, cost 3-10 % of the
+            // the reads below. (A system-scope fence here, once a tile, cost 3-10 % of the
             // throughput at 256 KiB and 1 MiB: BENCHMARKS.md §13, run P.)
             __threadfence();
             s_ticket = t;

@@ -1,11 +1,10 @@
 //! The resident engine (`--engine resident`) on the host backend: every batch verified with
-//! and without chaos, saturated and paced, on one slot and many, arrivals polled and relayed;
-//! each of its orderings dropped is caught; its switches are checked. On the GPU: every element
-//! of every batch.
+//! and without chaos, saturated and paced, on one slot and many; each of its three orderings
+//! dropped is caught; its switches are checked. On the GPU: every element of every batch.
 
 use seqsync::BackendKind;
 use seqsync_demo::demo::{
-    auto_resident_slots, run, ArrivalBy, CopyBy, DemoConfig, DeviceBoundBy, Engine, GraphEdge,
+    auto_resident_slots, run, CopyBy, DemoConfig, DeviceBoundBy, Engine, GraphEdge,
 };
 
 fn config() -> DemoConfig {
@@ -122,95 +121,6 @@ fn resident_engine_copying_on_streams_verifies_every_batch_under_chaos() {
         .unwrap();
         assert!(r.all_verified(), "{r:?}");
         assert_eq!(r.copy_by, Some(copies), "{bytes} B");
-    }
-}
-
-#[test]
-fn resident_engine_with_arrivals_relayed_verifies_every_batch_under_chaos() {
-    // A relay stream waits for each arrival and passes it on to the kernel, 64 batches a call
-    // enqueued ahead: on one slot and many, saturated and paced, and past several calls.
-    for (seed, slots, threads, rate, batches) in [
-        (31, 1, 1, None, 80),
-        (32, 2, 3, None, 300),
-        (33, 5, 2, Some(3000.0), 80),
-        (34, 64, 4, None, 200),
-    ] {
-        let r = run(&DemoConfig {
-            chaos: Some(seed),
-            batches,
-            slots: Some(slots),
-            process_threads: Some(threads),
-            rate,
-            arrival_by: Some(ArrivalBy::Relay),
-            ..config()
-        })
-        .unwrap();
-        assert!(r.all_verified(), "seed {seed}, {slots} slots: {r:?}");
-        assert_eq!(r.arrival_by, Some(ArrivalBy::Relay));
-    }
-    // Not told: polled; copying on streams the copy-in streams pass arrivals on (polled).
-    let r = run(&config()).unwrap();
-    assert_eq!(r.arrival_by, Some(ArrivalBy::Poll));
-    let r = run(&DemoConfig {
-        engine: Engine::Adaptive,
-        ..config()
-    })
-    .unwrap();
-    assert_eq!(r.arrival_by, None, "not the resident engine");
-}
-
-#[test]
-fn resident_engine_relaying_arrivals_without_the_relays_wait_reads_batches_not_yet_filled_in() {
-    // As the polled case below: paced arrivals, and the relay passes each on without waiting
-    // for it, so the kernel reads input slots before they are filled in.
-    let paced = |drop| DemoConfig {
-        batches: 40,
-        batch_bytes: Some(4 << 10),
-        intensity: 1,
-        rate: Some(250.0),
-        slots: Some(4),
-        process_threads: Some(1),
-        arrival_by: Some(ArrivalBy::Relay),
-        drop_edge: drop,
-        ..config()
-    };
-    let r = run(&paced(None)).unwrap();
-    assert!(r.all_verified(), "{r:?}");
-    let r = run(&paced(Some(GraphEdge::ArrivalWait))).unwrap();
-    assert!(r.wrong > 0, "the relay's wait dropped, yet {r:?}");
-}
-
-#[test]
-fn resident_engine_with_arrivals_relayed_ends_when_a_thread_fails_mid_run() {
-    // A process_data thread fails with relays enqueued for batches that will never arrive: the
-    // run ends with that error (the relays are let go once the kernel ended) instead of
-    // hanging, on one slot and on several.
-    let cases = [(1, 1), (8, 2), (24, 4)];
-    for (seed, (slots, threads)) in (61..76).zip(cases.into_iter().cycle()) {
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let r = run(&DemoConfig {
-                batches: 400,
-                slots: Some(slots),
-                process_threads: Some(threads),
-                arrival_by: Some(ArrivalBy::Relay),
-                chaos: Some(seed),
-                progress: Some(std::sync::Arc::new(|done, _| {
-                    if done >= 30 {
-                        panic!("a checker failed");
-                    }
-                })),
-                ..config()
-            });
-            let _ = tx.send(r.map(|_| ()).map_err(|e| e.to_string()));
-        });
-        match rx.recv_timeout(std::time::Duration::from_secs(30)) {
-            Ok(r) => {
-                let e = r.unwrap_err();
-                assert!(e.contains("a checker failed"), "seed {seed}: {e}");
-            }
-            Err(_) => panic!("seed {seed}, {slots} slots: the run hung after a thread failed"),
-        }
     }
 }
 
@@ -428,22 +338,6 @@ fn resident_engine_switches_are_checked() {
         e.contains("--copy needs --engine graph, adaptive or resident"),
         "{e}"
     );
-    // Arrivals are relayed only to the resident kernel copying in place.
-    let e = invalid(DemoConfig {
-        arrival_by: Some(ArrivalBy::Relay),
-        engine: Engine::Adaptive,
-        ..config()
-    });
-    assert!(e.contains("--arrival needs --engine resident"), "{e}");
-    let e = invalid(DemoConfig {
-        arrival_by: Some(ArrivalBy::Relay),
-        copy_by: Some(CopyBy::Memcpy),
-        ..config()
-    });
-    assert!(
-        e.contains("arrivals relayed (--arrival relay) need the resident kernel copying in place"),
-        "{e}"
-    );
     // Graph switches are not its.
     let e = invalid(DemoConfig {
         graph_batches: Some(4),
@@ -486,8 +380,7 @@ fn every_report_with_baselines_weighs_the_resident_kernel_in_its_bounds() {
 
 /// On the GPU: every element of every batch checked, saturated and paced, on the automatic
 /// slots and on one, with batches not a multiple of 16 bytes and with the bounds (which run
-/// the resident kernel too, every batch verified), copying in place and on streams, arrivals
-/// polled and relayed.
+/// the resident kernel too, every batch verified), copying in place and on streams.
 #[test]
 #[cfg_attr(
     not(feature = "gpu-tests"),
@@ -495,24 +388,17 @@ fn every_report_with_baselines_weighs_the_resident_kernel_in_its_bounds() {
 )]
 fn resident_engine_verifies_every_element_on_cuda() {
     let (kernel, memcpy) = (Some(CopyBy::Kernel), Some(CopyBy::Memcpy));
-    let relay = Some(ArrivalBy::Relay);
-    for (bytes, rate, slots, baselines, copy_by, arrival_by) in [
-        (64 << 10, None, None, true, None, None),
-        (256 << 10, Some(20_000.0), None, false, None, None),
-        (1 << 20, None, None, false, None, None),
-        (1 << 20, None, None, true, kernel, None),
-        (64 << 10, None, Some(1), false, None, None),
-        (64 << 10, None, Some(1), false, memcpy, None),
-        ((64 << 10) + 4, None, Some(3), false, None, None),
-        ((64 << 10) + 4, None, Some(3), false, memcpy, None),
-        (256 << 10, Some(20_000.0), None, false, memcpy, None),
-        (4 << 20, None, None, false, None, None),
-        (64 << 10, None, None, false, None, relay),
-        (64 << 10, Some(100_000.0), None, false, None, relay),
-        (256 << 10, Some(20_000.0), None, false, None, relay),
-        (1 << 20, None, None, false, None, relay),
-        (64 << 10, None, Some(1), false, None, relay),
-        ((64 << 10) + 4, None, Some(3), false, None, relay),
+    for (bytes, rate, slots, baselines, copy_by) in [
+        (64 << 10, None, None, true, None),
+        (256 << 10, Some(20_000.0), None, false, None),
+        (1 << 20, None, None, false, None),
+        (1 << 20, None, None, true, kernel),
+        (64 << 10, None, Some(1), false, None),
+        (64 << 10, None, Some(1), false, memcpy),
+        ((64 << 10) + 4, None, Some(3), false, None),
+        ((64 << 10) + 4, None, Some(3), false, memcpy),
+        (256 << 10, Some(20_000.0), None, false, memcpy),
+        (4 << 20, None, None, false, None),
     ] {
         let r = run(&DemoConfig {
             backend: BackendKind::Cuda,
@@ -523,54 +409,16 @@ fn resident_engine_verifies_every_element_on_cuda() {
             slots,
             baselines,
             copy_by,
-            arrival_by,
             ..config()
         })
         .unwrap();
         assert!(
             r.all_verified(),
-            "{bytes} B, rate {rate:?}, {slots:?} slots, {copy_by:?}, {arrival_by:?}: {r:?}"
+            "{bytes} B, rate {rate:?}, {slots:?} slots, {copy_by:?}: {r:?}"
         );
         assert_eq!(r.backend, "cuda");
         if baselines {
             assert!(r.device_bound_by.is_some(), "{r:?}");
-        }
-    }
-}
-
-/// On the GPU: a thread fails mid-run with relays enqueued for batches that never arrive; the
-/// run ends with that error (the kernel reads the host's stop between its polls of the relayed
-/// word, and the relays are let go once it ended).
-#[test]
-#[cfg_attr(
-    not(feature = "gpu-tests"),
-    ignore = "needs a GPU: cargo test --features gpu-tests"
-)]
-fn resident_engine_with_arrivals_relayed_ends_on_cuda_when_a_thread_fails_mid_run() {
-    for rate in [None, Some(20_000.0)] {
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let r = run(&DemoConfig {
-                backend: BackendKind::Cuda,
-                batches: 3000,
-                batch_bytes: Some(64 << 10),
-                rate,
-                arrival_by: Some(ArrivalBy::Relay),
-                progress: Some(std::sync::Arc::new(|done, _| {
-                    if done >= 300 {
-                        panic!("a checker failed");
-                    }
-                })),
-                ..config()
-            });
-            let _ = tx.send(r.map(|_| ()).map_err(|e| e.to_string()));
-        });
-        match rx.recv_timeout(std::time::Duration::from_secs(30)) {
-            Ok(r) => {
-                let e = r.unwrap_err();
-                assert!(e.contains("a checker failed"), "rate {rate:?}: {e}");
-            }
-            Err(_) => panic!("rate {rate:?}: the run hung after a thread failed"),
         }
     }
 }
