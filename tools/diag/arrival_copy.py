@@ -19,10 +19,10 @@ batch's operations.
 
 Diagnostic only (issue 22, BENCHMARKS.md §13 runs AB and AC): the resident kernel's zero-copy
 reads are the queue its arrival poll waits in at 80 % load; the copy engines' traffic delays a
-read much less. First run in run AC (an H100, `.gpu-scripts/rl.sh`): idle, a copy or a relay
-enqueued ahead took 2.3-20 us from the store at the median (a kernel's read of the host: 1.2),
-and the copies fell behind at 5 us apart. The runs with traffic printed nothing within the
-script's 40 s limit each (not yet understood: look there first before trusting those rows).
+read much less. Run AC (an H100): idle, a copy or a relay enqueued ahead took 2.3-20 us from the
+store at the median (a kernel's read of the host: 1.2), and the copies fell behind at 5 us
+apart; with 16 or 32 blocks reading the host every form fell behind by milliseconds, even at
+20 us apart, but for one stream's relay at 16 blocks and 20 us (21.0 / 42.0 us).
 """
 import argparse
 import ctypes
@@ -102,6 +102,14 @@ def main():
             w[:] = 0
             dev.fill(0)
             cp.cuda.Device().synchronize()
+            if blocks:
+                stop.fill(0)
+                cp.cuda.Device().synchronize()
+                f((blocks,), (256,), (np.uint64(rmem.ptr), np.uint64((64 << 20) // 16), stop,
+                                      sink), stream=side)
+                time.sleep(0.002)  # the traffic under way
+            # Enqueued after the device's synchronize above: with these waits open (their
+            # values stored only below) a device-wide synchronize waits for ever.
             t_enq = time.perf_counter_ns()
             if a.group:
                 ops = np.zeros((2 * a.group, 6), dtype=np.uint64)  # CUstreamBatchMemOpParams
@@ -121,12 +129,6 @@ def main():
                           "cuMemcpyHtoDAsync")
                 check(write64(s, words.ptr + 8 * (i + 1), i + 1, 0), "cuStreamWriteValue64")
             enq_us = (time.perf_counter_ns() - t_enq) / 1000.0 / n
-            if blocks:
-                stop.fill(0)
-                cp.cuda.Device().synchronize()
-                f((blocks,), (256,), (np.uint64(rmem.ptr), np.uint64((64 << 20) // 16), stop,
-                                      sink), stream=side)
-                time.sleep(0.002)  # the traffic under way
             released = np.zeros(n, dtype=np.int64)
             seen = np.zeros(n, dtype=np.int64)
             step = int(interval_us * 1000)
