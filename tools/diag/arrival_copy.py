@@ -3,6 +3,7 @@
 its data and released on the device (CuPy and the driver through ctypes, on a GPU).
 
 usage: tools/diag/arrival_copy.py [--bytes B] [--batches N] [--streams S] [--relay [--group G]]
+                                  [--push]
 
 Each batch i is enqueued before it arrives, on stream i % S: a stream wait until the host word
 `arrived` is at least i + 1 (`cuStreamWaitValue64`), a copy of B bytes from its pinned host
@@ -14,15 +15,18 @@ another kernel reading pinned host memory (16 KiB in flight each, as the residen
 tiles). The last round of device slots is checked against the host slots. With `--relay` no
 copy is enqueued: what is timed is the stream wait's own delay (a relay of the host's arrival to
 a word the device reads); with `--group G` too, the waits and writes of G batches at a time are
-one `cuStreamBatchMemOp` call, on one stream. Also printed: the host's time to enqueue one
-batch's operations.
+one `cuStreamBatchMemOp` call, on one stream. With `--push` nothing is enqueued ahead: at each
+arrival the host calls `cuStreamWriteValue64` of its `done` word on one stream (the arrival
+pushed to the device by a driver call, with no wait on a host word; timed from before the
+call). Also printed: the host's time to enqueue one batch's operations.
 
 Diagnostic only (issue 22, BENCHMARKS.md §13 runs AB and AC): the resident kernel's zero-copy
 reads are the queue its arrival poll waits in at 80 % load; the copy engines' traffic delays a
 read much less. Run AC (an H100): idle, a copy or a relay enqueued ahead took 2.3-20 us from the
 store at the median (a kernel's read of the host: 1.2), and the copies fell behind at 5 us
 apart; with 16 or 32 blocks reading the host every form fell behind by milliseconds, even at
-20 us apart, but for one stream's relay at 16 blocks and 20 us (21.0 / 42.0 us).
+20 us apart, but for one stream's relay at 16 blocks and 20 us (21.0 / 42.0 us); so did a
+write pushed at each arrival (`--push`), 6-9 us at the median idle.
 """
 import argparse
 import ctypes
@@ -70,6 +74,8 @@ def main():
     ap.add_argument("--streams", type=int, default=4)
     ap.add_argument("--relay", action="store_true", help="no copy: the wait and the write only")
     ap.add_argument("--group", type=int, default=0, help="with --relay: batches a batch-op call")
+    ap.add_argument("--push", action="store_true",
+                    help="a cuStreamWriteValue64 at each arrival, nothing enqueued ahead")
     a = ap.parse_args()
     cuda = ctypes.CDLL("libcuda.so.1")
     wait64 = cuda.cuStreamWaitValue64_v2
@@ -121,7 +127,7 @@ def main():
                         ops[2 * j + 1] = (5, words.ptr + 8 * (i + 1), i + 1, 0, 0, 0)  # WRITE
                     check(batch_op(streams[0].ptr, 2 * m, ops.ctypes.data, 0),
                           "cuStreamBatchMemOp")
-            for i in range(0 if a.group else n):
+            for i in range(0 if a.group or a.push else n):
                 s = streams[i % a.streams].ptr
                 check(wait64(s, words.ptr, i + 1, 0), "cuStreamWaitValue64")  # GEQ
                 if not a.relay:
@@ -144,6 +150,9 @@ def main():
                 if nxt < n and t >= start + nxt * step:
                     w[0] = nxt + 1
                     released[nxt] = t
+                    if a.push:
+                        check(write64(streams[0].ptr, words.ptr + 8 * (nxt + 1), nxt + 1, 0),
+                              "cuStreamWriteValue64")
                     nxt += 1
                 while first < nxt and w[1 + first] == first + 1:
                     seen[first] = time.perf_counter_ns()
@@ -151,7 +160,7 @@ def main():
             if blocks:
                 stop.fill(1)  # on the default stream: the kernel reads it when it next looks
             cp.cuda.Device().synchronize()
-            ok = True if a.relay else bool((dev.get() == hv).all())
+            ok = True if a.relay or a.push else bool((dev.get() == hv).all())
             lat = np.sort(seen - released) / 1000.0
             print(f"traffic blocks {blocks:2} interval {interval_us:4.1f} us "
                   f"({b * 1e3 / interval_us / 1e6:.1f} GB/s of copies): p50 "
