@@ -14,7 +14,7 @@ to the host seeing `done`, at several intervals between arrivals, idle and with 
 another kernel reading pinned host memory (16 KiB in flight each, as the resident kernel's
 tiles). The last round of device slots is checked against the host slots. With `--relay` no
 copy is enqueued: what is timed is the stream wait's own delay (a relay of the host's arrival to
-a word the device reads); with `--group G` too, the waits and writes of G batches at a time are
+a word the device reads, and "data ok -": nothing copied); with `--group G` too, the waits and writes of G batches at a time are
 one `cuStreamBatchMemOp` call, on one stream. With `--push` nothing is enqueued ahead: at each
 arrival the host calls `cuStreamWriteValue64` of its `done` word on one stream (the arrival
 pushed to the device by a driver call, with no wait on a host word; timed from before the
@@ -88,6 +88,8 @@ def main():
     batch_op.argtypes = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_void_p, ctypes.c_uint]
     if a.group and (not a.relay or not 0 < a.group < 128):
         raise SystemExit("--group G needs --relay and 0 < G < 128 (at most 255 operations)")
+    if a.push and a.relay:
+        raise SystemExit("--push enqueues nothing ahead: not with --relay")
     print(cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), flush=True)
     n, b = a.batches, a.bytes
     words = cp.cuda.alloc_pinned_memory(8 * (n + 1))
@@ -160,7 +162,8 @@ def main():
             if blocks:
                 stop.fill(1)  # on the default stream: the kernel reads it when it next looks
             cp.cuda.Device().synchronize()
-            ok = True if a.relay or a.push else bool((dev.get() == hv).all())
+            # Checked where something was copied.
+            ok = "-" if a.relay or a.push else bool((dev.get() == hv).all())
             lat = np.sort(seen - released) / 1000.0
             print(f"traffic blocks {blocks:2} interval {interval_us:4.1f} us "
                   f"({b * 1e3 / interval_us / 1e6:.1f} GB/s of copies): p50 "
