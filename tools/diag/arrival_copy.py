@@ -12,13 +12,15 @@ slot to a device slot, and a write of i + 1 to its `done` word in pinned host me
 `arrived` each) and stamps when it sees each `done`. Printed: p50 / p99 / max µs from the store
 to the host seeing `done`, at several intervals between arrivals, idle and with T blocks of
 another kernel reading pinned host memory (16 KiB in flight each, as the resident kernel's
-tiles). The last round of device slots is checked against the host slots. With `--relay` no
-copy is enqueued: what is timed is the stream wait's own delay (a relay of the host's arrival to
-a word the device reads, and "data ok -": nothing copied); with `--group G` too, the waits and writes of G batches at a time are
-one `cuStreamBatchMemOp` call, on one stream. With `--push` nothing is enqueued ahead: at each
-arrival the host calls `cuStreamWriteValue64` of its `done` word on one stream (the arrival
-pushed to the device by a driver call, with no wait on a host word; timed from before the
-call). Also printed: the host's time to enqueue one batch's operations.
+tiles). The last round of device slots is checked against the host slots.
+
+With `--relay` no copy is enqueued: what is timed is the stream wait's own delay (a relay of
+the host's arrival to a word the device reads). With `--group G` too, the waits and writes of G
+batches at a time are one `cuStreamBatchMemOp` call, on one stream. With `--push` nothing is
+enqueued ahead: at each arrival the host calls `cuStreamWriteValue64` of its `done` word on one
+stream (the arrival pushed to the device by a driver call, with no wait on a host word; timed
+from before the call). Neither copies anything, so each prints "data ok -". Also printed: the
+host's time to enqueue one batch's operations.
 
 Diagnostic only (issue 22, BENCHMARKS.md §13 runs AB and AC): the resident kernel's zero-copy
 reads are the queue its arrival poll waits in at 80 % load; the copy engines' traffic delays a
