@@ -120,6 +120,12 @@
 //! to make, or the process hangs; the `events` mechanism, which refuses such waits, never
 //! blocks the GPU.
 //!
+//! How soon a word wait sees its value (`memops`, `hybrid`): the GPU's front end reads the
+//! word, which lives in pinned host memory. While kernels read pinned host memory in place
+//! (zero-copy) with many reads in flight, the front end's work (a wait, a write, a copy)
+//! waits behind those reads, far longer than a kernel's own read of a host word does
+//! (measured on the H100: BENCHMARKS.md §13, runs AB and AC).
+//!
 //! # Host waits
 //!
 //! [`Timeline::wait`], [`wait_all`] and [`wait_any`] follow the crate's
