@@ -34,7 +34,8 @@ import time
 import cupy as cp
 import numpy as np
 
-K = 8
+from resident_host import K, pinned, reference
+
 # The kernel's word spacing (u64s a word: CTL_LINE in pinned memory, DEV_LINE in device memory)
 # and its cap on tiles reading at once (READERS in the environment; 0, the default: no cap).
 CTL_LINE, DEV_LINE = 8, 16
@@ -67,31 +68,6 @@ mod = cp.RawModule(code=CUDA + CEILINGS)
 resident = mod.get_function("resident_kernel")
 reset = mod.get_function("resident_reset")
 SMS = cp.cuda.Device().attributes["MultiProcessorCount"]
-
-
-def pinned(words, dtype=np.uint32):
-    mem = cp.cuda.alloc_pinned_memory(words * np.dtype(dtype).itemsize)
-    a = np.frombuffer(mem, dtype, words)
-    a[:] = 0
-    return mem, a
-
-
-def reference(v, k=K):
-    """f, g and h of every element of `v` at intensity k, as the kernels compute them."""
-    v, m = v.astype(np.uint64), 0xFFFFFFFF
-    x = v.copy()
-    for _ in range(k):
-        x = (x * 1664525 + 1013904223) & m
-    y = v.copy()
-    for _ in range(k):
-        y ^= (y << 13) & m
-        y ^= y >> 17
-        y ^= (y << 5) & m
-    r = x ^ (((y << 7) & m) | (y >> 25))
-    for _ in range(k):
-        r = (r * 0x2545F491) & m
-        r = (((r << 11) & m) | (r >> 21)) ^ 0x9E3779B9
-    return r.astype(np.uint32)
 
 
 def launch(n, slots, batches, tile, grid, stream):

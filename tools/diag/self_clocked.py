@@ -36,7 +36,9 @@ import sys
 import cupy as cp
 import numpy as np
 
-K = 8
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from resident_host import K, pinned, reference  # noqa: E402
+
 CTL_LINE, DEV_LINE = 8, 16
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 SOURCE = open(os.path.join(ROOT, "seqsync-demo/src/demo/workload.rs")).read()
@@ -86,31 +88,6 @@ resident = mod.get_function("resident_kernel")
 reset = mod.get_function("resident_reset")
 set_clock = mod.get_function("set_clock")
 SMS = cp.cuda.Device().attributes["MultiProcessorCount"]
-
-
-def pinned(words, dtype=np.uint32):
-    mem = cp.cuda.alloc_pinned_memory(words * np.dtype(dtype).itemsize)
-    a = np.frombuffer(mem, dtype, words)
-    a[:] = 0
-    return mem, a
-
-
-def reference(v, k=K):
-    """f, g and h of every element of `v` at intensity k, as the kernels compute them."""
-    v, m = v.astype(np.uint64), 0xFFFFFFFF
-    x = v.copy()
-    for _ in range(k):
-        x = (x * 1664525 + 1013904223) & m
-    y = v.copy()
-    for _ in range(k):
-        y ^= (y << 13) & m
-        y ^= y >> 17
-        y ^= (y << 5) & m
-    r = x ^ (((y << 7) & m) | (y >> 25))
-    for _ in range(k):
-        r = (r * 0x2545F491) & m
-        r = (((r << 11) & m) | (r >> 21)) ^ 0x9E3779B9
-    return r.astype(np.uint32)
 
 
 def demo_settings(nbytes):
